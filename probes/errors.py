@@ -1,0 +1,43 @@
+"""Errors that carry advice.
+
+Every error a user can cause (a model that cannot be loaded, text that does not fit) is one of these
+types. Each message says what went wrong *and what to do*; the CLI prints it as one line on stderr
+and exits 2, the app shows it with ``st.error``.
+"""
+
+from __future__ import annotations
+
+
+class ProbesError(Exception):
+    """Base class: a problem with the user's input or environment, not a bug."""
+
+
+class ModelUnavailable(ProbesError):
+    """The model cannot be found locally and cannot be downloaded (or does not exist)."""
+
+
+class UnsupportedModel(ProbesError):
+    """The from-scratch path does not cover this architecture or config option.
+
+    The Hugging Face view of the model still works; scratch forward and parity refuse by name.
+    """
+
+
+class UnsafeCheckpoint(ProbesError):
+    """A checkpoint that could run code when loaded (a pickle that is not plain tensors)."""
+
+
+class EmptyInput(ProbesError):
+    """The text has no tokens to look at."""
+
+
+class InputTooLong(ProbesError):
+    """The text needs more tokens than the model's context window holds."""
+
+    def __init__(self, n_tokens: int, max_tokens: int, model: str):
+        self.n_tokens = n_tokens
+        self.max_tokens = max_tokens
+        super().__init__(
+            f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: "
+            f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first {max_tokens}"
+        )

