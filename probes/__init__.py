@@ -7,5 +7,18 @@ from .trace import Trace
 
 __all__ = [
     "EmptyInput", "Encoding", "InputTooLong", "KNOWN_HUB_MODELS", "Model", "ModelUnavailable",
-    "OFFLINE_DEFAULT", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "load",
+    "OFFLINE_DEFAULT", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "load", "run",
 ]
+
+
+def run(model: Model, text: str, pair: str | None = None, source: str = "hf", truncate: bool = False) -> Trace:
+    """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
+    from-scratch (``source="scratch"``) forward pass."""
+    enc = model.encode(text, pair, truncate=truncate)
+    if source == "hf":
+        return model.hf_trace(enc)
+    if source == "scratch":
+        from . import scratch
+
+        return scratch.forward(model, enc)
+    raise ValueError(f"unknown source {source!r}: choose 'hf' or 'scratch'")

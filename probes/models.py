@@ -93,7 +93,9 @@ class Model:
 
     @property
     def is_causal(self) -> bool:
-        return self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
+        archs = getattr(self.config, "architectures", None) or []
+        return (self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
+                or any(a.endswith("ForCausalLM") for a in archs))
 
     @property
     def has_lm_head(self) -> bool:
@@ -330,7 +332,8 @@ def _load_hub(name: str) -> Model:
 
 
 def _build(name: str, source: str, *, local_files_only: bool) -> Model:
-    from transformers import AutoConfig, AutoModel, AutoTokenizer, BertForMaskedLM, GPT2LMHeadModel
+    from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer,
+                              BertForMaskedLM, GPT2LMHeadModel)
 
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -352,10 +355,15 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
             f"{name!r} uses position_embedding_type={pos!r}; transformers 5 implements only 'absolute', so "
             "neither path would compute what the checkpoint was trained with"
         )
+    archs = set(getattr(config, "architectures", None) or [])
     if family == "gpt2":
         cls = GPT2LMHeadModel
-    elif family == "bert" and _BERT_LM_ARCHITECTURES & set(getattr(config, "architectures", None) or []):
-        cls = BertForMaskedLM
+    elif family == "bert":
+        cls = BertForMaskedLM if _BERT_LM_ARCHITECTURES & archs else AutoModel
+    elif any(a.endswith("ForCausalLM") for a in archs):
+        cls = AutoModelForCausalLM
+    elif any(a.endswith("ForMaskedLM") for a in archs):
+        cls = AutoModelForMaskedLM
     else:
         cls = AutoModel
     try:

@@ -31,7 +31,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
               scale: float | None = None, backend: str = "eager") -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
-    ``scale`` defaults to 1/√d_k; GPT-2 configs can change it (see ``gpt2.py``).
+    ``scale`` defaults to 1/√d_k; GPT-2 configs can change it (see ``gpt2.py``). The scaling and the
+    mask work in place on the fresh score tensor: the same numbers, two L×L copies fewer per head.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -40,8 +41,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
         scale = 1.0 / math.sqrt(d_k)
 
     scores = q @ k.transpose(-2, -1)  # q·kᵀ: one raw score per (query, key)
-    scores = scores * scale  # ÷ √d_k, so the scores' spread does not grow with the head width
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)  # mask: padding and the future
+    scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
+    scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)  # mask: padding and the future
     probs = torch.softmax(scores, dim=-1)  # softmax over keys: each row sums to 1
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs

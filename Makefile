@@ -1,0 +1,30 @@
+# The two commands of the README. Each creates .venv on first use and installs the project into it,
+# pinning torch first (constraints.txt) so nothing pulls a multi-GB CUDA build on a CPU machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8501
+
+.PHONY: app test bench install clean
+
+app: $(STAMP)
+	$(BIN)/streamlit run dashboard/app.py --server.port $(PORT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/forward.py
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -c constraints.txt "torch==2.13.0"
+	$(BIN)/python -m pip install -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV)

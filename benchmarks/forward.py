@@ -1,0 +1,162 @@
+"""Scratch eager forward vs Hugging Face eager with output_attentions=True, GPT-2-small shapes.
+
+Random init (12 layers × 12 heads, d=768, vocab 50,257), the same random token ids for both, at
+128, 512 and 1024 tokens, on the CPU. Prints one table: median wall time of each (the two take
+turns) and peak extra memory of one call (RSS above the level before it, sampled every millisecond,
+in a fresh process), side by side. Goal: scratch
+time ≤ 1.0× Hugging Face's.
+
+    .venv/bin/python benchmarks/forward.py [--lengths 128 512 1024] [--repeats 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from probes import scratch  # noqa: E402
+from probes.models import Encoding, Model  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class PeakRSS:
+    """Peak resident memory above the starting level while the block runs (polled every 1 ms)."""
+
+    def __enter__(self):
+        self.start = self.peak = rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+        self.extra = self.peak - self.start
+
+
+def gpt2_small() -> Model:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12)
+    config._attn_implementation = "eager"
+    hf = GPT2LMHeadModel(config).eval()
+    hf.requires_grad_(False)
+    return Model(name="gpt2-small (random init)", source="random", family="gpt2", hf=hf, tokenizer=None,
+                 config=hf.config)
+
+
+def encoding(n: int, vocab: int) -> Encoding:
+    ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
+    return Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
+
+
+def run_hf(model: Model, enc: Encoding):
+    with torch.inference_mode():
+        out = model.hf(input_ids=enc.input_ids, attention_mask=enc.attention_mask, output_attentions=True)
+    assert len(out.attentions) == model.n_layers
+    return out
+
+
+def run_scratch(model: Model, enc: Encoding):
+    return scratch.forward(model, enc)
+
+
+PATHS = {"hf": run_hf, "scratch": run_scratch}
+
+
+def measure_time(model: Model, enc: Encoding, repeats: int) -> dict[str, float]:
+    """Median wall time of each path; the paths take turns on every repeat so that a drift in
+    machine load hits them alike."""
+    for fn in PATHS.values():
+        fn(model, enc)  # warm-up
+    seen: dict[str, list[float]] = {name: [] for name in PATHS}
+    for _ in range(repeats):
+        for name, fn in PATHS.items():
+            t0 = time.perf_counter()
+            fn(model, enc)
+            seen[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in seen.items()}
+
+
+def measure_memory(path: str, n: int) -> float:
+    """Peak extra RSS of one call, in a fresh process where glibc hands large blocks straight back to
+    the OS (so RSS follows live memory, not what an earlier call left cached)."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    out = subprocess.run([sys.executable, __file__, "--memory-of", path, str(n)], env=env, check=True,
+                         capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def memory_child(path: str, n: int) -> None:
+    model = gpt2_small()
+    scratch.build(model)
+    enc = encoding(n, model.config.vocab_size)
+    PATHS[path](model, enc)  # warm-up, as in the timing runs
+    with PeakRSS() as mem:
+        out = PATHS[path](model, enc)
+        del out
+    print(mem.extra)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument("--memory-of", nargs=2, metavar=("PATH", "TOKENS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_of:
+        memory_child(args.memory_of[0], int(args.memory_of[1]))
+        return
+
+    model = gpt2_small()
+    scratch.build(model)
+    rows = []
+    print(f"GPT-2-small shapes, random init, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"median time of {args.repeats}, peak memory of one call in a fresh process")
+    header = f"{'tokens':>6} | {'HF eager ms':>11} | {'scratch ms':>10} | {'time ratio':>10} | " \
+             f"{'HF peak MiB':>11} | {'scratch peak MiB':>16}"
+    print(header)
+    print("-" * len(header))
+    for n in args.lengths:
+        enc = encoding(n, model.config.vocab_size)
+        t = measure_time(model, enc, args.repeats)
+        row = dict(tokens=n, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3, ratio=t["scratch"] / t["hf"],
+                   hf_peak_mib=measure_memory("hf", n) / 2**20, scratch_peak_mib=measure_memory("scratch", n) / 2**20)
+        rows.append(row)
+        print(f"{n:>6} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | {row['ratio']:>9.2f}× | "
+              f"{row['hf_peak_mib']:>11.0f} | {row['scratch_peak_mib']:>16.0f}", flush=True)
+    worst = max(r["ratio"] for r in rows)
+    print(f"goal scratch ≤ 1.0× HF: {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.2f}×)")
+    print("the scratch Trace also keeps q, k, v and every hidden state; HF here returns attentions and logits")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

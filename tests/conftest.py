@@ -1,0 +1,57 @@
+"""Tiny random-initialised checkpoints, written with ``save_pretrained`` to temporary directories and
+loaded through the same code path as a user's local model. No network is used anywhere."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test must never reach for the hub by accident
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from checkpoints import make_bert, make_gpt2, make_llama  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ckpt_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("checkpoints")
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(ckpt_dir):
+    return make_gpt2(ckpt_dir / "gpt2-base")
+
+
+@pytest.fixture(scope="session")
+def bert_dir(ckpt_dir):
+    return make_bert(ckpt_dir / "bert-base")
+
+
+@pytest.fixture(scope="session")
+def bert_mlm_dir(ckpt_dir):
+    return make_bert(ckpt_dir / "bert-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def llama_dir(ckpt_dir):
+    return make_llama(ckpt_dir / "llama")
+
+
+@pytest.fixture(scope="session")
+def gpt2_model(gpt2_dir):
+    import probes
+
+    return probes.load(str(gpt2_dir))
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    import probes
+
+    return probes.load("minilm")

@@ -1,0 +1,155 @@
+"""Loading: local directories, the offline default, the hub path without network, unsafe pickles,
+unsupported architectures, and the input checks of ``encode``."""
+
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+import probes
+from probes import models, parity, scratch
+from probes.errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+
+
+def test_local_gpt2_is_the_eager_fp32_reference(gpt2_model):
+    m = gpt2_model
+    assert m.family == "gpt2" and m.is_causal and m.has_lm_head and m.scratch_supported
+    assert m.hf.config._attn_implementation == "eager"
+    assert not m.hf.training
+    assert all(p.dtype == torch.float32 for p in m.hf.parameters())
+    assert (m.n_layers, m.n_heads, m.d_head, m.max_tokens) == (2, 4, 8, 64)
+
+
+def test_offline_default_by_short_name(minilm):
+    assert minilm.name == "minilm" and minilm.family == "bert"
+    assert (minilm.n_layers, minilm.n_heads, minilm.max_tokens) == (6, 12, 512)
+    assert type(minilm.hf).__name__ == "BertModel"
+    assert not minilm.is_causal and not minilm.has_lm_head
+
+
+def test_empty_text_is_refused(minilm):
+    for text in ["", "   \n\t"]:
+        with pytest.raises(EmptyInput, match="empty"):
+            minilm.encode(text)
+    with pytest.raises(EmptyInput, match="second sentence"):
+        minilm.encode("first", " ")
+
+
+def test_text_longer_than_the_context_is_refused_with_the_numbers(gpt2_model):
+    text = "the cat sat on the mat " * 30
+    with pytest.raises(InputTooLong) as err:
+        gpt2_model.encode(text)
+    assert err.value.max_tokens == 64 and err.value.n_tokens > 64
+    assert f"{err.value.n_tokens} tokens" in str(err.value) and "at most 64" in str(err.value)
+
+
+def test_truncation_only_when_asked_and_reported(gpt2_model, minilm):
+    text = "the cat sat on the mat " * 30
+    enc = gpt2_model.encode(text, truncate=True)
+    assert enc.input_ids.shape[1] == 64
+    assert enc.truncated and enc.truncated_from[0] > 64
+    enc = minilm.encode("word " * 600, "second sentence", truncate=True)
+    assert enc.input_ids.shape[1] == 512 and enc.truncated_from[0] > 512
+    assert minilm.encode("short").truncated_from == [None]
+
+
+def test_pairs_are_refused_for_gpt2(gpt2_model):
+    with pytest.raises(UnsupportedModel, match="no sentence pairs"):
+        gpt2_model.encode("one", "two")
+
+
+def test_missing_directory_and_not_a_model(tmp_path):
+    with pytest.raises(ModelUnavailable, match="no model directory"):
+        probes.load(str(tmp_path / "nope"))
+    with pytest.raises(ModelUnavailable, match="config.json"):
+        probes.load(str(tmp_path))
+
+
+def test_public_deployment_refuses_local_paths(gpt2_dir):
+    with pytest.raises(ModelUnavailable, match="loads only hub ids"):
+        probes.load(str(gpt2_dir), allow_local_paths=False)
+    assert probes.load("minilm", allow_local_paths=False).family == "bert"
+
+
+def _as_pickle_only(src, dst):
+    """Copy a checkpoint directory, replacing model.safetensors by a pytorch_model.bin."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    shutil.copytree(src, dst)
+    state = load_file(dst / "model.safetensors")
+    (dst / "model.safetensors").unlink()
+    return dst, state
+
+
+def test_plain_tensor_pickle_loads_with_weights_only(gpt2_dir, tmp_path):
+    path, state = _as_pickle_only(gpt2_dir, tmp_path / "bin")
+    torch.save(state, path / "pytorch_model.bin")
+    model = probes.load(str(path))
+    assert parity.check(model, "the cat sat").passed
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Payload.marker}",))
+
+
+def test_pickle_that_runs_code_is_refused(gpt2_dir, tmp_path):
+    path, state = _as_pickle_only(gpt2_dir, tmp_path / "evil")
+    _Payload.marker = tmp_path / "pwned"
+    state["payload"] = _Payload()
+    torch.save(state, path / "pytorch_model.bin")
+    with pytest.raises(UnsafeCheckpoint, match="refused"):
+        probes.load(str(path))
+    assert not _Payload.marker.exists()
+
+
+def test_unsupported_architecture_keeps_the_hf_view(llama_dir):
+    model = probes.load(str(llama_dir))
+    assert model.family == "other" and not model.scratch_supported and model.is_causal
+    trace = model.hf_trace(model.encode("hello world"))
+    assert trace.n_layers == 2 and trace.q is None
+    assert torch.allclose(trace.attention(0).sum(-1), torch.ones(4, trace.attention(0).shape[-1]), atol=1e-5)
+    with pytest.raises(UnsupportedModel, match="GPT-2 and BERT families"):
+        scratch.build(model)
+
+
+def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelUnavailable, match="HF_HUB_OFFLINE") as err:
+        probes.load("gpt2")
+    assert "--model minilm" in str(err.value) and "snapshot_download" in str(err.value)
+
+
+def test_hub_id_unreachable_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(models, "_offline", lambda: False)
+    monkeypatch.setattr(models, "_hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(ModelUnavailable, match="hub is unreachable"):
+        probes.load("bert-base-uncased-not-cached-here")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hub_without_network_fails_fast_not_hanging(tmp_path):
+    """A real process with the hub endpoint unreachable: exit 2 with one line, well before the
+    minute of retries huggingface_hub would otherwise spend."""
+    env = dict(os.environ, HF_HOME=str(tmp_path), HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+    env.pop("HF_HUB_OFFLINE", None)
+    out = subprocess.run([sys.executable, "-m", "probes", "parity", "--model", "gpt2", "--text", "hi"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "hub is unreachable" in lines[0] and "--model minilm" in lines[0]

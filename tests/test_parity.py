@@ -1,0 +1,64 @@
+"""Parity on the real offline default, and the comparison itself: it must find a planted difference
+and say where it is."""
+
+import json
+
+import pytest
+
+from probes import parity, scratch
+from probes.parity import TOLERANCES
+
+SENTENCE = "Xiaoming gave the apple to Xiaohong because she was hungry."
+
+
+def test_offline_default_passes_on_every_layer_and_head(minilm):
+    report = parity.check(minilm, SENTENCE)
+    assert report.passed, report.to_text()
+    assert len(report.per_layer) == 6 and all(len(lp.per_head) == 12 for lp in report.per_layer)
+    assert report.attention_max_abs_diff <= TOLERANCES["attention"]
+    assert report.hidden_max_abs_diff <= TOLERANCES["hidden"]
+    assert report.logits_max_abs_diff is None
+    assert report.tokens[:3] == ["[CLS]", "xiao", "##ming"]
+
+
+def test_offline_default_pairs_and_long_input(minilm):
+    assert parity.check(minilm, SENTENCE, "She ate it.").passed
+    assert parity.check(minilm, "word " * 700, truncate=True).passed
+
+
+def test_planted_difference_is_found_where_it_is(minilm):
+    enc = minilm.encode(SENTENCE)
+    reference = minilm.hf_trace(enc)
+    candidate = scratch.forward(minilm, enc)
+    candidate.attn[4] = candidate.attn[4].clone()
+    candidate.attn[4][0, 7, 3, 2] += 3e-5
+    report = parity.compare(reference, candidate)
+    assert not report.passed
+    assert report.worst_head()[:2] == (4, 7)
+    assert report.per_layer[4].per_head[7] == pytest.approx(3e-5, rel=1e-2)
+    assert report.per_layer[3].attention_max_abs_diff <= TOLERANCES["attention"]
+    assert "FAIL" in report.to_text()
+
+
+def test_padding_is_not_compared(minilm):
+    enc = minilm.encode([SENTENCE, "short"])
+    reference = minilm.hf_trace(enc)
+    candidate = scratch.forward(minilm, enc)
+    candidate.attn[0] = candidate.attn[0].clone()
+    candidate.attn[0][1, :, -1, :] = 0.5  # a padding query row of the short item
+    assert parity.compare(reference, candidate).passed
+
+
+def test_report_json_has_the_documented_fields(minilm):
+    data = json.loads(parity.check(minilm, "hello there").to_json())
+    for key in ("model", "tokens", "passed", "tolerance", "attention_max_abs_diff", "hidden_max_abs_diff",
+                "logits_max_abs_diff", "per_layer"):
+        assert key in data
+    assert data["per_layer"][0].keys() >= {"layer", "attention_max_abs_diff", "per_head"}
+
+
+def test_different_inputs_are_not_compared(minilm):
+    a = minilm.hf_trace(minilm.encode("one text"))
+    b = scratch.forward(minilm, minilm.encode("another text"))
+    with pytest.raises(ValueError, match="different inputs"):
+        parity.compare(a, b)

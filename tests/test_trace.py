@@ -1,0 +1,31 @@
+import pytest
+import torch
+
+
+def test_attention_drops_padding_and_rows_sum_to_one(minilm):
+    enc = minilm.encode(["a much longer sentence than the other one", "short"])
+    trace = minilm.hf_trace(enc)
+    n = int(enc.attention_mask[1].sum())
+    a = trace.attention(3, 5, item=1)
+    assert a.shape == (n, n)
+    assert torch.allclose(a.sum(-1), torch.ones(n), atol=1e-5)
+    assert trace.token_strings(1) == ["[CLS]", "short", "[SEP]"]
+    assert trace.attention(3, item=1).shape == (minilm.n_heads, n, n)
+    q, k, v = trace.qkv(2, 1, item=1)
+    assert q.shape == k.shape == v.shape == (n, minilm.d_head)
+
+
+def test_bad_indices_name_the_range(minilm):
+    trace = minilm.hf_trace(minilm.encode("hello"))
+    with pytest.raises(IndexError, match="0..5"):
+        trace.attention(6, 0)
+    with pytest.raises(IndexError, match="0..11"):
+        trace.attention(0, 12)
+    with pytest.raises(IndexError, match="batch of 1"):
+        trace.attention(0, 0, item=1)
+
+
+def test_hidden_states_follow_hf_convention(gpt2_model):
+    trace = gpt2_model.hf_trace(gpt2_model.encode("the cat"))
+    assert len(trace.hidden_states) == gpt2_model.n_layers + 1
+    assert trace.logits.shape[-1] == gpt2_model.config.vocab_size
