@@ -1,0 +1,42 @@
+"""``scratch.forward`` runs without any of transformers' modeling code."""
+
+import pytest
+import torch
+
+from probes import parity, scratch
+from probes.errors import UnsupportedModel
+
+
+def test_scratch_never_calls_the_hf_modules(minilm, gpt2_model, monkeypatch):
+    def refuse(*_a, **_k):
+        raise AssertionError("a Hugging Face module was called")
+
+    for model in (minilm, gpt2_model):
+        enc = model.encode("nothing borrowed from transformers at run time")
+        reference = model.hf_trace(enc)
+        scratch.build(model)
+        with monkeypatch.context() as m:
+            for module in model.hf.modules():
+                m.setattr(module, "forward", refuse)
+            candidate = scratch.forward(model, enc)
+        assert parity.compare(reference, candidate).passed
+
+
+def test_unknown_backend_is_refused(minilm):
+    with pytest.raises(ValueError, match="eager"):
+        scratch.forward(minilm, minilm.encode("hi"), backend="nope")
+
+
+def test_trace_holds_every_layer(minilm):
+    trace = scratch.forward(minilm, minilm.encode("one two three"))
+    assert trace.source == "scratch/eager" and trace.n_layers == 6 and trace.n_heads == 12
+    assert len(trace.hidden_states) == 7 and trace.logits is None
+    assert trace.q[0].shape == (1, 12, 5, 32)
+    assert torch.allclose(trace.attention(5).sum(-1), torch.ones(12, 5), atol=1e-6)
+
+
+def test_build_refuses_other_families(llama_dir):
+    import probes
+
+    with pytest.raises(UnsupportedModel):
+        scratch.forward(probes.load(str(llama_dir)), None)
