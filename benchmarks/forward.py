@@ -140,17 +140,23 @@ def main() -> None:
     print(f"GPT-2-small shapes, random init, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"median time of {args.repeats}, peak memory of one call in a fresh process")
     header = f"{'tokens':>6} | {'HF eager ms':>11} | {'scratch ms':>10} | {'time ratio':>10} | " \
-             f"{'HF peak MiB':>11} | {'scratch peak MiB':>16}"
+             f"{'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | {'logit |Δ|':>8}"
     print(header)
     print("-" * len(header))
     for n in args.lengths:
         enc = encoding(n, model.config.vocab_size)
         t = measure_time(model, enc, args.repeats)
+        hf, mine = run_hf(model, enc), run_scratch(model, enc)
+        attn_diff = max(float((a - b).abs().max()) for a, b in zip(hf.attentions, mine.attn))
+        logits_diff = float((hf.logits - mine.logits).abs().max())
+        del hf, mine
         row = dict(tokens=n, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3, ratio=t["scratch"] / t["hf"],
-                   hf_peak_mib=measure_memory("hf", n) / 2**20, scratch_peak_mib=measure_memory("scratch", n) / 2**20)
+                   hf_peak_mib=measure_memory("hf", n) / 2**20, scratch_peak_mib=measure_memory("scratch", n) / 2**20,
+                   attention_max_abs_diff=attn_diff, logits_max_abs_diff=logits_diff)
         rows.append(row)
         print(f"{n:>6} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | {row['ratio']:>9.2f}× | "
-              f"{row['hf_peak_mib']:>11.0f} | {row['scratch_peak_mib']:>16.0f}", flush=True)
+              f"{row['hf_peak_mib']:>11.0f} | {row['scratch_peak_mib']:>16.0f} | {attn_diff:>8.1e} | "
+              f"{logits_diff:>8.1e}", flush=True)
     worst = max(r["ratio"] for r in rows)
     print(f"goal scratch ≤ 1.0× HF: {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.2f}×)")
     print("the scratch Trace also keeps q, k, v and every hidden state; HF here returns attentions and logits")

@@ -84,7 +84,7 @@ def main() -> None:
             st.error(f"Parity: FAIL · max |Δ| attention {worst:.1e}")
     else:
         st.info("This architecture runs in the Hugging Face view only: the from-scratch path covers GPT-2 and BERT.")
-    st.altair_chart(attention_heatmap(tokens, weights, f"Layer {layer}, head {head}", causal=causal))
+    st.altair_chart(attention_heatmap(tokens, weights, f"Layer {layer}, head {head}", causal=causal), width="content")
 
 
 main()

@@ -33,15 +33,16 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at)."""
     frame = attention_frame(tokens, weights, causal)
     order = [f"{i}: {t}" for i, t in enumerate(tokens)]
-    size = max(240, min(720, 22 * len(tokens)))
+    step = 22 if len(tokens) <= 40 else max(6, 880 // len(tokens))  # one cell per token, labels readable
     return (
         alt.Chart(frame, title=title)
         .mark_rect()
         .encode(
-            x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60)),
-            y=alt.Y("query:N", sort=order, title="query (attending)"),
-            color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues", domain=[0, 1]), title="weight"),
+            x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
+            # white is exactly 0: a pale cell means "little", never "nothing" drawn as something
+            color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"]), title="weight"),
             tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
         )
-        .properties(width=size, height=size)
+        .properties(width=alt.Step(step), height=alt.Step(step))
     )

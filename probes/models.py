@@ -11,6 +11,7 @@ load; safetensors weights are preferred, and a pickle-only checkpoint loads only
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -373,6 +374,10 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
         tokenizer = AutoTokenizer.from_pretrained(source, **common)
     except RepositoryNotFoundError as exc:
         raise ModelUnavailable(f"there is no model {name!r} on the hub: check the spelling") from exc
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpoint(
+            f"{name!r}: its pickle weights hold more than plain tensors and are refused (weights_only=True)"
+        ) from exc
     except ValueError as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded by transformers: {_first_line(exc)}") from exc
     except OSError as exc:

@@ -16,7 +16,10 @@ def gelu(x):  # exact: x·Φ(x), Φ the standard normal CDF (BERT)
 
 
 def gelu_new(x):  # tanh approximation (GPT-2, "gelu_new" in configs)
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated in place on one buffer: the same
+    # floating-point operations as Hugging Face's NewGELUActivation, five temporaries fewer
+    inner = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi))
+    return inner.tanh_().add_(1.0).mul_(x * 0.5)
 
 
 def gelu_pytorch_tanh(x):  # the same approximation, fused by PyTorch

@@ -52,9 +52,10 @@ class Layer:
         k = split_heads(F.linear(x, *self.key), self.n_heads)
         v = split_heads(F.linear(x, *self.value), self.n_heads)
         out, probs = attention(q, k, v, allowed)
-        x = F.layer_norm(x + F.linear(merge_heads(out), *self.attn_out), (self.width,), *self.ln_attn, self.eps)
-        h = F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
-        x = F.layer_norm(x + h, (self.width,), *self.ln_ffn, self.eps)
+        h = F.linear(merge_heads(out), *self.attn_out).add_(x)  # x + attention: the residual
+        x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
+        h = F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out).add_(x)  # x + feed-forward
+        x = F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
         record(q=q, k=k, v=v, attn=probs)
         return x
 

@@ -60,9 +60,9 @@ class Block:
         q, k, v = conv1d(h, *self.c_attn).split(self.width, dim=-1)
         q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))
         out, probs = attention(q, k, v, allowed, scale=self.scale)
-        x = x + conv1d(merge_heads(out), *self.c_proj)
+        x = conv1d(merge_heads(out), *self.c_proj).add_(x)  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
-        x = x + conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
+        x = conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj).add_(x)  # x + MLP: the residual
         record(q=q, k=k, v=v, attn=probs)
         return x
 
