@@ -28,7 +28,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
     _quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only)
-    report = parity.check(model, args.text, args.pair, truncate=args.truncate)
+    report = parity.check(model, args.text, args.pair, truncate=args.truncate, backend=args.backend)
     if args.json:
         print(report.to_json())
     else:
@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--truncate", action="store_true",
                    help="keep the first tokens of a text longer than the context window instead of refusing it")
+    p.add_argument("--backend", choices=("eager", "sdpa", "flash"), default="eager",
+                   help="attention backend of the from-scratch pass: eager materialises the probabilities; sdpa "
+                   "and flash keep the logsumexp and are compared through the probabilities recovered from it "
+                   "(flash needs CUDA; without it sdpa runs and the report says so)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     p.set_defaults(func=cmd_parity)
     return parser

@@ -2,7 +2,8 @@
 
 Two Traces of the same encoding are compared over real tokens only (padding rows and columns are
 left out): max |Δ| of the attention probabilities per layer and head, of the hidden states per
-layer, and of the logits. The tolerances (fp32) live here and nowhere else.
+layer, and of the logits. A lazy Trace (scratch ``sdpa``/``flash``) is compared through the
+probabilities it recovers from its logsumexp. The tolerances (fp32) live here and nowhere else.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class ParityReport:
     model: str
     reference: str
     candidate: str
+    backend: str  # the kernel that ran on the candidate side
+    note: str  # e.g. why the backend asked for did not run
     tokens: list[str]
     passed: bool
     tolerance: dict[str, float]
@@ -56,7 +59,9 @@ class ParityReport:
         layer, head, worst = self.worst_head()
         logits = "n/a (no LM head)" if self.logits_max_abs_diff is None else f"{self.logits_max_abs_diff:.2e}"
         lines = [
-            f"{verdict}  {self.reference} vs {self.candidate} on {self.model}, {len(self.tokens)} tokens",
+            f"{verdict}  {self.reference} vs {self.candidate} on {self.model}, {len(self.tokens)} tokens"
+            + (f" (kernel: {self.backend})" if self.backend not in ("", "eager") else ""),
+            *([f"  note: {self.note}"] if self.note else []),
             f"  attention max |Δ| {self.attention_max_abs_diff:.2e}  (tolerance {tol['attention']:.0e}; "
             f"worst head {layer}.{head})",
             f"  hidden    max |Δ| {self.hidden_max_abs_diff:.2e}  (tolerance {tol['hidden']:.0e})",
@@ -86,8 +91,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
     pairs = (real[:, :, None] & real[:, None, :])[:, None]  # [B, 1, L, L]: real query and real key
 
     per_layer = []
-    for layer in range(reference.n_layers):
-        diff = (reference.attn[layer].float() - candidate.attn[layer].float()).abs()
+    for layer in range(reference.n_layers):  # a lazy trace recovers each layer from its logsumexp
+        diff = (reference.layer_attention(layer).float() - candidate.layer_attention(layer).float()).abs()
         diff = diff.masked_fill(~pairs, 0.0)
         per_head = diff.amax(dim=(0, 2, 3)).tolist()
         hidden = (reference.hidden_states[layer + 1] - candidate.hidden_states[layer + 1]).abs()
@@ -98,11 +103,11 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
     if reference.logits is not None and candidate.logits is not None:
         logits = _max((reference.logits - candidate.logits).abs()[real])
     qkv = None
-    if reference.q is not None and candidate.q is not None:
+    if reference.q is not None or reference.qkv_of is not None:
         qkv = max(
             _max((a - b).abs().transpose(1, 2)[real])
-            for name in ("q", "k", "v")
-            for a, b in zip(getattr(reference, name), getattr(candidate, name))
+            for layer in range(reference.n_layers)
+            for a, b in zip(reference.layer_qkv(layer), candidate.layer_qkv(layer))
         )
     attention = max(lp.attention_max_abs_diff for lp in per_layer)
     passed = attention <= tol["attention"] and hidden_all <= tol["hidden"] and (
@@ -113,6 +118,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         model=reference.model,
         reference=reference.source,
         candidate=candidate.source,
+        backend=candidate.backend,
+        note=candidate.note,
         tokens=reference.token_strings(0),
         passed=bool(passed),
         tolerance=tol,

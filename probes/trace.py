@@ -4,48 +4,67 @@ Hugging Face and the from-scratch forward pass both produce a :class:`Trace`, so
 comparison of two values, the probes never care where attention came from, and the dashboard can
 show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D = model width):
 
-* ``q``, ``k``, ``v``: per layer ``[B, H, L, d]`` (``None`` where a path cannot see them);
-* ``attn``: per layer ``[B, H, L, L]``, row = query, column = key, each valid row sums to 1;
 * ``hidden_states``: ``n_layers + 1`` tensors ``[B, L, D]``: the embeddings, then the output of
   each block. As in Hugging Face, the last entry is the *final* hidden state, i.e. after GPT-2's
   closing LayerNorm;
-* ``logits``: ``[B, L, vocab]`` where the model has a language-model head, else ``None``.
+* attention, held one of two ways:
 
-Ask for attention through :meth:`Trace.attention`, which drops padding, rather than indexing
-``attn`` directly.
+  - **materialised** (Hugging Face, scratch ``eager``): ``attn`` per layer ``[B, H, L, L]``, row =
+    query, column = key, and ``q``, ``k``, ``v`` per layer ``[B, H, L, d]``;
+  - **lazy** (scratch ``sdpa`` / ``flash``): only ``lse``, the logsumexp of each query row's scaled
+    scores, per layer ``[B, H, L]``. A layer's q, k and v are one linear map away from its input
+    hidden state, so they are recomputed when asked for (``qkv_of``), and any head's probabilities
+    come back exactly as P = exp(q·kᵀ·scale − lse), a block of rows at a time. Nothing of size
+    layers × heads × L² is ever held;
+* ``logits``: ``[B, L, vocab]`` where the model has a language-model head (and it was asked for).
+
+Ask for attention through :meth:`Trace.attention` (one head or one layer, padding removed) or
+:meth:`Trace.head_summary` (streaming statistics of every head of a layer), never by indexing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .tokens import Token
 
+ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
+
 
 @dataclass
 class Trace:
-    source: str  # "hf" or "scratch/eager"
+    source: str  # "hf", "scratch/eager", "scratch/sdpa", "scratch/flash"
     model: str
     tokens: list[list[Token]]  # readable tokens for each item of the batch (padding included)
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L] bool: True for real tokens
     is_causal: bool
-    attn: list[torch.Tensor]
     hidden_states: list[torch.Tensor]
+    attn: list[torch.Tensor] | None = None  # materialised probabilities
     q: list[torch.Tensor] | None = None
     k: list[torch.Tensor] | None = None
     v: list[torch.Tensor] | None = None
     logits: torch.Tensor | None = None
+    lse: list[torch.Tensor] | None = None  # lazy: [B, H, L] per layer, natural log
+    scales: list[float] | None = None  # lazy: the score scale of each layer (1/√d_k, or GPT-2's variants)
+    qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
+    backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
+    note: str = ""  # why it is not the backend that was asked for, if it is not
+
+    @property
+    def lazy(self) -> bool:
+        return self.attn is None
 
     @property
     def n_layers(self) -> int:
-        return len(self.attn)
+        return len(self.hidden_states) - 1
 
     @property
     def n_heads(self) -> int:
-        return self.attn[0].shape[1]
+        return (self.attn or self.lse)[0].shape[1]
 
     @property
     def batch_size(self) -> int:
@@ -62,22 +81,95 @@ class Trace:
         if head is not None and not 0 <= head < self.n_heads:
             raise IndexError(f"head {head} is outside 0..{self.n_heads - 1}")
 
-    def attention(self, layer: int, head: int | None = None, item: int = 0) -> torch.Tensor:
-        """Attention probabilities of one head ``[n, n]`` (or all heads ``[H, n, n]``) of one batch
-        item, over its n real tokens (padding removed). Row = query token, column = key token."""
-        self._check(layer, head)
-        idx = self._valid(item)
-        a = self.attn[layer][item]
-        a = a[:, idx][:, :, idx]
-        return a if head is None else a[head]
+    # -- q, k, v -------------------------------------------------------------------------------
+    def layer_qkv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of every head of one layer, ``[B, H, L, d]`` each (recomputed for a lazy trace)."""
+        self._check(layer, None)
+        if self.q is not None:
+            return self.q[layer], self.k[layer], self.v[layer]
+        if self.qkv_of is None:
+            raise ValueError(f"this trace ({self.source}) does not hold q, k and v")
+        with torch.inference_mode():
+            return self.qkv_of(layer)
 
     def qkv(self, layer: int, head: int, item: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of one head ``[n, d]`` over the real tokens of one item."""
         self._check(layer, head)
-        if self.q is None:
-            raise ValueError(f"this trace ({self.source}) does not hold q, k and v")
         idx = self._valid(item)
-        return tuple(t[layer][item, head][idx] for t in (self.q, self.k, self.v))
+        return tuple(t[item, head][idx] for t in self.layer_qkv(layer))
+
+    # -- attention -----------------------------------------------------------------------------
+    def _recover(self, layer: int, item: int, heads: slice | int, rows: torch.Tensor, idx: torch.Tensor,
+                 qk=None) -> torch.Tensor:
+        """Probabilities of the given query rows (positions in the padded sequence) over the real keys
+        ``idx``, recovered from q, k and the logsumexp: ``[h, r, n]``."""
+        q, k, _ = qk if qk is not None else self.layer_qkv(layer)
+        q = q[item, heads][..., rows, :]
+        k = k[item, heads][..., idx, :]
+        lse = self.lse[layer][item, heads][..., rows]
+        scores = (q.float() @ k.float().transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
+        probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
+        if self.is_causal:
+            probs.masked_fill_(idx[None, :] > rows[:, None], 0.0)  # the future stays at zero
+        return probs
+
+    def attention(self, layer: int, head: int | None = None, item: int = 0,
+                  rows: slice | list[int] | None = None) -> torch.Tensor:
+        """Attention probabilities of one head ``[r, n]`` (or all heads ``[H, r, n]``) of one batch item,
+        over its n real tokens (padding removed). Row = query token, column = key token. ``rows``
+        picks query rows among the real tokens (default: all). A lazy trace recomputes them from
+        the logsumexp, in blocks of rows."""
+        self._check(layer, head)
+        idx = self._valid(item)
+        picked = idx[rows] if rows is not None else idx
+        if picked.ndim == 0:
+            picked = picked[None]
+        heads = slice(None) if head is None else head
+        if not self.lazy:
+            a = self.attn[layer][item, heads]
+            return a[..., picked, :][..., idx]
+        qk = self.layer_qkv(layer)
+        with torch.inference_mode():
+            blocks = [self._recover(layer, item, heads, picked[i:i + ROW_BLOCK], idx, qk)
+                      for i in range(0, len(picked), ROW_BLOCK)]
+        return torch.cat(blocks, dim=-2)
+
+    def layer_attention(self, layer: int) -> torch.Tensor:
+        """All heads of one layer for the whole batch, ``[B, H, L, L]`` (padding included; its rows and
+        columns are not meaningful). Materialises L² per head: for parity on modest inputs."""
+        if not self.lazy:
+            return self.attn[layer]
+        b, h, n = self.lse[layer].shape
+        out = torch.zeros(b, h, n, n)
+        for item in range(b):
+            idx = self._valid(item)
+            out[item][:, idx[:, None], idx[None, :]] = self.attention(layer, item=item)
+        return out
+
+    def head_summary(self, layer: int, item: int = 0, block: int = ROW_BLOCK) -> dict[str, torch.Tensor]:
+        """Per-head statistics of one layer, over the real tokens of one item, computed in a streaming
+        pass over blocks of query rows (never L×L for all heads at once):
+
+        * ``entropy`` ``[H, n]``: entropy (nats) of each query row;
+        * ``received`` ``[H, n]``: attention each key receives, summed over query rows;
+        * ``previous`` ``[H, n]``: mass each query puts on the token just before it (0 for the first);
+        * ``argmax`` ``[H, n]``: the most attended key of each query row.
+        """
+        self._check(layer, None)
+        n = len(self._valid(item))
+        h = self.n_heads
+        entropy, previous = torch.zeros(h, n), torch.zeros(h, n)
+        received, argmax = torch.zeros(h, n), torch.zeros(h, n, dtype=torch.long)
+        for start in range(0, n, block):
+            rows = slice(start, min(n, start + block))
+            p = self.attention(layer, None, item, rows).float()  # [H, r, n]
+            entropy[:, rows] = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
+            received += p.sum(1)
+            argmax[:, rows] = p.argmax(-1)
+            r = torch.arange(rows.start, rows.stop)  # query positions among the real tokens
+            local = (r > 0).nonzero().squeeze(-1)  # rows that have a previous token
+            previous[:, r[local]] = p[:, local, r[local] - 1]
+        return dict(entropy=entropy, received=received, previous=previous, argmax=argmax)
 
     def token_strings(self, item: int = 0) -> list[str]:
         """Readable strings of the real tokens of one item (padding removed)."""

@@ -72,3 +72,10 @@ def test_mismatch_exits_1(gpt2_model, gpt2_dir, monkeypatch, capsys):
     monkeypatch.setattr(scratch, "build", broken)
     assert main(["parity", "--model", str(gpt2_dir), "--text", "the cat sat on the mat"]) == 1
     assert capsys.readouterr().out.startswith("FAIL")
+
+
+def test_backend_flag_reports_the_kernel(capsys):
+    assert main(["parity", "--model", "minilm", "--text", "where does she look?", "--backend", "sdpa", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["candidate"] == "scratch/sdpa" and data["backend"].startswith("sdpa:")
+    assert 0 < data["attention_max_abs_diff"] <= 1e-5

@@ -3,6 +3,10 @@
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
 module (``model.hf.state_dict()``) and the config. :func:`forward` returns the same
 :class:`~probes.trace.Trace` as the Hugging Face path, so the two can be compared head by head.
+
+Backends (``attention.py``): ``eager`` materialises every probability; ``sdpa`` and ``flash`` keep
+only the logsumexp per query row and give a lazy Trace, which recovers any head on demand. Where
+``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` says so.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import torch
 
 from ..errors import UnsupportedModel
 from ..trace import Trace
-from .attention import BACKENDS
+from . import flash
+from .attention import BACKENDS, attention, allowed_keys, row_logsumexp, sdpa_attention
 from .bert import Bert
 from .gpt2 import GPT2
 
@@ -33,30 +38,63 @@ def build(model):
     return cached
 
 
-def forward(model, enc, backend: str = "eager") -> Trace:
-    """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace."""
+def resolve_backend(backend: str, device: torch.device | str = "cpu") -> tuple[str, str]:
+    """The backend that will run for the one asked for, and a note when they differ."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if backend == "flash" and not (flash.available() and (torch.device(device).type == "cuda"
+                                                           or flash.interpreting())):
+        return "sdpa", "flash needs CUDA and Triton; ran sdpa instead (same attention, torch's fused kernel)"
+    return backend, ""
+
+
+def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
+    """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
+
+    ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
+    ``logits=False`` skips the language-model head (a long input's logits alone can take GBs)."""
     net = build(model)
-    rec: dict[str, list[torch.Tensor]] = {"q": [], "k": [], "v": [], "attn": [], "hidden": []}
+    ran, note = resolve_backend(backend, enc.input_ids.device)
+    mask = enc.attention_mask
+    hidden: list[torch.Tensor] = []
+    rec: dict[str, list] = {"q": [], "k": [], "v": [], "attn": [], "lse": [], "scale": [], "kernel": []}
 
-    def record(**tensors):
-        for key, value in tensors.items():
+    def attend_eager(q, k, v, scale):
+        out, probs = attention(q, k, v, allowed, scale=scale)
+        for key, value in (("q", q), ("k", k), ("v", v), ("attn", probs)):
             rec[key].append(value)
+        return out
 
+    def attend_sdpa(q, k, v, scale):
+        out, kernel = sdpa_attention(q, k, v, mask, net.causal, scale)
+        rec["lse"].append(row_logsumexp(q, k, mask, net.causal, scale))
+        rec["scale"].append(scale)
+        rec["kernel"].append(kernel)
+        return out
+
+    def attend_flash(q, k, v, scale):
+        out, lse = flash.flash_attention(q, k, v, causal=net.causal, key_mask=mask, scale=scale)
+        rec["lse"].append(lse)
+        rec["scale"].append(scale)
+        return out
+
+    allowed = allowed_keys(mask, net.causal) if ran == "eager" else None
+    attend = {"eager": attend_eager, "sdpa": attend_sdpa, "flash": attend_flash}[ran]
     with torch.inference_mode():
-        logits = net(enc.input_ids, enc.attention_mask, enc.token_type_ids, record=record)
-    return Trace(
-        source=f"scratch/{backend}",
-        model=model.name,
-        tokens=enc.tokens,
-        input_ids=enc.input_ids,
-        attention_mask=enc.attention_mask.bool(),
-        is_causal=net.causal,
-        attn=rec["attn"],
-        hidden_states=rec["hidden"],
-        q=rec["q"],
-        k=rec["k"],
-        v=rec["v"],
-        logits=logits,
-    )
+        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits)
+
+    if ran == "sdpa":
+        kernels = sorted(set(rec["kernel"]))
+        ran_name = "sdpa:" + "+".join(kernels)
+    else:
+        ran_name = ran
+    common = dict(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
+                  attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
+                  backend=ran_name, note=note)
+    if ran == "eager":
+        return Trace(attn=rec["attn"], q=rec["q"], k=rec["k"], v=rec["v"], **common)
+
+    def qkv_of(layer: int):
+        return net.layers[layer].qkv(hidden[layer])  # a layer's input is the previous layer's output
+
+    return Trace(lse=rec["lse"], scales=rec["scale"], qkv_of=qkv_of, **common)

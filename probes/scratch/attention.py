@@ -3,6 +3,15 @@
     Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V
 
 Inputs are already split into heads: ``q``, ``k``, ``v`` are ``[B, H, L, d_k]``.
+
+Three backends compute it:
+
+* ``eager``: :func:`attention`, the formula step by step; it materialises the probabilities
+  (``[B, H, L, L]`` per layer), which is what parity and short inputs use;
+* ``sdpa``: torch's ``scaled_dot_product_attention`` for the output, plus the logsumexp of each row
+  (:func:`row_logsumexp`, in blocks of rows), so the probabilities can be recovered later;
+* ``flash``: our Triton FlashAttention kernel (``flash.py``), which returns output and logsumexp in
+  one pass; it needs CUDA (or Triton's interpreter), else the ``sdpa`` backend runs instead and says so.
 """
 
 from __future__ import annotations
@@ -11,11 +20,12 @@ import math
 
 import torch
 
-BACKENDS = ("eager",)
+BACKENDS = ("eager", "sdpa", "flash")
 
 
-def allowed_keys(attention_mask: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Which keys each query may look at: ``[B, 1, L, L]`` bool.
+def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None) -> torch.Tensor:
+    """Which keys each query may look at: ``[B, 1, r, L]`` bool (``r`` = 1 when no causal mask is needed,
+    broadcasting over all query rows; else the query rows ``rows``, default all).
 
     A key is allowed when it is a real token (not padding) and, for a causal model, not in the future.
     """
@@ -23,7 +33,8 @@ def allowed_keys(attention_mask: torch.Tensor, causal: bool) -> torch.Tensor:
     if not causal:
         return real_keys
     n = attention_mask.shape[-1]
-    past_or_present = torch.ones(n, n, dtype=torch.bool, device=attention_mask.device).tril()
+    query = torch.arange(n, device=attention_mask.device)[rows if rows is not None else slice(None)]
+    past_or_present = torch.arange(n, device=attention_mask.device)[None, :] <= query[:, None]  # [r, L]
     return real_keys & past_or_present
 
 
@@ -58,3 +69,43 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``[B, H, L, d]`` -> ``[B, L, H·d]``: the heads side by side again, ready for the output projection."""
     b, h, n, d = x.shape
     return x.transpose(1, 2).reshape(b, n, h * d)
+
+
+def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, causal: bool, scale: float,
+                  block: int = 256) -> torch.Tensor:
+    """Natural-log logsumexp of each query row's scaled, masked scores, ``[B, H, L]``, computed
+    ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get −inf."""
+    n = q.shape[-2]
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    for start in range(0, n, block):
+        rows = slice(start, min(n, start + block))
+        scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(scale)
+        scores.masked_fill_(~allowed_keys(attention_mask, causal, rows), float("-inf"))
+        lse[..., rows] = torch.logsumexp(scores.float(), dim=-1)
+    return lse
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor,
+                   causal: bool, scale: float) -> tuple[torch.Tensor, str]:
+    """torch's fused attention. On CUDA the FLASH_ATTENTION kernel is pinned when eligible (half
+    precision, no padding), then memory-efficient, then math; on the CPU its flash kernel, then
+    math. Returns the output and the name of the kernel that actually ran."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    padded = not bool(attention_mask.bool().all())
+    if not padded:
+        kwargs = dict(is_causal=causal)  # the kernels' own causal mask, no L×L mask tensor
+    else:
+        kwargs = dict(attn_mask=allowed_keys(attention_mask, causal))
+    order = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    if q.device.type == "cpu":
+        order = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+    last_error = None
+    for backend in order:
+        try:
+            with sdpa_kernel([backend]):
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, **kwargs)
+            return out, backend.name.lower()
+        except RuntimeError as exc:  # not eligible for this kernel: try the next one
+            last_error = exc
+    raise RuntimeError(f"no scaled_dot_product_attention kernel could run: {last_error}")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
 from .activations import ACTIVATIONS
-from .attention import allowed_keys, attention, merge_heads, split_heads
+from .attention import merge_heads, split_heads
 from .weights import Weights
 
 
@@ -46,18 +46,18 @@ class Layer:
         self.width = config.hidden_size
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
+        self.scale = (self.width // self.n_heads) ** -0.5  # ÷ √d_k
 
-    def __call__(self, x, allowed, record):
-        q = split_heads(F.linear(x, *self.query), self.n_heads)
-        k = split_heads(F.linear(x, *self.key), self.n_heads)
-        v = split_heads(F.linear(x, *self.value), self.n_heads)
-        out, probs = attention(q, k, v, allowed)
+    def qkv(self, x):
+        """q, k, v ``[B, H, L, d]`` of this layer, from its input."""
+        return tuple(split_heads(F.linear(x, *w), self.n_heads) for w in (self.query, self.key, self.value))
+
+    def __call__(self, x, attend):
+        out = attend(*self.qkv(x), self.scale)
         h = F.linear(merge_heads(out), *self.attn_out).add_(x)  # x + attention: the residual
         x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
         h = F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out).add_(x)  # x + feed-forward
-        x = F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
-        record(q=q, k=k, v=v, attn=probs)
-        return x
+        return F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
 
 
 class Bert:
@@ -88,19 +88,18 @@ class Bert:
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, record=None):
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True):
         n = input_ids.shape[1]
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         positions = torch.arange(n, device=input_ids.device)
         x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
         x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
-        record(hidden=x)
-        allowed = allowed_keys(attention_mask, causal=self.causal)
+        record(x)
         for layer in self.layers:
-            x = layer(x, allowed, record)
-            record(hidden=x)
-        if self.head is None:
+            x = layer(x, attend)
+            record(x)
+        if self.head is None or not logits:
             return None
         h = F.layer_norm(self.act(F.linear(x, *self.head["dense"])), (self.width,), *self.head["ln"], self.eps)
         return F.linear(h, *self.head["decoder"])

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
 from .activations import ACTIVATIONS
-from .attention import allowed_keys, attention, merge_heads, split_heads
+from .attention import merge_heads, split_heads
 from .weights import Weights
 
 
@@ -55,15 +55,17 @@ class Block:
         # reorder_and_upcast_attn computes the scores in fp32 with the scale folded into the matmul:
         # we always run in fp32, so it is the same attention (only rounding order differs)
 
-    def __call__(self, x, allowed, record):
+    def qkv(self, x):
+        """q, k, v ``[B, H, L, d]`` of this block, from its input (the residual stream)."""
         h = F.layer_norm(x, (self.width,), *self.ln_1, self.eps)
         q, k, v = conv1d(h, *self.c_attn).split(self.width, dim=-1)
-        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))
-        out, probs = attention(q, k, v, allowed, scale=self.scale)
+        return tuple(split_heads(t, self.n_heads) for t in (q, k, v))
+
+    def __call__(self, x, attend):
+        out = attend(*self.qkv(x), self.scale)
         x = conv1d(merge_heads(out), *self.c_proj).add_(x)  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
         x = conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj).add_(x)  # x + MLP: the residual
-        record(q=q, k=k, v=v, attn=probs)
         return x
 
 
@@ -84,18 +86,21 @@ class GPT2:
             self.lm_head = self.wte
         w.check_all_used(name)
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, record=None):
+    @property
+    def layers(self):
+        return self.blocks
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True):
         n = input_ids.shape[1]
         positions = torch.arange(n, device=input_ids.device)
         x = self.wte[input_ids] + self.wpe[positions][None]
         if token_type_ids is not None:  # GPT-2 reuses the token embeddings for token types
             x = x + self.wte[token_type_ids]
-        record(hidden=x)
-        allowed = allowed_keys(attention_mask, causal=True)
+        record(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, allowed, record)
+            x = block(x, attend)
             if i < len(self.blocks) - 1:
-                record(hidden=x)
+                record(x)
         x = F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
-        record(hidden=x)  # as in Hugging Face, the last hidden state is after the final LayerNorm
-        return F.linear(x, self.lm_head)  # logits: one score per vocabulary entry
+        record(x)  # as in Hugging Face, the last hidden state is after the final LayerNorm
+        return F.linear(x, self.lm_head) if logits else None  # one score per vocabulary entry

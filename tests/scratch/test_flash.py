@@ -1,0 +1,98 @@
+"""The Triton FlashAttention kernel against plain attention. Without CUDA it runs under Triton's
+interpreter (conftest sets TRITON_INTERPRET=1); with CUDA the same tests run compiled on the GPU."""
+
+import math
+
+import pytest
+import torch
+
+from probes.scratch import flash
+from probes.scratch.attention import allowed_keys, attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LOW = [torch.float16, torch.bfloat16]
+
+
+def _inputs(b, h, n, d, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
+    mask = torch.ones(b, n, dtype=torch.bool)
+    if b > 1:
+        mask[-1, max(1, n - 3):] = False  # the last item is padded
+    return q, k, v, mask
+
+
+def _reference(q, k, v, mask, causal):
+    """fp32 (or the inputs' precision) attention, step by step, and the natural-log logsumexp."""
+    allowed = allowed_keys(mask, causal)
+    out, _ = attention(q, k, v, allowed)
+    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return out, lse
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 65, 130])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_matches_attention_and_logsumexp(n, causal):
+    q, k, v, mask = _inputs(2, 2, n, 64)
+    out, lse = flash.flash_attention(*(t.to(DEVICE) for t in (q, k, v)), causal=causal, key_mask=mask.to(DEVICE))
+    ref, ref_lse = _reference(q, k, v, mask, causal)
+    real = mask[:, None, :, None].expand_as(ref)
+    assert out.dtype == torch.float32 and lse.shape == (2, 2, n)
+    assert torch.allclose(out.cpu()[real], ref[real], atol=1e-5, rtol=0)
+    assert torch.allclose(lse.cpu()[mask[:, None].expand_as(ref_lse)], ref_lse[mask[:, None].expand_as(ref_lse)],
+                          atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n, d", [(65, 64), (130, 128)])
+def test_half_precision_passes_flashattention_rule(dtype, causal, n, d):
+    """Error against an fp32 reference at most 2× that of plain PyTorch attention in the same dtype."""
+    q, k, v, mask = _inputs(2, 2, n, d, seed=1)
+    ref, _ = _reference(q, k, v, mask, causal)
+    low = [t.to(dtype) for t in (q, k, v)]
+    plain, _ = attention(*low, allowed_keys(mask, causal))
+    out, lse = flash.flash_attention(*(t.to(DEVICE) for t in low), causal=causal, key_mask=mask.to(DEVICE))
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    real = mask[:, None, :, None].expand_as(ref)
+    err = (out.cpu().float() - ref)[real].abs().max()
+    plain_err = (plain.float() - ref)[real].abs().max()
+    assert err <= 2 * plain_err, (float(err), float(plain_err))
+
+
+def test_logsumexp_is_natural_log():
+    q, k, v, mask = _inputs(1, 1, 9, 64)
+    _, lse = flash.flash_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE))
+    scores = (q @ k.transpose(-2, -1)) / 8.0
+    assert torch.allclose(torch.exp(lse.cpu()), torch.exp(scores).sum(-1), rtol=1e-5)  # e, not 2
+
+
+def test_probabilities_recovered_from_logsumexp():
+    q, k, v, mask = _inputs(2, 3, 40, 64)
+    _, lse = flash.flash_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), causal=True,
+                                   key_mask=mask.to(DEVICE))
+    allowed = allowed_keys(mask, True)
+    _, probs = attention(q, k, v, allowed)
+    scores = (q @ k.transpose(-2, -1)) / 8.0
+    recovered = torch.exp(scores - lse.cpu()[..., None]).masked_fill(~allowed, 0.0)
+    real = mask[:, None, :, None] & mask[:, None, None, :]
+    assert torch.allclose(recovered[real.expand_as(probs)], probs[real.expand_as(probs)], atol=1e-6)
+
+
+def test_small_blocks_odd_head_width_and_empty_rows():
+    q, k, v, mask = _inputs(2, 2, 37, 40)
+    mask[1] = False  # an item with no real key at all: output 0, lse -inf
+    out, lse = flash.flash_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), key_mask=mask.to(DEVICE),
+                                     block_m=16, block_n=16)
+    ref, _ = _reference(q[:1], k[:1], v[:1], mask[:1], False)
+    assert torch.allclose(out.cpu()[:1], ref, atol=1e-5)
+    assert torch.all(out.cpu()[1] == 0) and torch.all(torch.isneginf(lse.cpu()[1]))
+
+
+def test_bad_inputs_are_refused():
+    q, k, v, _ = _inputs(1, 1, 4, 64)
+    with pytest.raises(ValueError, match="fp16, bf16, fp32"):
+        flash.flash_attention(q.double(), k.double(), v.double())
+    with pytest.raises(ValueError, match="same length"):
+        flash.flash_attention(q, k[:, :, :2], v[:, :, :2], causal=True)
