@@ -16,11 +16,12 @@ import torch
 from ..errors import UnsupportedModel
 from ..trace import Trace
 from . import flash
-from .attention import BACKENDS, attention, allowed_keys, row_logsumexp, sdpa_attention
+from .attention import BACKENDS, allowed_keys, attention, sdpa_attention
 from .bert import Bert
 from .gpt2 import GPT2
 
 ARCHITECTURES = {"gpt2": GPT2, "bert": Bert}
+LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
 
 def build(model):
@@ -66,8 +67,8 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
         return out
 
     def attend_sdpa(q, k, v, scale):
-        out, kernel = sdpa_attention(q, k, v, mask, net.causal, scale)
-        rec["lse"].append(row_logsumexp(q, k, mask, net.causal, scale))
+        out, lse, kernel = sdpa_attention(q, k, v, mask, net.causal, scale)
+        rec["lse"].append(lse)
         rec["scale"].append(scale)
         rec["kernel"].append(kernel)
         return out
@@ -81,7 +82,8 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     allowed = allowed_keys(mask, net.causal) if ran == "eager" else None
     attend = {"eager": attend_eager, "sdpa": attend_sdpa, "flash": attend_flash}[ran]
     with torch.inference_mode():
-        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits)
+        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits,
+                  chunk=None if ran == "eager" else LAZY_CHUNK)
 
     if ran == "sdpa":
         kernels = sorted(set(rec["kernel"]))

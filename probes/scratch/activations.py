@@ -1,6 +1,7 @@
 """The activation functions GPT-2 and BERT checkpoints name in their configs, written out.
 
 A name not in :data:`ACTIVATIONS` is refused (``UnsupportedModel``), never replaced by a near miss.
+Each is applied to a fresh tensor (the output of the layer before it), which it may overwrite.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ def gelu(x):  # exact: x·Φ(x), Φ the standard normal CDF (BERT)
 
 
 def gelu_new(x):  # tanh approximation (GPT-2, "gelu_new" in configs)
-    # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated in place on one buffer: the same
-    # floating-point operations as Hugging Face's NewGELUActivation, five temporaries fewer
+    # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated in place: the same floating-point
+    # operations as Hugging Face's NewGELUActivation, with one temporary instead of six
     inner = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi))
-    return inner.tanh_().add_(1.0).mul_(x * 0.5)
+    return inner.tanh_().add_(1.0).mul_(x.mul_(0.5))
 
 
 def gelu_pytorch_tanh(x):  # the same approximation, fused by PyTorch

@@ -8,8 +8,8 @@ Three backends compute it:
 
 * ``eager``: :func:`attention`, the formula step by step; it materialises the probabilities
   (``[B, H, L, L]`` per layer), which is what parity and short inputs use;
-* ``sdpa``: torch's ``scaled_dot_product_attention`` for the output, plus the logsumexp of each row
-  (:func:`row_logsumexp`, in blocks of rows), so the probabilities can be recovered later;
+* ``sdpa``: torch's fused ``scaled_dot_product_attention`` kernels for the output and the logsumexp
+  of each row, so the probabilities can be recovered later;
 * ``flash``: our Triton FlashAttention kernel (``flash.py``), which returns output and logsumexp in
   one pass; it needs CUDA (or Triton's interpreter), else the ``sdpa`` backend runs instead and says so.
 """
@@ -59,6 +59,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     return output, probs
 
 
+def by_rows(fn, x: torch.Tensor, chunk: int | None) -> torch.Tensor:
+    """Apply a position-wise ``fn`` (the MLP) to ``[B, L, D]`` ``chunk`` positions at a time, so its
+    wide hidden layer is never allocated for a whole long input at once (``None``: all at once)."""
+    n = x.shape[1]
+    if chunk is None or n <= chunk:
+        return fn(x)
+    return torch.cat([fn(x[:, i:i + chunk]) for i in range(0, n, chunk)], dim=1)
+
+
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """``[B, L, H·d]`` -> ``[B, H, L, d]``."""
     b, n, width = x.shape
@@ -86,26 +95,36 @@ def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor,
-                   causal: bool, scale: float) -> tuple[torch.Tensor, str]:
-    """torch's fused attention. On CUDA the FLASH_ATTENTION kernel is pinned when eligible (half
-    precision, no padding), then memory-efficient, then math; on the CPU its flash kernel, then
-    math. Returns the output and the name of the kernel that actually ran."""
+                   causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """torch's fused attention: ``(output, logsumexp [B, H, L], name of the kernel that ran)``.
+
+    On the CPU this calls SDPA's own flash kernel, which hands back the logsumexp it computed anyway.
+    On CUDA the FLASH_ATTENTION kernel is pinned when eligible (half precision, no padding), then
+    memory-efficient, then math; the logsumexp then comes from :func:`row_logsumexp`.
+    """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     padded = not bool(attention_mask.bool().all())
+    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        bias = None
+        if padded:  # additive key mask, broadcast over heads and query rows (causality is the kernel's)
+            bias = torch.zeros(attention_mask.shape, dtype=q.dtype, device=q.device)
+            bias.masked_fill_(~attention_mask.bool(), torch.finfo(q.dtype).min)
+            bias = bias[:, None, None, :]
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=bias, scale=scale)
+        return out, lse, "flash_attention_cpu"
     if not padded:
         kwargs = dict(is_causal=causal)  # the kernels' own causal mask, no L×L mask tensor
     else:
         kwargs = dict(attn_mask=allowed_keys(attention_mask, causal))
-    order = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    if q.device.type == "cpu":
-        order = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
     last_error = None
-    for backend in order:
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
         try:
             with sdpa_kernel([backend]):
                 out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, **kwargs)
-            return out, backend.name.lower()
         except RuntimeError as exc:  # not eligible for this kernel: try the next one
             last_error = exc
+            continue
+        return out, row_logsumexp(q, k, attention_mask, causal, scale), backend.name.lower()
     raise RuntimeError(f"no scaled_dot_product_attention kernel could run: {last_error}")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
 from .activations import ACTIVATIONS
-from .attention import merge_heads, split_heads
+from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -52,11 +52,14 @@ class Layer:
         """q, k, v ``[B, H, L, d]`` of this layer, from its input."""
         return tuple(split_heads(F.linear(x, *w), self.n_heads) for w in (self.query, self.key, self.value))
 
-    def __call__(self, x, attend):
+    def feed_forward(self, x):
+        return F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
+
+    def __call__(self, x, attend, chunk=None):
         out = attend(*self.qkv(x), self.scale)
         h = F.linear(merge_heads(out), *self.attn_out).add_(x)  # x + attention: the residual
         x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
-        h = F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out).add_(x)  # x + feed-forward
+        h = by_rows(self.feed_forward, x, chunk).add_(x)  # x + feed-forward: the residual
         return F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
 
 
@@ -88,7 +91,8 @@ class Bert:
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True):
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
+                 chunk=None):
         n = input_ids.shape[1]
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -97,7 +101,7 @@ class Bert:
         x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
         record(x)
         for layer in self.layers:
-            x = layer(x, attend)
+            x = layer(x, attend, chunk)
             record(x)
         if self.head is None or not logits:
             return None

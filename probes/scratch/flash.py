@@ -108,7 +108,12 @@ def _kernel():
                  mask=(rows[:, None] < M) & (dims[None, :] < D))
         tl.store(LSE + b * slb + h * slh + rows * slm, lse, mask=rows < M)
 
-    _KERNEL = flash_forward
+    # on the GPU the block shape is tuned per (length, head width); the interpreter takes one shape
+    configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+               for bm, bn, w, st in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
+                                     (64, 64, 4, 3), (64, 128, 4, 3)]]
+    tuned = triton.autotune(configs=configs, key=["M", "N", "D", "CAUSAL", "HAS_KEEP"])(flash_forward)
+    _KERNEL = {"fixed": flash_forward, "tuned": tuned}
     return _KERNEL
 
 
@@ -117,7 +122,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
                     block_m: int | None = None, block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention forward. ``q``: ``[B, H, M, D]``, ``k``/``v``: ``[B, H, N, D]`` (same dtype, one of
     fp16, bf16, fp32); ``key_mask``: ``[B, N]``, nonzero for real keys. Returns ``(output [B, H, M, D]``
-    in the input dtype, ``lse [B, H, M]`` fp32, natural log)."""
+    in the input dtype, ``lse [B, H, M]`` fp32, natural log). ``block_m``/``block_n`` fix the tile
+    shape (on CUDA it is otherwise autotuned)."""
     if not available():
         raise RuntimeError("the Triton kernel needs CUDA (or TRITON_INTERPRET=1 for the CPU interpreter)")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -135,20 +141,17 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     keep = key_mask.to(torch.int32).contiguous() if key_mask is not None else torch.ones(1, 1, dtype=torch.int32,
                                                                                           device=q.device)
     block_d = max(16, 1 << (d - 1).bit_length())
-    if block_m is None:
-        block_m = 64 if q.is_cuda else 32
-    if block_n is None:
-        block_n = 64 if block_d <= 64 or not q.is_cuda else 32
-    grid = (math.ceil(m / block_m), b * h)
     # Triton's CPU interpreter gets tl.dot on bf16 wrong, so there the bf16 values are widened to fp32
     # first (exactly) and multiplied in IEEE fp32: the same sums a GPU forms with fp32 accumulation
     upcast = q.dtype == torch.bfloat16 and not q.is_cuda
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
-    _kernel()[grid](
-        q, k, v, out, lse, keep,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *keep.stride(),
-        h, m, n, d, scale * LOG2E,
-        CAUSAL=causal, HAS_KEEP=key_mask is not None, PRECISION=precision, UPCAST=upcast,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-    )
+    args = (q, k, v, out, lse, keep,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *keep.stride(),
+            h, m, n, d, scale * LOG2E)
+    flags = dict(CAUSAL=causal, HAS_KEEP=key_mask is not None, PRECISION=precision, UPCAST=upcast, BLOCK_D=block_d)
+    if q.is_cuda and block_m is None and block_n is None:
+        _kernel()["tuned"][lambda meta: (math.ceil(m / meta["BLOCK_M"]), b * h)](*args, **flags)
+    else:
+        block_m, block_n = block_m or (64 if q.is_cuda else 32), block_n or (64 if q.is_cuda else 32)
+        _kernel()["fixed"][(math.ceil(m / block_m), b * h)](*args, **flags, BLOCK_M=block_m, BLOCK_N=block_n)
     return out, lse

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
 from .activations import ACTIVATIONS
-from .attention import merge_heads, split_heads
+from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -61,12 +61,14 @@ class Block:
         q, k, v = conv1d(h, *self.c_attn).split(self.width, dim=-1)
         return tuple(split_heads(t, self.n_heads) for t in (q, k, v))
 
-    def __call__(self, x, attend):
+    def mlp(self, h):
+        return conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
+
+    def __call__(self, x, attend, chunk=None):
         out = attend(*self.qkv(x), self.scale)
         x = conv1d(merge_heads(out), *self.c_proj).add_(x)  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
-        x = conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj).add_(x)  # x + MLP: the residual
-        return x
+        return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
 
 
 class GPT2:
@@ -90,7 +92,8 @@ class GPT2:
     def layers(self):
         return self.blocks
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True):
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
+                 chunk=None):
         n = input_ids.shape[1]
         positions = torch.arange(n, device=input_ids.device)
         x = self.wte[input_ids] + self.wpe[positions][None]
@@ -98,7 +101,7 @@ class GPT2:
             x = x + self.wte[token_type_ids]
         record(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, attend)
+            x = block(x, attend, chunk)
             if i < len(self.blocks) - 1:
                 record(x)
         x = F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
