@@ -28,11 +28,12 @@ def load_model(name: str) -> probes.Model:
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the model…")
-def attention_of(name: str, text: str, pair: str | None, source: str, layer: int, head: int):
-    """Tokens, one head's probabilities (real tokens only) and whether the model is causal."""
+def attention_of(name: str, text: str, pair: str | None, source: str, backend: str, layer: int, head: int):
+    """Tokens, one head's probabilities (real tokens only), whether the model is causal, the
+    attention kernel that ran and why it is not the one asked for (if it is not)."""
     model = load_model(name)
-    trace = probes.run(model, text, pair, source=source)
-    return trace.token_strings(), trace.attention(layer, head).numpy(), trace.is_causal
+    trace = probes.run(model, text, pair, source=source, backend=backend)
+    return trace.token_strings(), trace.attention(layer, head).numpy(), trace.is_causal, trace.backend, trace.note
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
@@ -67,14 +68,22 @@ def main() -> None:
     sources = ["hf", "scratch"] if model.scratch_supported else ["hf"]
     source = st.sidebar.radio("Source", sources, format_func={"hf": "Hugging Face", "scratch": "From scratch"}.get,
                               horizontal=True)
+    backend = "eager"
+    if source == "scratch":
+        backend = st.sidebar.radio(
+            "Attention backend", ["eager", "sdpa", "flash"], horizontal=True,
+            help="eager keeps every probability; sdpa and flash keep one logsumexp per row and recover the "
+                 "head you look at from it (flash needs CUDA, else sdpa runs)")
     st.header(f"{name}: layer {layer}, head {head}")
     try:
-        tokens, weights, causal = attention_of(name, text, pair, source, layer, head)
+        tokens, weights, causal, ran, note = attention_of(name, text, pair, source, backend, layer, head)
     except probes.ProbesError as exc:
         st.error(str(exc))
         return
-    st.caption(f"{len(tokens)} tokens · {model.n_layers} layers × {model.n_heads} heads · "
-               f"source: {'Hugging Face (eager, fp32)' if source == 'hf' else 'our from-scratch forward pass'}")
+    where = "Hugging Face (eager, fp32)" if source == "hf" else f"our from-scratch forward pass, {ran} attention"
+    st.caption(f"{len(tokens)} tokens · {model.n_layers} layers × {model.n_heads} heads · source: {where}")
+    if note:
+        st.info(note)
     if model.scratch_supported:
         report = parity_of(name, text, pair)
         worst = report["attention_max_abs_diff"]

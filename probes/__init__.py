@@ -11,14 +11,15 @@ __all__ = [
 ]
 
 
-def run(model: Model, text: str, pair: str | None = None, source: str = "hf", truncate: bool = False) -> Trace:
+def run(model: Model, text: str, pair: str | None = None, source: str = "hf", truncate: bool = False,
+        backend: str = "eager") -> Trace:
     """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
-    from-scratch (``source="scratch"``) forward pass."""
+    from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass."""
     enc = model.encode(text, pair, truncate=truncate)
     if source == "hf":
         return model.hf_trace(enc)
     if source == "scratch":
         from . import scratch
 
-        return scratch.forward(model, enc)
+        return scratch.forward(model, enc, backend=backend)
     raise ValueError(f"unknown source {source!r}: choose 'hf' or 'scratch'")

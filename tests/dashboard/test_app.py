@@ -50,3 +50,16 @@ def test_unknown_model_shows_advice(tmp_path):
     at.sidebar.text_input[0].set_value(str(tmp_path / "missing")).run()
     assert not at.exception
     assert any("no model directory" in e.value for e in at.error)
+
+
+def test_scratch_backends_say_which_kernel_ran(monkeypatch):
+    from probes.scratch import flash
+
+    monkeypatch.setattr(flash, "interpreting", lambda: False)  # as on a CPU-only machine
+    at = _app()
+    at.sidebar.radio[0].set_value("scratch").run()
+    at.sidebar.radio[1].set_value("flash").run()
+    assert not at.exception
+    assert "sdpa:flash_attention_cpu attention" in at.caption[0].value
+    assert any("flash needs CUDA" in i.value for i in at.info)
+    assert '"Layer 0, head 0"' in _chart_spec(at)

@@ -96,3 +96,13 @@ def test_bad_inputs_are_refused():
         flash.flash_attention(q.double(), k.double(), v.double())
     with pytest.raises(ValueError, match="same length"):
         flash.flash_attention(q, k[:, :, :2], v[:, :, :2], causal=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_head_width_128(causal):
+    q, k, v, mask = _inputs(2, 2, 130, 128, seed=2)
+    out, lse = flash.flash_attention(*(t.to(DEVICE) for t in (q, k, v)), causal=causal, key_mask=mask.to(DEVICE))
+    ref, ref_lse = _reference(q, k, v, mask, causal)
+    real = mask[:, None, :, None].expand_as(ref)
+    assert torch.allclose(out.cpu()[real], ref[real], atol=1e-5, rtol=0)
+    assert torch.allclose(lse.cpu(), ref_lse, atol=1e-5)
