@@ -37,8 +37,8 @@ def attention_of(name: str, text: str, pair: str | None, source: str, backend: s
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
-def parity_of(name: str, text: str, pair: str | None) -> dict:
-    return parity.check(load_model(name), text, pair).to_dict()
+def parity_of(name: str, text: str, pair: str | None, backend: str) -> dict:
+    return parity.check(load_model(name), text, pair, backend=backend).to_dict()
 
 
 def sidebar() -> tuple[str, str, str | None]:
@@ -85,12 +85,13 @@ def main() -> None:
     if note:
         st.info(note)
     if model.scratch_supported:
-        report = parity_of(name, text, pair)
+        report = parity_of(name, text, pair, backend)
         worst = report["attention_max_abs_diff"]
+        versus = f"Hugging Face vs scratch ({report['backend']})"
         if report["passed"]:
-            st.success(f"Parity: PASS · max |Δ| attention {worst:.1e} over every layer and head")
+            st.success(f"Parity: PASS · {versus} · max |Δ| attention {worst:.1e} over every layer and head")
         else:
-            st.error(f"Parity: FAIL · max |Δ| attention {worst:.1e}")
+            st.error(f"Parity: FAIL · {versus} · max |Δ| attention {worst:.1e}")
     else:
         st.info("This architecture runs in the Hugging Face view only: the from-scratch path covers GPT-2 and BERT.")
     st.altair_chart(attention_heatmap(tokens, weights, f"Layer {layer}, head {head}", causal=causal), width="content")
