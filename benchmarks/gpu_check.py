@@ -29,10 +29,18 @@ PEAK_TFLOPS = 989.0  # H100/H200 SXM dense fp16/bf16 tensor-core peak
 
 
 def run_tests() -> int:
+    """The kernel and backend tests, compiled on the GPU, then parity of the offline default through
+    each backend on CUDA (HF eager vs our pass, probabilities recovered from the logsumexp)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, on the GPU
-    cmd = [sys.executable, "-m", "pytest", "-q", "tests/scratch/test_flash.py", "tests/scratch/test_backends.py"]
-    print("$", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    text = "Xiaoming gave the apple to Xiaohong because she was hungry."
+    commands = [[sys.executable, "-m", "pytest", "-q", "tests/scratch/test_flash.py", "tests/scratch/test_backends.py"]]
+    commands += [[sys.executable, "-m", "probes", "parity", "--model", "minilm", "--device", "cuda", "--text", text,
+                  "--backend", backend] for backend in ("eager", "sdpa", "flash")]
+    worst = 0
+    for cmd in commands:
+        print("$", " ".join(cmd[1:]), flush=True)
+        worst = max(worst, subprocess.run(cmd, cwd=ROOT, env=env).returncode)
+    return worst
 
 
 def timed(fn, repeats: int = 10) -> float:

@@ -24,7 +24,7 @@ CUSTOM = "another hub id or local directory…"
 
 @st.cache_resource(max_entries=2, show_spinner="Loading the model…")
 def load_model(name: str) -> probes.Model:
-    return probes.load(name, allow_local_paths=not PUBLIC)
+    return probes.load(name, allow_local_paths=not PUBLIC, device="auto")
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the model…")
@@ -33,7 +33,7 @@ def attention_of(name: str, text: str, pair: str | None, source: str, backend: s
     attention kernel that ran and why it is not the one asked for (if it is not)."""
     model = load_model(name)
     trace = probes.run(model, text, pair, source=source, backend=backend)
-    return trace.token_strings(), trace.attention(layer, head).numpy(), trace.is_causal, trace.backend, trace.note
+    return trace.token_strings(), trace.attention(layer, head).cpu().numpy(), trace.is_causal, trace.backend, trace.note
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")

@@ -27,7 +27,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
     from .models import load
 
     _quiet_transformers()
-    model = load(args.model, allow_local_paths=not args.hub_only)
+    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     report = parity.check(model, args.text, args.pair, truncate=args.truncate, backend=args.backend)
     if args.json:
         print(report.to_json())
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attention backend of the from-scratch pass: eager materialises the probabilities; sdpa "
                    "and flash keep the logsumexp and are compared through the probabilities recovered from it "
                    "(flash needs CUDA; without it sdpa runs and the report says so)")
+    p.add_argument("--device", default="auto",
+                   help="where to run both passes: cpu, cuda, or auto (CUDA when there is one; default)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     p.set_defaults(func=cmd_parity)
     return parser

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -69,6 +69,14 @@ class Encoding:
     def truncated(self) -> bool:
         return any(n is not None for n in self.truncated_from)
 
+    def to(self, device: torch.device | str) -> "Encoding":
+        """The same encoding with its tensors on ``device`` (itself when they are there already)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
+                       token_type_ids=move(self.token_type_ids))
+
 
 @dataclass
 class Model:
@@ -110,6 +118,10 @@ class Model:
                 return n
         n = getattr(self.tokenizer, "model_max_length", None)
         return n if isinstance(n, int) and n < 10**7 else 10**6
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf.parameters()).device
 
     @property
     def scratch_supported(self) -> bool:
@@ -190,6 +202,7 @@ class Model:
         architecture exposes them (GPT-2 and BERT)."""
         captured: dict[str, list[torch.Tensor]] = {"q": [], "k": [], "v": []}
         hooks = _qkv_hooks(self, captured)
+        enc = enc.to(self.device)
         kwargs = dict(input_ids=enc.input_ids, attention_mask=enc.attention_mask)
         if enc.token_type_ids is not None:
             kwargs["token_type_ids"] = enc.token_type_ids
@@ -248,9 +261,19 @@ def _qkv_hooks(model: Model, captured: dict[str, list[torch.Tensor]]) -> list:
 
 # -- loading ---------------------------------------------------------------------------------------
 
-def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True) -> Model:
+def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device: str | None = None) -> Model:
     """Load a model by short name (``minilm``), hub id (``gpt2``, ``bert-base-uncased``, ...) or local
-    directory. ``allow_local_paths=False`` (public deployments) accepts only short names and hub ids."""
+    directory. ``allow_local_paths=False`` (public deployments) accepts only short names and hub ids.
+    ``device``: where the weights go (default CPU); ``"auto"`` picks CUDA when there is one."""
+    model = _load(name, allow_local_paths)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device is not None and torch.device(device) != model.device:
+        model.hf.to(device)
+    return model
+
+
+def _load(name: str, allow_local_paths: bool) -> Model:
     if not isinstance(name, str) or not name.strip():
         raise ModelUnavailable(f"no model named: give a hub id, a local directory, or {OFFLINE_DEFAULT!r}")
     name = name.strip()

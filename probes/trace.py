@@ -140,7 +140,7 @@ class Trace:
         if not self.lazy:
             return self.attn[layer]
         b, h, n = self.lse[layer].shape
-        out = torch.zeros(b, h, n, n)
+        out = torch.zeros(b, h, n, n, device=self.lse[layer].device)
         for item in range(b):
             idx = self._valid(item)
             out[item][:, idx[:, None], idx[None, :]] = self.attention(layer, item=item)
@@ -158,15 +158,16 @@ class Trace:
         self._check(layer, None)
         n = len(self._valid(item))
         h = self.n_heads
-        entropy, previous = torch.zeros(h, n), torch.zeros(h, n)
-        received, argmax = torch.zeros(h, n), torch.zeros(h, n, dtype=torch.long)
+        dev = self.attention_mask.device
+        entropy, previous = torch.zeros(h, n, device=dev), torch.zeros(h, n, device=dev)
+        received, argmax = torch.zeros(h, n, device=dev), torch.zeros(h, n, dtype=torch.long, device=dev)
         for start in range(0, n, block):
             rows = slice(start, min(n, start + block))
             p = self.attention(layer, None, item, rows).float()  # [H, r, n]
             entropy[:, rows] = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
             received += p.sum(1)
             argmax[:, rows] = p.argmax(-1)
-            r = torch.arange(rows.start, rows.stop)  # query positions among the real tokens
+            r = torch.arange(rows.start, rows.stop, device=dev)  # query positions among the real tokens
             local = (r > 0).nonzero().squeeze(-1)  # rows that have a previous token
             previous[:, r[local]] = p[:, local, r[local] - 1]
         return dict(entropy=entropy, received=received, previous=previous, argmax=argmax)

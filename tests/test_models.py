@@ -153,3 +153,11 @@ def test_hub_without_network_fails_fast_not_hanging(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "hub is unreachable" in lines[0] and "--model minilm" in lines[0]
+
+
+def test_device_choice(gpt2_dir):
+    model = probes.load(str(gpt2_dir), device="auto")  # no CUDA here: stays on the CPU
+    assert model.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    enc = model.encode("the cat")
+    assert enc.to(model.device).input_ids.device == model.device
+    assert enc.to("cpu") is enc or model.device.type == "cuda"

@@ -16,7 +16,8 @@ import torch
 from ..errors import UnsupportedModel
 from ..trace import Trace
 from . import flash
-from .attention import BACKENDS, allowed_keys, attention, sdpa_attention
+from .attention import BACKENDS, allowed_keys, sdpa_attention
+from .attention import attention as eager_attention  # keeps `scratch.attention` the module
 from .bert import Bert
 from .gpt2 import GPT2
 
@@ -55,13 +56,14 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
     ``logits=False`` skips the language-model head (a long input's logits alone can take GBs)."""
     net = build(model)
+    enc = enc.to(model.device)
     ran, note = resolve_backend(backend, enc.input_ids.device)
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
     rec: dict[str, list] = {"q": [], "k": [], "v": [], "attn": [], "lse": [], "scale": [], "kernel": []}
 
     def attend_eager(q, k, v, scale):
-        out, probs = attention(q, k, v, allowed, scale=scale)
+        out, probs = eager_attention(q, k, v, allowed, scale=scale)
         for key, value in (("q", q), ("k", k), ("v", v), ("attn", probs)):
             rec[key].append(value)
         return out

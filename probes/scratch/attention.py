@@ -39,14 +39,12 @@ def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None 
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-              scale: float | None = None, backend: str = "eager") -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
+              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eager backend: ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
     ``scale`` defaults to 1/√d_k; GPT-2 configs can change it (see ``gpt2.py``). The scaling and the
-    mask work in place on the fresh score tensor: the same numbers, two L×L copies fewer per head.
+    mask work in place on the fresh score tensor: the same numbers, two fewer [B, H, L, L] copies.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     d_k = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d_k)
