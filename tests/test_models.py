@@ -161,3 +161,21 @@ def test_device_choice(gpt2_dir):
     enc = model.encode("the cat")
     assert enc.to(model.device).input_ids.device == model.device
     assert enc.to("cpu") is enc or model.device.type == "cuda"
+
+
+def test_hub_id_from_the_local_cache_needs_no_network(gpt2_dir, tmp_path):
+    """A hub id that was downloaded before loads from the huggingface_hub cache, even with the hub
+    unreachable: the layout snapshot_download leaves (refs/main -> snapshots/<commit>/...)."""
+    import shutil
+
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-gpt2"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(gpt2_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = dict(os.environ, HF_HOME=str(tmp_path), HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+    env.pop("HF_HUB_OFFLINE", None)
+    out = subprocess.run([sys.executable, "-m", "probes", "parity", "--model", "tiny-org/tiny-gpt2", "--text",
+                          "the cat sat", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert '"passed": true' in out.stdout and '"model": "tiny-org/tiny-gpt2"' in out.stdout
