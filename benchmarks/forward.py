@@ -159,7 +159,8 @@ def main() -> None:
               f"{logits_diff:>8.1e}", flush=True)
     worst = max(r["ratio"] for r in rows)
     print(f"goal scratch ≤ 1.0× HF: {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.2f}×)")
-    print("the scratch Trace also keeps q, k, v and every hidden state; HF here returns attentions and logits")
+    print("the scratch Trace also keeps every hidden state (q, k, v are recomputed when asked for); "
+          "HF here returns attentions and logits")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

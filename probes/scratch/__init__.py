@@ -54,18 +54,18 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
 
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
+    Neither keeps q, k, v: the Trace recomputes a layer's from its input hidden state when asked.
     ``logits=False`` skips the language-model head (a long input's logits alone can take GBs)."""
     net = build(model)
     enc = enc.to(model.device)
     ran, note = resolve_backend(backend, enc.input_ids.device)
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
-    rec: dict[str, list] = {"q": [], "k": [], "v": [], "attn": [], "lse": [], "scale": [], "kernel": []}
+    rec: dict[str, list] = {"attn": [], "lse": [], "scale": [], "kernel": []}
 
     def attend_eager(q, k, v, scale):
         out, probs = eager_attention(q, k, v, allowed, scale=scale)
-        for key, value in (("q", q), ("k", k), ("v", v), ("attn", probs)):
-            rec[key].append(value)
+        rec["attn"].append(probs)
         return out
 
     def attend_sdpa(q, k, v, scale):
@@ -95,10 +95,10 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     common = dict(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
                   attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
                   backend=ran_name, note=note)
+
+    def qkv_of(layer: int):  # q, k, v are one linear map from a layer's input: recomputed, not kept
+        return net.layers[layer].qkv(hidden[layer])
+
     if ran == "eager":
-        return Trace(attn=rec["attn"], q=rec["q"], k=rec["k"], v=rec["v"], **common)
-
-    def qkv_of(layer: int):
-        return net.layers[layer].qkv(hidden[layer])  # a layer's input is the previous layer's output
-
+        return Trace(attn=rec["attn"], qkv_of=qkv_of, **common)
     return Trace(lse=rec["lse"], scales=rec["scale"], qkv_of=qkv_of, **common)

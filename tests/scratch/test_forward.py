@@ -31,7 +31,7 @@ def test_trace_holds_every_layer(minilm):
     trace = scratch.forward(minilm, minilm.encode("one two three"))
     assert trace.source == "scratch/eager" and trace.n_layers == 6 and trace.n_heads == 12
     assert len(trace.hidden_states) == 7 and trace.logits is None
-    assert trace.q[0].shape == (1, 12, 5, 32)
+    assert trace.q is None and trace.layer_qkv(0)[0].shape == (1, 12, 5, 32)  # recomputed on demand
     assert torch.allclose(trace.attention(5).sum(-1), torch.ones(12, 5), atol=1e-6)
 
 
