@@ -1,0 +1,162 @@
+"""The one engine behind the word-pair probes (syntax, coreference, lexical relations).
+
+An example is (sentence as words, source word, gold target word, label). Attention is turned into
+word-level attention the way Clark et al. 2019 did: attention *to* a word split into several pieces
+is the sum over its pieces, attention *from* such a word is the mean over its pieces; special tokens
+belong to no word and drop out (what they receive is reported by the positional probe). Every layer
+and head is scored at once from batched forward passes, vectorised over layers and heads:
+
+* ``score``: accuracy, the share of examples whose source word attends most to the gold target;
+* ``mean_attention``: the mean word-level attention from the source to the gold target;
+* ``baseline``: a head-free predictor on the same examples: the best fixed relative offset
+  (``"offset"``; syntax) or the nearest preceding candidate (``"nearest_candidate"``; coreference);
+* ``n``: how many examples the label has.
+
+The result is a tidy DataFrame with columns ``probe, label, layer, head, score, baseline, n,
+mean_attention``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from ..tokens import Token, align_to_words
+
+OFFSETS = tuple(o for o in range(-5, 6) if o != 0)
+COLUMNS = ["probe", "label", "layer", "head", "score", "baseline", "n", "mean_attention"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    source: int  # index of the source word
+    target: int  # index of the gold target word
+    label: str
+    candidates: tuple[int, ...] = ()  # words the target is chosen among (nearest-candidate baseline)
+
+
+@dataclass
+class Sentence:
+    words: list[str]
+    pairs: list[Pair] = field(default_factory=list)
+
+    def text_and_spans(self) -> tuple[str, list[tuple[int, int]]]:
+        """The words joined by single spaces, and each word's character span in that text."""
+        spans, pos = [], 0
+        for w in self.words:
+            spans.append((pos, pos + len(w)))
+            pos += len(w) + 1
+        return " ".join(self.words), spans
+
+
+def word_matrices(word_of: Sequence[int], n_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``to`` ``[n, W]``: 1 where a token is a piece of a word (summing pieces as targets);
+    ``frm`` ``[W, n]``: 1/pieces where a token is a piece of a word (averaging pieces as sources)."""
+    n = len(word_of)
+    to = torch.zeros(n, n_words)
+    for t, w in enumerate(word_of):
+        if w >= 0:
+            to[t, w] = 1.0
+    pieces = to.sum(0).clamp_min(1.0)
+    return to, (to / pieces).T
+
+
+def word_attention(attn: torch.Tensor, word_of: Sequence[int], n_words: int) -> torch.Tensor:
+    """Token attention ``[..., n, n]`` (any leading dims, e.g. layers × heads) to word attention
+    ``[..., W, W]``: rows averaged over a source word's pieces, columns summed over a target's."""
+    to, frm = word_matrices(word_of, n_words)
+    return frm @ attn.float() @ to
+
+
+def _baseline(pairs: list[Pair], kind: str) -> float:
+    if not pairs:
+        return float("nan")
+    if kind == "offset":
+        return max(sum(p.target - p.source == o for p in pairs) for o in OFFSETS) / len(pairs)
+    if kind == "nearest_candidate":
+        hits = 0
+        for p in pairs:
+            before = [c for c in p.candidates if c < p.source]
+            hits += bool(before) and max(before) == p.target
+        return hits / len(pairs)
+    raise ValueError(f"unknown baseline {kind!r}")
+
+
+def token_attention(model, texts: Iterable[str], batch_size: int = 16, backend: str = "eager",
+                    progress=None) -> Iterator[tuple[list[Token], torch.Tensor]]:
+    """Run ``model`` over ``texts`` in batches (truncated to its context window) and yield, per text,
+    its real tokens and their attention for every layer and head ``[layers, heads, n, n]``. GPT-2 and
+    BERT run the from-scratch pass (``backend``), other architectures Hugging Face's. ``progress`` is
+    called with the number of texts done after each batch."""
+    from .. import scratch
+
+    texts = list(texts)
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start:start + batch_size]
+        enc = model.encode(batch, truncate=True)
+        trace = scratch.forward(model, enc, backend=backend) if model.scratch_supported else model.hf_trace(enc)
+        for item in range(len(batch)):
+            keep = enc.attention_mask[item].bool().tolist()
+            tokens = [t for t, k in zip(enc.tokens[item], keep) if k]
+            yield tokens, torch.stack([trace.attention(layer, item=item) for layer in range(trace.n_layers)]).cpu()
+        if progress is not None:
+            progress(len(batch))
+
+
+def sentence_attention(model, sentences: Iterable[Sentence], batch_size: int = 16, backend: str = "eager",
+                       progress=None) -> Iterator[tuple[Sentence, torch.Tensor, list[int]]]:
+    """:func:`token_attention` for word-segmented sentences: yields (sentence, attention
+    ``[layers, heads, n, n]``, each token's word index, -1 for special tokens)."""
+    sentences = list(sentences)
+    joined = [s.text_and_spans() for s in sentences]
+    runs = token_attention(model, [text for text, _ in joined], batch_size, backend, progress)
+    for sentence, (_, spans), (tokens, layers) in zip(sentences, joined, runs):
+        yield sentence, layers, align_to_words(tokens, spans)
+
+
+def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], probe: str,
+                baseline: str = "offset") -> pd.DataFrame:
+    """Score every (layer, head, label) on the word pairs of the sentences in ``items`` (as
+    :func:`sentence_attention` yields them, or hand-built), all layers and heads at once."""
+    correct: dict[str, torch.Tensor] = {}
+    mass: dict[str, torch.Tensor] = {}
+    by_label: dict[str, list[Pair]] = {}
+    shape = None
+    for sentence, layers, word_of in items:
+        shape = layers.shape[:2]
+        words = word_attention(layers, word_of, len(sentence.words))  # [Ly, H, W, W]
+        present = set(word_of)
+        pairs = [p for p in sentence.pairs if p.source in present and p.target in present]  # not truncated
+        if not pairs:
+            continue
+        src = torch.tensor([p.source for p in pairs])
+        tgt = torch.tensor([p.target for p in pairs])
+        rows = words[:, :, src, :]  # [Ly, H, E, W]: where each source word looks
+        hit = (rows.argmax(-1) == tgt).float()  # the most attended word is the gold one
+        on_gold = rows.gather(-1, tgt.expand(*shape, -1)[..., None]).squeeze(-1)
+        for e, p in enumerate(pairs):
+            if p.label not in by_label:
+                correct[p.label], mass[p.label], by_label[p.label] = torch.zeros(shape), torch.zeros(shape), []
+            correct[p.label] += hit[:, :, e]
+            mass[p.label] += on_gold[:, :, e]
+            by_label[p.label].append(p)
+
+    out = []
+    for label, pairs in by_label.items():
+        n = len(pairs)
+        base = _baseline(pairs, baseline)
+        acc, mean = (correct[label] / n).tolist(), (mass[label] / n).tolist()
+        for layer, (acc_row, mean_row) in enumerate(zip(acc, mean)):
+            for head, (a, m) in enumerate(zip(acc_row, mean_row)):
+                out.append(dict(probe=probe, label=label, layer=layer, head=head, score=a, baseline=base, n=n,
+                                mean_attention=m))
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def top_heads(frame: pd.DataFrame, k: int = 3) -> pd.DataFrame:
+    """The ``k`` best heads of each (probe, label), best first."""
+    return (frame.sort_values(["probe", "label", "score"], ascending=[True, True, False])
+            .groupby(["probe", "label"], sort=False).head(k).reset_index(drop=True))

@@ -1,0 +1,112 @@
+"""Positional heads: where does each head look, relative to the query token?
+
+For every layer × head, over all real tokens of all sentences (token level, special tokens included
+as queries and keys):
+
+* ``previous`` / ``next`` / ``self`` / ``first``: mean attention on the token just before, just after,
+  the token itself, the first token;
+* ``special``: mean mass on special tokens ([CLS], [SEP], BOS ...);
+* ``punctuation``: mean mass on punctuation tokens;
+* ``offset-5`` … ``offset+5``: the offset profile, mean attention on the token at that relative
+  position (over the queries where it exists);
+* ``positional``: Voita et al. 2019: the share of queries whose most attended token sits at the
+  head's most common relative offset (column ``offset``). A head is *positional* (column
+  ``positional``) when that share is at least 0.9.
+
+``baseline`` is what uniform attention over the keys a query may see would score (for
+``positional``: the chance that a uniform pick lands on one fixed offset).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+import torch
+
+from ..tokens import Token
+from .engine import COLUMNS
+
+POSITIONAL_SHARE = 0.9  # Voita et al.: most attended token at one offset in >= 90% of positions
+PROFILE = tuple(range(-5, 6))
+MAX_OFFSET = 256  # argmax offsets beyond this are counted together
+
+
+def is_punctuation(text: str) -> bool:
+    core = text.strip().removeprefix("##")
+    return bool(core) and all(unicodedata.category(ch).startswith("P") for ch in core)
+
+
+class _Sums:
+    """Running sums of a statistic per (layer, head), with the uniform baseline beside it."""
+
+    def __init__(self, shape):
+        self.total = torch.zeros(shape)
+        self.base = 0.0
+        self.count = 0
+
+    def add(self, per_query: torch.Tensor, uniform: torch.Tensor) -> None:
+        """``per_query`` ``[Ly, H, q]``, ``uniform`` ``[q]``: a statistic for q queries."""
+        self.total += per_query.sum(-1)
+        self.base += float(uniform.sum())
+        self.count += per_query.shape[-1]
+
+
+def positional_scores(items: Iterable[tuple[Sequence[Token], torch.Tensor]], causal: bool,
+                      probe: str = "positional") -> pd.DataFrame:
+    """``items``: (real tokens, attention ``[layers, heads, n, n]``) per sentence."""
+    sums: dict[str, _Sums] = {}
+    hist = None
+    chance = 0.0
+    n_queries = 0
+    for tokens, attn in items:
+        attn = attn.float()
+        ly, h, n, _ = attn.shape
+        if hist is None:
+            hist = torch.zeros(ly, h, 2 * MAX_OFFSET + 1)
+        q = torch.arange(n)
+        seen = (q + 1).float() if causal else torch.full((n,), float(n))  # keys each query may see
+        allowed = (q[None, :] <= q[:, None]) if causal else torch.ones(n, n, dtype=torch.bool)
+
+        def add(name, per_query, uniform):
+            sums.setdefault(name, _Sums((ly, h))).add(per_query, uniform)
+
+        for offset in PROFILE:
+            rows = q[(q + offset >= 0) & (q + offset < n)]
+            if len(rows) == 0:
+                continue
+            per = attn[:, :, rows, rows + offset]
+            uniform = allowed[rows, rows + offset].float() / seen[rows]
+            label = {-1: "previous", 0: "self", 1: "next"}.get(offset)
+            if label:
+                add(label, per, uniform)
+            if offset:
+                add(f"offset{offset:+d}", per, uniform)
+        add("first", attn[:, :, :, 0], 1.0 / seen)
+        for name, keys in (("special", [t.special for t in tokens]),
+                           ("punctuation", [not t.special and is_punctuation(t.text) for t in tokens])):
+            mask = torch.tensor(keys, dtype=torch.bool)
+            add(name, attn[:, :, :, mask].sum(-1), (allowed & mask[None, :]).sum(-1).float() / seen)
+        offsets = (attn.argmax(-1) - q).clamp(-MAX_OFFSET, MAX_OFFSET) + MAX_OFFSET  # [Ly, H, n]
+        hist += torch.nn.functional.one_hot(offsets, 2 * MAX_OFFSET + 1).sum(-2).float()
+        chance += float((1.0 / seen).sum())
+        n_queries += n
+
+    rows = []
+    for name, s in sums.items():
+        mean = (s.total / s.count).tolist()
+        base = s.base / s.count
+        for layer, row in enumerate(mean):
+            for head, value in enumerate(row):
+                rows.append(dict(probe=probe, label=name, layer=layer, head=head, score=value, baseline=base,
+                                 n=s.count, mean_attention=value))
+    if hist is not None:
+        share, best = (hist.max(-1).values / n_queries), hist.argmax(-1) - MAX_OFFSET
+        for layer in range(hist.shape[0]):
+            for head in range(hist.shape[1]):
+                value = float(share[layer, head])
+                rows.append(dict(probe=probe, label="positional", layer=layer, head=head, score=value,
+                                 baseline=chance / n_queries, n=n_queries, mean_attention=float("nan"),
+                                 offset=int(best[layer, head]), positional=value >= POSITIONAL_SHARE))
+    return pd.DataFrame(rows, columns=[*COLUMNS, "offset", "positional"])

@@ -1,0 +1,52 @@
+import pandas as pd
+import pytest
+import torch
+
+from probes.heads.engine import token_attention
+from probes.heads.positional import is_punctuation, positional_scores
+from probes.tokens import Token
+
+
+def _tokens(texts, special=()):
+    return [Token(t, 0, 0, i in special) for i, t in enumerate(texts)]
+
+
+def test_planted_previous_token_head_is_positional():
+    n = 7
+    tokens = _tokens(["<s>", "a", ",", "b", "c", ".", "d"], special=(0,))
+    g = torch.Generator().manual_seed(0)
+    attn = torch.softmax(torch.randn(2, 3, n, n, generator=g), dim=-1)
+    prev = torch.zeros(n, n)
+    prev[0, 0] = 1.0
+    prev[torch.arange(1, n), torch.arange(n - 1)] = 1.0
+    attn[1, 2] = prev
+    frame = positional_scores([(tokens, attn)] * 2, causal=False)
+    by = frame.set_index(["label", "layer", "head"])
+    assert by.loc[("previous", 1, 2), "score"] == 1.0
+    assert by.loc[("offset-1", 1, 2), "score"] == 1.0
+    assert by.loc[("positional", 1, 2), "offset"] == -1
+    assert abs(by.loc[("positional", 1, 2), "score"] - 6 / 7) < 1e-6  # the first token has no previous one
+    assert not by.loc[("positional", 1, 2), "positional"]  # 0.86 < 0.9
+    assert by.loc[("previous", 0, 0), "baseline"] == pytest.approx(1 / 7)  # uniform over 7 keys
+    assert frame[frame.label == "punctuation"]["baseline"].iloc[0] == pytest.approx(2 / 7)
+    assert set(frame.columns) >= {"probe", "label", "layer", "head", "score", "baseline", "n"}
+
+
+def test_punctuation():
+    assert is_punctuation(" ,") and is_punctuation("?!") and is_punctuation("##.")
+    assert not is_punctuation(" cat") and not is_punctuation("$") and not is_punctuation(" ")
+
+
+def test_real_offline_default_has_a_previous_token_head(minilm):
+    texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
+             "The cat sat on the mat, and the dog watched it from the door.",
+             "Researchers probe every layer and every head of the model."] * 3
+    frame = positional_scores(token_attention(minilm, texts), causal=False)
+    prev = frame[frame.label == "previous"].sort_values("score", ascending=False)
+    best = prev.iloc[0]
+    # measured on these sentences: head 0.2 of minilm puts 0.9997 of its mass on the previous token,
+    # against a uniform baseline of 0.065; it is positional (argmax at offset -1 for 93% of tokens)
+    assert best["score"] > 0.9 and best["score"] > 10 * best["baseline"], best
+    positional = frame[(frame.label == "positional") & frame.positional.astype(bool)]
+    assert (best["layer"], best["head"]) in set(zip(positional["layer"], positional["head"]))
+    assert isinstance(frame, pd.DataFrame) and len(prev) == 6 * 12
