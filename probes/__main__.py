@@ -1,7 +1,10 @@
-"""Command line: ``python -m probes parity --model MODEL --text TEXT [--pair TEXT_B] [--json]``.
+"""Command line.
 
-Exit codes: 0 every figure within tolerance, 1 a mismatch, 2 bad input or an unsupported model
-(one line on stderr naming the reason).
+``python -m probes parity --model MODEL --text TEXT [--pair TEXT_B] [--json]``: exit 0 every figure
+within tolerance, 1 a mismatch, 2 bad input or an unsupported model (one line on stderr).
+
+``python -m probes profile --model MODEL --probe PROBE|all --data DATA --limit N --out FILE``: score
+every layer × head; exit 2 on bad input or a bad data file (one line naming the file and line).
 """
 
 from __future__ import annotations
@@ -36,6 +39,33 @@ def cmd_parity(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from .heads.engine import top_heads
+    from .heads.profile import PROBES, profile
+    from .models import load
+
+    _quiet_transformers()
+    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    probes = list(PROBES) if args.probe == "all" else [args.probe]
+    if args.probe == "all" and args.data:
+        probes = [p for p in probes if p != "coreference" or args.data.endswith(".jsonl") or args.data == "winobias"]
+    frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
+                    checkpoint_every=args.checkpoint_every, backend=args.backend,
+                    progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
+    best = top_heads(frame, args.top)
+    cols = [c for c in ("probe", "label", "layer", "head", "score", "baseline", "n", "offset") if c in best.columns]
+    import pandas as pd
+
+    with pd.option_context("display.max_rows", 500, "display.width", 160, "display.float_format", "{:.3f}".format):
+        print(best[cols].to_string(index=False))
+    print(f"wrote {len(frame)} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +91,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to run both passes: cpu, cuda, or auto (CUDA when there is one; default)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     p.set_defaults(func=cmd_parity)
+
+    p = sub.add_parser("profile", help="score every layer × head for positional, syntactic, coreference, "
+                       "induction and pattern heads over a dataset")
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=f"short name, hub id or local directory "
+                   f"(default: {OFFLINE_DEFAULT})")
+    p.add_argument("--probe", required=True,
+                   choices=("positional", "syntactic", "coreference", "induction", "patterns", "all"))
+    p.add_argument("--data", help="ewt-dev (default), ewt-train, ewt-test, winobias (coreference default), "
+                   "or a .conllu, .jsonl ({text, pronoun, antecedent}) or .txt (one sentence a line) file")
+    p.add_argument("--limit", type=int, help="use only the first N items")
+    p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--checkpoint-every", type=int, default=64, help="items per checkpoint (a rerun resumes)")
+    p.add_argument("--backend", choices=("eager", "sdpa", "flash"), default="eager")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--top", type=int, default=3, help="heads to print per label")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    p.set_defaults(func=cmd_profile)
     return parser
 
 

@@ -81,12 +81,13 @@ def read_conllu(path: str | Path) -> list[DepSentence]:
             continue
         try:
             sentence = conllu.parse(block + "\n")[0]
-        except (ParseException, IndexError, ValueError) as exc:
+            words = [t for t in sentence if isinstance(t["id"], int)]
+            fields = [(t["form"], t["head"], t["deprel"]) for t in words]
+        except (ParseException, IndexError, ValueError, KeyError) as exc:
             raise BadData(f"{path}:{_bad_line(block, start)}: not valid CoNLL-U ({exc})") from exc
-        words = [t for t in sentence if isinstance(t["id"], int)]
         if not words:
             continue
-        if any(t["head"] is None or not isinstance(t["head"], int) for t in words):
+        if any(head is None or not isinstance(head, int) for _, head, _ in fields):
             raise BadData(f"{path}:{_bad_line(block, start)}: a word has no numeric HEAD")
         if any(not 0 <= t["head"] <= len(words) for t in words):
             raise BadData(f"{path}:{_bad_line(block, start)}: a HEAD points outside the sentence")

@@ -11,7 +11,7 @@ as queries and keys):
   position (over the queries where it exists);
 * ``positional``: Voita et al. 2019: the share of queries whose most attended token sits at the
   head's most common relative offset (column ``offset``). A head is *positional* (column
-  ``positional``) when that share is at least 0.9.
+  ``positional``) when that share is at least 0.9. ``offset_counts`` holds the histogram (JSON).
 
 ``baseline`` is what uniform attention over the keys a query may see would score (for
 ``positional``: the chance that a uniform pick lands on one fixed offset).
@@ -19,6 +19,7 @@ as queries and keys):
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -102,11 +103,18 @@ def positional_scores(items: Iterable[tuple[Sequence[Token], torch.Tensor]], cau
                 rows.append(dict(probe=probe, label=name, layer=layer, head=head, score=value, baseline=base,
                                  n=s.count, mean_attention=value))
     if hist is not None:
-        share, best = (hist.max(-1).values / n_queries), hist.argmax(-1) - MAX_OFFSET
         for layer in range(hist.shape[0]):
             for head in range(hist.shape[1]):
-                value = float(share[layer, head])
-                rows.append(dict(probe=probe, label="positional", layer=layer, head=head, score=value,
-                                 baseline=chance / n_queries, n=n_queries, mean_attention=float("nan"),
-                                 offset=int(best[layer, head]), positional=value >= POSITIONAL_SHARE))
-    return pd.DataFrame(rows, columns=[*COLUMNS, "offset", "positional"])
+                counts = {int(o) - MAX_OFFSET: int(c) for o, c in enumerate(hist[layer, head].tolist()) if c}
+                rows.append(dict(probe=probe, label="positional", layer=layer, head=head, baseline=chance / n_queries,
+                                 n=n_queries, mean_attention=float("nan"), offset_counts=json.dumps(counts),
+                                 **voita(counts)))
+    return pd.DataFrame(rows, columns=[*COLUMNS, "offset", "positional", "offset_counts"])
+
+
+def voita(offset_counts: dict[int, int]) -> dict:
+    """Score, offset and verdict of one head from the histogram of its argmax offsets."""
+    total = sum(offset_counts.values())
+    offset, count = max(offset_counts.items(), key=lambda kv: kv[1])
+    share = count / total
+    return dict(score=share, offset=int(offset), positional=share >= POSITIONAL_SHARE)
