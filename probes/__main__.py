@@ -51,8 +51,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     probes = list(PROBES) if args.probe == "all" else [args.probe]
-    if args.probe == "all" and args.data:
-        probes = [p for p in probes if p != "coreference" or args.data.endswith(".jsonl") or args.data == "winobias"]
+    if args.probe == "all" and args.data:  # "all" with one data set: the probes that can read it
+        coref = args.data.endswith(".jsonl") or args.data == "winobias"
+        probes = [p for p in probes if (p == "coreference") == coref or p == "induction"]
     frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
                     checkpoint_every=args.checkpoint_every, backend=args.backend,
                     progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=f"short name, hub id or local directory "
                    f"(default: {OFFLINE_DEFAULT})")
     p.add_argument("--probe", required=True,
-                   choices=("positional", "syntactic", "coreference", "induction", "patterns", "all"))
+                   choices=("positional", "syntactic", "coreference", "lexical", "induction", "patterns", "all"))
     p.add_argument("--data", help="ewt-dev (default), ewt-train, ewt-test, winobias (coreference default), "
                    "or a .conllu, .jsonl ({text, pronoun, antecedent}) or .txt (one sentence a line) file")
     p.add_argument("--limit", type=int, help="use only the first N items")

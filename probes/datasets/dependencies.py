@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadData
@@ -27,13 +27,14 @@ class DepSentence:
     words: list[str]
     heads: list[int]  # 1-based head of each word, 0 for the root
     deprels: list[str]
+    upos: list[str] = field(default_factory=list)  # universal part of speech of each word, where known
 
 
 def ewt(split: str = "dev") -> list[DepSentence]:
     """UD English-EWT sentences of one split, converted once from the pinned decomp wheel and cached."""
     if split not in SPLITS:
         raise BadData(f"EWT has splits {', '.join(SPLITS)}, not {split!r}")
-    converted = cache_dir() / f"ewt-{split}.jsonl"
+    converted = cache_dir() / f"ewt-{split}.v2.jsonl"
     if not converted.is_file():
         with zipfile.ZipFile(DECOMP.fetch()) as z:
             graphs = json.loads(z.read(EWT_MEMBER.format(split=split)))["data"]
@@ -47,7 +48,8 @@ def _from_graph(name: str, graph: dict) -> DepSentence | None:
     """One UDS node-link graph -> words, heads and relations of its syntax domain."""
     nodes = graph["nodes"]
     position = {n["id"]: n.get("position", 0) for n in nodes if n.get("domain") in ("syntax", "root")}
-    tokens = sorted((n["position"], n["form"]) for n in nodes if n.get("domain") == "syntax" and n.get("type") == "token")
+    tokens = sorted((n["position"], n["form"], n.get("upos", "X")) for n in nodes
+                    if n.get("domain") == "syntax" and n.get("type") == "token")
     if not tokens:
         return None
     heads, rels = [0] * len(tokens), ["dep"] * len(tokens)
@@ -58,7 +60,7 @@ def _from_graph(name: str, graph: dict) -> DepSentence | None:
                 if 1 <= dependent <= len(tokens):
                     heads[dependent - 1] = position.get(node["id"], 0)
                     rels[dependent - 1] = e["deprel"]
-    return DepSentence(name, [form for _, form in tokens], heads, rels)
+    return DepSentence(name, [form for _, form, _ in tokens], heads, rels, [upos for _, _, upos in tokens])
 
 
 def read_conllu(path: str | Path) -> list[DepSentence]:
@@ -83,6 +85,7 @@ def read_conllu(path: str | Path) -> list[DepSentence]:
             sentence = conllu.parse(block + "\n")[0]
             words = [t for t in sentence if isinstance(t["id"], int)]
             fields = [(t["form"], t["head"], t["deprel"]) for t in words]
+            upos = [t["upos"] or "X" for t in words]
         except (ParseException, IndexError, ValueError, KeyError) as exc:
             raise BadData(f"{path}:{_bad_line(block, start)}: not valid CoNLL-U ({exc})") from exc
         if not words:
@@ -92,7 +95,7 @@ def read_conllu(path: str | Path) -> list[DepSentence]:
         if any(not 0 <= t["head"] <= len(words) for t in words):
             raise BadData(f"{path}:{_bad_line(block, start)}: a HEAD points outside the sentence")
         out.append(DepSentence(sentence.metadata.get("sent_id", f"{path.name}:{start}"), [t["form"] for t in words],
-                               [t["head"] for t in words], [t["deprel"] or "dep" for t in words]))
+                               [t["head"] for t in words], [t["deprel"] or "dep" for t in words], upos))
     if not out:
         raise BadData(f"{path}:1: no sentences found (is it CoNLL-U? 10 tab-separated columns per word)")
     return out

@@ -24,12 +24,12 @@ import pandas as pd
 
 from ..datasets.cache import write_atomic
 from ..errors import BadData
-from .engine import COLUMNS, OFFSETS, Pair, _baseline
+from .engine import COLUMNS, Pair, _baseline
 
-PROBES = ("positional", "syntactic", "coreference", "induction", "patterns")
+PROBES = ("positional", "syntactic", "coreference", "lexical", "induction", "patterns")
 BUILTIN = {"ewt-dev", "ewt-train", "ewt-test", "winobias"}
 DEFAULT_DATA = {"positional": "ewt-dev", "syntactic": "ewt-dev", "patterns": "ewt-dev", "coreference": "winobias",
-                "induction": None}
+                "lexical": "ewt-dev", "induction": None}
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Job:
     run: Callable  # (model, items, progress) -> DataFrame
     pairs: Callable | None = None  # items -> list[Pair], to recompute a data-only baseline
     baseline: str | None = None
+    finalize: Callable | None = None  # applied once to the combined frame
 
 
 def load_items(probe: str, data: str | None, limit: int | None) -> list:
@@ -71,6 +72,8 @@ def load_items(probe: str, data: str | None, limit: int | None) -> list:
         raise BadData(f"{data}: the coreference probe needs pronoun/antecedent items (winobias or a .jsonl)")
     if probe == "syntactic" and items and not hasattr(items[0], "heads"):
         raise BadData(f"{data}: the syntactic probe needs parsed sentences (ewt-* or a .conllu)")
+    if probe == "lexical" and items and not getattr(items[0], "upos", None):
+        raise BadData(f"{data}: the lexical probe needs part-of-speech tags (ewt-* or a .conllu with UPOS)")
     return items[:limit] if limit else items
 
 
@@ -83,7 +86,8 @@ def make_job(probe: str, items: list, batch_size: int, backend: str) -> Job:
     from .induction import induction_scores
     from .patterns import pattern_classes
     from .positional import positional_scores
-    from .semantic import coreference_scores
+    from .engine import score_pairs, sentence_attention
+    from .semantic import controls_as_baseline, coreference_scores, lexical_sentence
     from .syntactic import dependency_sentence, syntactic_scores
 
     def texts(chunk):
@@ -101,6 +105,13 @@ def make_job(probe: str, items: list, batch_size: int, backend: str) -> Job:
         return Job(probe, items, lambda m, c, p: coreference_scores(m, c, batch_size, backend, p),
                    pairs=lambda c: [Pair(i.pronoun, i.antecedent, i.label, tuple(i.candidates)) for i in c],
                    baseline="nearest_candidate")
+    if probe == "lexical":
+        from ..datasets.wordnet import wordnet
+
+        def run_lexical(m, c, p):  # control rows stay separate until the chunks are combined
+            sentences = [lexical_sentence(wordnet(), s) for s in c]
+            return score_pairs(sentence_attention(m, sentences, batch_size, backend, p), probe="lexical")
+        return Job(probe, items, run_lexical, finalize=controls_as_baseline)
     if probe == "induction":
         def run(m, c, p):
             frame = induction_scores(m, n_sequences=len(c), seed=c[0], backend=backend)
@@ -116,7 +127,7 @@ def combine(job: Job, frames: list[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     if len(frames) == 1:
-        frame = frames[0]
+        frame = frames[0].copy()
     else:
         whole = pd.concat(frames, ignore_index=True)
         keys = ["probe", "label", "layer", "head"]
@@ -154,6 +165,8 @@ def combine(job: Job, frames: list[pd.DataFrame]) -> pd.DataFrame:
             by_label.setdefault(p.label, []).append(p)
         frame = frame.copy()
         frame["baseline"] = frame["label"].map(lambda label: _baseline(by_label.get(label, []), job.baseline))
+    if job.finalize is not None:
+        frame = job.finalize(frame)
     return frame.reset_index(drop=True)
 
 

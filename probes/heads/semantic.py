@@ -1,4 +1,16 @@
-"""Semantic heads: coreference (pronoun -> antecedent, against the nearest-candidate baseline)."""
+"""Semantic heads.
+
+* **Coreference**: pronoun -> antecedent, against the nearest-candidate baseline.
+* **Lexical relations** (WordNet 3.0): between content words (UD NOUN, VERB, ADJ, ADV) of a sentence,
+  pairs related as ``synonym`` (they share a synset), ``hypernym`` / ``hyponym`` (the target is
+  within two steps up / down the source's hypernym tree), ``meronym`` / ``holonym`` (part, member or
+  substance), or only in the same lexicographer file (``same-lexname``, e.g. both noun.person).
+  The relation is the first of that list that holds for any senses of the two lemmas. Each
+  related pair gets a control: an unrelated content-word pair of the same sentence at the same
+  distance (label ``unrelated``, when one exists). For this probe ``baseline`` is per head: the
+  head's own accuracy on the controls matched to that label's pairs, and ``control_attention`` its
+  mean attention on them, so a head is lexical when it beats its own distance-matched controls.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +21,102 @@ import pandas as pd
 from ..datasets.coreference import CorefItem
 from .engine import Pair, Sentence, score_pairs, sentence_attention
 
+CONTENT = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
+RELATIONS = ("synonym", "hypernym", "hyponym", "meronym", "holonym", "same-lexname")
+
 
 def coreference_scores(model, items: Iterable[CorefItem], batch_size: int = 16, backend: str = "eager",
                        progress=None) -> pd.DataFrame:
     sentences = [Sentence(i.words, [Pair(i.pronoun, i.antecedent, i.label, tuple(i.candidates))]) for i in items]
     return score_pairs(sentence_attention(model, sentences, batch_size, backend, progress), probe="coreference",
                        baseline="nearest_candidate")
+
+
+def _synsets(wn, word: str, pos: str) -> list:
+    found = wn.synsets(word.lower(), pos)
+    return found + wn.synsets(word.lower(), "s") if pos == "a" else found
+
+
+def _up(synsets, depth: int = 2) -> set:
+    seen, frontier = set(), set(synsets)
+    for _ in range(depth):
+        frontier = {h for s in frontier for h in s.hypernyms() + s.instance_hypernyms()}
+        seen |= frontier
+    return seen
+
+
+def relation(wn, a: tuple[str, str], b: tuple[str, str]) -> str | None:
+    """The WordNet relation from word ``a`` to word ``b`` (each ``(form, wordnet pos)``), or None."""
+    sa, sb = _synsets(wn, *a), _synsets(wn, *b)
+    if not sa or not sb:
+        return None
+    if set(sa) & set(sb):
+        return "synonym"
+    if set(sb) & _up(sa):
+        return "hypernym"
+    if set(sa) & _up(sb):
+        return "hyponym"
+    parts = {m for s in sa for m in s.part_meronyms() + s.member_meronyms() + s.substance_meronyms()}
+    if set(sb) & parts:
+        return "meronym"
+    wholes = {m for s in sa for m in s.part_holonyms() + s.member_holonyms() + s.substance_holonyms()}
+    if set(sb) & wholes:
+        return "holonym"
+    if sa[0].lexname() == sb[0].lexname():
+        return "same-lexname"
+    return "unrelated"
+
+
+def lexical_sentence(wn, dep) -> Sentence:
+    """Related content-word pairs of one parsed sentence, each with a distance-matched unrelated control."""
+    content = [(i, (w, CONTENT[u])) for i, (w, u) in enumerate(zip(dep.words, dep.upos or [])) if u in CONTENT]
+    related, unrelated = [], {}
+    for i, a in content:
+        for j, b in content:
+            if i == j or a[0].lower() == b[0].lower():
+                continue
+            rel = relation(wn, a, b)
+            if rel == "unrelated":
+                unrelated.setdefault(abs(i - j), []).append((i, j))
+            elif rel is not None:
+                related.append(Pair(i, j, rel))
+    pairs = list(related)
+    for p in related:
+        pool = unrelated.get(abs(p.source - p.target))
+        if pool:
+            i, j = pool.pop()
+            pairs.append(Pair(i, j, f"unrelated|{p.label}"))
+    return Sentence(list(dep.words), pairs)
+
+
+def lexical_scores(model, sentences: Iterable, batch_size: int = 16, backend: str = "eager",
+                   progress=None) -> pd.DataFrame:
+    from ..datasets.wordnet import wordnet
+
+    wn = wordnet()
+    items = [lexical_sentence(wn, s) for s in sentences]
+    frame = score_pairs(sentence_attention(model, items, batch_size, backend, progress), probe="lexical")
+    return controls_as_baseline(frame)
+
+
+def controls_as_baseline(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fold the ``unrelated|REL`` control rows into the REL rows: per head baseline and control
+    attention; the controls of all relations together stay as label ``unrelated``."""
+    is_control = frame["label"].str.startswith("unrelated|")
+    controls = frame[is_control].assign(label=lambda f: f["label"].str.split("|").str[1])
+    keys = ["label", "layer", "head"]
+    merged = frame[~is_control].merge(
+        controls[keys + ["score", "mean_attention"]].rename(columns={"score": "_control",
+                                                                     "mean_attention": "control_attention"}),
+        on=keys, how="left")
+    merged["baseline"] = merged["_control"]
+    merged = merged.drop(columns="_control")
+    pooled = frame[is_control].copy()
+    if len(pooled):
+        pooled["_s"] = pooled["score"] * pooled["n"]
+        pooled["_m"] = pooled["mean_attention"] * pooled["n"]
+        agg = pooled.groupby(["layer", "head"]).agg(n=("n", "sum"), _s=("_s", "sum"), _m=("_m", "sum")).reset_index()
+        agg = agg.assign(probe="lexical", label="unrelated", score=agg["_s"] / agg["n"], baseline=float("nan"),
+                         mean_attention=agg["_m"] / agg["n"], control_attention=float("nan"))
+        merged = pd.concat([merged, agg[merged.columns]], ignore_index=True)
+    return merged

@@ -12,7 +12,7 @@ def _by_key(frame):
     return frame.set_index(["probe", "label", "layer", "head"]).sort_index()
 
 
-@pytest.mark.parametrize("probe", ["syntactic", "positional", "patterns"])
+@pytest.mark.parametrize("probe", ["syntactic", "positional", "patterns", "lexical"])
 def test_chunks_combine_exactly(minilm, tmp_path, probe):
     whole = prof.profile(minilm, [probe], "ewt-dev", 30, tmp_path / "a.csv", checkpoint_every=100)
     chunked = prof.profile(minilm, [probe], "ewt-dev", 30, tmp_path / "b.csv", checkpoint_every=7)
