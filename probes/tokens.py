@@ -56,7 +56,19 @@ _SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
 def tokenizer_style(tokenizer) -> str:
-    """'bytelevel', 'sentencepiece' or 'wordpiece' (anything else is treated like WordPiece)."""
+    """'bytelevel', 'sentencepiece' or 'wordpiece' (anything else is treated like WordPiece).
+    Read once per tokenizer from its serialised pipeline (which is large: the whole vocabulary)."""
+    cached = getattr(tokenizer, "_probes_style", None)
+    if cached is None:
+        cached = _style(tokenizer)
+        try:
+            tokenizer._probes_style = cached
+        except AttributeError:
+            pass
+    return cached
+
+
+def _style(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return "wordpiece"
