@@ -119,9 +119,9 @@ class Model:
 
     @property
     def is_causal(self) -> bool:
-        archs = getattr(self.config, "architectures", None) or []
+        # every decoder loads as a *ForCausalLM class (see _build and _load_gguf)
         return (self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
-                or any(a.endswith("ForCausalLM") for a in archs) or type(self.hf).__name__.endswith("ForCausalLM"))
+                or type(self.hf).__name__.endswith("ForCausalLM"))
 
     @property
     def has_lm_head(self) -> bool:
@@ -350,12 +350,8 @@ def _load_gguf(name: str, path: Path) -> Model:
         raise ModelUnavailable(f"loading {name!r} needs the gguf package: pip install gguf accelerate") from exc
     except (OSError, ValueError, KeyError) as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
-    hf.eval()
-    hf.requires_grad_(False)
     family = FAMILIES.get(getattr(config, "model_type", None), "other")
-    if family == "gpt2" and tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return Model(name=name, source=str(path), family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
+    return _ready(name, str(path), family, hf, tokenizer)
 
 
 def _check_pickle(path: Path, name: str) -> None:
@@ -456,6 +452,12 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
         if local_files_only and source == name and not os.path.isdir(source):
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load {name!r}: {_first_line(exc)}") from exc
+    return _ready(name, source, family, hf, tokenizer)
+
+
+def _ready(name: str, source: str, family: str, hf, tokenizer) -> Model:
+    """The checks and settings every loaded model gets: a fast tokenizer (character offsets), a pad
+    token for GPT-2 batches, eval mode without gradients, eager attention (the reference)."""
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel(f"{name!r} has no fast tokenizer, which we need for character offsets")
     if family == "gpt2" and tokenizer.pad_token is None:

@@ -100,10 +100,10 @@ class Trace:
 
     # -- attention -----------------------------------------------------------------------------
     def _recover(self, layer: int, item: int, heads: slice | int, rows: torch.Tensor, idx: torch.Tensor,
-                 qk=None) -> torch.Tensor:
+                 qk: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Probabilities of the given query rows (positions in the padded sequence) over the real keys
-        ``idx``, recovered from q, k and the logsumexp: ``[h, r, n]``."""
-        q, k, _ = qk if qk is not None else self.layer_qkv(layer)
+        ``idx``, recovered from the layer's q, k (``qk``) and the logsumexp: ``[h, r, n]``."""
+        q, k = qk[0], qk[1]
         q = q[item, heads][..., rows, :]
         k = k[item, heads][..., idx, :]
         lse = self.lse[layer][item, heads][..., rows]
@@ -133,6 +133,11 @@ class Trace:
             blocks = [self._recover(layer, item, heads, picked[i:i + ROW_BLOCK], idx, qk)
                       for i in range(0, len(picked), ROW_BLOCK)]
         return torch.cat(blocks, dim=-2)
+
+    def all_attention(self, item: int = 0) -> torch.Tensor:
+        """Every layer and head of one item over its real tokens, ``[layers, heads, n, n]``, on the CPU
+        (what the probes score)."""
+        return torch.stack([self.attention(layer, item=item) for layer in range(self.n_layers)]).cpu()
 
     def layer_attention(self, layer: int) -> torch.Tensor:
         """All heads of one layer for the whole batch, ``[B, H, L, L]`` (padding included; its rows and

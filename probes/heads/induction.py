@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .engine import COLUMNS
+from .engine import COLUMNS, trace_of
 
 
 def detection_patterns(ids: torch.Tensor, bidirectional: bool) -> dict[str, torch.Tensor]:
@@ -73,7 +73,6 @@ def induction_scores(model, n_sequences: int = 20, length: int = 25, exclude_bos
                      probe: str = "induction") -> pd.DataFrame:
     """Score every layer × head of ``model`` on repeated random tokens (BOS, or [CLS] … [SEP] for BERT,
     added the way the tokenizer adds them)."""
-    from .. import scratch
     from ..models import Encoding
     from ..tokens import readable_tokens
 
@@ -92,14 +91,14 @@ def induction_scores(model, n_sequences: int = 20, length: int = 25, exclude_bos
     tokens = [readable_tokens(tok, r, offsets, "") for r in rows]
     enc = Encoding(ids, torch.ones_like(ids), None if model.family != "bert" else torch.zeros_like(ids), tokens,
                    ["random tokens"] * len(rows), [None] * len(rows), [None] * len(rows))
-    trace = scratch.forward(model, enc, backend=backend) if model.scratch_supported else model.hf_trace(enc)
+    trace = trace_of(model, enc, backend)
     n = ids.shape[1]
     allowed = torch.ones(n, n).tril() if model.is_causal else torch.ones(n, n)
     uniform = allowed / allowed.sum(-1, keepdim=True)
     totals: dict[str, torch.Tensor] = {}
     bases: dict[str, float] = {}
     for item, seq in enumerate(ids):
-        attn = torch.stack([trace.attention(layer, item=item) for layer in range(trace.n_layers)]).cpu()
+        attn = trace.all_attention(item)
         for label, pattern in detection_patterns(seq, bidirectional).items():
             totals[label] = totals.get(label, 0) + mul_score(attn, pattern, exclude_bos, exclude_current)
             bases[label] = bases.get(label, 0.0) + float(mul_score(uniform, pattern, exclude_bos, exclude_current))
