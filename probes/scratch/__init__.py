@@ -15,24 +15,34 @@ import torch
 
 from ..errors import UnsupportedModel
 from ..trace import Trace
-from . import flash
+from . import bert, flash, gpt2
 from .attention import BACKENDS, allowed_keys, sdpa_attention
 from .attention import attention as eager_attention  # keeps `scratch.attention` the module
-from .bert import Bert
-from .gpt2 import GPT2
 
-ARCHITECTURES = {"gpt2": GPT2, "bert": Bert}
+ARCHITECTURES = {"gpt2": gpt2.GPT2, "bert": bert.Bert}
+SCALES = {"gpt2": gpt2.attention_scale, "bert": bert.attention_scale}
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
 
-def build(model):
-    """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached)."""
+def _check_family(model) -> None:
     if model.family not in ARCHITECTURES:
         kind = getattr(model.config, "model_type", "?")
         raise UnsupportedModel(
             f"{model.name!r} is a {kind!r} model: the from-scratch path covers the GPT-2 and BERT families; "
             "the Hugging Face view still works"
         )
+
+
+def attention_scales(model) -> list[float]:
+    """What each layer multiplies q·kᵀ by (1/√d_k, or GPT-2's config variants), read from the config:
+    the same rule the from-scratch layers use, and the one Hugging Face applies."""
+    _check_family(model)
+    return [SCALES[model.family](model.config, layer) for layer in range(model.n_layers)]
+
+
+def build(model):
+    """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached)."""
+    _check_family(model)
     cached = getattr(model, "_scratch", None)
     if cached is None:
         cached = ARCHITECTURES[model.family](model.hf.state_dict(), model.config, model.name)

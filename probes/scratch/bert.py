@@ -31,6 +31,11 @@ def check_config(config, name: str) -> None:
         raise UnsupportedModel(f"{name!r}: add_cross_attention=True (BERT as an encoder-decoder) is not supported")
 
 
+def attention_scale(config, layer: int) -> float:
+    """What a layer multiplies q·kᵀ by: 1/√d_k, the same in every layer."""
+    return (config.hidden_size // config.num_attention_heads) ** -0.5
+
+
 class Layer:
     def __init__(self, w: Weights, i: int, config):
         p = f"encoder.layer.{i}."
@@ -46,7 +51,7 @@ class Layer:
         self.width = config.hidden_size
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
-        self.scale = (self.width // self.n_heads) ** -0.5  # ÷ √d_k
+        self.scale = attention_scale(config, i)
 
     def qkv(self, x):
         """q, k, v ``[B, H, L, d]`` of this layer, from its input."""

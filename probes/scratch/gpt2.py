@@ -35,6 +35,15 @@ def check_config(config, name: str) -> None:
         raise UnsupportedModel(f"{name!r}: add_cross_attention=True (an encoder-decoder GPT-2) is not supported")
 
 
+def attention_scale(config, layer: int) -> float:
+    """What block ``layer`` multiplies q·kᵀ by: 1/√d_k unless the config turns it off, and ÷ (layer + 1)
+    if it asks (``scale_attn_by_inverse_layer_idx``)."""
+    scale = (config.n_embd // config.n_head) ** -0.5 if config.scale_attn_weights else 1.0
+    if config.scale_attn_by_inverse_layer_idx:
+        scale /= float(layer + 1)
+    return scale
+
+
 class Block:
     def __init__(self, w: Weights, i: int, config):
         p = f"h.{i}."
@@ -48,10 +57,7 @@ class Block:
         self.width = config.n_embd
         self.eps = config.layer_norm_epsilon
         self.act = ACTIVATIONS[config.activation_function]
-        # the attention scale: 1/√d_k unless the config turns it off, and ÷ (layer + 1) if it asks
-        self.scale = (self.width // self.n_heads) ** -0.5 if config.scale_attn_weights else 1.0
-        if config.scale_attn_by_inverse_layer_idx:
-            self.scale /= float(i + 1)
+        self.scale = attention_scale(config, i)
         # reorder_and_upcast_attn computes the scores in fp32 with the scale folded into the matmul:
         # we always run in fp32, so it is the same attention (only rounding order differs)
 

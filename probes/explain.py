@@ -1,0 +1,94 @@
+"""Attention explained: one query token's path through softmax(q·kᵀ·scale)·v, and a head at word level.
+
+:func:`query_steps` redoes one row of one head by hand, in float64 numpy from the Trace's q, k and v,
+one named step per line of the formula, and checks the result against the row the Trace reports, so
+a reader can see the steps *are* the model's attention. :func:`word_level` merges a head's word
+pieces into words the way the head probes do (Clark et al. 2019).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import scratch
+from .heads.engine import word_attention
+from .models import Model
+from .tokens import align_to_words, word_spans
+from .trace import Trace
+
+
+@dataclass
+class QuerySteps:
+    layer: int
+    head: int
+    query: int  # index among the real tokens
+    tokens: list[str]  # readable real tokens
+    q: np.ndarray  # [d] the query vector of the query token
+    k: np.ndarray  # [n, d] key vectors of all real tokens
+    v: np.ndarray  # [n, d] value vectors
+    scores: np.ndarray  # [n] q·k_j
+    scale: float  # what the layer multiplies scores by, e.g. 1/√d_k
+    scaled: np.ndarray  # [n] scores · scale
+    allowed: np.ndarray  # [n] bool: False where masked (the causal future)
+    weights: np.ndarray  # [n] softmax over the allowed keys (masked → 0)
+    output: np.ndarray  # [d] weights · v: this head's output row for the query
+    trace_weights: np.ndarray  # [n] the same row as the Trace reports it
+    max_abs_diff: float  # max |weights − trace_weights|: the steps reproduce the model's attention
+
+
+def query_steps(trace: Trace, model: Model, layer: int, head: int, query: int, item: int = 0) -> QuerySteps:
+    """One query token's attention in head (``layer``, ``head``), step by step. ``query`` indexes the
+    real tokens of batch ``item`` (padding removed). Works on any Trace that holds or recomputes q, k
+    and v (Hugging Face or scratch, GPT-2 or BERT)."""
+    if trace.model != model.name:
+        raise ValueError(f"the trace is of {trace.model!r}, not of {model.name!r}")
+    q_all, k, v = (t.detach().cpu().double().numpy() for t in trace.qkv(layer, head, item))
+    n = len(k)
+    if not 0 <= query < n:
+        raise IndexError(f"query {query} is outside the {n} real tokens 0..{n - 1}")
+    q = q_all[query]
+    scale = scratch.attention_scales(model)[layer]
+
+    scores = k @ q  # q·k_j: one raw score per key
+    scaled = scores * scale  # ÷ √d_k (or the layer's own scale)
+    allowed = np.arange(n) <= query if trace.is_causal else np.ones(n, dtype=bool)  # mask: the future
+    exp = np.where(allowed, np.exp(scaled - scaled[allowed].max()), 0.0)  # shifted by the max: no overflow
+    weights = exp / exp.sum()  # softmax over the allowed keys: sums to 1
+    output = weights @ v  # · v: the weighted sum of the values
+
+    trace_weights = trace.attention(layer, head, item, rows=[query])[0].detach().cpu().double().numpy()
+    return QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
+                      weights, output, trace_weights, float(np.abs(weights - trace_weights).max()))
+
+
+def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None = None,
+               item: int = 0) -> tuple[list[str], np.ndarray]:
+    """Head (``layer``, ``head``) of batch ``item`` with word pieces merged into words: the words of
+    ``text`` then of ``pair`` (the texts the trace was run on: a Trace keeps tokens and their
+    character offsets, not the texts), and their ``[w, w]`` attention.
+
+    As in the head probes (Clark et al. 2019), attention *to* a word is the sum over its pieces and
+    attention *from* a word the mean over its pieces. Special tokens ([CLS], [SEP], <|endoftext|>) and
+    tokens of bare whitespace (GPT-2's lone ``' '``) belong to no word and are left out, as are words
+    no token covers (cut by truncation, or characters the tokenizer drops). So row i is the share of
+    word i's attention that lands on each word, and it sums to 1 minus what word i gives to the
+    left-out tokens, not to 1.
+    """
+    tokens = [t for t, real in zip(trace.tokens[item], trace.attention_mask[item].tolist()) if real]
+    word_of, words = [-1] * len(tokens), []
+    for segment, source in enumerate((text, pair)):
+        ends = [t.end for t in tokens if not t.special and t.segment == segment]
+        if ends and (source is None or max(ends) > len(source)):
+            raise ValueError(f"the trace's tokens do not fit text {segment + 1} given: pass the texts it was run on")
+        if source is None:
+            continue
+        spans = word_spans(source)
+        for t, w in enumerate(align_to_words(tokens, spans, segment)):
+            if w >= 0:
+                word_of[t] = len(words) + w
+        words += [source[start:end] for start, end in spans]
+    attn = word_attention(trace.attention(layer, head, item).detach().cpu(), word_of, len(words)).numpy()
+    kept = sorted(set(word_of) - {-1})
+    return [words[w] for w in kept], attn[np.ix_(kept, kept)]

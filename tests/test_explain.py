@@ -1,0 +1,120 @@
+import math
+
+import numpy as np
+import pytest
+from checkpoints import make_gpt2
+
+import probes
+from probes.explain import query_steps, word_level
+
+TEXT = "The cat sat on the mat, unbelievably."
+
+
+@pytest.fixture(scope="module")
+def models(gpt2_model, bert_dir, ckpt_dir):
+    return {
+        "gpt2": gpt2_model,
+        "bert": probes.load(str(bert_dir)),
+        "gpt2-inverse-layer": probes.load(str(make_gpt2(ckpt_dir / "gpt2-inverse",
+                                                        scale_attn_by_inverse_layer_idx=True))),
+    }
+
+
+def numpy(t):
+    return t.detach().cpu().double().numpy()
+
+
+@pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer"])
+def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
+    model = models[name]
+    trace = probes.run(model, TEXT, source=source, backend=backend)
+    n = len(trace.token_strings())
+    # the lazy trace recovers rows in fp32 from the logsumexp: its own error grows with the weight
+    rtol = 0.0 if source == "hf" else 1e-6
+    for layer in range(model.n_layers):
+        for head in range(model.n_heads):
+            attn = numpy(trace.attention(layer, head))
+            q, k, v = (numpy(t) for t in trace.qkv(layer, head))
+            for query in range(n):
+                s = query_steps(trace, model, layer, head, query)
+                np.testing.assert_allclose(s.weights, attn[query], rtol=rtol, atol=1e-6)
+                np.testing.assert_allclose(s.output, attn[query] @ v, rtol=rtol, atol=1e-6)
+                np.testing.assert_allclose(s.trace_weights, attn[query], rtol=rtol, atol=1e-6)
+                assert s.max_abs_diff == np.abs(s.weights - s.trace_weights).max()
+                np.testing.assert_array_equal(s.q, q[query])
+                np.testing.assert_array_equal(s.scores, k @ q[query])
+                np.testing.assert_array_equal(s.scaled, s.scores * s.scale)
+                assert s.weights.sum() == pytest.approx(1.0, abs=1e-12)
+                if model.is_causal:
+                    np.testing.assert_array_equal(s.allowed, np.arange(n) <= query)
+                    assert (s.weights[~s.allowed] == 0).all() and (attn[query][~s.allowed] == 0).all()
+                else:
+                    assert s.allowed.all()
+    assert s.tokens == trace.token_strings()
+
+
+def test_the_scale_follows_the_config(models):
+    bert, inverse = models["bert"], models["gpt2-inverse-layer"]
+    bert_trace, inverse_trace = probes.run(bert, TEXT), probes.run(inverse, TEXT)
+    for layer in range(2):
+        assert query_steps(bert_trace, bert, layer, 0, 3).scale == pytest.approx(1 / math.sqrt(bert.d_head))
+        steps = query_steps(inverse_trace, inverse, layer, 0, 3)
+        assert steps.scale == pytest.approx(1 / math.sqrt(inverse.d_head) / (layer + 1))
+        assert steps.max_abs_diff < 1e-6  # and Hugging Face scaled the same way
+    lazy = probes.run(inverse, TEXT, source="scratch", backend="sdpa")
+    assert lazy.scales == pytest.approx([query_steps(lazy, inverse, layer, 0, 0).scale for layer in range(2)])
+
+
+def test_out_of_range_is_refused_by_name(models):
+    model = models["bert"]
+    trace = probes.run(model, "the cat")  # [CLS] the cat [SEP]
+    with pytest.raises(IndexError, match="query 4 is outside the 4 real tokens 0..3"):
+        query_steps(trace, model, 0, 0, 4)
+    with pytest.raises(IndexError, match="query -1"):
+        query_steps(trace, model, 0, 0, -1)
+    with pytest.raises(IndexError, match="layer 2 is outside 0..1"):
+        query_steps(trace, model, 2, 0, 0)
+    with pytest.raises(IndexError, match="head 4 is outside 0..3"):
+        query_steps(trace, model, 0, 4, 0)
+    with pytest.raises(ValueError, match="not of"):
+        query_steps(trace, models["gpt2"], 0, 0, 0)
+
+
+def test_word_level_merges_pieces_as_clark_et_al(minilm):
+    text = "The cat sat unbelievably."
+    trace = probes.run(minilm, text)
+    assert trace.token_strings() == ["[CLS]", "the", "cat", "sat", "un", "##bel", "##ie", "##va", "##bly", ".",
+                                     "[SEP]"]
+    words, m = word_level(trace, 2, 5, text)
+    assert words == ["The", "cat", "sat", "unbelievably", "."]
+    a = numpy(trace.attention(2, 5))
+    pieces = [[1], [2], [3], [4, 5, 6, 7, 8], [9]]
+    # from a word: the mean over its pieces; to a word: the sum over its pieces
+    expected = np.array([[a[np.ix_(src, dst)].sum(1).mean() for dst in pieces] for src in pieces])
+    np.testing.assert_allclose(m, expected, atol=1e-6)
+    # [CLS] and [SEP] are left out: a row sums to what the word does not give them
+    np.testing.assert_allclose(m.sum(1), [1 - a[src][:, [0, 10]].sum(1).mean() for src in pieces], atol=1e-6)
+
+
+def test_word_level_of_a_pair_keeps_both_sentences_in_order(models):
+    model = models["bert"]
+    trace = probes.run(model, "The cat sat.", pair="It was tokenization.")
+    words, m = word_level(trace, 1, 2, "The cat sat.", "It was tokenization.")
+    assert words == ["The", "cat", "sat", ".", "It", "was", "tokenization", "."]
+    tokens = trace.token_strings()
+    assert tokens[8:10] == ["token", "##ization"]  # [CLS] the cat sat . [SEP] it was token ##ization . [SEP]
+    a = numpy(trace.attention(1, 2))
+    assert m[2, 6] == pytest.approx(a[3, 8] + a[3, 9], abs=1e-6)  # "sat" -> "tokenization"
+    assert m[6, 2] == pytest.approx((a[8, 3] + a[9, 3]) / 2, abs=1e-6)  # "tokenization" -> "sat"
+    with pytest.raises(ValueError, match="text 2"):
+        word_level(trace, 1, 2, "The cat sat.")
+
+
+def test_word_level_leaves_out_gpt2_whitespace_tokens(gpt2_model):
+    text = "Xiaoming gave the apple to Xiaohong, unbelievably."
+    trace = probes.run(gpt2_model, text)
+    words, m = word_level(trace, 0, 1, text)
+    assert words == ["Xiaoming", "gave", "the", "apple", "to", "Xiaohong", ",", "unbelievably", "."]
+    assert m.shape == (9, 9)
+    assert np.allclose(np.triu(m, 1), 0)  # causal: no word looks at a later one
