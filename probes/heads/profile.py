@@ -170,6 +170,46 @@ def combine(job: Job, frames: list[pd.DataFrame]) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
+              backend: str = "eager", progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """One probe over its data (built-in by default), in memory: the same table ``profile`` writes,
+    without files. ``progress(done, total)`` is called as items finish (the app's progress bar)."""
+    items = load_items(probe, data if probe != "induction" else None, limit)
+    job = make_job(probe, items, batch_size, backend)
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(done, len(items))
+
+    return combine(job, [job.run(model, items, step)])
+
+
+def read_table(raw: bytes, name: str) -> pd.DataFrame:
+    """A probe table as ``profile`` writes it (CSV), read back and checked: it needs the columns
+    ``label, layer, head, score``; anything else is ``BadData`` naming the file and what is wrong."""
+    try:
+        frame = pd.read_csv(io.BytesIO(raw))
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise BadData(f"{name}: not a CSV table ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in ("label", "layer", "head", "score") if c not in frame.columns]
+    if missing:
+        raise BadData(f"{name}: missing column(s) {', '.join(missing)}: upload a table written by "
+                      "`python -m probes profile --out FILE.csv`")
+    if frame.empty:
+        raise BadData(f"{name}: no rows")
+    for col in ("layer", "head", "score"):
+        if not pd.api.types.is_numeric_dtype(frame[col]):
+            raise BadData(f"{name}: column {col!r} holds non-numbers")
+    frame = frame.dropna(subset=["layer", "head"])
+    if (frame["layer"] < 0).any() or (frame["head"] < 0).any() or (frame["layer"] % 1).any() or (frame["head"] % 1).any():
+        raise BadData(f"{name}: layer and head must be whole numbers from 0")
+    frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
+    return frame.reset_index(drop=True)
+
+
 def _sum_counts(column) -> dict[str, int]:
     total: dict[str, int] = {}
     for text in column:

@@ -1,6 +1,8 @@
 """The profile runner: exact combination of checkpointed chunks, resume after an interrupt, atomic
 output, formats, and bad data files through the CLI."""
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -91,3 +93,28 @@ def test_cli_prints_top_heads(tmp_path, capsys):
                  "--out", str(tmp_path / "p.csv"), "--top", "1"]) == 0
     table = capsys.readouterr().out
     assert "previous" in table and "positional" in table
+
+
+def test_run_probe_in_memory_matches_the_written_profile_and_reports_progress(minilm, tmp_path):
+    written = prof.profile(minilm, ["positional"], "ewt-dev", 12, tmp_path / "p.csv")
+    seen = []
+    table = prof.run_probe(minilm, "positional", 12, progress=lambda done, total: seen.append((done, total)))
+    a, b = _by_key(written), _by_key(table)
+    assert a.index.equals(b.index) and ((a["score"] - b["score"]).abs() < 1e-6).all()
+    assert seen[-1] == (12, 12) and all(total == 12 for _, total in seen)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(minilm, tmp_path):
+    written = prof.profile(minilm, ["patterns"], "ewt-dev", 5, tmp_path / "p.csv")
+    back = prof.read_table((tmp_path / "p.csv").read_bytes(), "p.csv")
+    assert len(back) == len(written) and back["layer"].dtype.kind == "i"
+    for raw, message in [
+        (b"a,b\n1,2\n", "p.csv: missing column(s) label, layer, head, score"),
+        (b"label,layer,head,score\nx,one,0,0.5\n", "column 'layer' holds non-numbers"),
+        (b"label,layer,head,score\nx,-1,0,0.5\n", "whole numbers from 0"),
+        (b"label,layer,head,score\n", "no rows"),
+        (b"\xff\xfe\x00garbage", "p.csv"),
+    ]:
+        with pytest.raises(prof.BadData, match=re.escape(message)):
+            prof.read_table(raw, "p.csv")
