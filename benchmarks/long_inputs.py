@@ -13,7 +13,7 @@ Peak memory is the resident memory above the level before the forward (sampled e
 glibc returning large blocks to the OS so RSS follows live memory); time is wall time of forward +
 one head. Where Hugging Face's attentions alone (layers × heads × L² × 4 bytes) would not fit in
 this machine's memory it is not run, and the table says how much it would need. Writes a plot next
-to the JSON when ``--out`` is given (PNG needs ``vl-convert-python``: ``pip install -e .[bench]``).
+to the JSON when ``--out`` is given (PNG through ``vl-convert-python``, a dependency).
 
     .venv/bin/python benchmarks/long_inputs.py [--lengths 512 1024 2048 4096 8192] [--out benchmarks/out]
 """

@@ -1,0 +1,54 @@
+"""Finding and starting the system Chromium for Playwright tests (Playwright's own browser download
+is not used). Without a Chromium a test skips, or fails where PROBES_REQUIRE_BROWSER=1 (CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ADVICE = ("no Chromium found: install it (apt-get install chromium) or point the CHROMIUM "
+          "environment variable at a Chromium executable")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def chromium_path() -> str | None:
+    """$CHROMIUM, else /usr/bin/chromium, else chromium or chromium-browser on PATH."""
+    if env := os.environ.get("CHROMIUM"):
+        return env
+    if Path("/usr/bin/chromium").exists():
+        return "/usr/bin/chromium"
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def unavailable(reason: str):
+    """Skip the test, or fail it where PROBES_REQUIRE_BROWSER=1 (CI)."""
+    if os.environ.get("PROBES_REQUIRE_BROWSER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def sync_playwright():
+    """Playwright's ``sync_playwright()``; skips (or fails) when Playwright is not installed."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright is not installed: pip install -c constraints.txt -e '.[test]'")
+    return sync_playwright()
+
+
+def launch(playwright):
+    """A headless system Chromium; skips the test (or fails) when there is none."""
+    if (path := chromium_path()) is None:
+        unavailable(ADVICE)
+    return playwright.chromium.launch(executable_path=path, args=ARGS)
+
+
+def offline_page(browser):
+    """A new page whose requests to http(s) addresses all fail, as on a machine without internet."""
+    page = browser.new_page()
+    page.route("**/*", lambda r: r.abort() if r.request.url.startswith("http") else r.continue_())
+    return page
