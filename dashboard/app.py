@@ -1,11 +1,13 @@
-"""The attention workbench (first page): pick a model, type a sentence, see a head's attention, and
-whether our from-scratch forward pass agrees with Hugging Face.
+"""The attention workbench: pick a model, type a sentence, and look at what each head does, why (the
+Q/K/V arithmetic), whether our from-scratch pass agrees with Hugging Face, and which heads are
+positional, syntactic or semantic over a dataset.
 
-Run with ``make app`` (or ``streamlit run dashboard/app.py``)."""
+Run with ``make app`` (or ``streamlit run dashboard/app.py``). This file is the frame: the view state
+(mirrored to the URL), the sidebar and the navigation; each page lives in ``dashboard/views/``."""
 
 from __future__ import annotations
 
-import os
+import logging
 import sys
 from pathlib import Path
 
@@ -14,87 +16,152 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
 import probes  # noqa: E402
-from dashboard.charts import attention_heatmap  # noqa: E402
-from probes import parity  # noqa: E402
+from dashboard import data, ui  # noqa: E402
+from dashboard.state import ViewState  # noqa: E402
+from dashboard.views import cost, explore, heads, parity, qkv  # noqa: E402
 
-DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
-PUBLIC = os.environ.get("PROBES_PUBLIC", "").lower() in ("1", "true", "yes")
-CUSTOM = "another hub id or local directory…"
-
-
-@st.cache_resource(max_entries=2, show_spinner="Loading the model…")
-def load_model(name: str) -> probes.Model:
-    return probes.load(name, allow_local_paths=not PUBLIC, device="auto")
-
-
-@st.cache_data(max_entries=32, show_spinner="Running the model…")
-def attention_of(name: str, text: str, pair: str | None, source: str, backend: str, layer: int, head: int):
-    """Tokens, one head's probabilities (real tokens only), whether the model is causal, the
-    attention kernel that ran and why it is not the one asked for (if it is not)."""
-    model = load_model(name)
-    trace = probes.run(model, text, pair, source=source, backend=backend)
-    return trace.token_strings(), trace.attention(layer, head).cpu().numpy(), trace.is_causal, trace.backend, trace.note
+CUSTOM = "other…"
+PAGES = {  # url path -> (module, title, icon)
+    "explore": (explore, "Explore", ":material/grid_on:"),
+    "qkv": (qkv, "Q/K/V step by step", ":material/calculate:"),
+    "parity": (parity, "Parity", ":material/rule:"),
+    "heads": (heads, "Heads", ":material/psychology:"),
+    "cost": (cost, "Cost", ":material/speed:"),
+}
+log = logging.getLogger("dashboard")
 
 
-@st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
-def parity_of(name: str, text: str, pair: str | None, backend: str) -> dict:
-    return parity.check(load_model(name), text, pair, backend=backend).to_dict()
+def start_session() -> None:
+    """First run of a browser session: the view comes from the link."""
+    if ui.VIEW in st.session_state:
+        return
+    state, problems = ViewState.from_query(st.query_params.to_dict(), probes.OFFLINE_DEFAULT)
+    st.session_state[ui.VIEW] = state
+    st.session_state["link_problems"] = problems
+    if "page" in st.query_params:
+        st.session_state["goto"] = state.page
 
 
-def sidebar() -> tuple[str, str, str | None]:
-    st.sidebar.title("Attention workbench")
-    choices = [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, CUSTOM]
-    picked = st.sidebar.selectbox(
-        "Model", choices, help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2, shipped with the app (no network)")
-    name = picked
-    if picked == CUSTOM:
-        hint = "a hub id" if PUBLIC else "a hub id or a local model directory"
-        name = st.sidebar.text_input("Model name", placeholder=hint).strip() or probes.OFFLINE_DEFAULT
-    text = st.sidebar.text_area("Text", DEFAULT_TEXT, height=100)
-    pair = st.sidebar.text_input("Second sentence (BERT pairs, optional)").strip() or None
-    return name, text, pair
+def model_choices() -> list[str]:
+    extra = [] if data.public() else ["smollm2"]
+    return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, *extra, CUSTOM]
+
+
+def pick_model(sidebar) -> None:
+    choices = model_choices()
+    current = ui.view().model
+    if st.session_state.get("w_model_pick") not in choices:  # first run (or the list changed): from the view
+        st.session_state["w_model_pick"] = current if current in choices else CUSTOM
+
+    def picked():
+        choice = st.session_state["w_model_pick"]
+        if choice != CUSTOM:
+            ui.update(model=choice)
+
+    sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked,
+                      help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT), shipped with the app: no network")
+    if st.session_state["w_model_pick"] == CUSTOM:
+        hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
+        st.session_state.setdefault("w_model_custom", "" if current in choices else current)
+
+        def typed():
+            ui.update(model=st.session_state["w_model_custom"].strip() or probes.OFFLINE_DEFAULT)
+
+        sidebar.text_input("Model name", key="w_model_custom", placeholder=hint, on_change=typed)
+
+
+def sidebar_input() -> data.Input:
+    sb = st.sidebar
+    sb.title("Attention workbench")
+    pick_model(sb)
+    cap = data.max_chars()
+    ui.bound("text_area", "text", "Text", sb, height=110,
+             help="the sentence to look at" + (f" (up to {cap:,} characters here)" if cap else ""))
+    ui.bound("text_input", "pair", "Second sentence (BERT pairs, optional)", sb)
+    ui.bound("checkbox", "truncate", "Cut to the context window", sb,
+             help="keep the first tokens of a text longer than the model takes, instead of refusing it")
+    v = ui.view()
+    return data.Input(v.model, v.text, v.pair.strip() or None, v.source, v.backend, v.truncate)
+
+
+def sidebar_model(model: probes.Model) -> None:
+    sb = st.sidebar
+    v = ui.view()
+    if not model.scratch_supported and v.source != "hf":
+        ui.update(source="hf")
+    sources = ["hf", "scratch"] if model.scratch_supported else ["hf"]
+    ui.bound("radio", "source", "Source", sb, options=sources, horizontal=True,
+             format_func={"hf": "Hugging Face", "scratch": "From scratch"}.get,
+             help=None if model.scratch_supported else "the from-scratch pass covers GPT-2 and BERT")
+    if ui.view().source == "scratch":
+        import torch
+
+        backends = ["eager", "sdpa", "flash"] if torch.cuda.is_available() or ui.view().backend == "flash" else ["eager", "sdpa"]
+        ui.bound("radio", "backend", "Attention backend", sb, options=backends, horizontal=True,
+                 help="eager keeps every probability; sdpa (and flash, on a CUDA GPU) keep one logsumexp per "
+                      "row and recover the head you look at from it")
+    fixed, problems = ui.view().clamp(model.n_layers, model.n_heads)
+    if problems:
+        ui.update(layer=fixed.layer, head=fixed.head)
+        st.session_state["link_problems"] += problems
+    ui.bound("slider", "layer", "Layer", sb, min_value=0, max_value=model.n_layers - 1)
+    ui.bound("slider", "head", "Head", sb, min_value=0, max_value=model.n_heads - 1)
+
+
+def input_problem(inp: data.Input) -> str | None:
+    cap = data.max_chars()
+    if cap and len(inp.text) + len(inp.pair or "") > cap:
+        return (f"The text is {len(inp.text) + len(inp.pair or ''):,} characters; this deployment takes up to "
+                f"{cap:,}. Shorten it (a few sentences show attention best).")
+    return None
+
+
+def show_link_problems() -> None:
+    for problem in st.session_state.get("link_problems", []):
+        st.warning(problem)
+    st.session_state["link_problems"] = []
 
 
 def main() -> None:
-    st.set_page_config(page_title="Attention workbench", layout="wide")
-    name, text, pair = sidebar()
+    st.set_page_config(page_title="Attention workbench", page_icon=":material/visibility:", layout="wide")
+    start_session()
+    inp = sidebar_input()
+    pages = {key: st.Page(lambda m=module: m.render(ctx), title=title, icon=icon, url_path=key, default=key == "explore")
+             for key, (module, title, icon) in PAGES.items()}
+    page = st.navigation(list(pages.values()))
+    key = page.url_path or "explore"
+    goto = st.session_state.pop("goto", None)
+    if goto and goto != key:
+        st.switch_page(pages[goto])
+    ui.update(page=key)
     try:
-        model = load_model(name)
+        model = data.model_of(inp)
     except probes.ProbesError as exc:
+        show_link_problems()
         st.error(str(exc))
+        st.query_params.from_dict(ui.view().to_query())
         return
-    layer = st.sidebar.slider("Layer", 0, model.n_layers - 1, 0)
-    head = st.sidebar.slider("Head", 0, model.n_heads - 1, 0)
-    sources = ["hf", "scratch"] if model.scratch_supported else ["hf"]
-    source = st.sidebar.radio("Source", sources, format_func={"hf": "Hugging Face", "scratch": "From scratch"}.get,
-                              horizontal=True)
-    backend = "eager"
-    if source == "scratch":
-        backend = st.sidebar.radio(
-            "Attention backend", ["eager", "sdpa", "flash"], horizontal=True,
-            help="eager keeps every probability; sdpa and flash keep one logsumexp per row and recover the "
-                 "head you look at from it (flash needs CUDA, else sdpa runs)")
-    st.header(f"{name}: layer {layer}, head {head}")
+    sidebar_model(model)
+    show_link_problems()
+    inp = data.Input(inp.model, inp.text, inp.pair, ui.view().source, ui.view().backend, inp.truncate)
+    info, error = None, input_problem(inp)
+    if error is None:
+        try:
+            info = data.run_info(inp)
+        except probes.ProbesError as exc:
+            error = str(exc)
+    if info is not None and model.scratch_supported:
+        ui.parity_badge(inp, st.sidebar)
+    ctx = ui.Context(inp, model, info, error)
     try:
-        tokens, weights, causal, ran, note = attention_of(name, text, pair, source, backend, layer, head)
-    except probes.ProbesError as exc:
+        page.run()
+    except (probes.ProbesError, ValueError) as exc:
         st.error(str(exc))
-        return
-    where = "Hugging Face (eager, fp32)" if source == "hf" else f"our from-scratch forward pass, {ran} attention"
-    st.caption(f"{len(tokens)} tokens · {model.n_layers} layers × {model.n_heads} heads · source: {where}")
-    if note:
-        st.info(note)
-    if model.scratch_supported:
-        report = parity_of(name, text, pair, backend)
-        worst = report["attention_max_abs_diff"]
-        versus = f"Hugging Face vs scratch ({report['backend']})"
-        if report["passed"]:
-            st.success(f"Parity: PASS · {versus} · max |Δ| attention {worst:.1e} over every layer and head")
-        else:
-            st.error(f"Parity: FAIL · {versus} · max |Δ| attention {worst:.1e}")
-    else:
-        st.info("This architecture runs in the Hugging Face view only: the from-scratch path covers GPT-2 and BERT.")
-    st.altair_chart(attention_heatmap(tokens, weights, f"Layer {layer}, head {head}", causal=causal), width="content")
+    except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
+        log.exception("page %s failed", key)
+        st.error(f"Something went wrong on this page ({type(exc).__name__}: {exc}). The other pages still "
+                 "work; if it happens again, please report it with this page's link.")
+    st.query_params.from_dict(ui.view().to_query())
 
 
 main()

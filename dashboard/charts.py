@@ -1,5 +1,5 @@
 """Pure functions that turn numbers into altair charts. No Streamlit and no model math here: they
-take plain lists and arrays, so they are tested as chart specs without a browser."""
+take plain lists, arrays and frames, so they are tested as chart specs without a browser."""
 
 from __future__ import annotations
 
@@ -7,42 +7,226 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0
+PALETTE = ["#08519c", "#e6550d", "#31a354", "#756bb1"]
+QUADRATIC = "c·L² (quadratic)"
+MAX_CELLS = 64  # a heatmap wider than this is windowed by the caller: never ship L² cells for long inputs
 
-def attention_frame(tokens: list[str], weights: np.ndarray, causal: bool = False) -> pd.DataFrame:
-    """Long table of one head: one row per (query, key) pair, with positions so that repeated
-    tokens stay distinct. For a causal model the future (key after query) is left out, so the
-    chart shows it blank rather than as a confident zero."""
-    n = len(tokens)
-    if weights.shape != (n, n):
-        raise ValueError(f"weights are {weights.shape}, expected ({n}, {n}) for {n} tokens")
-    q, k = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+
+def labels(tokens: list[str], start: int = 0) -> list[str]:
+    """Axis labels that keep repeated tokens distinct: ``"3: she"``."""
+    return [f"{start + i}: {t}" for i, t in enumerate(tokens)]
+
+
+def attention_frame(tokens: list[str], weights: np.ndarray, causal: bool = False, start: int = 0,
+                    key_tokens: list[str] | None = None, key_start: int | None = None) -> pd.DataFrame:
+    """Long table of one head: one row per (query, key) pair. ``start``/``key_start`` are the
+    positions of the first query/key shown (a window of a long input). For a causal model the
+    future (key after query) is left out, so the chart shows it blank rather than as a confident 0."""
+    key_tokens = tokens if key_tokens is None else key_tokens
+    key_start = start if key_start is None else key_start
+    if weights.shape != (len(tokens), len(key_tokens)):
+        raise ValueError(f"weights are {weights.shape}, expected ({len(tokens)}, {len(key_tokens)}) for the tokens given")
+    q, k = np.meshgrid(np.arange(len(tokens)), np.arange(len(key_tokens)), indexing="ij")
+    qlab, klab = labels(tokens, start), labels(key_tokens, key_start)
     frame = pd.DataFrame({
-        "query_pos": q.ravel(),
-        "key_pos": k.ravel(),
+        "query_pos": q.ravel() + start,
+        "key_pos": k.ravel() + key_start,
+        "query": np.asarray(qlab, dtype=object)[q.ravel()],
+        "key": np.asarray(klab, dtype=object)[k.ravel()],
         "weight": weights.astype(float).ravel(),
     })
-    labels = [f"{i}: {t}" for i, t in enumerate(tokens)]
-    frame["query"] = [labels[i] for i in frame["query_pos"]]
-    frame["key"] = [labels[i] for i in frame["key_pos"]]
     if causal:
         frame = frame[frame["key_pos"] <= frame["query_pos"]]
     return frame.reset_index(drop=True)
 
 
-def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False) -> alt.Chart:
-    """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at)."""
-    frame = attention_frame(tokens, weights, causal)
-    order = [f"{i}: {t}" for i, t in enumerate(tokens)]
-    step = 22 if len(tokens) <= 40 else max(6, 880 // len(tokens))  # one cell per token, labels readable
+def _step(n: int) -> int:
+    return 22 if n <= 40 else max(10, 880 // n)  # one cell per token, labels readable
+
+
+def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False,
+                      start: int = 0, query: int | None = None) -> alt.Chart:
+    """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at); the
+    exact weight in the tooltip. ``query`` (a position) outlines that row."""
+    frame = attention_frame(tokens, weights, causal, start)
+    order = labels(tokens, start)
+    step = _step(len(tokens))
+    base = alt.Chart(frame).encode(
+        x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+        y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
+    )
+    rect = base.mark_rect().encode(
+        color=alt.Color("weight:Q", scale=BLUE, title="weight"),
+        tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+    )
+    layers = [rect]
+    if query is not None and start <= query < start + len(tokens):
+        row = frame[frame["query_pos"] == query]
+        layers.append(alt.Chart(row).mark_rect(fill=None, stroke="#e6550d", strokeWidth=1.5)
+                      .encode(x=alt.X("key:N", sort=order), y=alt.Y("query:N", sort=order)))
+    return alt.layer(*layers, title=title).properties(width=alt.Step(step), height=alt.Step(step))
+
+
+def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False) -> alt.Chart:
+    """Where one query token looks: one bar per key token, in text order."""
+    if len(row) != len(tokens):
+        raise ValueError(f"{len(row)} weights for {len(tokens)} tokens")
+    keys = labels(tokens)
+    frame = pd.DataFrame({"key_pos": np.arange(len(tokens)), "key": keys, "weight": np.asarray(row, dtype=float)})
+    if causal:
+        frame = frame[frame["key_pos"] <= query]
+    return (
+        alt.Chart(frame, title=f"Where {keys[query]!r} looks")
+        .mark_bar(color="#08519c")
+        .encode(
+            x=alt.X("key:N", sort=keys, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            y=alt.Y("weight:Q", scale=alt.Scale(domain=[0, 1]), title="attention weight"),
+            tooltip=[alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+        )
+        .properties(width=alt.Step(_step(len(tokens))), height=180)
+    )
+
+
+def layer_multiples(weights: np.ndarray, layer: int, selected: int | None = None, causal: bool = False,
+                    columns: int = 6) -> alt.Chart:
+    """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``), to spot the patterns
+    side by side; the selected head's title is marked."""
+    h, n, _ = weights.shape
+    names = [f"{layer}.{head}" + (" ◀" if head == selected else "") for head in range(h)]
+    hh, q, k = np.meshgrid(np.arange(h), np.arange(n), np.arange(n), indexing="ij")
+    frame = pd.DataFrame({"head": np.asarray(names, dtype=object)[hh.ravel()], "query_pos": q.ravel(),
+                          "key_pos": k.ravel(), "weight": weights.astype(float).ravel()})
+    if causal:
+        frame = frame[frame["key_pos"] <= frame["query_pos"]]
+    cell = max(1, 96 // n)
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("key_pos:O", axis=None),
+            y=alt.Y("query_pos:O", axis=None),
+            color=alt.Color("weight:Q", scale=BLUE, legend=None),
+            tooltip=[alt.Tooltip("head:N"), alt.Tooltip("query_pos:O"), alt.Tooltip("key_pos:O"),
+                     alt.Tooltip("weight:Q", format=".4f")],
+        )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        .facet(facet=alt.Facet("head:N", sort=names, title=None, header=alt.Header(labelFontSize=12)),
+               columns=columns)
+    )
+
+
+def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
+    """Layers × heads grid of max |Δ| between Hugging Face and the scratch pass (log colour scale);
+    heads above the tolerance are outlined in red."""
+    layers, heads = diffs.shape
+    l, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    d = diffs.astype(float).ravel()
+    frame = pd.DataFrame({"layer": l.ravel(), "head": h.ravel(), "max_abs_diff": d,
+                          "shown": np.maximum(d, 1e-12), "within": d <= tolerance})
+    base = alt.Chart(frame).encode(
+        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"))
+    rect = base.mark_rect().encode(
+        color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[1e-12, max(tolerance * 10, d.max(initial=0))],
+                                                   scheme="greens", reverse=True), title="max |Δ|"),
+        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("max_abs_diff:Q", format=".2e"),
+                 alt.Tooltip("within:N", title="within tolerance")],
+    )
+    failed = base.transform_filter("!datum.within").mark_rect(fill=None, stroke="#cb181d", strokeWidth=2)
+    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.0e})").properties(
+        width=alt.Step(28), height=alt.Step(28))
+
+
+def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
+              value: str = "score") -> alt.Chart:
+    """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
+    that (layer, head): the selection is named ``head``."""
+    rows = frame[frame["label"] == label]
+    if rows.empty:
+        raise ValueError(f"no rows for label {label!r}")
+    pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
+    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".3f")]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".3f") for c in ("baseline", "mean_attention") if c in rows and c != value]
+    tooltip += [alt.Tooltip("n:Q")] if "n" in rows else []
+    base = alt.Chart(rows).encode(
+        x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
+        y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
+    )
+    rect = base.mark_rect(cursor="pointer").encode(
+        color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="viridis"), title=value),
+        tooltip=tooltip,
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
+    ).add_params(pick)
+    layers = [rect]
+    if selected is not None:
+        mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
+        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke="#e6550d", strokeWidth=2.5)
+                      .encode(x="head:O", y="layer:O"))
+    return alt.layer(*layers, title=f"{label}: {value} by head (click a cell to open it)").properties(
+        width=alt.Step(30), height=alt.Step(30))
+
+
+def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None = None) -> alt.Chart:
+    """A measure (``y``: a column of a tidy ``tokens, path, …`` table) against input length, one line
+    per path, log-log; ``quadratic`` = c draws the curve c·L² for comparison."""
+    data = frame[["tokens", "path", y]].dropna()
+    paths = list(dict.fromkeys(data["path"]))
+    colours = PALETTE[: len(paths)]
+    if quadratic is not None:
+        grid = np.unique(np.geomspace(data["tokens"].min(), data["tokens"].max(), 24).round())
+        data = pd.concat([data, pd.DataFrame({"tokens": grid, "path": QUADRATIC, y: quadratic * grid**2})])
+        paths, colours = paths + [QUADRATIC], colours + ["#969696"]
+    return (
+        alt.Chart(data, title=title)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2), title="input length (tokens)"),
+            y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=y.replace("_", " ")),
+            color=alt.Color("path:N", title=None, scale=alt.Scale(domain=paths, range=colours),
+                            legend=alt.Legend(orient="bottom", direction="vertical")),
+            strokeDash=alt.condition(alt.datum.path == QUADRATIC, alt.value([4, 3]), alt.value([1, 0])),
+            tooltip=[alt.Tooltip("path:N"), alt.Tooltip("tokens:Q"), alt.Tooltip(f"{y}:Q", format=".4g")],
+        )
+        .properties(width=380, height=280)
+    )
+
+
+def step_bars(tokens: list[str], steps: dict[str, np.ndarray], query: int) -> alt.Chart:
+    """The Q/K/V steps for one query: one bar chart per step (raw score, scaled, softmax weight), keys
+    in text order, masked keys left out."""
+    keys = labels(tokens)
+    frames = [pd.DataFrame({"step": name, "key": keys, "key_pos": np.arange(len(keys)), "value": np.asarray(v, float)})
+              for name, v in steps.items()]
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame[np.isfinite(frame["value"])]
+    return (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("key:N", sort=keys, title=None, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            y=alt.Y("value:Q", title=None),
+            color=alt.condition(alt.datum.key_pos == query, alt.value("#e6550d"), alt.value("#08519c")),
+            tooltip=[alt.Tooltip("step:N"), alt.Tooltip("key:N"), alt.Tooltip("value:Q", format=".6f")],
+        )
+        .properties(width=alt.Step(_step(len(tokens))), height=140)
+        .facet(row=alt.Row("step:N", sort=list(steps), title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+        .resolve_scale(y="independent")
+    )
+
+
+def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
+    """Vectors as rows of coloured cells (q, and each k or v), diverging around 0."""
+    frame = pd.concat([pd.DataFrame({"vector": name, "dim": np.arange(len(v)), "value": np.asarray(v, float)})
+                       for name, v in rows.items()], ignore_index=True)
+    top = float(np.abs(frame["value"]).max()) or 1.0
     return (
         alt.Chart(frame, title=title)
         .mark_rect()
         .encode(
-            x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
-            y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
-            # white is exactly 0: a pale cell means "little", never "nothing" drawn as something
-            color=alt.Color("weight:Q", scale=alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"]), title="weight"),
-            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+            x=alt.X("dim:O", title="dimension", axis=alt.Axis(labels=False, ticks=False)),
+            y=alt.Y("vector:N", sort=list(rows), title=None, axis=alt.Axis(labelOverlap=False)),
+            color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", domain=[-top, top], reverse=True), title="value"),
+            tooltip=[alt.Tooltip("vector:N"), alt.Tooltip("dim:O"), alt.Tooltip("value:Q", format=".5f")],
         )
-        .properties(width=alt.Step(step), height=alt.Step(step))
+        .properties(width=alt.Step(8), height=alt.Step(16))
     )

@@ -1,65 +1,234 @@
-"""The app, driven headless by Streamlit's AppTest on the offline default."""
+"""The app, driven headless by Streamlit's AppTest on the offline default: every page, the shareable
+link, and every bad input the app must answer with advice instead of a traceback."""
 
+from __future__ import annotations
+
+import json
+import re
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 
-def _chart_spec(at) -> str:
-    charts = at.get("vega_lite_chart")
-    assert len(charts) == 1
-    return charts[0].proto.spec
-
-
-def _app():
-    at = AppTest.from_file(APP, default_timeout=120)
+def _app(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    for key, value in params.items():
+        at.query_params[key] = str(value)
     at.run()
+    assert not at.exception, at.exception
     return at
 
 
-def test_opens_on_the_offline_default_with_a_heatmap_and_parity():
+def _specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+
+
+def _titles(at) -> list[str]:
+    return [s.get("title") if isinstance(s.get("title"), str) else (s.get("title") or {}).get("text") for s in _specs(at)]
+
+
+def _rows(at, title: str) -> list[dict]:
+    """The data rows of the chart with this title (Streamlit ships chart data as Arrow, beside the spec)."""
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec]
+    assert charts, f"no chart titled {title!r}"
+    return [r for d in charts[0].proto.datasets for r in convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")]
+
+
+def _texts(elements) -> str:
+    return "\n".join(e.value for e in elements)
+
+
+def _rerun(at) -> AppTest:
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+# -- the frame, Explore ----------------------------------------------------------------------------
+def test_opens_on_the_offline_default_with_heatmap_query_bars_multiples_and_parity_badge():
     at = _app()
-    assert not at.exception
     assert at.sidebar.selectbox[0].value == "minilm"
     assert at.header[0].value == "minilm: layer 0, head 0"
-    assert any("Parity: PASS" in s.value for s in at.success)
-    assert '"Layer 0, head 0"' in _chart_spec(at)
+    assert "Parity PASS" in _texts(at.sidebar.markdown)
+    titles = _titles(at)
+    assert "Layer 0, head 0" in titles and "Where '10: she' looks" in titles
+    facet = [s for s in _specs(at) if "facet" in s][0]
+    assert facet["facet"]["sort"][0] == "0.0 ◀" and len(facet["facet"]["sort"]) == 12
+    assert at.query_params["model"] == ["minilm"] or at.query_params["model"] == "minilm"
 
 
-def test_changing_the_head_changes_the_view():
+def test_changing_the_head_and_query_changes_the_view_and_the_link():
     at = _app()
-    at.sidebar.slider[1].set_value(7).run()
-    assert not at.exception
+    at.sidebar.slider(key="w_head").set_value(7)
+    _rerun(at)
     assert at.header[0].value == "minilm: layer 0, head 7"
-    assert '"Layer 0, head 7"' in _chart_spec(at)
-    assert at.sidebar.slider[1].max == 11 and at.sidebar.slider[0].max == 5
+    assert "Layer 0, head 7" in _titles(at)
+    assert at.sidebar.slider(key="w_head").max == 11 and at.sidebar.slider(key="w_layer").max == 5
+    at.selectbox(key="w_query").set_value(12)
+    _rerun(at)
+    assert "Where '12: hungry' looks" in _titles(at)
+    assert {k: at.query_params[k] for k in ("head", "query")} in ({"head": "7", "query": "12"},
+                                                                     {"head": ["7"], "query": ["12"]})
 
 
-def test_empty_text_shows_advice_not_a_traceback():
+def test_the_heatmap_weights_are_the_models():
+    import numpy as np
+
+    import probes
+
+    at = _app(layer=2, head=5)
+    rows = [r for r in _rows(at, '"Layer 2, head 5"') if "weight" in r]
+    model = probes.load("minilm")
+    ref = probes.run(model, at.sidebar.text_area[0].value).attention(2, 5).numpy()
+    got = np.zeros_like(ref)
+    for r in rows:
+        got[r["query_pos"], r["key_pos"]] = r["weight"]
+    assert np.abs(got - ref).max() < 1e-6
+
+
+def test_word_level_toggle_merges_pieces():
+    at = _app(text="Xiaohong was hungry")
+    tokens_axis = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0"][0]
+    assert any("##" in t for t in json.dumps(tokens_axis).split('"'))  # xiaohong is split into pieces
+    at.toggle(key="w_words").set_value(True)
+    _rerun(at)
+    spec = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
+    assert spec["layer"][0]["encoding"]["x"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
+
+
+def test_bertviz_views_are_embedded_and_capped():
     at = _app()
-    at.sidebar.text_area[0].set_value("   ").run()
-    assert not at.exception
-    assert any("empty" in e.value for e in at.error)
+    at.toggle(key="bertviz").set_value(True)
+    _rerun(at)
+    frames = at.get("iframe")
+    assert len(frames) == 2
+    html = frames[0].proto.srcdoc
+    assert not re.search(r'src="https?:', html) and '"gave"' in html and "d3js.org v5" in html
+    at = _app(text="word " * 80)
+    at.toggle(key="bertviz").set_value(True)
+    _rerun(at)
+    assert not at.get("iframe") and "64 tokens" in _texts(at.info)
 
 
-def test_unknown_model_shows_advice(tmp_path):
+# -- the other pages --------------------------------------------------------------------------------
+def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model():
+    at = _app(page="qkv", layer=3, head=4, query=10)
+    assert at.header[0].value == "Q/K/V step by step: layer 3, head 4"
+    assert at.selectbox(key="w_query").value == 10
+    steps = [s for s in _specs(at) if "facet" in s][0]
+    assert steps["facet"]["row"]["sort"] == ["q·k", "q·k × scale", "softmax weight"]
+    table = at.dataframe[0].value
+    assert abs(table["softmax weight"].sum() - 1) < 1e-6
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-6
+    assert "reproduce the model's own attention row for 10: she" in _texts(at.caption)
+
+
+def test_parity_page_shows_the_per_head_grid_and_a_pass():
+    at = _app(page="parity")
+    assert "PASS" in _texts(at.success)
+    cells = [r for r in _rows(at, "per head") if "max_abs_diff" in r]
+    assert len(cells) == 72 and all(r["within"] for r in cells)
+    assert "python -m probes parity --model minilm" in at.code[0].value
+
+
+def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
+    at = _app(page="heads")
+    at.selectbox(key="probe").set_value("positional")
+    at.number_input(key="probe_limit").set_value(5)
+    at.button[0].click()
+    _rerun(at)
+    assert "previous" in at.selectbox(key="heads_label").options
+    table = at.dataframe[0].value
+    assert len(table) == 72 and table["score"].is_monotonic_decreasing
+    at = _app(page="heads")
+    at.segmented_control(key="heads_how").set_value("Upload a table")
+    _rerun(at)
+    csv = b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,nsubj,0,0,0.1\n"
+    at.file_uploader(key="probe_upload").set_value(("mine.csv", csv, "text/csv"))
+    _rerun(at)
+    assert list(at.dataframe[0].value["score"]) == [0.9, 0.1]
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    assert [p["name"] for p in grid["params"]] == ["head"] and grid["params"][0]["select"]["on"] == "click"
+    at.file_uploader(key="probe_upload").set_value(("bad.csv", b"a,b\n1,2\n", "text/csv"))
+    _rerun(at)
+    assert "missing column(s) label, layer, head, score" in _texts(at.error)
+
+
+def test_cost_page_draws_the_saved_benchmark_and_measures_live():
+    at = _app(page="cost")
+    specs = _specs(at)
+    assert any("c·L² (quadratic)" in json.dumps(s, ensure_ascii=False) for s in specs)
+    at.multiselect(key="cost_lengths").set_value([16, 32])
+    at.button[0].click()
+    _rerun(at)
+    live = at.dataframe[0].value
+    assert sorted(live["tokens"].unique()) == [16, 32] and (live["seconds"] > 0).all()
+
+
+# -- bad input ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ("   ", "empty"),
+    ("hungry " * 2858, "minilm reads at most 512: shorten it"),  # 20,006 characters, ~2,860 tokens > 512
+])
+def test_bad_text_gets_advice_and_the_app_recovers(text, message):
     at = _app()
-    at.sidebar.selectbox[0].set_value("another hub id or local directory…").run()
-    at.sidebar.text_input[0].set_value(str(tmp_path / "missing")).run()
-    assert not at.exception
-    assert any("no model directory" in e.value for e in at.error)
+    at.sidebar.text_area[0].set_value(text)
+    _rerun(at)
+    assert message in _texts(at.error)
+    at.sidebar.text_area[0].set_value("She was hungry.")
+    _rerun(at)
+    assert not at.error and at.header[0].value == "minilm: layer 0, head 0"
 
 
-def test_scratch_backends_say_which_kernel_ran(monkeypatch):
-    from probes.scratch import flash
+def test_too_long_text_can_be_cut_to_the_context_window():
+    at = _app(text="hungry " * 2858, truncate=1)
+    assert "the rest was cut off" in _texts(at.warning)
+    assert "Layer 0, head 0" in _titles(at)
 
-    monkeypatch.setattr(flash, "interpreting", lambda: False)  # as on a CPU-only machine
+
+def test_emoji_cjk_and_control_characters_render():
+    at = _app(text="她很饿 🙂 tab\there\x07bell")
+    assert not at.error
+    spec = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0"][0]
+    labels = spec["layer"][0]["encoding"]["x"]["sort"]
+    assert any("[UNK:🙂]" in x for x in labels) and any("饿" in x for x in labels)
+    assert not any("\x07" in x or "\t" in x for x in labels)
+
+
+def test_unknown_and_broken_models_get_advice(tmp_path):
     at = _app()
-    at.sidebar.radio[0].set_value("scratch").run()
-    at.sidebar.radio[1].set_value("flash").run()
-    assert not at.exception
-    assert "sdpa:flash_attention_cpu attention" in at.caption[0].value
-    assert any("flash needs CUDA" in i.value for i in at.info)
-    assert '"Layer 0, head 0"' in _chart_spec(at)
+    at.sidebar.selectbox[0].set_value("other…")
+    _rerun(at)
+    at.sidebar.text_input(key="w_model_custom").set_value("nobody/no-such-model")
+    _rerun(at)
+    assert "nobody/no-such-model" in _texts(at.error)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    at.sidebar.text_input(key="w_model_custom").set_value(str(broken))
+    _rerun(at)
+    assert at.error and "Traceback" not in _texts(at.error)
+    at.sidebar.selectbox[0].set_value("minilm")
+    _rerun(at)
+    assert not at.error and at.header[0].value == "minilm: layer 0, head 0"
+
+
+def test_a_bad_link_is_explained_and_clamped():
+    at = _app(layer=40, head="x")
+    warnings = _texts(at.warning)
+    assert "head='x' ignored" in warnings and "layer 40 does not exist here (0–5): showing 5" in warnings
+    assert at.header[0].value == "minilm: layer 5, head 0"
+
+
+def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_path):
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    at = _app(model=str(tmp_path))
+    assert "local" in _texts(at.error).lower()
+    assert "smollm2" not in at.sidebar.selectbox[0].options
+    at = _app(text="a" * 2500)
+    assert "this deployment takes up to 2,000" in _texts(at.error)

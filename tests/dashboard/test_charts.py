@@ -1,25 +1,111 @@
+"""Chart functions as altair specs: what a reader of the chart would see (order, values, blanks,
+marks), validated against the Vega-Lite schema by ``to_dict``."""
+
 import numpy as np
+import pandas as pd
 import pytest
 
-from dashboard.charts import attention_frame, attention_heatmap
+from dashboard import charts
+
+
+def _rows(spec: dict) -> list[dict]:
+    return [r for rows in spec["datasets"].values() for r in rows]
 
 
 def test_heatmap_spec_carries_exact_weights_and_order():
     tokens = ["[CLS]", "she", "she", "[SEP]"]
     w = np.eye(4) * 0.75 + 0.0625
-    spec = attention_heatmap(tokens, w, "L0 H0").to_dict()
-    assert spec["mark"]["type"] == "rect"
-    assert spec["encoding"]["x"]["sort"] == ["0: [CLS]", "1: she", "2: she", "3: [SEP]"]
-    rows = next(iter(spec["datasets"].values()))
+    spec = charts.attention_heatmap(tokens, w, "L0 H0").to_dict()
+    rect = spec["layer"][0]
+    assert spec["title"] == "L0 H0" and rect["mark"]["type"] == "rect"
+    assert rect["encoding"]["x"]["sort"] == ["0: [CLS]", "1: she", "2: she", "3: [SEP]"]
+    rows = _rows(spec)
     assert len(rows) == 16
     assert {r["weight"] for r in rows if r["query_pos"] == r["key_pos"]} == {0.8125}
+    assert rect["encoding"]["color"]["scale"]["domain"] == [0, 1]
+
+
+def test_heatmap_outlines_the_query_row_and_windows_keep_positions():
+    w = np.full((3, 3), 1 / 3)
+    spec = charts.attention_heatmap(["c", "d", "e"], w, "window", start=10, query=11).to_dict()
+    outline = spec["layer"][1]
+    assert outline["mark"]["stroke"] == "#e6550d"
+    outlined = [r for r in spec["datasets"][outline["data"]["name"]]]
+    assert {r["query"] for r in outlined} == {"11: d"} and len(outlined) == 3
+    assert spec["layer"][0]["encoding"]["y"]["sort"] == ["10: c", "11: d", "12: e"]
+    spec = charts.attention_heatmap(["c", "d", "e"], w, start=10, query=2).to_dict()  # query outside the window
+    assert len(spec["layer"]) == 1
 
 
 def test_causal_future_is_left_blank():
-    frame = attention_frame(["a", "b", "c"], np.tril(np.ones((3, 3))) / 3, causal=True)
+    frame = charts.attention_frame(["a", "b", "c"], np.tril(np.ones((3, 3))) / 3, causal=True)
     assert len(frame) == 6 and (frame["key_pos"] <= frame["query_pos"]).all()
 
 
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="expected"):
-        attention_frame(["a", "b"], np.ones((3, 3)))
+        charts.attention_frame(["a", "b"], np.ones((3, 3)))
+    with pytest.raises(ValueError, match="3 weights for 2 tokens"):
+        charts.query_bars(["a", "b"], np.ones(3), 0)
+
+
+def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
+    spec = charts.query_bars(["a", "b", "c"], np.array([0.25, 0.75, 0.0]), query=1, causal=True).to_dict()
+    assert spec["title"] == "Where '1: b' looks"
+    assert [(r["key"], r["weight"]) for r in _rows(spec)] == [("0: a", 0.25), ("1: b", 0.75)]
+    assert spec["encoding"]["x"]["sort"] == ["0: a", "1: b", "2: c"]
+
+
+def test_layer_multiples_facet_every_head_and_mark_the_selected_one():
+    w = np.random.default_rng(0).random((4, 3, 3))
+    spec = charts.layer_multiples(w, layer=2, selected=1, causal=True).to_dict()
+    assert spec["facet"]["sort"] == ["2.0", "2.1 ◀", "2.2", "2.3"]
+    rows = _rows(spec)
+    assert len(rows) == 4 * 6  # the causal future left out
+    got = {(r["head"], r["query_pos"], r["key_pos"]): r["weight"] for r in rows}
+    assert got[("2.3", 2, 1)] == pytest.approx(w[3, 2, 1])
+
+
+def test_parity_heatmap_outlines_heads_over_tolerance():
+    diffs = np.array([[0.0, 2e-6], [3e-5, 1e-7]])
+    spec = charts.parity_heatmap(diffs, 1e-5).to_dict()
+    rows = _rows(spec)
+    assert [r["within"] for r in rows] == [True, True, False, True]
+    assert spec["layer"][1]["transform"] == [{"filter": "!datum.within"}]
+    assert spec["layer"][0]["encoding"]["color"]["scale"]["type"] == "log"
+
+
+def test_head_grid_is_clickable_and_marks_the_selected_head():
+    frame = pd.DataFrame({"label": ["nsubj", "nsubj", "obj"], "layer": [0, 1, 0], "head": [1, 0, 0],
+                          "score": [0.5, 0.9, 0.2], "baseline": [0.3] * 3, "n": [10] * 3})
+    spec = charts.head_grid(frame, "nsubj", n_layers=2, n_heads=2, selected=(1, 0)).to_dict()
+    assert spec["params"][0]["name"] == "head" and spec["params"][0]["select"]["fields"] == ["layer", "head"]
+    scores = {(r["layer"], r["head"]): r["score"] for r in spec["datasets"][spec["layer"][0]["data"]["name"]]}
+    assert scores == {(0, 1): 0.5, (1, 0): 0.9}
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [0, 1]
+    with pytest.raises(ValueError, match="no rows for label 'amod'"):
+        charts.head_grid(frame, "amod", 2, 2)
+
+
+def test_cost_chart_draws_the_quadratic_curve():
+    frame = pd.DataFrame({"tokens": [16, 32, 64], "path": "HF", "bytes": [256.0, 1024.0, 4096.0]})
+    spec = charts.cost_chart(frame, "bytes", "memory", quadratic=1.0).to_dict()
+    curve = [r for r in _rows(spec) if r["path"] == "c·L² (quadratic)"]
+    assert curve[0]["tokens"] == 16 and curve[-1]["tokens"] == 64
+    assert all(r["bytes"] == r["tokens"] ** 2 for r in curve)
+    assert spec["encoding"]["x"]["scale"]["type"] == "log"
+
+
+def test_step_bars_leave_masked_keys_out_and_highlight_the_query():
+    steps = {"q·k": np.array([1.0, 2.0, np.nan]), "softmax weight": np.array([0.27, 0.73, np.nan])}
+    spec = charts.step_bars(["a", "b", "c"], steps, query=1).to_dict()
+    rows = _rows(spec)
+    assert len(rows) == 4 and {r["key"] for r in rows} == {"0: a", "1: b"}
+    assert spec["facet"]["row"]["sort"] == ["q·k", "softmax weight"]
+    assert spec["resolve"]["scale"]["y"] == "independent"
+
+
+def test_vectors_heatmap_is_symmetric_around_zero():
+    spec = charts.vectors_heatmap({"q": np.array([1.0, -3.0]), "k": np.array([0.5, 2.0])}, "vectors").to_dict()
+    assert spec["encoding"]["color"]["scale"]["domain"] == [-3.0, 3.0]
+    assert spec["encoding"]["y"]["sort"] == ["q", "k"]

@@ -1,0 +1,164 @@
+"""What the pages ask ``probes`` for, cached. Keys are plain values (model name, text, pair, source,
+backend, layer, head…), never tensors.
+
+* models: ``st.cache_resource``, at most ``MODELS_LOADED`` at once (a model is hundreds of MB);
+* traces: ``st.cache_resource`` too, bounded: a Trace holds tensors, and ``st.cache_data`` would
+  pickle and copy all of them on every rerun just to read one head;
+* everything the pages draw (one head, one layer, the Q/K/V steps, parity): ``st.cache_data``, small
+  numpy arrays and frames, so a head change reruns no model;
+* probe tables: in the session (see ``probe_table``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import probes
+from probes import explain, parity
+
+MODELS_LOADED = 2
+TRACES_KEPT = 6
+
+
+def public() -> bool:
+    """A public deployment (``PROBES_PUBLIC=1`` in the environment or in Streamlit secrets): hub ids
+    only, never a local path, and a cap on input length."""
+    value = os.environ.get("PROBES_PUBLIC")
+    if value is None:
+        try:
+            value = str(st.secrets.get("PROBES_PUBLIC", ""))
+        except Exception:  # noqa: BLE001 - no secrets file at all
+            value = ""
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def max_chars() -> int | None:
+    """Longest text accepted: ``PROBES_MAX_CHARS``, by default 2,000 characters on a public deployment
+    and no cap otherwise (the model's context window still applies)."""
+    raw = os.environ.get("PROBES_MAX_CHARS")
+    if raw and raw.isdigit():
+        return int(raw)
+    return 2000 if public() else None
+
+
+@dataclass(frozen=True)
+class Input:
+    """Everything that decides a forward pass: the cache key of a trace."""
+
+    model: str
+    text: str
+    pair: str | None
+    source: str
+    backend: str
+    truncate: bool
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    tokens: list[str]
+    causal: bool
+    backend: str  # the kernel that ran
+    note: str  # why it is not the one asked for
+    truncated_from: int | None  # original token count, when the input was cut to the context window
+
+
+@st.cache_resource(max_entries=MODELS_LOADED, show_spinner="Loading the model…")
+def load_model(name: str, allow_local_paths: bool) -> probes.Model:
+    return probes.load(name, allow_local_paths=allow_local_paths, device="auto")
+
+
+def model_of(inp: Input) -> probes.Model:
+    return load_model(inp.model, not public())
+
+
+@st.cache_resource(max_entries=TRACES_KEPT, show_spinner="Running the model…")
+def trace(inp: Input) -> probes.Trace:
+    return probes.run(model_of(inp), inp.text, inp.pair, source=inp.source, truncate=inp.truncate,
+                      backend=inp.backend)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def run_info(inp: Input) -> RunInfo:
+    t = trace(inp)
+    cut = model_of(inp).encode(inp.text, inp.pair, truncate=inp.truncate).truncated_from[0]
+    return RunInfo(t.token_strings(), t.is_causal, t.backend, t.note, cut)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def head(inp: Input, layer: int, head: int, rows: tuple[int, int] | None = None) -> np.ndarray:
+    """One head's probabilities ``[r, n]`` (``rows``: a window of query rows, start and stop)."""
+    picked = slice(*rows) if rows else None
+    return trace(inp).attention(layer, head, rows=picked).float().cpu().numpy()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def layer(inp: Input, layer: int, window: tuple[int, int]) -> np.ndarray:
+    """Every head of one layer over a window of tokens (start, stop): ``[H, w, w]``."""
+    lo, hi = window
+    return trace(inp).attention(layer, rows=slice(lo, hi))[..., lo:hi].float().cpu().numpy()
+
+
+@st.cache_data(max_entries=8, show_spinner="Drawing bertviz's view…")
+def bertviz_html(inp: Input, kind: str) -> str:
+    """bertviz's head or model view of every layer, self-contained (see ``bertviz_embed``)."""
+    from . import bertviz_embed
+
+    t = trace(inp)
+    attention = [t.attention(i).float().cpu().numpy() for i in range(t.n_layers)]
+    draw = bertviz_embed.head_view_html if kind == "head" else bertviz_embed.model_view_html
+    return draw(attention, t.token_strings(), sentence_b_start(inp))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def words(inp: Input, layer: int, head: int) -> tuple[list[str], np.ndarray]:
+    return explain.word_level(trace(inp), layer, head, inp.text, inp.pair)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
+    return explain.query_steps(trace(inp), model_of(inp), layer, head, query)
+
+
+@st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
+def parity_report(inp: Input) -> dict:
+    """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
+    with the chosen backend (eager when the page shows Hugging Face)."""
+    backend = inp.backend if inp.source == "scratch" else "eager"
+    return parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=backend).to_dict()
+
+
+def sentence_b_start(inp: Input) -> int | None:
+    """Index (among real tokens) of the second sentence's first token, for bertviz."""
+    if not inp.pair:
+        return None
+    t = trace(inp)
+    real = [t.tokens[0][i] for i in t.attention_mask[0].nonzero().squeeze(-1).tolist()]
+    segments = [getattr(tok, "segment", 0) for tok in real]
+    return segments.index(1) if 1 in segments else None
+
+
+PROBE_TABLES_KEPT = 4
+
+
+def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFrame:
+    """A probe's scores for every layer × head on the built-in data (``limit`` items), kept in the
+    session (the last ``PROBE_TABLES_KEPT``). Not ``st.cache_data``: its run draws a progress bar,
+    which a cached function may not touch. ``progress(done, total)`` is called as items finish."""
+    from probes.heads import profile
+
+    tables = st.session_state.setdefault("probe_tables", {})
+    key = (name, probe, limit)
+    if key not in tables:
+        tables[key] = profile.run_probe(load_model(name, not public()), probe, limit, progress=progress)
+        while len(tables) > PROBE_TABLES_KEPT:
+            tables.pop(next(iter(tables)))
+    return tables[key]
+
+
+def has_probe_table(name: str, probe: str, limit: int) -> bool:
+    return (name, probe, limit) in st.session_state.get("probe_tables", {})

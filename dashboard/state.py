@@ -1,0 +1,89 @@
+"""The view state: one dataclass, mirrored to the URL's query parameters so a link reopens the same
+model, text, layer, head, query token and page. No Streamlit here: the app moves it between
+``st.query_params``/``st.session_state`` and this object, and it is tested as plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+
+DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
+PAGES = ("explore", "qkv", "parity", "heads", "cost")
+SOURCES = ("hf", "scratch")
+BACKENDS = ("eager", "sdpa", "flash")
+
+
+@dataclass(frozen=True)
+class ViewState:
+    model: str = "minilm"
+    text: str = DEFAULT_TEXT
+    pair: str = ""  # second sentence of a BERT pair ("" = none)
+    source: str = "hf"
+    backend: str = "eager"
+    layer: int = 0
+    head: int = 0
+    query: int = 10  # index among the real tokens: "she" in the default sentence, on the offline default
+    words: bool = False  # word-level view (pieces merged)
+    truncate: bool = False  # keep the first tokens of an input longer than the context window
+    page: str = "explore"
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:
+        """The state a link describes, and a note for each parameter that could not be used (the
+        default is kept for it): a hand-edited link never breaks the app."""
+        state, problems = cls(model=default_model), []
+        values = {}
+        for f in fields(cls):
+            if f.name not in params:
+                continue
+            raw = params[f.name]
+            raw = raw[-1] if isinstance(raw, list) else str(raw)
+            default = getattr(state, f.name)
+            try:
+                values[f.name] = _parse(f.name, raw, default)
+            except ValueError as exc:
+                problems.append(f"link parameter {f.name}={raw[:40]!r} ignored: {exc}")
+        return replace(state, **values), problems
+
+    def to_query(self) -> dict[str, str]:
+        """Query parameters of this view: every field that differs from the default."""
+        default = ViewState(model="")
+        out = {}
+        for name, value in asdict(self).items():
+            if name != "model" and value == getattr(default, name):
+                continue
+            out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return out
+
+    def clamp(self, n_layers: int, n_heads: int, n_tokens: int | None = None) -> tuple[ViewState, list[str]]:
+        """Keep layer, head and query token inside what the loaded model and text have."""
+        changes, problems = {}, []
+        for name, n in (("layer", n_layers), ("head", n_heads), ("query", n_tokens)):
+            value = getattr(self, name)
+            if n is not None and not 0 <= value < n:
+                changes[name] = min(max(value, 0), max(n - 1, 0))
+                problems.append(f"{name} {value} does not exist here (0–{n - 1}): showing {changes[name]}")
+        return replace(self, **changes), problems
+
+
+def _parse(name: str, raw: str, default):
+    if isinstance(default, bool):
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise ValueError("expected 1 or 0")
+    if isinstance(default, int):
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
+        if value < 0:
+            raise ValueError("expected 0 or more")
+        return value
+    allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS}.get(name)
+    if allowed and raw not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}")
+    if name == "model" and not raw.strip():
+        raise ValueError("empty model name")
+    return raw

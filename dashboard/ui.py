@@ -1,0 +1,112 @@
+"""The pieces every page shares: the view state in ``st.session_state`` (widgets bound to its fields),
+the context a page is handed, the query-token picker, the parity badge and chart downloads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+import probes
+
+from . import data
+from .charts import labels
+from .state import ViewState
+
+VIEW = "view"
+
+
+def view() -> ViewState:
+    return st.session_state[VIEW]
+
+
+def update(**changes) -> None:
+    st.session_state[VIEW] = replace(view(), **changes)
+
+
+def bound(widget: str, field: str, label: str, container=st, **kwargs):
+    """A widget whose value is the view's ``field``: it starts from the view (a link, or another page
+    having changed it) and writes back to it when the user changes it."""
+    key = f"w_{field}"
+    st.session_state[key] = getattr(view(), field)
+    return getattr(container, widget)(
+        label, key=key, on_change=lambda: update(**{field: st.session_state[key]}), **kwargs)
+
+
+@dataclass
+class Context:
+    """What a page needs: the input (cache key), the loaded model, and the tokens of the run, or why
+    there are none (empty text, too long…)."""
+
+    inp: data.Input
+    model: probes.Model
+    info: data.RunInfo | None
+    error: str | None
+
+    def ready(self) -> bool:
+        """True when the input ran; else shows why (with what to do) and the page stops there."""
+        if self.error:
+            st.error(self.error)
+            return False
+        return True
+
+
+def query_picker(info: data.RunInfo, container=st) -> int:
+    """The query token (shared by Explore and Q/K/V)."""
+    n = len(info.tokens)
+    if view().query >= n:
+        update(query=n - 1)
+    names = labels(info.tokens)
+    return bound("selectbox", "query", "Query token", container, options=list(range(n)),
+                 format_func=names.__getitem__, help="the token whose attention you follow")
+
+
+def parity_badge(inp: data.Input, container=st) -> dict | None:
+    """Small pass/fail badge of Hugging Face vs our scratch pass on this input."""
+    try:
+        report = data.parity_report(inp)
+    except probes.ProbesError:
+        return None
+    worst = report["attention_max_abs_diff"]
+    if report["passed"]:
+        container.badge(f"Parity PASS · max |Δ| {worst:.1e}", icon=":material/check_circle:", color="green")
+    else:
+        container.badge(f"Parity FAIL · max |Δ| {worst:.1e}", icon=":material/error:", color="red")
+    return report
+
+
+def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
+    """``st.altair_chart`` at the chart's own size (Streamlit's default "fit" squeezes axes and title into
+    the plot's height), without altair's JSON-schema validation of the spec, which is most of a rerun's
+    time (the chart functions are validated by their tests, in ``tests/dashboard``)."""
+    unchecked = chart.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+    object.__setattr__(unchecked, "to_dict", lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
+    return container.altair_chart(unchecked, width="content", **kwargs)
+
+
+def _png(chart: alt.TopLevelMixin) -> bytes:
+    import vl_convert
+
+    return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
+
+
+def _svg(chart: alt.TopLevelMixin) -> bytes:
+    import vl_convert
+
+    return vl_convert.vegalite_to_svg(chart.to_json()).encode()
+
+
+def downloads(name: str, chart: alt.TopLevelMixin | None = None, frame: pd.DataFrame | None = None) -> None:
+    """PNG/SVG of a chart and CSV of its numbers, made only when clicked (no cost on a rerun)."""
+    cols = st.columns(3, width=360)
+    if chart is not None:
+        cols[0].download_button("PNG", lambda: _png(chart), f"{name}.png", "image/png", on_click="ignore",
+                                icon=":material/download:", key=f"png_{name}")
+        cols[1].download_button("SVG", lambda: _svg(chart), f"{name}.svg", "image/svg+xml", on_click="ignore",
+                                icon=":material/download:", key=f"svg_{name}")
+    if frame is not None:
+        cols[2].download_button("CSV", lambda: frame.to_csv(index=False).encode(), f"{name}.csv", "text/csv",
+                                on_click="ignore", icon=":material/download:", key=f"csv_{name}")

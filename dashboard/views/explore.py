@@ -1,0 +1,84 @@
+"""Explore: the selected head as a heatmap, where one query token looks, every head of the layer side by
+side, a word-level view, and bertviz's head and model views."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from .. import bertviz_embed, charts, data, ui
+
+MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
+
+
+def _window(n: int) -> tuple[int, int]:
+    """The rows/columns shown: all of a short input, a window of ``charts.MAX_CELLS`` of a long one."""
+    if n <= charts.MAX_CELLS:
+        return 0, n
+    start = st.slider(f"Window (the heatmap shows {charts.MAX_CELLS} of the {n} tokens)", 0, n - charts.MAX_CELLS,
+                      max(0, min(ui.view().query - charts.MAX_CELLS // 2, n - charts.MAX_CELLS)), key="window")
+    return start, start + charts.MAX_CELLS
+
+
+def render(ctx: ui.Context) -> None:
+    v = ui.view()
+    st.header(f"{ctx.model.name}: layer {v.layer}, head {v.head}")
+    if not ctx.ready():
+        return
+    info = ctx.info
+    n = len(info.tokens)
+    where = ("Hugging Face (eager, fp32)" if ctx.inp.source == "hf"
+             else f"our from-scratch pass, {info.backend} attention")
+    st.caption(f"{n} tokens · {ctx.model.n_layers} layers × {ctx.model.n_heads} heads · source: {where}")
+    if info.note:
+        st.info(info.note)
+    if info.truncated_from:
+        st.warning(f"The input has {info.truncated_from:,} tokens; the model takes {n:,}: the rest was cut off.")
+
+    left, right = st.columns([1, 2])
+    word_level = ui.bound("toggle", "words", "Word level (pieces merged)", left,
+                          help="attention between words: to a word = sum over its pieces, from a word = their "
+                               "mean (Clark et al. 2019); special tokens left out")
+    query = ui.query_picker(info, right)
+    title = f"Layer {v.layer}, head {v.head}"
+    if word_level:
+        names, matrix = data.words(ctx.inp, v.layer, v.head)
+        chart = charts.attention_heatmap(names[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
+                                         title + " (words)", causal=info.causal)
+        if len(names) > charts.MAX_CELLS:
+            st.caption(f"showing the first {charts.MAX_CELLS} of {len(names)} words")
+        frame = charts.attention_frame(names, matrix, info.causal)
+    else:
+        lo, hi = _window(n)
+        weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
+        chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query)
+        frame = charts.attention_frame(info.tokens[lo:hi], weights, info.causal, start=lo)
+    ui.chart(chart)
+    ui.downloads(f"attention-L{v.layer}H{v.head}", chart, frame)
+
+    row = data.head(ctx.inp, v.layer, v.head, (query, query + 1))[0]
+    ui.chart(charts.query_bars(info.tokens, row, query, info.causal))
+
+    st.subheader(f"Every head of layer {v.layer}")
+    lo, hi = (0, n) if n <= charts.MAX_CELLS else (0, charts.MAX_CELLS)
+    if hi < n:
+        st.caption(f"the first {hi} tokens of {n}")
+    heads = data.layer(ctx.inp, v.layer, (lo, hi))
+    ui.chart(charts.layer_multiples(heads, v.layer, v.head, info.causal))
+
+    st.subheader("bertviz")
+    if st.toggle("Show bertviz's head view and model view", key="bertviz"):
+        _bertviz(ctx, info)
+
+
+def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:
+    problem = bertviz_embed.too_long(len(info.tokens))
+    if problem:
+        st.info(problem)
+        return
+    head_tab, model_tab = st.tabs(["Head view", "Model view"])
+    with head_tab:
+        st.iframe(data.bertviz_html(ctx.inp, "head"), height=bertviz_embed.head_view_height(len(info.tokens)))
+    with model_tab:
+        st.iframe(data.bertviz_html(ctx.inp, "model"),
+                  height=min(MODEL_VIEW_MAX, bertviz_embed.model_view_height(ctx.model.n_layers, ctx.model.n_heads,
+                                                                              len(info.tokens))))

@@ -1,0 +1,71 @@
+"""Q/K/V step by step: for one layer, head and query token, each step of softmax(q·Kᵀ/√d_k)·V with its
+numbers, from the Trace (so it works for any supported model, either source)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from .. import charts, data, ui
+
+SHOWN_KEYS = 12  # k and v vectors drawn as rows (the table has every key)
+AGREE = 1e-4  # float32 rounding: a lazy trace recovers weights as exp(score − logsumexp), ~1e-5 off
+
+
+def render(ctx: ui.Context) -> None:
+    v = ui.view()
+    st.header(f"Q/K/V step by step: layer {v.layer}, head {v.head}")
+    if not ctx.ready():
+        return
+    info = ctx.info
+    query = ui.query_picker(info)
+    s = data.steps(ctx.inp, v.layer, v.head, query)
+    keys = charts.labels(s.tokens)
+    d = len(s.q)
+    st.latex(r"\text{output}_i = \sum_j \operatorname{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}}\right) v_j"
+             rf"\qquad d_k = {d}")
+
+    st.subheader("1 · The query vector q and the key vectors k")
+    st.markdown(f"q is **{keys[query]}**'s vector for this head ({d} numbers); every token has a key vector k. "
+                "Each is one slice of a linear map of the layer's input.")
+    shown = _nearest(s, query)
+    vectors = {f"q  {keys[query]}": s.q, **{f"k  {keys[j]}": s.k[j] for j in shown}}
+    ui.chart(charts.vectors_heatmap(vectors, f"q and {len(shown)} of the {len(keys)} k vectors"))
+
+    st.subheader("2 · Raw scores q · k, 3 · ÷ √d_k, 4 · softmax")
+    masked = int((~s.allowed).sum())
+    st.markdown(
+        f"Each score is the dot product of q with one k. Dividing by √d_k = {np.sqrt(d):.3f} "
+        f"(the scale here is {s.scale:.6g}) keeps the scores from growing with the width. Softmax turns them "
+        "into weights that sum to 1" + (f"; the {masked} future tokens are masked out (weight 0)." if masked else "."))
+    table = pd.DataFrame({"key": keys, "q·k": s.scores, "× scale": s.scaled, "allowed": s.allowed,
+                          "softmax weight": s.weights, "model's weight": s.trace_weights})
+    bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
+            "softmax weight": np.where(s.allowed, s.weights, np.nan)}
+    chart = charts.step_bars(s.tokens, bars, query)
+    ui.chart(chart)
+    st.dataframe(table, hide_index=True, column_config={
+        c: st.column_config.NumberColumn(format="%.6f") for c in ("q·k", "× scale", "softmax weight", "model's weight")})
+    ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
+    check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
+    st.caption(f"These weights (float64) {check} the model's own attention row for {keys[query]} (float32): "
+               f"max |Δ| {s.max_abs_diff:.1e}.")
+
+    st.subheader("5 · The weighted sum of v")
+    top = np.argsort(-s.weights)[:3]
+    st.markdown("The head's output for this token is the value vectors v, mixed by the weights: "
+                + ", ".join(f"{s.weights[j]:.3f} × v({keys[j]})" for j in top) + " + …")
+    rows = {f"{s.weights[j]:.3f} × v  {keys[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
+    rows["= output"] = s.output
+    ui.chart(charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))
+
+
+def _nearest(s, query: int) -> list[int]:
+    """The keys worth drawing: the most-attended ones, and the query itself, in text order."""
+    picked = set(np.argsort(-s.weights)[: SHOWN_KEYS - 1].tolist()) | {query}
+    return sorted(picked)
+
+
+def _heaviest(s) -> list[int]:
+    return sorted(np.argsort(-s.weights)[: min(SHOWN_KEYS, int(s.allowed.sum()))].tolist())

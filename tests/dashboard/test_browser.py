@@ -1,0 +1,102 @@
+"""The real app in a real browser: ``streamlit run`` on a free port, Chromium (through Playwright)
+opens it on the offline default, changes the head, checks the page and the link follow, opens a
+shared link on another page, and opens a head by clicking it in a probe's grid.
+Screenshots go to ``screenshots/`` (git-ignored)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from browser import launch, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "screenshots"
+IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
+             "--server.headless", "true", "--server.address", "127.0.0.1"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _settle(page) -> None:
+    """Wait until the script has run and finished (the app is idle)."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=180_000)
+
+
+def test_open_change_head_and_share_the_link(app_url):
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url)
+        _settle(page)
+        page.get_by_role("heading", name="minilm: layer 0, head 0").wait_for(timeout=60_000)
+        assert page.get_by_text("Parity PASS").is_visible()
+        assert page.locator("[data-testid=stVegaLiteChart]").count() >= 3
+        page.screenshot(path=SHOTS / "app_explore_head0.png", full_page=True)
+
+        head = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")
+        head.get_by_role("slider").focus()
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        _settle(page)
+        page.get_by_role("heading", name="minilm: layer 0, head 3").wait_for(timeout=60_000)
+        assert "head=3" in page.url
+        page.screenshot(path=SHOTS / "app_explore_head3.png", full_page=True)
+
+        shared = page.url  # a new visitor opening the link sees the same view
+        other = browser.new_page(viewport={"width": 1400, "height": 1000})
+        other.goto(shared.replace("head=3", "head=5") + "&page=qkv&query=10")
+        _settle(other)
+        other.get_by_role("heading", name="Q/K/V step by step: layer 0, head 5").wait_for(timeout=60_000)
+        assert other.get_by_text("reproduce the model's own attention row for 10: she").is_visible()
+        other.screenshot(path=SHOTS / "app_qkv.png", full_page=True)
+
+        other.goto(f"{app_url}/heads?page=heads")  # a probe's grid: clicking a cell opens that head
+        _settle(other)
+        other.get_by_role("button", name="Run").click()
+        _settle(other)
+        cells = other.locator("[data-testid=stVegaLiteChart] g.mark-rect").first  # 6 layers × 12 heads
+        box = cells.bounding_box()
+        other.mouse.click(box["x"] + 5.5 * box["width"] / 12, box["y"] + 4.5 * box["height"] / 6)
+        _settle(other)
+        other.get_by_role("heading", name="minilm: layer 4, head 5").wait_for(timeout=60_000)
+        assert "layer=4" in other.url and "head=5" in other.url
+        browser.close()

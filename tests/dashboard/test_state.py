@@ -1,0 +1,34 @@
+from dashboard.state import DEFAULT_TEXT, ViewState
+
+
+def test_a_link_round_trips_every_field():
+    state = ViewState(model="gpt2", text="她很饿 🙂\tok", pair="", source="scratch", backend="sdpa", layer=3,
+                      head=7, query=2, words=True, truncate=True, page="qkv")
+    params = state.to_query()
+    assert params["layer"] == "3" and params["words"] == "1" and params["page"] == "qkv"
+    back, problems = ViewState.from_query(params)
+    assert back == state and problems == []
+
+
+def test_defaults_stay_out_of_the_link_but_the_model_is_always_named():
+    assert ViewState().to_query() == {"model": "minilm"}
+    assert ViewState.from_query({}) == (ViewState(), [])
+    assert ViewState.from_query({})[0].text == DEFAULT_TEXT
+
+
+def test_a_hand_edited_link_keeps_what_it_can_and_says_what_it_ignored():
+    state, problems = ViewState.from_query({"layer": "two", "head": "-1", "page": "nowhere", "backend": "fast",
+                                            "words": "maybe", "model": " ", "query": "4"})
+    assert (state.layer, state.head, state.page, state.backend, state.words, state.model) == (0, 0, "explore",
+                                                                                                "eager", False, "minilm")
+    assert state.query == 4
+    assert len(problems) == 6
+    assert any("layer='two'" in p and "whole number" in p for p in problems)
+    assert any("page='nowhere'" in p and "explore" in p for p in problems)
+
+
+def test_clamp_keeps_layer_head_and_query_inside_the_model():
+    state, problems = ViewState(layer=9, head=20, query=3).clamp(n_layers=6, n_heads=12, n_tokens=3)
+    assert (state.layer, state.head, state.query) == (5, 11, 2)
+    assert len(problems) == 3 and "layer 9 does not exist here (0–5): showing 5" in problems[0]
+    assert ViewState(layer=2).clamp(6, 12) == (ViewState(layer=2), [])
