@@ -18,6 +18,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py
 	$(BIN)/python benchmarks/long_inputs.py
 	$(BIN)/python benchmarks/profile_speed.py
+	$(BIN)/python benchmarks/rerender.py
 
 install: $(STAMP)
 

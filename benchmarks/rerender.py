@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 TEXT = ("Xiaoming gave the apple to Xiaohong because she was hungry, and then the two friends walked "
-        "home together along the quiet river while the sun went down behind the old mill at last.")  # 40 tokens
+        "home together along the quiet river while the sun went down behind the old mill at long last.")  # 40 tokens
 GOAL_MS = 150.0
 
 

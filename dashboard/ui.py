@@ -90,13 +90,15 @@ def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
 def _png(chart: alt.TopLevelMixin) -> bytes:
     import vl_convert
 
-    return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
+    with alt.data_transformers.disable_max_rows():  # a 64×64 window or 12 small multiples pass 5,000 rows
+        return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
 
 
 def _svg(chart: alt.TopLevelMixin) -> bytes:
     import vl_convert
 
-    return vl_convert.vegalite_to_svg(chart.to_json()).encode()
+    with alt.data_transformers.disable_max_rows():
+        return vl_convert.vegalite_to_svg(chart.to_json()).encode()
 
 
 def downloads(name: str, chart: alt.TopLevelMixin | None = None, frame: pd.DataFrame | None = None) -> None:

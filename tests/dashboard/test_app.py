@@ -36,7 +36,8 @@ def _rows(at, title: str) -> list[dict]:
 
     charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec]
     assert charts, f"no chart titled {title!r}"
-    return [r for d in charts[0].proto.datasets for r in convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records")]
+    main = charts[0].proto.datasets[0]  # the first layer's data (a highlight layer has its own)
+    return convert_arrow_bytes_to_pandas_df(main.data.data).to_dict("records")
 
 
 def _texts(elements) -> str:
@@ -232,3 +233,48 @@ def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_
     assert "smollm2" not in at.sidebar.selectbox[0].options
     at = _app(text="a" * 2500)
     assert "this deployment takes up to 2,000" in _texts(at.error)
+
+
+# -- other models, backends, long inputs ----------------------------------------------------------
+def test_a_gpt2_checkpoint_leaves_the_future_blank_and_refuses_pairs(gpt2_dir):
+    at = _app(model=str(gpt2_dir), text="the cat sat on the mat")
+    assert at.header[0].value.endswith("layer 0, head 0")
+    rows = [r for r in _rows(at, '"Layer 0, head 0"') if "weight" in r]
+    n = max(r["query_pos"] for r in rows) + 1
+    assert len(rows) == n * (n + 1) // 2 and all(r["key_pos"] <= r["query_pos"] for r in rows)
+    assert "Parity PASS" in _texts(at.sidebar.markdown)
+    at.sidebar.text_input(key="w_pair").set_value("a second sentence")
+    _rerun(at)
+    assert "no sentence pairs" in _texts(at.error)
+
+
+def test_a_hf_only_model_offers_no_scratch_source_and_says_why(llama_dir):
+    at = _app(model=str(llama_dir), text="hello there")
+    assert at.sidebar.radio(key="w_source").options == ["Hugging Face"]
+    assert "Parity" not in _texts(at.sidebar.markdown)
+    at = _app(model=str(llama_dir), text="hello there", page="parity")
+    assert "Hugging Face view only" in _texts(at.info)
+
+
+def test_scratch_flash_on_a_cpu_machine_says_which_kernel_ran(monkeypatch):
+    from probes.scratch import flash
+
+    monkeypatch.setattr(flash, "interpreting", lambda: False)  # as on a CPU-only machine without the interpreter
+    at = _app(source="scratch", backend="flash")
+    assert "sdpa:flash_attention_cpu attention" in at.caption[0].value
+    assert any("flash needs CUDA" in i.value for i in at.info)
+    assert "Parity PASS" in _texts(at.sidebar.markdown)
+
+
+def test_a_long_input_is_windowed_never_drawn_whole():
+    at = _app(text="the cat sat on the mat " * 20, query=100)  # 122 tokens
+    window = at.slider(key="window")
+    assert window.max == 122 - 64 and window.value == 58  # the query's row is inside, near the middle if it can be
+    rows = [r for r in _rows(at, '"Layer 0, head 0"') if "weight" in r]
+    assert len(rows) == 64 * 64 and min(r["query_pos"] for r in rows) == 58
+    window.set_value(0)
+    _rerun(at)
+    rows = [r for r in _rows(at, '"Layer 0, head 0"') if "weight" in r]
+    assert len(rows) == 64 * 64 and max(r["key_pos"] for r in rows) == 63
+    multiples = [r for r in _rows(at, '"facet"') if "head" in r]
+    assert len(multiples) == 12 * 64 * 64

@@ -1,0 +1,18 @@
+"""Chart downloads: the PNG and SVG a user gets are real images of the chart on the page."""
+
+import numpy as np
+
+from dashboard import charts, ui
+
+
+def test_png_and_svg_downloads_render_the_chart():
+    chart = charts.attention_heatmap(["[CLS]", "she", "[SEP]"], np.full((3, 3), 1 / 3), "Layer 1, head 2")
+    png = ui._png(chart)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
+    svg = ui._svg(chart).decode()
+    assert svg.startswith("<svg") and "Layer 1, head 2" in svg and "1: she" in svg
+
+
+def test_downloads_of_big_charts_are_not_cut_by_altairs_row_limit():
+    multiples = charts.layer_multiples(np.full((12, 40, 40), 1 / 40), layer=0, selected=3)  # 19,200 rows
+    assert ui._png(multiples).startswith(b"\x89PNG")
