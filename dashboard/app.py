@@ -143,6 +143,7 @@ def main() -> None:
         return
     sidebar_model(model)
     show_link_problems()
+    st.query_params.from_dict(ui.view().to_query())  # the link is right even while the page draws
     inp = data.Input(inp.model, inp.text, inp.pair, ui.view().source, ui.view().backend, inp.truncate)
     info, error = None, input_problem(inp)
     if error is None:

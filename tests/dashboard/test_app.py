@@ -278,3 +278,21 @@ def test_a_long_input_is_windowed_never_drawn_whole():
     assert len(rows) == 64 * 64 and max(r["key_pos"] for r in rows) == 63
     multiples = [r for r in _rows(at, '"facet"') if "head" in r]
     assert len(multiples) == 12 * 64 * 64
+
+
+def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
+    at = _app(page="parity", source="scratch", backend="sdpa")
+    verdict = _texts(at.success)
+    assert "hf vs scratch/sdpa" in verdict and "identical to the last bit" not in verdict
+    diffs = [r["max_abs_diff"] for r in _rows(at, "per head")]
+    assert 0 < max(diffs) <= 1e-5
+    at = _app(page="heads")
+    at.segmented_control(key="heads_how").set_value("Upload a table")
+    _rerun(at)
+    csv = b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n"
+    at.file_uploader(key="probe_upload").set_value(("mine.csv", csv, "text/csv"))
+    _rerun(at)
+    at.selectbox(key="heads_label").set_value("obj")
+    _rerun(at)
+    assert "obj: score by head (click a cell to open it)" in _titles(at)
+    assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]

@@ -98,5 +98,6 @@ def test_open_change_head_and_share_the_link(app_url):
         other.mouse.click(box["x"] + 5.5 * box["width"] / 12, box["y"] + 4.5 * box["height"] / 6)
         _settle(other)
         other.get_by_role("heading", name="minilm: layer 4, head 5").wait_for(timeout=60_000)
-        assert "layer=4" in other.url and "head=5" in other.url
+        other.wait_for_function("() => location.search.includes('layer=4') && location.search.includes('head=5')",
+                                timeout=30_000)
         browser.close()
