@@ -44,8 +44,9 @@ def render(ctx: ui.Context) -> None:
         names, matrix = data.words(ctx.inp, v.layer, v.head)
         chart = charts.attention_heatmap(names[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
                                          title + " (words)", causal=info.causal)
-        if len(names) > charts.MAX_CELLS:
-            st.caption(f"showing the first {charts.MAX_CELLS} of {len(names)} words")
+        shown = f"the first {charts.MAX_CELLS} of {len(names)} words · " if len(names) > charts.MAX_CELLS else ""
+        st.caption(f"{shown}special tokens left out, so a row sums to what that word gives the other words; "
+                   "the query bar chart below stays at token level")
         frame = charts.attention_frame(names, matrix, info.causal)
     else:
         lo, hi = _window(n)
