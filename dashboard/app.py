@@ -43,6 +43,8 @@ def start_session() -> None:
 
 
 def model_choices() -> list[str]:
+    if (allowed := data.allowed_models()) is not None:
+        return allowed
     extra = [] if data.public() else ["smollm2"]
     return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, *extra, CUSTOM]
 
@@ -50,6 +52,10 @@ def model_choices() -> list[str]:
 def pick_model(sidebar) -> None:
     choices = model_choices()
     current = ui.view().model
+    if CUSTOM not in choices and current not in choices:  # a link to a model this deployment does not offer
+        st.session_state["link_problems"].append(f"model {current!r} is not offered here: showing {choices[0]}")
+        ui.update(model=choices[0])
+        current = choices[0]
     if st.session_state.get("w_model_pick") not in choices:  # first run (or the list changed): from the view
         st.session_state["w_model_pick"] = current if current in choices else CUSTOM
 

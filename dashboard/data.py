@@ -37,6 +37,14 @@ def public() -> bool:
     return value.strip().lower() in ("1", "true", "yes")
 
 
+def allowed_models() -> list[str] | None:
+    """``PROBES_MODELS`` (comma-separated): the only models this deployment loads, e.g. to keep a public
+    app off multi-GB hub checkpoints; None (unset) allows any."""
+    raw = os.environ.get("PROBES_MODELS", "")
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    return names or None
+
+
 def max_chars() -> int | None:
     """Longest text accepted: ``PROBES_MAX_CHARS``, by default 2,000 characters on a public deployment
     and no cap otherwise (the model's context window still applies)."""
@@ -73,6 +81,10 @@ def load_model(name: str, allow_local_paths: bool) -> probes.Model:
 
 
 def model_of(inp: Input) -> probes.Model:
+    allowed = allowed_models()
+    if allowed is not None and inp.model not in allowed:
+        raise probes.UnsupportedModel(f"this deployment offers only {', '.join(allowed)}: pick one of them "
+                                      f"(not {inp.model!r})")
     return load_model(inp.model, not public())
 
 
@@ -154,7 +166,8 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
     if key not in tables:
-        tables[key] = profile.run_probe(load_model(name, not public()), probe, limit, progress=progress)
+        tables[key] = profile.run_probe(model_of(Input(name, "", None, "hf", "eager", False)), probe, limit,
+                                        progress=progress)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

@@ -296,3 +296,20 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     _rerun(at)
     assert "obj: score by head (click a cell to open it)" in _titles(at)
     assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]
+
+
+def test_a_deployment_can_offer_only_some_models(monkeypatch):
+    monkeypatch.setenv("PROBES_MODELS", "minilm")
+    at = _app(model="gpt2", head=2)
+    assert at.sidebar.selectbox[0].options == ["minilm"]
+    assert "model 'gpt2' is not offered here: showing minilm" in _texts(at.warning)
+    assert at.header[0].value == "minilm: layer 0, head 2"
+
+
+def test_qkv_on_a_decoder_masks_the_future(gpt2_dir):
+    at = _app(model=str(gpt2_dir), text="the cat sat on the mat", page="qkv", query=2)
+    table = at.dataframe[0].value
+    assert list(table["allowed"]) == [True] * 3 + [False] * (len(table) - 3)
+    assert (table.loc[~table["allowed"], "softmax weight"] == 0).all()
+    assert abs(table["softmax weight"].sum() - 1) < 1e-9
+    assert "future tokens are masked out" in _texts(at.markdown)
