@@ -25,31 +25,35 @@ MODELS_LOADED = 2
 TRACES_KEPT = 6
 
 
-def public() -> bool:
-    """A public deployment (``PROBES_PUBLIC=1`` in the environment or in Streamlit secrets): hub ids
-    only, never a local path, and a cap on input length."""
-    value = os.environ.get("PROBES_PUBLIC")
+def setting(name: str) -> str:
+    """A deployment setting: the environment variable, else the Streamlit secret of that name, else ""."""
+    value = os.environ.get(name)
     if value is None:
         try:
-            value = str(st.secrets.get("PROBES_PUBLIC", ""))
+            value = st.secrets.get(name, "")
         except Exception:  # noqa: BLE001 - no secrets file at all
             value = ""
-    return value.strip().lower() in ("1", "true", "yes")
+    return str(value).strip()
+
+
+def public() -> bool:
+    """A public deployment (``PROBES_PUBLIC=1``): hub ids only, never a local path, and a cap on input
+    length."""
+    return setting("PROBES_PUBLIC").lower() in ("1", "true", "yes")
 
 
 def allowed_models() -> list[str] | None:
     """``PROBES_MODELS`` (comma-separated): the only models this deployment loads, e.g. to keep a public
     app off multi-GB hub checkpoints; None (unset) allows any."""
-    raw = os.environ.get("PROBES_MODELS", "")
-    names = [name.strip() for name in raw.split(",") if name.strip()]
+    names = [name.strip() for name in setting("PROBES_MODELS").split(",") if name.strip()]
     return names or None
 
 
 def max_chars() -> int | None:
     """Longest text accepted: ``PROBES_MAX_CHARS``, by default 2,000 characters on a public deployment
     and no cap otherwise (the model's context window still applies)."""
-    raw = os.environ.get("PROBES_MAX_CHARS")
-    if raw and raw.isdigit():
+    raw = setting("PROBES_MAX_CHARS")
+    if raw.isdigit():
         return int(raw)
     return 2000 if public() else None
 

@@ -235,6 +235,18 @@ def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_
     assert "this deployment takes up to 2,000" in _texts(at.error)
 
 
+def test_the_public_setting_can_come_from_streamlit_secrets(monkeypatch):
+    monkeypatch.delenv("PROBES_PUBLIC", raising=False)
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.secrets["PROBES_PUBLIC"] = "1"
+    at.secrets["PROBES_MAX_CHARS"] = "30"
+    at.query_params["text"] = "a sentence of more than thirty characters"
+    at.run()
+    assert not at.exception
+    assert "smollm2" not in at.sidebar.selectbox[0].options
+    assert "this deployment takes up to 30" in _texts(at.error)
+
+
 # -- other models, backends, long inputs ----------------------------------------------------------
 def test_a_gpt2_checkpoint_leaves_the_future_blank_and_refuses_pairs(gpt2_dir):
     at = _app(model=str(gpt2_dir), text="the cat sat on the mat")
