@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0
+HIGHLIGHT = "#e6550d"  # the selected query token / head
 PALETTE = ["#08519c", "#e6550d", "#31a354", "#756bb1"]
 QUADRATIC = "c·L² (quadratic)"
 MAX_CELLS = 64  # a heatmap wider than this is windowed by the caller: never ship L² cells for long inputs
@@ -52,20 +53,21 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     frame = attention_frame(tokens, weights, causal, start)
     order = labels(tokens, start)
     step = _step(len(tokens))
-    base = alt.Chart(frame).encode(
-        x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
-        y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
+    outline = alt.Undefined
+    if query is not None:
+        outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
+    return (
+        alt.Chart(frame, title=title)
+        .mark_rect(strokeWidth=1.5)
+        .encode(
+            x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
+            color=alt.Color("weight:Q", scale=BLUE, title="weight"),
+            stroke=outline,
+            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+        )
+        .properties(width=alt.Step(step), height=alt.Step(step))
     )
-    rect = base.mark_rect().encode(
-        color=alt.Color("weight:Q", scale=BLUE, title="weight"),
-        tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
-    )
-    layers = [rect]
-    if query is not None and start <= query < start + len(tokens):
-        row = frame[frame["query_pos"] == query]
-        layers.append(alt.Chart(row).mark_rect(fill=None, stroke="#e6550d", strokeWidth=1.5)
-                      .encode(x=alt.X("key:N", sort=order), y=alt.Y("query:N", sort=order)))
-    return alt.layer(*layers, title=title).properties(width=alt.Step(step), height=alt.Step(step))
 
 
 def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False) -> alt.Chart:
@@ -88,12 +90,11 @@ def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = Fa
     )
 
 
-def layer_multiples(weights: np.ndarray, layer: int, selected: int | None = None, causal: bool = False,
-                    columns: int = 6) -> alt.Chart:
+def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, columns: int = 6) -> alt.Chart:
     """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``), to spot the patterns
-    side by side; the selected head's title is marked."""
+    side by side, titled ``layer.head``."""
     h, n, _ = weights.shape
-    names = [f"{layer}.{head}" + (" ◀" if head == selected else "") for head in range(h)]
+    names = [f"{layer}.{head}" for head in range(h)]
     hh, q, k = np.meshgrid(np.arange(h), np.arange(n), np.arange(n), indexing="ij")
     frame = pd.DataFrame({"head": np.asarray(names, dtype=object)[hh.ravel()], "query_pos": q.ravel(),
                           "key_pos": k.ravel(), "weight": weights.astype(float).ravel()})
@@ -160,7 +161,7 @@ def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, sele
     layers = [rect]
     if selected is not None:
         mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
-        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke="#e6550d", strokeWidth=2.5)
+        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
                       .encode(x="head:O", y="layer:O"))
     return alt.layer(*layers, title=f"{label}: {value} by head (click a cell to open it)").properties(
         width=alt.Step(30), height=alt.Step(30))
@@ -205,7 +206,7 @@ def step_bars(tokens: list[str], steps: dict[str, np.ndarray], query: int) -> al
         .encode(
             x=alt.X("key:N", sort=keys, title=None, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("value:Q", title=None),
-            color=alt.condition(alt.datum.key_pos == query, alt.value("#e6550d"), alt.value("#08519c")),
+            color=alt.condition(alt.datum.key_pos == query, alt.value(HIGHLIGHT), alt.value("#08519c")),
             tooltip=[alt.Tooltip("step:N"), alt.Tooltip("key:N"), alt.Tooltip("value:Q", format=".6f")],
         )
         .properties(width=alt.Step(_step(len(tokens))), height=140)

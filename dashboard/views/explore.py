@@ -10,6 +10,12 @@ from .. import bertviz_embed, charts, data, ui
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def _multiples(inp: data.Input, layer: int, hi: int, causal: bool):
+    """The layer's small multiples: the same chart whichever head is selected, so built once a layer."""
+    return charts.layer_multiples(data.layer(inp, layer, (0, hi)), layer, causal)
+
+
 def _window(n: int) -> tuple[int, int]:
     """The rows/columns shown: all of a short input, a window of ``charts.MAX_CELLS`` of a long one."""
     if n <= charts.MAX_CELLS:
@@ -62,11 +68,9 @@ def render(ctx: ui.Context) -> None:
     ui.chart(charts.query_bars(info.tokens, row, query, info.causal))
 
     st.subheader(f"Every head of layer {v.layer}")
-    lo, hi = (0, n) if n <= charts.MAX_CELLS else (0, charts.MAX_CELLS)
-    if hi < n:
-        st.caption(f"the first {hi} tokens of {n}")
-    heads = data.layer(ctx.inp, v.layer, (lo, hi))
-    ui.chart(charts.layer_multiples(heads, v.layer, v.head, info.causal))
+    hi = min(n, charts.MAX_CELLS)
+    st.caption(f"Head {v.layer}.{v.head} is the one above." + (f" The first {hi} tokens of {n}." if hi < n else ""))
+    ui.chart(_multiples(ctx.inp, v.layer, hi, info.causal))
 
     st.subheader("bertviz")
     if st.toggle("Show bertviz's head view and model view", key="bertviz"):

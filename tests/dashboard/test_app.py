@@ -59,7 +59,7 @@ def test_opens_on_the_offline_default_with_heatmap_query_bars_multiples_and_pari
     titles = _titles(at)
     assert "Layer 0, head 0" in titles and "Where '10: she' looks" in titles
     facet = [s for s in _specs(at) if "facet" in s][0]
-    assert facet["facet"]["sort"][0] == "0.0 ◀" and len(facet["facet"]["sort"]) == 12
+    assert facet["facet"]["sort"][0] == "0.0" and len(facet["facet"]["sort"]) == 12
     assert at.query_params["model"] == ["minilm"] or at.query_params["model"] == "minilm"
 
 
@@ -99,7 +99,7 @@ def test_word_level_toggle_merges_pieces():
     at.toggle(key="w_words").set_value(True)
     _rerun(at)
     spec = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
-    assert spec["layer"][0]["encoding"]["x"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
+    assert spec["encoding"]["x"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
 
 
 def test_bertviz_views_are_embedded_and_capped():
@@ -196,7 +196,7 @@ def test_emoji_cjk_and_control_characters_render():
     at = _app(text="她很饿 🙂 tab\there\x07bell")
     assert not at.error
     spec = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0"][0]
-    labels = spec["layer"][0]["encoding"]["x"]["sort"]
+    labels = spec["encoding"]["x"]["sort"]
     assert any("[UNK:🙂]" in x for x in labels) and any("饿" in x for x in labels)
     assert not any("\x07" in x or "\t" in x for x in labels)
 

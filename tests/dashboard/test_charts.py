@@ -16,25 +16,22 @@ def test_heatmap_spec_carries_exact_weights_and_order():
     tokens = ["[CLS]", "she", "she", "[SEP]"]
     w = np.eye(4) * 0.75 + 0.0625
     spec = charts.attention_heatmap(tokens, w, "L0 H0").to_dict()
-    rect = spec["layer"][0]
-    assert spec["title"] == "L0 H0" and rect["mark"]["type"] == "rect"
-    assert rect["encoding"]["x"]["sort"] == ["0: [CLS]", "1: she", "2: she", "3: [SEP]"]
+    assert spec["title"] == "L0 H0" and spec["mark"]["type"] == "rect"
+    assert spec["encoding"]["x"]["sort"] == ["0: [CLS]", "1: she", "2: she", "3: [SEP]"]
     rows = _rows(spec)
     assert len(rows) == 16
     assert {r["weight"] for r in rows if r["query_pos"] == r["key_pos"]} == {0.8125}
-    assert rect["encoding"]["color"]["scale"]["domain"] == [0, 1]
+    assert spec["encoding"]["color"]["scale"]["domain"] == [0, 1]
+    assert "stroke" not in spec["encoding"]  # no query row outlined unless asked
 
 
 def test_heatmap_outlines_the_query_row_and_windows_keep_positions():
     w = np.full((3, 3), 1 / 3)
     spec = charts.attention_heatmap(["c", "d", "e"], w, "window", start=10, query=11).to_dict()
-    outline = spec["layer"][1]
-    assert outline["mark"]["stroke"] == "#e6550d"
-    outlined = [r for r in spec["datasets"][outline["data"]["name"]]]
-    assert {r["query"] for r in outlined} == {"11: d"} and len(outlined) == 3
-    assert spec["layer"][0]["encoding"]["y"]["sort"] == ["10: c", "11: d", "12: e"]
-    spec = charts.attention_heatmap(["c", "d", "e"], w, start=10, query=2).to_dict()  # query outside the window
-    assert len(spec["layer"]) == 1
+    stroke = spec["encoding"]["stroke"]
+    assert stroke["condition"] == {"test": "(datum.query_pos === 11)", "value": "#e6550d"} and stroke["value"] is None
+    assert {r["query_pos"] for r in _rows(spec)} == {10, 11, 12}
+    assert spec["encoding"]["y"]["sort"] == ["10: c", "11: d", "12: e"]
 
 
 def test_causal_future_is_left_blank():
@@ -56,10 +53,10 @@ def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
     assert spec["encoding"]["x"]["sort"] == ["0: a", "1: b", "2: c"]
 
 
-def test_layer_multiples_facet_every_head_and_mark_the_selected_one():
+def test_layer_multiples_facet_every_head():
     w = np.random.default_rng(0).random((4, 3, 3))
-    spec = charts.layer_multiples(w, layer=2, selected=1, causal=True).to_dict()
-    assert spec["facet"]["sort"] == ["2.0", "2.1 ◀", "2.2", "2.3"]
+    spec = charts.layer_multiples(w, layer=2, causal=True).to_dict()
+    assert spec["facet"]["sort"] == ["2.0", "2.1", "2.2", "2.3"]
     rows = _rows(spec)
     assert len(rows) == 4 * 6  # the causal future left out
     got = {(r["head"], r["query_pos"], r["key_pos"]): r["weight"] for r in rows}

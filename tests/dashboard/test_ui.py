@@ -14,5 +14,5 @@ def test_png_and_svg_downloads_render_the_chart():
 
 
 def test_downloads_of_big_charts_are_not_cut_by_altairs_row_limit():
-    multiples = charts.layer_multiples(np.full((12, 40, 40), 1 / 40), layer=0, selected=3)  # 19,200 rows
+    multiples = charts.layer_multiples(np.full((12, 40, 40), 1 / 40), layer=0)  # 19,200 rows
     assert ui._png(multiples).startswith(b"\x89PNG")
