@@ -37,17 +37,11 @@ def render(ctx: ui.Context) -> None:
 
     st.subheader("Saved benchmark: GPT-2-small shapes, up to 8,192 tokens")
     saved = _saved()
-    saved = saved.assign(peak_GiB=saved["peak_bytes"] / GIB, attention_GiB=saved["attention_bytes"] / GIB)
-    hf = saved[saved["path"].str.startswith("Hugging Face")]
-    c = cost.quadratic_fit(hf["tokens"], hf["peak_GiB"])
-    left, right = st.columns(2)
-    memory = charts.cost_chart(saved, "peak_GiB", "Peak memory (GiB)", quadratic=c)
-    ui.chart(memory, left)
-    ui.chart(charts.cost_chart(saved, "seconds", "Time: forward + one head (s)"), right)
+    saved = saved.assign(peak_GiB=saved["peak_bytes"] / GIB)
+    c = _memory_and_time(saved, "peak_GiB", "Peak memory (GiB)", "cost-saved")
     st.caption(f"From `benchmarks/long_inputs.py` (CPU, results in `{BENCHMARK.relative_to(BENCHMARK.parents[2])}`). "
                "Where a path has no point, it was not run: Hugging Face's attentions alone would not fit in memory. "
                f"Dashed: c·L² with c fitted to Hugging Face's peaks ({c:.3g} GiB per token²).")
-    ui.downloads("cost-saved", memory, saved)
 
     st.subheader(f"Live, on this machine: {ctx.model.name}")
     if not ctx.model.scratch_supported:
@@ -63,11 +57,18 @@ def render(ctx: ui.Context) -> None:
         return
     live = _live(*args, _model=ctx.model)
     live = live.assign(attention_MiB=live["attention_bytes"] / 2**20)
-    held = live[live["path"].str.startswith("Hugging Face")]
-    q = cost.quadratic_fit(held["tokens"], held["attention_MiB"])
-    left, right = st.columns(2)
-    memory = charts.cost_chart(live, "attention_MiB", "Attention held by the Trace (MiB)", quadratic=q)
-    ui.chart(memory, left)
-    ui.chart(charts.cost_chart(live, "seconds", "Time: forward + one head (s)"), right)
-    ui.downloads("cost-live", memory, live)
+    _memory_and_time(live, "attention_MiB", "Attention held by the Trace (MiB)", "cost-live")
     st.dataframe(live, hide_index=True)
+
+
+def _memory_and_time(frame, memory: str, title: str, name: str) -> float:
+    """Memory (with the c·L² curve fitted to Hugging Face's points) and time side by side, and their
+    downloads; returns c."""
+    hf = frame[frame["path"] == cost.HF]
+    c = cost.quadratic_fit(hf["tokens"], hf[memory])
+    left, right = st.columns(2)
+    chart = charts.cost_chart(frame, memory, title, quadratic=c)
+    ui.chart(chart, left)
+    ui.chart(charts.cost_chart(frame, "seconds", "Time: forward + one head (s)"), right)
+    ui.downloads(name, chart, frame)
+    return c

@@ -44,6 +44,14 @@ def _texts(elements) -> str:
     return "\n".join(e.value for e in elements)
 
 
+def _upload(at, name: str, csv: bytes) -> AppTest:
+    """On the Heads page: switch to "Upload a table" and upload ``csv``."""
+    at.segmented_control(key="heads_how").set_value("Upload a table")
+    _rerun(at)
+    at.file_uploader(key="probe_upload").set_value((name, csv, "text/csv"))
+    return _rerun(at)
+
+
 def _rerun(at) -> AppTest:
     at.run()
     assert not at.exception, at.exception
@@ -146,12 +154,8 @@ def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
     assert "previous" in at.selectbox(key="heads_label").options
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].is_monotonic_decreasing
-    at = _app(page="heads")
-    at.segmented_control(key="heads_how").set_value("Upload a table")
-    _rerun(at)
-    csv = b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,nsubj,0,0,0.1\n"
-    at.file_uploader(key="probe_upload").set_value(("mine.csv", csv, "text/csv"))
-    _rerun(at)
+    at = _upload(_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,nsubj,0,0,0.1\n")
     assert list(at.dataframe[0].value["score"]) == [0.9, 0.1]
     grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
     assert [p["name"] for p in grid["params"]] == ["head"] and grid["params"][0]["select"]["on"] == "click"
@@ -298,12 +302,8 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     assert "hf vs scratch/sdpa" in verdict and "identical to the last bit" not in verdict
     diffs = [r["max_abs_diff"] for r in _rows(at, "per head")]
     assert 0 < max(diffs) <= 1e-5
-    at = _app(page="heads")
-    at.segmented_control(key="heads_how").set_value("Upload a table")
-    _rerun(at)
-    csv = b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n"
-    at.file_uploader(key="probe_upload").set_value(("mine.csv", csv, "text/csv"))
-    _rerun(at)
+    at = _upload(_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n")
     at.selectbox(key="heads_label").set_value("obj")
     _rerun(at)
     assert "obj: score by head (click a cell to open it)" in _titles(at)
