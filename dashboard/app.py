@@ -102,7 +102,8 @@ def sidebar_model(model: probes.Model) -> None:
     if ui.view().source == "scratch":
         import torch
 
-        backends = ["eager", "sdpa", "flash"] if torch.cuda.is_available() or ui.view().backend == "flash" else ["eager", "sdpa"]
+        flash = torch.cuda.is_available() or ui.view().backend == "flash"  # a link may ask for it: its note says why
+        backends = ["eager", "sdpa", "flash"] if flash else ["eager", "sdpa"]
         ui.bound("radio", "backend", "Attention backend", sb, options=backends, horizontal=True,
                  help="eager keeps every probability; sdpa (and flash, on a CUDA GPU) keep one logsumexp per "
                       "row and recover the head you look at from it")

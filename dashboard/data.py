@@ -125,9 +125,8 @@ def bertviz_html(inp: Input, kind: str) -> str:
     from . import bertviz_embed
 
     t = trace(inp)
-    attention = [t.attention(i).float().cpu().numpy() for i in range(t.n_layers)]
     draw = bertviz_embed.head_view_html if kind == "head" else bertviz_embed.model_view_html
-    return draw(attention, t.token_strings(), sentence_b_start(inp))
+    return draw(list(t.all_attention().float().numpy()), t.token_strings(), sentence_b_start(inp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -141,20 +140,18 @@ def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
-def parity_report(inp: Input) -> dict:
+def parity_report(inp: Input) -> parity.ParityReport:
     """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
     with the chosen backend (eager when the page shows Hugging Face)."""
     backend = inp.backend if inp.source == "scratch" else "eager"
-    return parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=backend).to_dict()
+    return parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=backend)
 
 
 def sentence_b_start(inp: Input) -> int | None:
     """Index (among real tokens) of the second sentence's first token, for bertviz."""
     if not inp.pair:
         return None
-    t = trace(inp)
-    real = [t.tokens[0][i] for i in t.attention_mask[0].nonzero().squeeze(-1).tolist()]
-    segments = [getattr(tok, "segment", 0) for tok in real]
+    segments = [tok.segment for tok in trace(inp).real_tokens()]
     return segments.index(1) if 1 in segments else None
 
 

@@ -3,7 +3,6 @@ the context a page is handed, the query-token picker, the parity badge and chart
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import altair as alt
@@ -64,18 +63,17 @@ def query_picker(info: data.RunInfo, container=st) -> int:
                  format_func=names.__getitem__, help="the token whose attention you follow")
 
 
-def parity_badge(inp: data.Input, container=st) -> dict | None:
+def parity_badge(inp: data.Input, container=st) -> None:
     """Small pass/fail badge of Hugging Face vs our scratch pass on this input."""
     try:
         report = data.parity_report(inp)
     except probes.ProbesError:
-        return None
-    worst = report["attention_max_abs_diff"]
-    if report["passed"]:
+        return
+    worst = report.attention_max_abs_diff
+    if report.passed:
         container.badge(f"Parity PASS · max |Δ| {worst:.1e}", icon=":material/check_circle:", color="green")
     else:
         container.badge(f"Parity FAIL · max |Δ| {worst:.1e}", icon=":material/error:", color="red")
-    return report
 
 
 def chart(chart: alt.TopLevelMixin, container=st, **kwargs):

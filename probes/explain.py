@@ -76,7 +76,7 @@ def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None 
     word i's attention that lands on each word, and it sums to 1 minus what word i gives to the
     left-out tokens, not to 1.
     """
-    tokens = [t for t, real in zip(trace.tokens[item], trace.attention_mask[item].tolist()) if real]
+    tokens = trace.real_tokens(item)
     word_of, words = [-1] * len(tokens), []
     for segment, source in enumerate((text, pair)):
         ends = [t.end for t in tokens if not t.special and t.segment == segment]

@@ -177,6 +177,10 @@ class Trace:
             previous[:, r[local]] = p[:, local, r[local] - 1]
         return dict(entropy=entropy, received=received, previous=previous, argmax=argmax)
 
+    def real_tokens(self, item: int = 0) -> list[Token]:
+        """The real tokens of one item (padding removed), in the order ``attention`` indexes them."""
+        return [self.tokens[item][i] for i in self._valid(item).tolist()]
+
     def token_strings(self, item: int = 0) -> list[str]:
         """Readable strings of the real tokens of one item (padding removed)."""
-        return [self.tokens[item][i].text for i in self._valid(item).tolist()]
+        return [t.text for t in self.real_tokens(item)]

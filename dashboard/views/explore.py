@@ -60,7 +60,7 @@ def render(ctx: ui.Context) -> None:
         lo, hi = _window(n)
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query)
-        frame = charts.attention_frame(info.tokens[lo:hi], weights, info.causal, start=lo)
+        frame = chart.data  # the heatmap's own long table: its numbers, as shown
     ui.chart(chart)
     ui.downloads(f"attention-L{v.layer}H{v.head}", chart, frame)
 

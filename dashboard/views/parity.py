@@ -22,39 +22,38 @@ def render(ctx: ui.Context) -> None:
     if not ctx.ready():
         return
     r = data.parity_report(ctx.inp)
-    layer, head, worst = max(((lp["layer"], h, d) for lp in r["per_layer"] for h, d in enumerate(lp["per_head"])),
-                             key=lambda t: t[2])
-    versus = f"{r['reference']} vs {r['candidate']}" + (f" ({r['backend']})" if r["backend"] not in ("", "eager") else "")
-    tol = r["tolerance"]
-    if r["passed"] and r["attention_max_abs_diff"] == 0:
+    layer, head, _ = r.worst_head()
+    versus = f"{r.reference} vs {r.candidate}" + (f" ({r.backend})" if r.backend not in ("", "eager") else "")
+    tol = r.tolerance
+    if r.passed and r.attention_max_abs_diff == 0:
         st.success(f"PASS · {versus} · the attention is identical to the last bit on every layer and head")
-    elif r["passed"]:
-        st.success(f"PASS · {versus} · max |Δ| attention {r['attention_max_abs_diff']:.1e} over every layer and head "
+    elif r.passed:
+        st.success(f"PASS · {versus} · max |Δ| attention {r.attention_max_abs_diff:.1e} over every layer and head "
                    f"(tolerance {tol['attention']:.0e}); worst head {layer}.{head}")
     else:
-        st.error(f"FAIL · {versus} · max |Δ| attention {r['attention_max_abs_diff']:.1e} at head {layer}.{head} "
+        st.error(f"FAIL · {versus} · max |Δ| attention {r.attention_max_abs_diff:.1e} at head {layer}.{head} "
                  f"(tolerance {tol['attention']:.0e})")
-    if r["note"]:
-        st.info(r["note"])
+    if r.note:
+        st.info(r.note)
     cols = st.columns(4)
-    cols[0].metric("attention max |Δ|", f"{r['attention_max_abs_diff']:.1e}", help=f"tolerance {tol['attention']:.0e}")
-    cols[1].metric("hidden states max |Δ|", f"{r['hidden_max_abs_diff']:.1e}", help=f"tolerance {tol['hidden']:.0e}")
-    logits = r["logits_max_abs_diff"]
+    cols[0].metric("attention max |Δ|", f"{r.attention_max_abs_diff:.1e}", help=f"tolerance {tol['attention']:.0e}")
+    cols[1].metric("hidden states max |Δ|", f"{r.hidden_max_abs_diff:.1e}", help=f"tolerance {tol['hidden']:.0e}")
+    logits = r.logits_max_abs_diff
     cols[2].metric("logits max |Δ|", "n/a" if logits is None else f"{logits:.1e}",
                    help="n/a: the model has no language-model head" if logits is None else f"tolerance {tol['logits']:.0e}")
-    qkv = r["qkv_max_abs_diff"]
+    qkv = r.qkv_max_abs_diff
     cols[3].metric("q, k, v max |Δ|", "n/a" if qkv is None else f"{qkv:.1e}")
 
-    diffs = np.array([lp["per_head"] for lp in r["per_layer"]])
+    diffs = np.array([lp.per_head for lp in r.per_layer])
     chart = charts.parity_heatmap(diffs, tol["attention"])
     ui.chart(chart)
-    frame = pd.DataFrame([{"layer": lp["layer"], "head": h, "attention_max_abs_diff": d,
-                           "hidden_max_abs_diff": lp["hidden_max_abs_diff"]}
-                          for lp in r["per_layer"] for h, d in enumerate(lp["per_head"])])
+    frame = pd.DataFrame([{"layer": lp.layer, "head": h, "attention_max_abs_diff": d,
+                           "hidden_max_abs_diff": lp.hidden_max_abs_diff}
+                          for lp in r.per_layer for h, d in enumerate(lp.per_head)])
     ui.downloads("parity", chart, frame)
-    st.download_button("Report (JSON)", json.dumps(r, ensure_ascii=False, indent=1), "parity.json", "application/json",
-                       on_click="ignore", icon=":material/download:")
-    st.caption(f"{len(r['tokens'])} tokens, compared over the real tokens (padding left out). The same check from a "
+    st.download_button("Report (JSON)", lambda: json.dumps(r.to_dict(), ensure_ascii=False, indent=1), "parity.json",
+                       "application/json", on_click="ignore", icon=":material/download:")
+    st.caption(f"{len(r.tokens)} tokens, compared over the real tokens (padding left out). The same check from a "
                "terminal:")
     command = ["python", "-m", "probes", "parity", "--model", ctx.inp.model, "--text", ctx.inp.text]
     if ctx.inp.pair:
