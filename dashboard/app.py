@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 import probes  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import ViewState  # noqa: E402
+from probes.runner import SOURCES  # noqa: E402
+from probes.scratch.attention import BACKENDS  # noqa: E402
 from dashboard.views import cost, explore, heads, parity, qkv  # noqa: E402
 
 CUSTOM = "other…"
@@ -95,15 +97,15 @@ def sidebar_model(model: probes.Model) -> None:
     v = ui.view()
     if not model.scratch_supported and v.source != "hf":
         ui.update(source="hf")
-    sources = ["hf", "scratch"] if model.scratch_supported else ["hf"]
+    sources = list(SOURCES) if model.scratch_supported else ["hf"]
     ui.bound("radio", "source", "Source", sb, options=sources, horizontal=True,
              format_func={"hf": "Hugging Face", "scratch": "From scratch"}.get,
-             help=None if model.scratch_supported else "the from-scratch pass covers GPT-2 and BERT")
+             help=None if model.scratch_supported else f"Hugging Face view only: {model.scratch_problem}")
     if ui.view().source == "scratch":
         import torch
 
         flash = torch.cuda.is_available() or ui.view().backend == "flash"  # a link may ask for it: its note says why
-        backends = ["eager", "sdpa", "flash"] if flash else ["eager", "sdpa"]
+        backends = [b for b in BACKENDS if b != "flash" or flash]
         ui.bound("radio", "backend", "Attention backend", sb, options=backends, horizontal=True,
                  help="eager keeps every probability; sdpa (and flash, on a CUDA GPU) keep one logsumexp per "
                       "row and recover the head you look at from it")

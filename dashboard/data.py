@@ -136,7 +136,7 @@ def words(inp: Input, layer: int, head: int) -> tuple[list[str], np.ndarray]:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
-    return explain.query_steps(trace(inp), model_of(inp), layer, head, query)
+    return explain.query_steps(trace(inp), layer, head, query)
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")

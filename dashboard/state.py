@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
+from probes.runner import SOURCES
+from probes.scratch.attention import BACKENDS
+
 DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 PAGES = ("explore", "qkv", "parity", "heads", "cost")
-SOURCES = ("hf", "scratch")
-BACKENDS = ("eager", "sdpa", "flash")
 
 
 @dataclass(frozen=True)

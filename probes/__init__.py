@@ -1,4 +1,5 @@
-"""probes: load GPT-2 and BERT beside our own from-scratch forward pass, and compare their attention."""
+"""probes: load GPT-2, BERT and Llama-style models beside our own from-scratch forward pass, and compare
+their attention."""
 
 from .errors import (EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
                      UnsupportedModel)
@@ -15,11 +16,6 @@ def run(model: Model, text: str, pair: str | None = None, source: str = "hf", tr
         backend: str = "eager") -> Trace:
     """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
     from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass."""
-    enc = model.encode(text, pair, truncate=truncate)
-    if source == "hf":
-        return model.hf_trace(enc)
-    if source == "scratch":
-        from . import scratch
+    from . import runner
 
-        return scratch.forward(model, enc, backend=backend)
-    raise ValueError(f"unknown source {source!r}: choose 'hf' or 'scratch'")
+    return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate)

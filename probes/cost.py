@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import scratch
+from . import runner
 from .errors import BadData, InputTooLong
 from .models import Encoding, Model
 from .trace import Trace
@@ -65,14 +65,14 @@ def measure(model: Model, lengths: Sequence[int], repeats: int = 3) -> pd.DataFr
             raise InputTooLong(n, model.max_tokens, model.name)
 
     def lazy(enc: Encoding) -> Trace:
-        trace = scratch.forward(model, enc, backend="sdpa")
+        trace = runner.forward(model, enc, "scratch", "sdpa")
         trace.attention(0, 0)  # one head's L×L, recovered from q, k and the logsumexp
         return trace
 
     rows = []
     for n in lengths:
         enc = _random_encoding(model, n)
-        seconds, trace = _median_seconds(model, lambda: model.hf_trace(enc), repeats)
+        seconds, trace = _median_seconds(model, lambda: runner.forward(model, enc, "hf"), repeats)
         rows.append(dict(tokens=n, path=HF, seconds=seconds, attention_bytes=sum(a.nbytes for a in trace.attn)))
         seconds, trace = _median_seconds(model, lambda: lazy(enc), repeats)
         rows.append(dict(tokens=n, path=LAZY, seconds=seconds, attention_bytes=sum(s.nbytes for s in trace.lse)))

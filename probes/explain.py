@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import scratch
 from .heads.engine import word_attention
 from .models import Model
 from .tokens import align_to_words, word_spans
@@ -31,36 +30,64 @@ class QuerySteps:
     scores: np.ndarray  # [n] q·k_j
     scale: float  # what the layer multiplies scores by, e.g. 1/√d_k
     scaled: np.ndarray  # [n] scores · scale
-    allowed: np.ndarray  # [n] bool: False where masked (the causal future)
+    allowed: np.ndarray  # [n] bool: False where masked (the causal future, outside a sliding window)
     weights: np.ndarray  # [n] softmax over the allowed keys (masked → 0)
     output: np.ndarray  # [d] weights · v: this head's output row for the query
     trace_weights: np.ndarray  # [n] the same row as the Trace reports it
     max_abs_diff: float  # max |weights − trace_weights|: the steps reproduce the model's attention
+    kv_head: int  # the key/value head this query head reads (itself, unless grouped-query)
+    kv_group: tuple[int, ...]  # the query heads that share that key/value head
+    window: int | None  # the layer's sliding window, if it has one
+    q_unrotated: np.ndarray | None = None  # [d] rotary models: q before it was turned by its position
+    angles: np.ndarray | None = None  # [d/2] rotary models: the angle each pair of q was turned by (radians)
 
 
-def query_steps(trace: Trace, model: Model, layer: int, head: int, query: int, item: int = 0) -> QuerySteps:
+def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) -> QuerySteps:
     """One query token's attention in head (``layer``, ``head``), step by step. ``query`` indexes the
     real tokens of batch ``item`` (padding removed). Works on any Trace that holds or recomputes q, k
-    and v (Hugging Face or scratch, GPT-2 or BERT)."""
-    if trace.model != model.name:
-        raise ValueError(f"the trace is of {trace.model!r}, not of {model.name!r}")
+    and v and carries its layers' score scales (Hugging Face or scratch, any family with a record):
+    for a rotary model q and k are the rotated vectors, and the rotation of q is given too."""
+    if trace.scales is None:
+        raise ValueError(f"this trace ({trace.source}) does not carry its layers' score scales")
     q_all, k, v = (t.detach().cpu().double().numpy() for t in trace.qkv(layer, head, item))
     n = len(k)
     if not 0 <= query < n:
         raise IndexError(f"query {query} is outside the {n} real tokens 0..{n - 1}")
     q = q_all[query]
-    scale = scratch.attention_scales(model)[layer]
+    scale = trace.scales[layer]
+    window = trace.window(layer)
 
     scores = k @ q  # q·k_j: one raw score per key
     scaled = scores * scale  # ÷ √d_k (or the layer's own scale)
-    allowed = np.arange(n) <= query if trace.is_causal else np.ones(n, dtype=bool)  # mask: the future
+    keys = np.arange(n)
+    allowed = keys <= query if trace.is_causal else np.ones(n, dtype=bool)  # mask: the future
+    if window is not None:
+        allowed &= keys > query - window  # mask: further back than the sliding window
     exp = np.where(allowed, np.exp(scaled - scaled[allowed].max()), 0.0)  # shifted by the max: no overflow
     weights = exp / exp.sum()  # softmax over the allowed keys: sums to 1
     output = weights @ v  # · v: the weighted sum of the values
 
     trace_weights = trace.attention(layer, head, item, rows=[query])[0].detach().cpu().double().numpy()
-    return QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
-                      weights, output, trace_weights, float(np.abs(weights - trace_weights).max()))
+    kv = trace.kv_head(layer, head)
+    group = trace.n_heads // trace.layer_qkv(layer)[1].shape[1]
+    steps = QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
+                       weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
+                       tuple(range(kv * group, (kv + 1) * group)), window)
+    if trace.rotary is not None:
+        steps.q_unrotated, steps.angles = _unrotated(trace, q, query, item)
+    return steps
+
+
+def _unrotated(trace: Trace, q: np.ndarray, query: int, item: int) -> tuple[np.ndarray, np.ndarray]:
+    """q before the rotary embedding turned it, and the angle of each of its pairs: the inverse turn,
+    by the cos and sin the trace's model used at the query's position."""
+    cos, sin = (t[min(item, len(t) - 1)].detach().cpu().double().numpy() for t in trace.rotary)
+    position = int(trace.attention_mask[item].nonzero()[query])
+    c, s_ = cos[position], sin[position]
+    half = len(q) // 2
+    turned = np.concatenate([-q[half:], q[:half]])  # rotate_half(q): a quarter turn of every pair
+    before = q * c - turned * s_  # the inverse of q·cos + rotate_half(q)·sin
+    return before, np.arctan2(s_[:half], c[:half])
 
 
 def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None = None,

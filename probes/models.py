@@ -20,24 +20,13 @@ from urllib.parse import urlparse
 import torch
 
 from .errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+from .families import Family, families, family_of
 from .tokens import Token, readable_tokens
-from .trace import Trace
 
 OFFLINE_DEFAULT = "minilm"
 
-# hub ids people ask for most; any GPT-2- or BERT-family checkpoint on the hub loads too
-KNOWN_HUB_MODELS = (
-    "gpt2",
-    "distilgpt2",
-    "gpt2-medium",
-    "bert-base-uncased",
-    "bert-base-cased",
-    "bert-base-chinese",
-)
-
-FAMILIES = {"gpt2": "gpt2", "bert": "bert"}  # config.model_type -> scratch family
-
-_BERT_LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}
+# hub ids people ask for most (each family record names a few); any checkpoint of a family loads too
+KNOWN_HUB_MODELS = tuple(hub_id for family in families() for hub_id in family.examples)
 
 
 def _offline_default_path() -> str:
@@ -99,11 +88,16 @@ class Encoding:
 class Model:
     name: str  # what the user asked for
     source: str  # the directory or hub id it was loaded from
-    family: str  # "gpt2", "bert", or "other" (Hugging Face view only)
+    family: Family | None  # its record (probes.families), or None: an architecture seen in the HF view only
     hf: torch.nn.Module
     tokenizer: object
     config: object
     _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
+    _scratch_problem: str | None = field(default=None, repr=False)
+
+    @property
+    def family_name(self) -> str:
+        return self.family.name if self.family else "other"
 
     @property
     def n_layers(self) -> int:
@@ -114,14 +108,20 @@ class Model:
         return self.config.num_attention_heads
 
     @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads: fewer than the query heads in a grouped-query model (query head h reads h // group)."""
+        return self.family.kv_heads(self.config) if self.family else self.n_heads
+
+    @property
     def d_head(self) -> int:
-        return self.config.hidden_size // self.config.num_attention_heads
+        return self.family.head_dim(self.config) if self.family else self.config.hidden_size // self.n_heads
 
     @property
     def is_causal(self) -> bool:
-        # every decoder loads as a *ForCausalLM class (see _build and _load_gguf)
-        return (self.family == "gpt2" or bool(getattr(self.config, "is_decoder", False))
-                or type(self.hf).__name__.endswith("ForCausalLM"))
+        if self.family:
+            return self.family.causal(self.config)
+        # every other decoder loads as a *ForCausalLM class (see _build and _load_gguf)
+        return bool(getattr(self.config, "is_decoder", False)) or type(self.hf).__name__.endswith("ForCausalLM")
 
     @property
     def has_lm_head(self) -> bool:
@@ -141,8 +141,21 @@ class Model:
         return next(self.hf.parameters()).device
 
     @property
+    def scratch_problem(self) -> str | None:
+        """Why the from-scratch path cannot run this model (None: it can). Decided once, when the model is
+        loaded: the family has no record, or its network refuses a config option or leaves a weight unused."""
+        if self._scratch is None and self._scratch_problem is None:
+            from . import scratch
+
+            try:
+                scratch.build(self)
+            except UnsupportedModel as exc:
+                self._scratch_problem = str(exc)
+        return self._scratch_problem
+
+    @property
     def scratch_supported(self) -> bool:
-        return self.family in ("gpt2", "bert")
+        return self.scratch_problem is None
 
     # -- text -> tokens ---------------------------------------------------------------------------
     def encode(self, texts: str | list[str], pairs: str | list[str | None] | None = None,
@@ -167,9 +180,9 @@ class Model:
                 raise EmptyInput("the text is empty: type a sentence to see its attention")
             if p is not None and not p.strip():
                 raise EmptyInput("the second sentence is empty: type one, or leave it out")
-        if any(p is not None for p in pairs) and self.family == "gpt2":
+        if any(p is not None for p in pairs) and self.family and not self.family.pairs:
             raise UnsupportedModel(
-                f"{self.name} is a GPT-2 model, which has no sentence pairs: join the two texts instead"
+                f"{self.name} is a {self.family.title} model, which has no sentence pairs: join the two texts instead"
             )
 
         limit = self.max_tokens
@@ -208,72 +221,8 @@ class Model:
             row = readable_tokens(tok, r["input_ids"], r["offset_mapping"], t, p, r.sequence_ids())
             pad = Token(tok.pad_token or "<pad>", 0, 0, True, 0)
             tokens.append(row + [pad] * (width - n))
-        use_types = self.family == "bert" or (
-            self.family == "other" and "token_type_ids" in getattr(tok, "model_input_names", [])
-        )
+        use_types = self.family.token_types if self.family else "token_type_ids" in getattr(tok, "model_input_names", [])
         return Encoding(ids, mask, types if use_types else None, tokens, texts, pairs, truncated_from)
-
-    # -- the Hugging Face reference forward pass --------------------------------------------------
-    def hf_trace(self, enc: Encoding) -> Trace:
-        """Run the Hugging Face model (eager, fp32) and collect its Trace, q/k/v included where the
-        architecture exposes them (GPT-2 and BERT)."""
-        captured: dict[str, list[torch.Tensor]] = {"q": [], "k": [], "v": []}
-        hooks = _qkv_hooks(self, captured)
-        enc = enc.to(self.device)
-        kwargs = dict(input_ids=enc.input_ids, attention_mask=enc.attention_mask)
-        if enc.token_type_ids is not None:
-            kwargs["token_type_ids"] = enc.token_type_ids
-        try:
-            with torch.inference_mode():
-                out = self.hf(**kwargs, output_attentions=True, output_hidden_states=True, return_dict=True)
-        finally:
-            for h in hooks:
-                h.remove()
-        if not out.attentions or any(a is None for a in out.attentions):
-            raise RuntimeError("Hugging Face returned no attention probabilities: the model is not eager")
-        heads = self.n_heads
-        qkv = {}
-        for name, parts in captured.items():
-            qkv[name] = [_split_heads(x, heads) for x in parts] if len(parts) == self.n_layers else None
-        return Trace(
-            source="hf",
-            model=self.name,
-            tokens=enc.tokens,
-            input_ids=enc.input_ids,
-            attention_mask=enc.attention_mask.bool(),
-            is_causal=self.is_causal,
-            attn=list(out.attentions),
-            hidden_states=list(out.hidden_states),
-            q=qkv["q"],
-            k=qkv["k"],
-            v=qkv["v"],
-            logits=getattr(out, "logits", None) if self.has_lm_head else None,
-        )
-
-
-def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    b, n, d = x.shape
-    return x.view(b, n, heads, d // heads).transpose(1, 2)
-
-
-def _qkv_hooks(model: Model, captured: dict[str, list[torch.Tensor]]) -> list:
-    base = model.hf.base_model
-    hooks = []
-    if model.family == "gpt2":
-        def grab(_module, _inp, out):
-            q, k, v = out.split(model.config.hidden_size, dim=2)
-            captured["q"].append(q)
-            captured["k"].append(k)
-            captured["v"].append(v)
-
-        hooks = [block.attn.c_attn.register_forward_hook(grab) for block in base.h]
-    elif model.family == "bert":
-        for layer in base.encoder.layer:
-            for name in ("query", "key", "value"):
-                module = getattr(layer.attention.self, name)
-                hooks.append(module.register_forward_hook(
-                    lambda _m, _i, out, key=name[0]: captured[key].append(out)))
-    return hooks
 
 
 # -- loading ---------------------------------------------------------------------------------------
@@ -287,6 +236,7 @@ def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device is not None and torch.device(device) != model.device:
         model.hf.to(device)
+    model.scratch_problem  # noqa: B018 - build the from-scratch network now (on the model's device), or say why not
     return model
 
 
@@ -337,7 +287,7 @@ def _load_dir(name: str, path: str) -> Model:
 
 def _load_gguf(name: str, path: Path) -> Model:
     """A GGUF file (quantised weights are dequantised to fp32 by transformers; it needs the ``gguf``
-    package). Runs in the Hugging Face view only: the scratch path covers GPT-2 and BERT."""
+    package). The from-scratch path runs on it too when its family has a record (SmolLM2 is a Llama)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     common = dict(gguf_file=path.name, local_files_only=True, trust_remote_code=False)
@@ -350,8 +300,7 @@ def _load_gguf(name: str, path: Path) -> Model:
         raise ModelUnavailable(f"loading {name!r} needs the gguf package: pip install gguf accelerate") from exc
     except (OSError, ValueError, KeyError) as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
-    family = FAMILIES.get(getattr(config, "model_type", None), "other")
-    return _ready(name, str(path), family, hf, tokenizer)
+    return _ready(name, str(path), family_of(config), hf, tokenizer)
 
 
 def _check_pickle(path: Path, name: str) -> None:
@@ -401,8 +350,8 @@ def _load_hub(name: str) -> Model:
 
 
 def _build(name: str, source: str, *, local_files_only: bool) -> Model:
-    from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer,
-                              BertForMaskedLM, GPT2LMHeadModel)
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -416,19 +365,12 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load the config of {name!r}: {_first_line(exc)}") from exc
 
-    kind = getattr(config, "model_type", None)
-    family = FAMILIES.get(kind, "other")
-    pos = getattr(config, "position_embedding_type", "absolute")
-    if family == "bert" and pos not in (None, "absolute"):
-        raise UnsupportedModel(
-            f"{name!r} uses position_embedding_type={pos!r}; transformers 5 implements only 'absolute', so "
-            "neither path would compute what the checkpoint was trained with"
-        )
+    family = family_of(config)
+    if family and family.refuse_at_load:
+        family.refuse_at_load(config, name)
     archs = set(getattr(config, "architectures", None) or [])
-    if family == "gpt2":
-        cls = GPT2LMHeadModel
-    elif family == "bert":
-        cls = BertForMaskedLM if _BERT_LM_ARCHITECTURES & archs else AutoModel
+    if family:
+        cls = getattr(transformers, family.hf_class(config))
     elif any(a.endswith("ForCausalLM") for a in archs):
         cls = AutoModelForCausalLM
     elif any(a.endswith("ForMaskedLM") for a in archs):
@@ -455,12 +397,13 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
     return _ready(name, source, family, hf, tokenizer)
 
 
-def _ready(name: str, source: str, family: str, hf, tokenizer) -> Model:
+def _ready(name: str, source: str, family: Family | None, hf, tokenizer) -> Model:
     """The checks and settings every loaded model gets: a fast tokenizer (character offsets), a pad
-    token for GPT-2 batches, eval mode without gradients, eager attention (the reference)."""
+    token for batches (a decoder's end-of-text token where it has none), eval mode without gradients,
+    eager attention (the reference)."""
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel(f"{name!r} has no fast tokenizer, which we need for character offsets")
-    if family == "gpt2" and tokenizer.pad_token is None:
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token  # only used to pad batches; padding is masked out
     hf.eval()
     hf.requires_grad_(False)

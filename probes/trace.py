@@ -10,13 +10,18 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
 * attention, held one of two ways:
 
   - **materialised** (Hugging Face, scratch ``eager``): ``attn`` per layer ``[B, H, L, L]``, row =
-    query, column = key, and ``q``, ``k``, ``v`` per layer ``[B, H, L, d]``;
+    query, column = key, and ``q``, ``k``, ``v`` per layer ``[B, H, L, d]`` (k and v ``[B, H_kv, L, d]``
+    in a grouped-query model: query head h reads key/value head h // (H / H_kv)); for rotary models
+    q and k are the rotated ones, and ``rotary`` holds the (cos, sin) tables they were turned by;
   - **lazy** (scratch ``sdpa`` / ``flash``): only ``lse``, the logsumexp of each query row's scaled
     scores, per layer ``[B, H, L]``. A layer's q, k and v are one linear map away from its input
     hidden state, so they are recomputed when asked for (``qkv_of``), and any head's probabilities
     come back exactly as P = exp(q·kᵀ·scale − lse), a block of rows at a time. Nothing of size
     layers × heads × L² is ever held;
-* ``logits``: ``[B, L, vocab]`` where the model has a language-model head (and it was asked for).
+* ``logits``: ``[B, L, vocab]`` where the model has a language-model head (and it was asked for);
+* the rule of each layer's scores: ``scales`` (what q·kᵀ is multiplied by, 1/√d_k or a family's
+  variant) and ``windows`` (a sliding window, or None), so a reader never needs the model to redo a
+  row by hand.
 
 Ask for attention through :meth:`Trace.attention` (one head or one layer, padding removed) or
 :meth:`Trace.head_summary` (streaming statistics of every head of a layer), never by indexing.
@@ -30,6 +35,11 @@ from dataclasses import dataclass
 import torch
 
 from .tokens import Token
+
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[..., H_kv, L, d]`` -> ``[..., H_kv·group, L, d]``: each key/value head for the query heads that read it."""
+    return x if group == 1 else x.repeat_interleave(group, dim=-3)
+
 
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
 
@@ -49,7 +59,9 @@ class Trace:
     v: list[torch.Tensor] | None = None
     logits: torch.Tensor | None = None
     lse: list[torch.Tensor] | None = None  # lazy: [B, H, L] per layer, natural log
-    scales: list[float] | None = None  # lazy: the score scale of each layer (1/√d_k, or GPT-2's variants)
+    scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
+    windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [1 or B, L, d] of rotary models
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
     note: str = ""  # why it is not the backend that was asked for, if it is not
@@ -69,6 +81,14 @@ class Trace:
     @property
     def batch_size(self) -> int:
         return self.input_ids.shape[0]
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    def kv_head(self, layer: int, head: int) -> int:
+        """The key/value head that query head ``head`` reads (itself, unless the model groups its queries)."""
+        q, k, _ = self.layer_qkv(layer)
+        return head // (q.shape[1] // k.shape[1])
 
     def _valid(self, item: int) -> torch.Tensor:
         if not 0 <= item < self.batch_size:
@@ -93,10 +113,13 @@ class Trace:
             return self.qkv_of(layer)
 
     def qkv(self, layer: int, head: int, item: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v of one head ``[n, d]`` over the real tokens of one item."""
+        """q, k, v of one head ``[n, d]`` over the real tokens of one item (k and v of the key/value head
+        it reads, in a grouped-query model; q and k rotated, in a rotary one)."""
         self._check(layer, head)
         idx = self._valid(item)
-        return tuple(t[item, head][idx] for t in self.layer_qkv(layer))
+        q, k, v = self.layer_qkv(layer)
+        kv = head // (q.shape[1] // k.shape[1])
+        return q[item, head][idx], k[item, kv][idx], v[item, kv][idx]
 
     # -- attention -----------------------------------------------------------------------------
     def _recover(self, layer: int, item: int, heads: slice | int, rows: torch.Tensor, idx: torch.Tensor,
@@ -104,13 +127,17 @@ class Trace:
         """Probabilities of the given query rows (positions in the padded sequence) over the real keys
         ``idx``, recovered from the layer's q, k (``qk``) and the logsumexp: ``[h, r, n]``."""
         q, k = qk[0], qk[1]
+        group = q.shape[1] // k.shape[1]
+        k = k[item, heads // group] if isinstance(heads, int) else _repeat_kv(k[item], group)[heads]
         q = q[item, heads][..., rows, :]
-        k = k[item, heads][..., idx, :]
+        k = k[..., idx, :]
         lse = self.lse[layer][item, heads][..., rows]
         scores = (q.float() @ k.float().transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
         probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
         if self.is_causal:
             probs.masked_fill_(idx[None, :] > rows[:, None], 0.0)  # the future stays at zero
+        if (window := self.window(layer)) is not None:
+            probs.masked_fill_(idx[None, :] <= rows[:, None] - window, 0.0)  # outside the sliding window
         return probs
 
     def attention(self, layer: int, head: int | None = None, item: int = 0,

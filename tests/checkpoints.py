@@ -1,5 +1,5 @@
-"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, and a Llama the scratch path
-does not cover). Weights use a large init range so attention is peaked, not near-uniform: a
+"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, Llama/Mistral/Qwen2, and a GPT-NeoX
+that no family record covers). Weights use a large init range so attention is peaked, not near-uniform: a
 parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations
@@ -88,15 +88,40 @@ def make_bert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **overri
     return path
 
 
-def make_llama(path: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrides) -> Path:
+    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"``) with grouped-query heads (6 query heads
+    reading 2 key/value heads), untied embeddings; ``overrides`` go to the config."""
+    import transformers
+
+    tok = gpt2_tokenizer()
+    config_class, model_class = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    }[family]
+    cfg = dict(vocab_size=len(tok), hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+               num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
+               eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    model = model_class(config_class(**cfg))
+    _scale_up(model, std)
+    if cfg["tie_word_embeddings"]:
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_neox(path: Path) -> Path:
+    """A tiny random GPT-NeoX: an architecture no family record covers (Hugging Face view only)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     tok = gpt2_tokenizer()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id))
+        max_position_embeddings=64, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

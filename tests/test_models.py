@@ -11,13 +11,13 @@ import pytest
 import torch
 
 import probes
-from probes import models, parity, scratch
+from probes import hf, models, parity, scratch
 from probes.errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
 
 
 def test_local_gpt2_is_the_eager_fp32_reference(gpt2_model):
     m = gpt2_model
-    assert m.family == "gpt2" and m.is_causal and m.has_lm_head and m.scratch_supported
+    assert m.family_name == "gpt2" and m.is_causal and m.has_lm_head and m.scratch_supported
     assert m.hf.config._attn_implementation == "eager"
     assert not m.hf.training
     assert all(p.dtype == torch.float32 for p in m.hf.parameters())
@@ -25,7 +25,7 @@ def test_local_gpt2_is_the_eager_fp32_reference(gpt2_model):
 
 
 def test_offline_default_by_short_name(minilm):
-    assert minilm.name == "minilm" and minilm.family == "bert"
+    assert minilm.name == "minilm" and minilm.family_name == "bert"
     assert (minilm.n_layers, minilm.n_heads, minilm.max_tokens) == (6, 12, 512)
     assert type(minilm.hf).__name__ == "BertModel"
     assert not minilm.is_causal and not minilm.has_lm_head
@@ -72,7 +72,7 @@ def test_missing_directory_and_not_a_model(tmp_path):
 def test_public_deployment_refuses_local_paths(gpt2_dir):
     with pytest.raises(ModelUnavailable, match="loads only hub ids"):
         probes.load(str(gpt2_dir), allow_local_paths=False)
-    assert probes.load("minilm", allow_local_paths=False).family == "bert"
+    assert probes.load("minilm", allow_local_paths=False).family_name == "bert"
 
 
 def _as_pickle_only(src, dst):
@@ -109,13 +109,14 @@ def test_pickle_that_runs_code_is_refused(gpt2_dir, tmp_path):
     assert not _Payload.marker.exists()
 
 
-def test_unsupported_architecture_keeps_the_hf_view(llama_dir):
-    model = probes.load(str(llama_dir))
-    assert model.family == "other" and not model.scratch_supported and model.is_causal
-    trace = model.hf_trace(model.encode("hello world"))
-    assert trace.n_layers == 2 and trace.q is None
+def test_unsupported_architecture_keeps_the_hf_view(neox_dir):
+    model = probes.load(str(neox_dir))
+    assert model.family is None and model.family_name == "other" and model.is_causal
+    assert not model.scratch_supported and "'gpt_neox' model" in model.scratch_problem
+    trace = hf.forward(model, model.encode("hello world"))
+    assert trace.n_layers == 2 and trace.q is None and trace.scales is None
     assert torch.allclose(trace.attention(0).sum(-1), torch.ones(4, trace.attention(0).shape[-1]), atol=1e-5)
-    with pytest.raises(UnsupportedModel, match="GPT-2 and BERT families"):
+    with pytest.raises(UnsupportedModel, match="covers BERT, GPT-2, Llama, Mistral and Qwen2"):
         scratch.build(model)
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from probes import parity, scratch
+from probes import hf, parity, scratch
 from probes.parity import TOLERANCES
 
 SENTENCE = "Xiaoming gave the apple to Xiaohong because she was hungry."
@@ -28,7 +28,7 @@ def test_offline_default_pairs_and_long_input(minilm):
 
 def test_planted_difference_is_found_where_it_is(minilm):
     enc = minilm.encode(SENTENCE)
-    reference = minilm.hf_trace(enc)
+    reference = hf.forward(minilm, enc)
     candidate = scratch.forward(minilm, enc)
     candidate.attn[4] = candidate.attn[4].clone()
     candidate.attn[4][0, 7, 3, 2] += 3e-5
@@ -42,7 +42,7 @@ def test_planted_difference_is_found_where_it_is(minilm):
 
 def test_padding_is_not_compared(minilm):
     enc = minilm.encode([SENTENCE, "short"])
-    reference = minilm.hf_trace(enc)
+    reference = hf.forward(minilm, enc)
     candidate = scratch.forward(minilm, enc)
     candidate.attn[0] = candidate.attn[0].clone()
     candidate.attn[0][1, :, -1, :] = 0.5  # a padding query row of the short item
@@ -58,7 +58,7 @@ def test_report_json_has_the_documented_fields(minilm):
 
 
 def test_different_inputs_are_not_compared(minilm):
-    a = minilm.hf_trace(minilm.encode("one text"))
+    a = hf.forward(minilm, minilm.encode("one text"))
     b = scratch.forward(minilm, minilm.encode("another text"))
     with pytest.raises(ValueError, match="different inputs"):
         parity.compare(a, b)

@@ -1,10 +1,11 @@
 import pytest
 import torch
+from probes import hf
 
 
 def test_attention_drops_padding_and_rows_sum_to_one(minilm):
     enc = minilm.encode(["a much longer sentence than the other one", "short"])
-    trace = minilm.hf_trace(enc)
+    trace = hf.forward(minilm, enc)
     n = int(enc.attention_mask[1].sum())
     a = trace.attention(3, 5, item=1)
     assert a.shape == (n, n)
@@ -16,7 +17,7 @@ def test_attention_drops_padding_and_rows_sum_to_one(minilm):
 
 
 def test_bad_indices_name_the_range(minilm):
-    trace = minilm.hf_trace(minilm.encode("hello"))
+    trace = hf.forward(minilm, minilm.encode("hello"))
     with pytest.raises(IndexError, match="0..5"):
         trace.attention(6, 0)
     with pytest.raises(IndexError, match="0..11"):
@@ -26,6 +27,6 @@ def test_bad_indices_name_the_range(minilm):
 
 
 def test_hidden_states_follow_hf_convention(gpt2_model):
-    trace = gpt2_model.hf_trace(gpt2_model.encode("the cat"))
+    trace = hf.forward(gpt2_model, gpt2_model.encode("the cat"))
     assert len(trace.hidden_states) == gpt2_model.n_layers + 1
     assert trace.logits.shape[-1] == gpt2_model.config.vocab_size

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from .. import runner
 from ..tokens import Token, align_to_words
 
 OFFSETS = tuple(o for o in range(-5, 6) if o != 0)
@@ -85,30 +86,16 @@ def _baseline(pairs: list[Pair], kind: str) -> float:
     raise ValueError(f"unknown baseline {kind!r}")
 
 
-def trace_of(model, enc, backend: str = "eager"):
-    """The Trace the probes read: the from-scratch pass (``backend``) for GPT-2 and BERT, Hugging
-    Face's for other architectures."""
-    from .. import scratch
-
-    return scratch.forward(model, enc, backend=backend) if model.scratch_supported else model.hf_trace(enc)
-
-
 def token_attention(model, texts: Iterable[str], batch_size: int = 16, backend: str = "eager",
                     progress=None) -> Iterator[tuple[list[Token], torch.Tensor]]:
     """Run ``model`` over ``texts`` in batches (truncated to its context window) and yield, per text,
-    its real tokens and their attention for every layer and head ``[layers, heads, n, n]``. GPT-2 and
-    BERT run the from-scratch pass (``backend``), other architectures Hugging Face's. ``progress`` is
-    called with the number of texts done after each batch."""
-    texts = list(texts)
-    for start in range(0, len(texts), batch_size):
-        batch = texts[start:start + batch_size]
-        enc = model.encode(batch, truncate=True)
-        trace = trace_of(model, enc, backend)
-        for item in range(len(batch)):
-            keep = enc.attention_mask[item].bool().tolist()
-            yield [t for t, k in zip(enc.tokens[item], keep) if k], trace.all_attention(item)
-        if progress is not None:
-            progress(len(batch))
+    its real tokens and their attention for every layer and head ``[layers, heads, n, n]``, read from
+    the Traces of :func:`probes.runner.batches` (the from-scratch pass with ``backend`` where the
+    family has one, Hugging Face's otherwise). ``progress`` is called with the number of texts done
+    after each batch."""
+    traces = runner.batches(model, texts, batch_size, source="auto", backend=backend, progress=progress)
+    for trace, item in runner.items(traces):
+        yield trace.real_tokens(item), trace.all_attention(item)
 
 
 def sentence_attention(model, sentences: Iterable[Sentence], batch_size: int = 16, backend: str = "eager",

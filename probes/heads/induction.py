@@ -22,7 +22,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .engine import COLUMNS, trace_of
+from .. import runner
+from .engine import COLUMNS
 
 
 def detection_patterns(ids: torch.Tensor, bidirectional: bool) -> dict[str, torch.Tensor]:
@@ -89,9 +90,10 @@ def induction_scores(model, n_sequences: int = 20, length: int = 25, exclude_bos
     ids = torch.tensor(rows)
     offsets = [(0, 0)] * ids.shape[1]
     tokens = [readable_tokens(tok, r, offsets, "") for r in rows]
-    enc = Encoding(ids, torch.ones_like(ids), None if model.family != "bert" else torch.zeros_like(ids), tokens,
-                   ["random tokens"] * len(rows), [None] * len(rows), [None] * len(rows))
-    trace = trace_of(model, enc, backend)
+    types = torch.zeros_like(ids) if model.family and model.family.token_types else None
+    enc = Encoding(ids, torch.ones_like(ids), types, tokens, ["random tokens"] * len(rows), [None] * len(rows),
+                   [None] * len(rows))
+    trace = runner.forward(model, enc, source="auto", backend=backend, logits=False)
     n = ids.shape[1]
     allowed = torch.ones(n, n).tril() if model.is_causal else torch.ones(n, n)
     uniform = allowed / allowed.sum(-1, keepdim=True)

@@ -1,12 +1,14 @@
-"""Our own forward pass: GPT-2 and BERT written from scratch in torch.
+"""Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, Llama,
+Mistral, Qwen2; each file holds its family's record, see :mod:`probes.families`).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
-module (``model.hf.state_dict()``) and the config. :func:`forward` returns the same
-:class:`~probes.trace.Trace` as the Hugging Face path, so the two can be compared head by head.
+module (``model.hf.state_dict()``) and the config. :func:`forward` has the signature of
+:func:`probes.hf.forward` and returns the same :class:`~probes.trace.Trace`, so the two can be
+compared head by head.
 
-Backends (``attention.py``): ``eager`` materialises every probability; ``sdpa`` and ``flash`` keep
-only the logsumexp per query row and give a lazy Trace, which recovers any head on demand. Where
-``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` says so.
+Backends (``attention.BACKENDS``): ``eager`` materialises every probability; ``sdpa`` and ``flash``
+keep only the logsumexp per query row and give a lazy Trace, which recovers any head on demand.
+Where ``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` says so.
 """
 
 from __future__ import annotations
@@ -14,101 +16,63 @@ from __future__ import annotations
 import torch
 
 from ..errors import UnsupportedModel
+from ..families import coverage
 from ..trace import Trace
-from . import bert, flash, gpt2
-from .attention import BACKENDS, allowed_keys, sdpa_attention
-from .attention import attention as eager_attention  # keeps `scratch.attention` the module
+from .attention import BACKENDS, allowed_keys, resolve_backend
 
-ARCHITECTURES = {"gpt2": gpt2.GPT2, "bert": bert.Bert}
-SCALES = {"gpt2": gpt2.attention_scale, "bert": bert.attention_scale}
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-
-def _check_family(model) -> None:
-    if model.family not in ARCHITECTURES:
-        kind = getattr(model.config, "model_type", "?")
-        raise UnsupportedModel(
-            f"{model.name!r} is a {kind!r} model: the from-scratch path covers the GPT-2 and BERT families; "
-            "the Hugging Face view still works"
-        )
-
-
-def attention_scales(model) -> list[float]:
-    """What each layer multiplies q·kᵀ by (1/√d_k, or GPT-2's config variants), read from the config:
-    the same rule the from-scratch layers use, and the one Hugging Face applies."""
-    _check_family(model)
-    return [SCALES[model.family](model.config, layer) for layer in range(model.n_layers)]
+__all__ = ["BACKENDS", "build", "forward", "resolve_backend"]
 
 
 def build(model):
-    """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached)."""
-    _check_family(model)
+    """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached).
+    Raises :class:`UnsupportedModel` naming what is missing: the family, a config option, a weight."""
     cached = getattr(model, "_scratch", None)
-    if cached is None:
-        cached = ARCHITECTURES[model.family](model.hf.state_dict(), model.config, model.name)
-        model._scratch = cached
-    return cached
-
-
-def resolve_backend(backend: str, device: torch.device | str = "cpu") -> tuple[str, str]:
-    """The backend that will run for the one asked for, and a note when they differ."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    if backend == "flash" and not (flash.available() and (torch.device(device).type == "cuda"
-                                                           or flash.interpreting())):
-        return "sdpa", "flash needs CUDA and Triton; ran sdpa instead (same attention, torch's fused kernel)"
-    return backend, ""
+    if cached is not None:
+        return cached
+    if model.family is None:
+        kind = getattr(model.config, "model_type", "?")
+        raise UnsupportedModel(f"{model.name!r} is a {kind!r} model: {coverage()}; the Hugging Face view still works")
+    model._scratch = model.family.network(model.hf.state_dict(), model.config, model.name)
+    return model._scratch
 
 
 def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
 
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
-    Neither keeps q, k, v: the Trace recomputes a layer's from its input hidden state when asked.
+    None keeps q, k, v: the Trace recomputes a layer's from its input hidden state when asked.
     ``logits=False`` skips the language-model head (a long input's logits alone can take GBs)."""
     net = build(model)
     enc = enc.to(model.device)
     ran, note = resolve_backend(backend, enc.input_ids.device)
+    attend_with = BACKENDS[ran]
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
-    rec: dict[str, list] = {"attn": [], "lse": [], "scale": [], "kernel": []}
+    probs, lse, specs, kernels = [], [], [], set()
+    allowed: dict = {}  # the eager key mask of each rule (causal, window), built once per forward pass
 
-    def attend_eager(q, k, v, scale):
-        out, probs = eager_attention(q, k, v, allowed, scale=scale)
-        rec["attn"].append(probs)
-        return out
+    def attend(q, k, v, spec):
+        rule = (spec.causal, spec.window)
+        if ran == "eager" and rule not in allowed:
+            allowed[rule] = allowed_keys(mask, spec.causal, window=spec.window)
+        got = attend_with(q, k, v, mask, spec, allowed.get(rule))
+        (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
+        specs.append(spec)
+        kernels.add(got.kernel)
+        return got.output
 
-    def attend_sdpa(q, k, v, scale):
-        out, lse, kernel = sdpa_attention(q, k, v, mask, net.causal, scale)
-        rec["lse"].append(lse)
-        rec["scale"].append(scale)
-        rec["kernel"].append(kernel)
-        return out
-
-    def attend_flash(q, k, v, scale):
-        out, lse = flash.flash_attention(q, k, v, causal=net.causal, key_mask=mask, scale=scale)
-        rec["lse"].append(lse)
-        rec["scale"].append(scale)
-        return out
-
-    allowed = allowed_keys(mask, net.causal) if ran == "eager" else None
-    attend = {"eager": attend_eager, "sdpa": attend_sdpa, "flash": attend_flash}[ran]
     with torch.inference_mode():
         out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits,
                   chunk=None if ran == "eager" else LAZY_CHUNK)
+        rotary = net.rotary(enc.input_ids.shape[1], enc.input_ids.device) if hasattr(net, "rotary") else None
 
-    if ran == "sdpa":
-        kernels = sorted(set(rec["kernel"]))
-        ran_name = "sdpa:" + "+".join(kernels)
-    else:
-        ran_name = ran
-    common = dict(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
-                  attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
-                  backend=ran_name, note=note)
+    def qkv_of(layer: int):  # q, k, v are one linear map (and a rotation) from a layer's input: recomputed
+        return net.qkv(layer, hidden[layer])
 
-    def qkv_of(layer: int):  # q, k, v are one linear map from a layer's input: recomputed, not kept
-        return net.layers[layer].qkv(hidden[layer])
-
-    if ran == "eager":
-        return Trace(attn=rec["attn"], qkv_of=qkv_of, **common)
-    return Trace(lse=rec["lse"], scales=rec["scale"], qkv_of=qkv_of, **common)
+    return Trace(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
+                 attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
+                 attn=probs or None, lse=lse or None, scales=[s.scale for s in specs],
+                 windows=[s.window for s in specs], rotary=rotary, qkv_of=qkv_of,
+                 backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)

@@ -2,9 +2,17 @@
 
     Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V
 
-Inputs are already split into heads: ``q``, ``k``, ``v`` are ``[B, H, L, d_k]``.
+Inputs are already split into heads: ``q`` is ``[B, H, L, d_k]``; ``k`` and ``v`` are ``[B, H_kv, L, d_k]``
+where ``H_kv`` divides ``H``. With ``H_kv < H`` the model uses **grouped-query attention**: the query
+heads come in ``H / H_kv`` consecutive groups, and query head ``h`` reads key/value head
+``h // group`` (``H_kv = 1`` is multi-query attention, ``H_kv = H`` plain multi-head attention).
 
-Three backends compute it:
+Which keys a query may see (:func:`allowed_keys`): real tokens (not padding); for a decoder, not the
+future; with a **sliding window** of ``w``, only the ``w`` most recent positions (the query itself
+and the ``w − 1`` before it), as Mistral and Qwen2 define it.
+
+The backends, one visible table (:data:`BACKENDS`; the CLI, the app's URL state and its sidebar
+read its keys):
 
 * ``eager``: :func:`attention`, the formula step by step; it materialises the probabilities
   (``[B, H, L, L]`` per layer), which is what parity and short inputs use;
@@ -17,25 +25,69 @@ Three backends compute it:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-BACKENDS = ("eager", "sdpa", "flash")
+from . import flash as flash_kernel
 
 
-def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None) -> torch.Tensor:
-    """Which keys each query may look at: ``[B, 1, r, L]`` bool (``r`` = 1 when no causal mask is needed,
-    broadcasting over all query rows; else the query rows ``rows``, default all).
+@dataclass(frozen=True)
+class Spec:
+    """One layer's attention rule, besides q, k and v: what q·kᵀ is multiplied by, whether the future
+    is masked, and the sliding window (``None``: every past key)."""
 
-    A key is allowed when it is a real token (not padding) and, for a causal model, not in the future.
+    scale: float
+    causal: bool
+    window: int | None = None
+
+
+@dataclass
+class Attended:
+    """What a backend hands back for one layer: the output ``[B, H, L, d]`` and either every
+    probability (``probs``, eager) or the logsumexp of each row (``lse``, the lazy backends)."""
+
+    output: torch.Tensor
+    probs: torch.Tensor | None = None
+    lse: torch.Tensor | None = None
+    kernel: str = ""
+
+
+def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None,
+                 window: int | None = None) -> torch.Tensor:
+    """Which keys each query may look at: ``[B, 1, r, L]`` bool (``r`` = 1 when neither a causal mask nor
+    a window is needed, broadcasting over all query rows; else the query rows ``rows``, default all).
+
+    A key is allowed when it is a real token (not padding), for a causal model not in the future, and
+    with a sliding window of ``w`` not more than ``w − 1`` positions before the query.
     """
     real_keys = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, L]
-    if not causal:
+    if not causal and window is None:
         return real_keys
     n = attention_mask.shape[-1]
-    query = torch.arange(n, device=attention_mask.device)[rows if rows is not None else slice(None)]
-    past_or_present = torch.arange(n, device=attention_mask.device)[None, :] <= query[:, None]  # [r, L]
-    return real_keys & past_or_present
+    query = torch.arange(n, device=attention_mask.device)[rows if rows is not None else slice(None)][:, None]
+    key = torch.arange(n, device=attention_mask.device)[None, :]
+    visible = key <= query if causal else torch.ones(1, 1, dtype=torch.bool, device=key.device)  # the past
+    if window is not None:
+        visible = visible & (key > query - window)  # inside the window: the last w positions
+    return real_keys & visible
+
+
+def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """Grouped-query attention: ``[B, H_kv, L, d]`` -> ``[B, H_kv·group, L, d]``, key/value head j repeated
+    for the ``group`` query heads that read it (query head h reads key/value head h // group)."""
+    if group == 1:
+        return x
+    b, h_kv, n, d = x.shape
+    return x[:, :, None].expand(b, h_kv, group, n, d).reshape(b, h_kv * group, n, d)
+
+
+def group_of(q: torch.Tensor, k: torch.Tensor) -> int:
+    """How many query heads share each key/value head."""
+    h, h_kv = q.shape[1], k.shape[1]
+    if h % h_kv:
+        raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly")
+    return h // h_kv
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
@@ -49,9 +101,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     if scale is None:
         scale = 1.0 / math.sqrt(d_k)
 
+    group = group_of(q, k)
+    k, v = repeat_kv(k, group), repeat_kv(v, group)  # grouped-query: head h reads key/value head h // group
     scores = q @ k.transpose(-2, -1)  # q·kᵀ: one raw score per (query, key)
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
-    scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)  # mask: padding and the future
+    scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)  # mask: padding, the future, outside the window
     probs = torch.softmax(scores, dim=-1)  # softmax over keys: each row sums to 1
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs
@@ -78,51 +132,90 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, n, h * d)
 
 
-def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, causal: bool, scale: float,
+def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
                   block: int = 256) -> torch.Tensor:
     """Natural-log logsumexp of each query row's scaled, masked scores, ``[B, H, L]``, computed
     ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get −inf."""
     n = q.shape[-2]
+    k = repeat_kv(k, group_of(q, k))
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     for start in range(0, n, block):
         rows = slice(start, min(n, start + block))
-        scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(scale)
-        scores.masked_fill_(~allowed_keys(attention_mask, causal, rows), float("-inf"))
+        scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(spec.scale)
+        scores.masked_fill_(~allowed_keys(attention_mask, spec.causal, rows, spec.window), float("-inf"))
         lse[..., rows] = torch.logsumexp(scores.float(), dim=-1)
     return lse
 
 
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor,
-                   causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """torch's fused attention: ``(output, logsumexp [B, H, L], name of the kernel that ran)``.
+# -- the backends: (q, k, v, attention_mask [B, L], spec) -> Attended --------------------------------
+
+def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
+          allowed: torch.Tensor | None = None) -> Attended:
+    """The formula step by step (:func:`attention`); ``allowed`` may be passed in when the caller
+    already built it for an earlier layer with the same rule."""
+    if allowed is None:
+        allowed = allowed_keys(attention_mask, spec.causal, window=spec.window)
+    out, probs = attention(q, k, v, allowed, scale=spec.scale)
+    return Attended(out, probs=probs, kernel="eager")
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
+         allowed: torch.Tensor | None = None) -> Attended:
+    """torch's fused attention, with the logsumexp of each row beside the output.
 
     On the CPU this calls SDPA's own flash kernel, which hands back the logsumexp it computed anyway.
-    On CUDA the FLASH_ATTENTION kernel is pinned when eligible (half precision, no padding), then
-    memory-efficient, then math; the logsumexp then comes from :func:`row_logsumexp`.
+    On CUDA the FLASH_ATTENTION kernel is pinned when eligible (half precision, no padding, no window),
+    then memory-efficient, then math; the logsumexp then comes from :func:`row_logsumexp`. Grouped
+    key/value heads are repeated for their query heads first (no fused kernel here takes them as they
+    are); a sliding window is passed as a mask.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    group = group_of(q, k)
+    kr, vr = repeat_kv(k, group), repeat_kv(v, group)
     padded = not bool(attention_mask.bool().all())
     if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float16, torch.bfloat16):
         bias = None
-        if padded:  # additive key mask, broadcast over heads and query rows (causality is the kernel's)
-            bias = torch.zeros(attention_mask.shape, dtype=q.dtype, device=q.device)
-            bias.masked_fill_(~attention_mask.bool(), torch.finfo(q.dtype).min)
-            bias = bias[:, None, None, :]
+        if padded or spec.window is not None:  # additive mask: padding and the window; causality is the kernel's
+            keep = allowed_keys(attention_mask, False, window=spec.window)
+            bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
+            bias.masked_fill_(~keep, torch.finfo(q.dtype).min)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, attn_mask=bias, scale=scale)
-        return out, lse, "flash_attention_cpu"
-    if not padded:
-        kwargs = dict(is_causal=causal)  # the kernels' own causal mask, no L×L mask tensor
+            q, kr, vr, 0.0, spec.causal, attn_mask=bias, scale=spec.scale)
+        return Attended(out, lse=lse, kernel="flash_attention_cpu")
+    if not padded and spec.window is None:
+        kwargs = dict(is_causal=spec.causal)  # the kernels' own causal mask, no L×L mask tensor
     else:
-        kwargs = dict(attn_mask=allowed_keys(attention_mask, causal))
+        kwargs = dict(attn_mask=allowed if allowed is not None else
+                      allowed_keys(attention_mask, spec.causal, window=spec.window))
     last_error = None
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
         try:
             with sdpa_kernel([backend]):
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, **kwargs)
+                out = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, scale=spec.scale, **kwargs)
         except RuntimeError as exc:  # not eligible for this kernel: try the next one
             last_error = exc
             continue
-        return out, row_logsumexp(q, k, attention_mask, causal, scale), backend.name.lower()
+        return Attended(out, lse=row_logsumexp(q, k, attention_mask, spec), kernel=backend.name.lower())
     raise RuntimeError(f"no scaled_dot_product_attention kernel could run: {last_error}")
+
+
+def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
+          allowed: torch.Tensor | None = None) -> Attended:
+    """Our Triton FlashAttention kernel (grouped key/value heads and the window handled inside it)."""
+    out, lse = flash_kernel.flash_attention(q, k, v, causal=spec.causal, key_mask=attention_mask, scale=spec.scale,
+                                            window=spec.window)
+    return Attended(out, lse=lse, kernel="flash")
+
+
+BACKENDS = {"eager": eager, "sdpa": sdpa, "flash": flash}
+
+
+def resolve_backend(backend: str, device: torch.device | str = "cpu") -> tuple[str, str]:
+    """The backend that will run for the one asked for, and a note when they differ."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if backend == "flash" and not (flash_kernel.available() and (torch.device(device).type == "cuda"
+                                                                  or flash_kernel.interpreting())):
+        return "sdpa", "flash needs CUDA and Triton; ran sdpa instead (same attention, torch's fused kernel)"
+    return backend, ""

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
+from ..families import Capture, Family
 from .activations import ACTIVATIONS
-from .attention import by_rows, merge_heads, split_heads
+from .attention import Spec, by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -24,11 +25,24 @@ def check_config(config, name: str) -> None:
             f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch BERT "
             f"(it has {', '.join(sorted(ACTIVATIONS))})"
         )
-    pos = getattr(config, "position_embedding_type", "absolute")
-    if pos not in (None, "absolute"):
-        raise UnsupportedModel(f"{name!r}: position_embedding_type={pos!r} is not supported (only 'absolute')")
+    refuse_at_load(config, name)
     if getattr(config, "add_cross_attention", False):
         raise UnsupportedModel(f"{name!r}: add_cross_attention=True (BERT as an encoder-decoder) is not supported")
+
+
+def is_causal(config) -> bool:
+    """A BERT configured as a decoder (``is_decoder``) masks the future."""
+    return bool(getattr(config, "is_decoder", False))
+
+
+def refuse_at_load(config, name: str) -> None:
+    """Options that transformers 5 itself ignores, so that even the Hugging Face view would be wrong."""
+    pos = getattr(config, "position_embedding_type", "absolute")
+    if pos not in (None, "absolute"):
+        raise UnsupportedModel(
+            f"{name!r} uses position_embedding_type={pos!r}; transformers 5 implements only 'absolute', so "
+            "neither path would compute what the checkpoint was trained with"
+        )
 
 
 def attention_scale(config, layer: int) -> float:
@@ -51,7 +65,7 @@ class Layer:
         self.width = config.hidden_size
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
-        self.scale = attention_scale(config, i)
+        self.spec = Spec(attention_scale(config, i), causal=is_causal(config))
 
     def qkv(self, x):
         """q, k, v ``[B, H, L, d]`` of this layer, from its input."""
@@ -61,7 +75,7 @@ class Layer:
         return F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
 
     def __call__(self, x, attend, chunk=None):
-        out = attend(*self.qkv(x), self.scale)
+        out = attend(*self.qkv(x), self.spec)
         h = F.linear(merge_heads(out), *self.attn_out).add_(x)  # x + attention: the residual
         x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
         h = by_rows(self.feed_forward, x, chunk).add_(x)  # x + feed-forward: the residual
@@ -91,10 +105,14 @@ class Bert:
                 decoder=(w[p + "decoder.weight"], w[p + "decoder.bias"]),
             )
         w.check_all_used(name)
-        self.causal = bool(getattr(config, "is_decoder", False))
+        self.causal = is_causal(config)
         self.width = config.hidden_size
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
+
+    def qkv(self, layer: int, x: torch.Tensor):
+        """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
+        return self.layers[layer].qkv(x)
 
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
                  chunk=None):
@@ -112,3 +130,32 @@ class Bert:
             return None
         h = F.layer_norm(self.act(F.linear(x, *self.head["dense"])), (self.width,), *self.head["ln"], self.eps)
         return F.linear(h, *self.head["decoder"])
+
+
+_LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}
+
+
+def hf_class(config) -> str:
+    """With a language-model head where the checkpoint has one, else the bare encoder."""
+    return "BertForMaskedLM" if _LM_ARCHITECTURES & set(getattr(config, "architectures", None) or []) else "BertModel"
+
+
+def capture(hf, config, cap: Capture) -> None:
+    """The Hugging Face view's q, k, v: the outputs of each layer's ``query``, ``key`` and ``value``."""
+    for layer in hf.base_model.encoder.layer:
+        for name in ("query", "key", "value"):
+            cap.hooks.append(getattr(layer.attention.self, name).register_forward_hook(
+                lambda _m, _i, out, key=name[0]: getattr(cap, key).append(
+                    split_heads(out, config.num_attention_heads))))
+
+
+FAMILIES = (Family(
+    name="bert", title="BERT", model_types=("bert",), hf_class=hf_class, network=Bert, check=check_config,
+    capture=capture, scale=attention_scale, causal=is_causal, token_types=True, pairs=True,
+    refuse_at_load=refuse_at_load,
+    implemented="`hidden_act` (every name in `activations.py`), `layer_norm_eps`, `is_decoder` (causal mask), "
+                "`type_vocab_size`, sentence pairs (token types)",
+    refused="other activations, `add_cross_attention`, `position_embedding_type` other than `absolute` (refused at "
+            "load: transformers 5 itself ignores it)",
+    examples=("bert-base-uncased", "bert-base-cased", "bert-base-chinese"),
+),)

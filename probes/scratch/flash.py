@@ -8,11 +8,18 @@ exp(m_old − m_new). At the end ``output = acc / l`` and ``lse = m + log(l)``, 
 logsumexp of each row's scaled, masked scores. From q, k and lse any probability is recovered exactly
 as ``P = exp(q·kᵀ·scale − lse)`` (``Trace.attention`` does that for a lazy trace).
 
-Masks: causal (key after query) and key padding (a ``[B, L]`` mask of real tokens). A row whose keys
-are all masked gets output 0 and lse −inf. Any sequence length works (boundary blocks are masked);
-any head width up to 256 (padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs
-(fp32 uses IEEE products, not TF32). On a machine without CUDA the kernel runs only under Triton's
-interpreter (``TRITON_INTERPRET=1``), which is how the tests exercise it.
+Grouped-query attention: ``k`` and ``v`` may have fewer heads than ``q`` (``H_kv`` dividing ``H``); query
+head ``h`` reads key/value head ``h // (H / H_kv)``, an index inside the kernel (k and v are never
+repeated in memory). ``H_kv = 1`` is multi-query attention, ``H_kv = H`` plain multi-head attention.
+
+Masks: causal (key after query), key padding (a ``[B, L]`` mask of real tokens) and a sliding window
+of ``w`` (the query itself and the ``w − 1`` positions before it; the same rule as ``allowed_keys`` in
+``attention.py``). Key blocks wholly before the window of every row of a query block are skipped, as
+blocks wholly in the future are under the causal mask. A row whose keys are all masked gets output 0
+and lse −inf. Any sequence length works (boundary blocks are masked); any head width up to 256
+(padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs (fp32 uses IEEE products,
+not TF32). On a machine without CUDA the kernel runs only under Triton's interpreter
+(``TRITON_INTERPRET=1``), which is how the tests exercise it.
 """
 
 from __future__ import annotations
@@ -54,14 +61,16 @@ def _kernel():
     def flash_forward(
         Q, K, V, O, LSE, KEEP,
         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod, slb, slh, slm, smb, smn,
-        H, M, N, D, qk_scale,
-        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        H, M, N, D, GROUP, WINDOW, qk_scale,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr,
+        UPCAST: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         start_m = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
         h = bh % H
+        hk = h // GROUP  # grouped-query: the key/value head this query head reads
         rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
@@ -71,12 +80,15 @@ def _kernel():
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max, in log2 units
         l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - m_i)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # running sum of exp2(score - m_i) · v
+        start = 0
+        if HAS_WINDOW:  # blocks wholly before the window of the block's first row are skipped
+            start = tl.maximum(start_m * BLOCK_M - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
         end = N
         if CAUSAL:
             end = tl.minimum(N, (start_m + 1) * BLOCK_M)  # blocks wholly in the future are skipped
-        for start_n in range(0, end, BLOCK_N):
+        for start_n in range(start, end, BLOCK_N):
             cols = start_n + tl.arange(0, BLOCK_N)
-            kt = tl.load(K + b * skb + h * skh + cols[None, :] * skn + dims[:, None] * skd,
+            kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skn + dims[:, None] * skd,
                          mask=(cols[None, :] < N) & (dims[:, None] < D), other=0.0)
             if UPCAST:
                 kt = kt.to(tl.float32)
@@ -84,6 +96,8 @@ def _kernel():
             allowed = (cols[None, :] < N) & (rows[:, None] >= 0)
             if CAUSAL:
                 allowed = allowed & (cols[None, :] <= rows[:, None])
+            if HAS_WINDOW:
+                allowed = allowed & (cols[None, :] > rows[:, None] - WINDOW)  # the last WINDOW positions
             if HAS_KEEP:
                 keep = tl.load(KEEP + b * smb + cols * smn, mask=cols < N, other=0)
                 allowed = allowed & (keep[None, :] != 0)
@@ -93,7 +107,7 @@ def _kernel():
             p = tl.exp2(s - m_safe[:, None])
             alpha = tl.exp2(m_i - m_safe)  # rescales what was summed under the old maximum
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + dims[None, :] * svd,
+            v = tl.load(V + b * svb + hk * svh + cols[:, None] * svn + dims[None, :] * svd,
                         mask=(cols[:, None] < N) & (dims[None, :] < D), other=0.0)
             p_v = p.to(V.dtype.element_ty)  # probabilities rounded to the input dtype, as on the GPU
             if UPCAST:
@@ -112,28 +126,42 @@ def _kernel():
     configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
                for bm, bn, w, st in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
                                      (64, 64, 4, 3), (64, 128, 4, 3)]]
-    tuned = triton.autotune(configs=configs, key=["M", "N", "D", "CAUSAL", "HAS_KEEP"])(flash_forward)
+    key = ["M", "N", "D", "GROUP", "WINDOW", "CAUSAL", "HAS_KEEP", "HAS_WINDOW"]  # retuned when any changes
+    tuned = triton.autotune(configs=configs, key=key)(flash_forward)
     _KERNEL = {"fixed": flash_forward, "tuned": tuned}
     return _KERNEL
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                    key_mask: torch.Tensor | None = None, scale: float | None = None,
+                    key_mask: torch.Tensor | None = None, scale: float | None = None, window: int | None = None,
                     block_m: int | None = None, block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention forward. ``q``: ``[B, H, M, D]``, ``k``/``v``: ``[B, H, N, D]`` (same dtype, one of
-    fp16, bf16, fp32); ``key_mask``: ``[B, N]``, nonzero for real keys. Returns ``(output [B, H, M, D]``
-    in the input dtype, ``lse [B, H, M]`` fp32, natural log). ``block_m``/``block_n`` fix the tile
-    shape (on CUDA it is otherwise autotuned)."""
+    """FlashAttention forward. ``q``: ``[B, H, M, D]``, ``k``/``v``: ``[B, H_kv, N, D]`` with ``H_kv``
+    dividing ``H`` (same dtype, one of fp16, bf16, fp32); ``key_mask``: ``[B, N]``, nonzero for real keys;
+    ``window``: a sliding window of that many positions (the query and the ``window − 1`` before it).
+    Returns ``(output [B, H, M, D]`` in the input dtype, ``lse [B, H, M]`` fp32, natural log).
+    ``block_m``/``block_n`` fix the tile shape (on CUDA it is otherwise autotuned)."""
     if not available():
         raise RuntimeError("the Triton kernel needs CUDA (or TRITON_INTERPRET=1 for the CPU interpreter)")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share one of fp16, bf16, fp32 (got {q.dtype}, {k.dtype}, {v.dtype})")
+    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(f"q must be [B, H, M, D] and k, v one [B, H_kv, N, D] shape (got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)})")
     b, h, m, d = q.shape
-    n = k.shape[2]
+    h_kv, n = k.shape[1], k.shape[2]
+    if k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(f"k and v must have q's batch and head width (got {tuple(k.shape)} for q {tuple(q.shape)})")
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly: H_kv must divide H")
     if d > 256:
         raise ValueError(f"head width {d} is over the kernel's 256")
     if causal and m != n:
         raise ValueError("causal attention here is self-attention: queries and keys must have the same length")
+    if window is not None:
+        if window < 1:
+            raise ValueError(f"a sliding window must hold at least one position (got {window})")
+        if m != n:
+            raise ValueError("a sliding window here is self-attention: queries and keys must have the same length")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     out = torch.empty_like(q)
@@ -147,8 +175,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     precision = "ieee" if q.dtype == torch.float32 or upcast else "tf32"
     args = (q, k, v, out, lse, keep,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *keep.stride(),
-            h, m, n, d, scale * LOG2E)
-    flags = dict(CAUSAL=causal, HAS_KEEP=key_mask is not None, PRECISION=precision, UPCAST=upcast, BLOCK_D=block_d)
+            h, m, n, d, h // h_kv, min(window, n) if window is not None else n, scale * LOG2E)
+    flags = dict(CAUSAL=causal, HAS_KEEP=key_mask is not None, HAS_WINDOW=window is not None, PRECISION=precision,
+                 UPCAST=upcast, BLOCK_D=block_d)
     if q.is_cuda and block_m is None and block_n is None:
         _kernel()["tuned"][lambda meta: (math.ceil(m / meta["BLOCK_M"]), b * h)](*args, **flags)
     else:

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
+from ..families import Capture, Family
 from .activations import ACTIVATIONS
-from .attention import by_rows, merge_heads, split_heads
+from .attention import Spec, by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -57,7 +58,7 @@ class Block:
         self.width = config.n_embd
         self.eps = config.layer_norm_epsilon
         self.act = ACTIVATIONS[config.activation_function]
-        self.scale = attention_scale(config, i)
+        self.spec = Spec(attention_scale(config, i), causal=True)
         # reorder_and_upcast_attn computes the scores in fp32 with the scale folded into the matmul:
         # we always run in fp32, so it is the same attention (only rounding order differs)
 
@@ -71,7 +72,7 @@ class Block:
         return conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
 
     def __call__(self, x, attend, chunk=None):
-        out = attend(*self.qkv(x), self.scale)
+        out = attend(*self.qkv(x), self.spec)
         x = conv1d(merge_heads(out), *self.c_proj).add_(x)  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
         return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
@@ -98,6 +99,10 @@ class GPT2:
     def layers(self):
         return self.blocks
 
+    def qkv(self, layer: int, x: torch.Tensor):
+        """q, k, v of block ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
+        return self.blocks[layer].qkv(x)
+
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
                  chunk=None):
         n = input_ids.shape[1]
@@ -113,3 +118,22 @@ class GPT2:
         x = F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
         record(x)  # as in Hugging Face, the last hidden state is after the final LayerNorm
         return F.linear(x, self.lm_head) if logits else None  # one score per vocabulary entry
+
+
+def capture(hf, config, cap: Capture) -> None:
+    """The Hugging Face view's q, k, v: the output of each block's ``c_attn``, split in three."""
+    def grab(_module, _inp, out):
+        for name, t in zip("qkv", out.split(config.hidden_size, dim=2)):
+            getattr(cap, name).append(split_heads(t, config.num_attention_heads))
+
+    cap.hooks += [block.attn.c_attn.register_forward_hook(grab) for block in hf.base_model.h]
+
+
+FAMILIES = (Family(
+    name="gpt2", title="GPT-2", model_types=("gpt2",), hf_class=lambda config: "GPT2LMHeadModel",
+    network=GPT2, check=check_config, capture=capture, scale=attention_scale,
+    implemented="`scale_attn_weights`, `scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn` (same math in "
+                "fp32), `activation_function` (every name in `activations.py`), `n_inner`, `layer_norm_epsilon`",
+    refused="other activations, `add_cross_attention`",
+    examples=("gpt2", "distilgpt2", "gpt2-medium"),
+),)

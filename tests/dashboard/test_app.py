@@ -264,12 +264,12 @@ def test_a_gpt2_checkpoint_leaves_the_future_blank_and_refuses_pairs(gpt2_dir):
     assert "no sentence pairs" in _texts(at.error)
 
 
-def test_a_hf_only_model_offers_no_scratch_source_and_says_why(llama_dir):
-    at = _app(model=str(llama_dir), text="hello there")
+def test_a_hf_only_model_offers_no_scratch_source_and_says_why(neox_dir):
+    at = _app(model=str(neox_dir), text="hello there")
     assert at.sidebar.radio(key="w_source").options == ["Hugging Face"]
     assert "Parity" not in _texts(at.sidebar.markdown)
-    at = _app(model=str(llama_dir), text="hello there", page="parity")
-    assert "Hugging Face view only" in _texts(at.info)
+    at = _app(model=str(neox_dir), text="hello there", page="parity")
+    assert "Hugging Face view only" in _texts(at.info) and "covers BERT, GPT-2, Llama" in _texts(at.info)
 
 
 def test_scratch_flash_on_a_cpu_machine_says_which_kernel_ran(monkeypatch):

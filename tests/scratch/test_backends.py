@@ -5,7 +5,7 @@ import torch
 
 import probes
 from checkpoints import make_gpt2
-from probes import parity, scratch
+from probes import hf, parity, scratch
 from probes.scratch import flash
 from probes.parity import TOLERANCES
 
@@ -25,7 +25,7 @@ def test_recovered_probabilities_equal_hf_on_every_head(minilm, backend):
 def test_gpt2_padded_batch_through_the_lazy_path(tmp_path, backend, option):
     model = probes.load(str(make_gpt2(tmp_path / "m", n_layer=3, **option)))
     enc = model.encode(["the cat sat on the mat because it was warm", "小明"])
-    report = parity.compare(model.hf_trace(enc), scratch.forward(model, enc, backend=backend))
+    report = parity.compare(hf.forward(model, enc), scratch.forward(model, enc, backend=backend))
     assert report.passed, report.to_text()
     assert report.logits_max_abs_diff <= TOLERANCES["logits"]
 

@@ -6,7 +6,7 @@ import torch
 
 import probes
 from checkpoints import make_bert
-from probes import parity, scratch
+from probes import hf, parity, scratch
 from probes.errors import UnsupportedModel
 
 TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红", "Short."]
@@ -16,7 +16,7 @@ PAIRS = ["She was hungry.", "因为她饿了", "And a much longer second sentenc
 def _parity(path, texts=TEXTS, pairs=None):
     model = probes.load(str(path))
     enc = model.encode(texts, pairs)
-    return parity.compare(model.hf_trace(enc), scratch.forward(model, enc))
+    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc))
 
 
 @pytest.mark.parametrize("shape", [
@@ -36,7 +36,7 @@ def test_token_types_matter(bert_dir):
     model = probes.load(str(bert_dir))
     enc = model.encode("first sentence", "second sentence")
     assert enc.token_type_ids is not None and enc.token_type_ids.sum() > 0
-    reference = model.hf_trace(enc)
+    reference = hf.forward(model, enc)
     assert parity.compare(reference, scratch.forward(model, enc)).passed
     enc.token_type_ids = torch.zeros_like(enc.token_type_ids)
     assert not parity.compare(reference, scratch.forward(model, enc)).passed

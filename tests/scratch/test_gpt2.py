@@ -6,7 +6,7 @@ import torch
 
 import probes
 from checkpoints import make_gpt2
-from probes import parity, scratch
+from probes import hf, parity, scratch
 from probes.errors import UnsupportedModel
 
 TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红", "The cat sat."]
@@ -15,7 +15,7 @@ TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明�
 def _parity(path, texts=TEXTS):
     model = probes.load(str(path))
     enc = model.encode(texts)
-    return parity.compare(model.hf_trace(enc), scratch.forward(model, enc))
+    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc))
 
 
 @pytest.mark.parametrize("shape", [
@@ -55,7 +55,7 @@ def test_options_really_change_the_model(tmp_path):
     """Each option above must change what the model computes, or its parity test proves nothing."""
     base = probes.load(str(make_gpt2(tmp_path / "base", n_layer=3)))
     enc = base.encode(TEXTS[0])
-    reference = base.hf_trace(enc)
+    reference = hf.forward(base, enc)
     for i, option in enumerate([dict(scale_attn_weights=False), dict(scale_attn_by_inverse_layer_idx=True),
                                 dict(activation_function="relu"), dict(layer_norm_epsilon=1e-1)]):
         other = probes.load(str(make_gpt2(tmp_path / f"o{i}", n_layer=3, **option)))
@@ -69,7 +69,7 @@ def test_options_really_change_the_model(tmp_path):
 ])
 def test_unimplemented_options_are_refused_by_name(tmp_path, option, named):
     model = probes.load(str(make_gpt2(tmp_path / "m", **option)))
-    model.hf_trace(model.encode("the Hugging Face view still works"))
+    hf.forward(model, model.encode("the Hugging Face view still works"))
     with pytest.raises(UnsupportedModel, match=named.replace("(", r"\(")):
         scratch.build(model)
     with pytest.raises(UnsupportedModel):
@@ -81,7 +81,7 @@ def test_wrong_gelu_is_caught(gpt2_model, monkeypatch):
     from probes.scratch import activations
 
     enc = gpt2_model.encode(TEXTS[0])
-    reference = gpt2_model.hf_trace(enc)
+    reference = hf.forward(gpt2_model, enc)
     net = scratch.build(gpt2_model)
     monkeypatch.setattr(net.blocks[0], "act", activations.gelu)
     report = parity.compare(reference, scratch.forward(gpt2_model, enc))

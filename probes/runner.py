@@ -1,0 +1,58 @@
+"""Texts in, Traces out: the one runner every reader goes through (``probes.run``, parity, the head
+probes, the app).
+
+Two producers stand side by side with one signature, ``forward(model, enc, backend, logits)``:
+``"hf"`` (:func:`probes.hf.forward`, the reference) and ``"scratch"`` (:func:`probes.scratch.forward`).
+``"auto"`` picks the from-scratch pass where the model's family has one and Hugging Face's otherwise,
+which is what the probes read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from . import hf, scratch
+from .trace import Trace
+
+PRODUCERS = {"hf": hf.forward, "scratch": scratch.forward}
+SOURCES = tuple(PRODUCERS)
+
+
+def resolve_source(model, source: str) -> str:
+    if source == "auto":
+        return "scratch" if model.scratch_supported else "hf"
+    if source not in PRODUCERS:
+        raise ValueError(f"unknown source {source!r}: choose one of {', '.join(SOURCES)} or auto")
+    return source
+
+
+def forward(model, enc, source: str = "hf", backend: str = "eager", logits: bool = True) -> Trace:
+    """The Trace of one encoded batch from the producer ``source`` (the backend applies to the scratch
+    pass; Hugging Face's reference is always eager)."""
+    source = resolve_source(model, source)
+    return PRODUCERS[source](model, enc, backend=backend if source == "scratch" else "eager", logits=logits)
+
+
+def run(model, texts: str | list[str], pairs: str | list[str | None] | None = None, source: str = "hf",
+        backend: str = "eager", truncate: bool = False, logits: bool = True) -> Trace:
+    """Encode one text (or a batch, with optional second sentences) and return its Trace."""
+    return forward(model, model.encode(texts, pairs, truncate=truncate), source, backend, logits)
+
+
+def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "auto", backend: str = "eager",
+            progress: Callable[[int], None] | None = None, logits: bool = False) -> Iterator[Trace]:
+    """Traces of ``texts`` in batches of ``batch_size``, each text cut to the context window (what the
+    probes read). ``progress(n)`` is called with the number of texts done after each batch."""
+    texts = list(texts)
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start:start + batch_size]
+        yield run(model, batch, source=source, backend=backend, truncate=True, logits=logits)
+        if progress is not None:
+            progress(len(batch))
+
+
+def items(traces: Iterable[Trace]) -> Iterator[tuple[Trace, int]]:
+    """Each batch item of each Trace in turn, as (trace, item): one per text, in order."""
+    for trace in traces:
+        for item in range(trace.batch_size):
+            yield trace, item

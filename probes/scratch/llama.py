@@ -1,0 +1,274 @@
+"""Llama, from scratch, over the weights of a Hugging Face checkpoint; Mistral (a sliding window) and
+Qwen2 (q/k/v biases, and a window on some layers) are records on the same code.
+
+    x = embed[token]                                        (no position table: positions are rotations)
+    for each layer:   h = RMSNorm(x)
+                      q, k, v = h·W_q, h·W_k, h·W_v           (k and v with fewer heads: grouped-query)
+                      q, k = rotate(q, position), rotate(k, position)      (rotary position embedding)
+                      x = x + attention(q, k, v)·W_o
+                      h = RMSNorm(x)
+                      x = x + (silu(h·W_gate) ⊙ h·W_up)·W_down                  (SwiGLU)
+    x = RMSNorm(x);  logits = x·W_lmᵀ                     (W_lm is the embedding when they are tied)
+
+Rotary position embedding (Su et al. 2021): each head vector is read as d/2 pairs of numbers, and
+pair i at position p is turned by the angle p·ω_i, with ω_i = θ^(−2i/d) (θ = ``rope_theta``). Rotating
+q and k by their own positions makes q·k depend on how far apart they are, not where they are. Like
+Hugging Face, the pairs are (x_i, x_{i + d/2}) (the "rotate half" layout). ``rope_parameters`` picks
+how ω is stretched for long contexts: ``default``, ``linear``, ``dynamic`` (NTK) and ``llama3`` are
+implemented; any other type is refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UnsupportedModel
+from ..families import Capture, Family
+from .activations import ACTIVATIONS
+from .attention import Spec, by_rows, merge_heads, split_heads
+from .weights import Weights
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+
+
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def kv_heads(config) -> int:
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
+def attention_scale(config, layer: int) -> float:
+    """1/√d_k in every layer (d_k = ``head_dim``, which need not be hidden_size / heads)."""
+    return head_dim(config) ** -0.5
+
+
+def rope_parameters(config) -> dict:
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    if "rope_theta" not in params and getattr(config, "rope_theta", None) is not None:
+        params["rope_theta"] = config.rope_theta
+    params.setdefault("rope_type", params.get("type", "default"))
+    return params
+
+
+def check_config(config, name: str) -> None:
+    """Refuse, by name, every option of these configs that the code below does not implement."""
+    if config.hidden_act not in ACTIVATIONS:
+        raise UnsupportedModel(f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch "
+                               f"Llama (it has {', '.join(sorted(ACTIVATIONS))})")
+    params = rope_parameters(config)
+    if any(isinstance(v, dict) for v in params.values()):
+        raise UnsupportedModel(f"{name!r}: rope_parameters differ per layer type, which the from-scratch Llama does "
+                               "not implement; the Hugging Face view still works")
+    if params["rope_type"] not in ROPE_TYPES:
+        raise UnsupportedModel(f"{name!r}: rope_type={params['rope_type']!r} is not implemented by the from-scratch "
+                               f"Llama (it has {', '.join(ROPE_TYPES)}); the Hugging Face view still works")
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise UnsupportedModel(f"{name!r}: partial_rotary_factor={params['partial_rotary_factor']} (rotating only part "
+                               "of each head) is not implemented by the from-scratch Llama")
+    if head_dim(config) % 2:
+        raise UnsupportedModel(f"{name!r}: head_dim={head_dim(config)} is odd, and rotary embedding turns pairs")
+    if config.num_attention_heads % kv_heads(config):
+        raise UnsupportedModel(f"{name!r}: {config.num_attention_heads} query heads cannot share "
+                               f"{kv_heads(config)} key/value heads evenly")
+
+
+# -- rotary position embedding --------------------------------------------------------------------
+
+def inverse_frequencies(config, length: int) -> torch.Tensor:
+    """ω_i = 1 / θ^(2i/d) for the d/2 pairs of a head, stretched as ``rope_type`` says; ``length`` is
+    the number of positions in the input (only ``dynamic`` depends on it)."""
+    params = rope_parameters(config)
+    kind, theta, d = params["rope_type"], params["rope_theta"], head_dim(config)
+    if kind == "dynamic":  # NTK-aware: past the trained context, θ grows with the input's length
+        trained = config.max_position_embeddings
+        length = max(length, trained)
+        factor = params["factor"]
+        theta = theta * ((factor * length / trained) - (factor - 1)) ** (d / (d - 2))
+    omega = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if kind == "linear":  # positions squeezed by `factor`: the same as slower frequencies
+        omega /= params["factor"]
+    elif kind == "llama3":  # long wavelengths slowed by `factor`, short ones kept, a smooth ramp between
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        trained = params["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / omega
+        slowed = torch.where(wavelength > trained / low, omega / factor, omega)
+        ramp = (trained / wavelength - low) / (high - low)
+        smoothed = (1 - ramp) * slowed / factor + ramp * slowed
+        medium = ~(wavelength < trained / high) * ~(wavelength > trained / low)
+        omega = torch.where(medium, smoothed, slowed)
+    return omega
+
+
+def rotary_tables(config, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every angle p·ω_i, ``[1, length, d]`` (each ω_i twice: once per half of the head)."""
+    omega = inverse_frequencies(config, length).to(device)
+    angles = torch.arange(length, device=device)[None, :, None].float() * omega  # p·ω_i  [1, L, d/2]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x₁, x₂) -> (−x₂, x₁), the two halves of each head vector: a quarter turn of every pair."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn each pair of ``x`` ``[B, H, L, d]`` by its position's angle: x·cos + rotate_half(x)·sin."""
+    return (x * cos[:, None]) + (rotate_half(x) * sin[:, None])
+
+
+def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The inverse turn (by −angle): the vector as it was before :func:`rotate`."""
+    return (x * cos[:, None]) - (rotate_half(x) * sin[:, None])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x ÷ √(mean(x²) + ε), times a learned gain: LayerNorm without subtracting the mean, and no bias."""
+    h = x.float()
+    variance = h.pow(2).mean(-1, keepdim=True)
+    return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+# -- the network ---------------------------------------------------------------------------------------
+
+def no_window(config, layer: int) -> None:
+    return None
+
+
+class Layer:
+    def __init__(self, w: Weights, i: int, config, window: int | None):
+        p = f"layers.{i}."
+        linear = lambda key: (w[p + key + ".weight"], w.get(p + key + ".bias"))  # noqa: E731 (biases: Qwen2, *_bias)
+        self.q_proj, self.k_proj = linear("self_attn.q_proj"), linear("self_attn.k_proj")
+        self.v_proj, self.o_proj = linear("self_attn.v_proj"), linear("self_attn.o_proj")
+        self.gate_proj, self.up_proj, self.down_proj = linear("mlp.gate_proj"), linear("mlp.up_proj"), \
+            linear("mlp.down_proj")
+        self.norm_attn = w[p + "input_layernorm.weight"]
+        self.norm_mlp = w[p + "post_attention_layernorm.weight"]
+        self.eps = config.rms_norm_eps
+        self.n_heads, self.n_kv_heads = config.num_attention_heads, kv_heads(config)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.spec = Spec(attention_scale(config, i), causal=True, window=window)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]`` of this layer from its input, q and k rotated."""
+        h = rms_norm(x, self.norm_attn, self.eps)
+        q = split_heads(F.linear(h, *self.q_proj), self.n_heads)
+        k = split_heads(F.linear(h, *self.k_proj), self.n_kv_heads)  # grouped-query: fewer key/value heads
+        v = split_heads(F.linear(h, *self.v_proj), self.n_kv_heads)
+        return rotate(q, cos, sin), rotate(k, cos, sin), v  # rotary: q and k turned by their positions
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.act(F.linear(h, *self.gate_proj)) * F.linear(h, *self.up_proj), *self.down_proj)  # SwiGLU
+
+    def __call__(self, x, attend, cos, sin, chunk=None):
+        out = attend(*self.qkv(x, cos, sin), self.spec)
+        x = F.linear(merge_heads(out), *self.o_proj).add_(x)  # x + attention: the residual
+        h = rms_norm(x, self.norm_mlp, self.eps)
+        return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
+
+
+class Llama:
+    causal = True
+
+    def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "llama", window=no_window):
+        check_config(config, name)
+        w = Weights(state_dict, strip="model.", ignore_suffixes=("rotary_emb.inv_freq",))
+        self.config = config
+        self.embed = w["embed_tokens.weight"]
+        self.layers = [Layer(w, i, config, window(config, i)) for i in range(config.num_hidden_layers)]
+        self.norm = w["norm.weight"]
+        self.eps = config.rms_norm_eps
+        self.lm_head = w.get("lm_head.weight")  # absent for a bare LlamaModel; tied to the embedding in SmolLM2
+        w.check_all_used(name)
+
+    def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        return rotary_tables(self.config, length, device)
+
+    def qkv(self, layer: int, x: torch.Tensor):
+        """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
+        return self.layers[layer].qkv(x, *self.rotary(x.shape[1], x.device))
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
+                 chunk=None):
+        cos, sin = self.rotary(input_ids.shape[1], input_ids.device)  # positions 0..L−1 (padding is on the right)
+        x = self.embed[input_ids]
+        record(x)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, attend, cos, sin, chunk)
+            if i < len(self.layers) - 1:
+                record(x)
+        x = rms_norm(x, self.norm, self.eps)
+        record(x)  # as in Hugging Face, the last hidden state is after the final norm
+        return F.linear(x, self.lm_head) if logits and self.lm_head is not None else None
+
+
+# -- the Hugging Face view and the records -------------------------------------------------------------
+
+def hf_class(config) -> str:
+    archs = getattr(config, "architectures", None) or []
+    return "AutoModelForCausalLM" if not archs or any(a.endswith("ForCausalLM") for a in archs) else "AutoModel"
+
+
+def capture(hf, config, cap: Capture) -> None:
+    """The Hugging Face view's q, k, v: each layer's q_proj, k_proj and v_proj outputs, with q and k turned
+    by the model's own rotary tables and its own ``apply_rotary_pos_emb``, so they are the vectors the
+    scores are made of."""
+    heads, groups = config.num_attention_heads, kv_heads(config)
+    for layer in hf.base_model.layers:
+        attn = layer.self_attn
+        raw: dict[str, torch.Tensor] = {}
+        for key in "qkv":
+            cap.hooks.append(getattr(attn, f"{key}_proj").register_forward_hook(
+                lambda _m, _i, out, key=key, raw=raw: raw.__setitem__(key, out)))
+
+        def rotated(module, _args, kwargs, _out, raw=raw):
+            cos, sin = kwargs["position_embeddings"]
+            q, k = split_heads(raw["q"], heads), split_heads(raw["k"], groups)
+            q, k = sys.modules[type(module).__module__].apply_rotary_pos_emb(q, k, cos, sin)
+            cap.q.append(q)
+            cap.k.append(k)
+            cap.v.append(split_heads(raw["v"], groups))
+            cap.rotary = (cos, sin)
+
+        cap.hooks.append(attn.register_forward_hook(rotated, with_kwargs=True))
+
+
+def mistral_window(config, layer: int) -> int | None:
+    """Mistral: one sliding window (``sliding_window``) on every layer, or none."""
+    return getattr(config, "sliding_window", None)
+
+
+def qwen2_window(config, layer: int) -> int | None:
+    """Qwen2: the window only on layers whose ``layer_types`` entry is ``sliding_attention`` (with
+    ``use_sliding_window``, the layers from ``max_window_layers`` on)."""
+    types = getattr(config, "layer_types", None) or []
+    return config.sliding_window if layer < len(types) and types[layer] == "sliding_attention" else None
+
+
+_COMMON = dict(hf_class=hf_class, check=check_config, capture=capture, scale=attention_scale, kv_heads=kv_heads,
+               head_dim=head_dim, positions="rotary",
+               refused="other `rope_type`s (yarn, longrope, …), `partial_rotary_factor` < 1, rotary parameters per "
+                       "layer type, other activations")
+_LLAMA = ("RMSNorm, rotary positions (`rope_theta`; `rope_type` default, linear, dynamic, llama3), grouped-query "
+          "attention (`num_key_value_heads`), SwiGLU MLP (`hidden_act`), `head_dim` ≠ hidden / heads, tied or untied "
+          "embeddings, `attention_bias`, `mlp_bias`, `rms_norm_eps`")
+
+FAMILIES = (
+    Family(name="llama", title="Llama", model_types=("llama",), network=Llama, implemented=_LLAMA,
+           examples=("HuggingFaceTB/SmolLM2-135M",), **_COMMON),
+    Family(name="mistral", title="Mistral", model_types=("mistral",), network=partial(Llama, window=mistral_window),
+           window=mistral_window, implemented="as Llama, plus `sliding_window` (keys further back are masked)",
+           **_COMMON),
+    Family(name="qwen2", title="Qwen2", model_types=("qwen2",), network=partial(Llama, window=qwen2_window),
+           window=qwen2_window, implemented="as Llama, plus q/k/v biases and `use_sliding_window` with "
+           "`sliding_window`, `max_window_layers`, `layer_types`", examples=("Qwen/Qwen2.5-0.5B",), **_COMMON),
+)
