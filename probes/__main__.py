@@ -14,7 +14,9 @@ import os
 import sys
 
 from .errors import ProbesError
+from .families import coverage
 from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
+from .scratch.attention import BACKENDS
 
 
 def _quiet_transformers() -> None:
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "parity",
         help="run Hugging Face and our from-scratch forward pass on a text and compare their attention",
         description="Compare Hugging Face (eager, fp32) with the from-scratch forward pass on every layer and "
-        f"head. Models: {OFFLINE_DEFAULT!r} (offline default, all-MiniLM-L6-v2), a hub id such as "
+        f"head ({coverage()}). Models: {OFFLINE_DEFAULT!r} (offline default, all-MiniLM-L6-v2), a hub id such as "
         f"{', '.join(KNOWN_HUB_MODELS)}, or a local model directory.",
     )
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=f"short name, hub id or local directory "
@@ -84,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--truncate", action="store_true",
                    help="keep the first tokens of a text longer than the context window instead of refusing it")
-    p.add_argument("--backend", choices=("eager", "sdpa", "flash"), default="eager",
+    p.add_argument("--backend", choices=tuple(BACKENDS), default="eager",
                    help="attention backend of the from-scratch pass: eager materialises the probabilities; sdpa "
                    "and flash keep the logsumexp and are compared through the probabilities recovered from it "
                    "(flash needs CUDA; without it sdpa runs and the report says so)")
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--checkpoint-every", type=int, default=64, help="items per checkpoint (a rerun resumes)")
-    p.add_argument("--backend", choices=("eager", "sdpa", "flash"), default="eager")
+    p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
     p.add_argument("--device", default="auto")
     p.add_argument("--top", type=int, default=3, help="heads to print per label")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
