@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 import pytest
-from checkpoints import make_gpt2
+from checkpoints import make_gpt2, make_llama
 
 import probes
 from probes.explain import query_steps, word_level
@@ -17,6 +17,9 @@ def models(gpt2_model, bert_dir, ckpt_dir):
         "bert": probes.load(str(bert_dir)),
         "gpt2-inverse-layer": probes.load(str(make_gpt2(ckpt_dir / "gpt2-inverse",
                                                         scale_attn_by_inverse_layer_idx=True))),
+        "llama-grouped": probes.load(str(make_llama(ckpt_dir / "llama-explain"))),  # 6 query heads, 2 k/v heads
+        "mistral-window": probes.load(str(make_llama(ckpt_dir / "mistral-explain", family="mistral",
+                                                     sliding_window=3))),
     }
 
 
@@ -25,7 +28,7 @@ def numpy(t):
 
 
 @pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
-@pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window"])
 def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
     model = models[name]
     trace = probes.run(model, TEXT, source=source, backend=backend)
@@ -39,7 +42,8 @@ def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
             for query in range(n):
                 s = query_steps(trace, layer, head, query)
                 np.testing.assert_allclose(s.weights, attn[query], rtol=rtol, atol=1e-6)
-                np.testing.assert_allclose(s.output, attn[query] @ v, rtol=rtol, atol=1e-6)
+                # float64 weights against the trace's float32 ones: the error scales with the values mixed
+                np.testing.assert_allclose(s.output, attn[query] @ v, rtol=rtol, atol=1e-6 * max(1, np.abs(v).max()))
                 np.testing.assert_allclose(s.trace_weights, attn[query], rtol=rtol, atol=1e-6)
                 assert s.max_abs_diff == np.abs(s.weights - s.trace_weights).max()
                 np.testing.assert_array_equal(s.q, q[query])
@@ -47,7 +51,8 @@ def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
                 np.testing.assert_array_equal(s.scaled, s.scores * s.scale)
                 assert s.weights.sum() == pytest.approx(1.0, abs=1e-12)
                 if model.is_causal:
-                    np.testing.assert_array_equal(s.allowed, np.arange(n) <= query)
+                    window = trace.window(layer) or n
+                    np.testing.assert_array_equal(s.allowed, (np.arange(n) <= query) & (np.arange(n) > query - window))
                     assert (s.weights[~s.allowed] == 0).all() and (attn[query][~s.allowed] == 0).all()
                 else:
                     assert s.allowed.all()
@@ -116,3 +121,34 @@ def test_word_level_leaves_out_gpt2_whitespace_tokens(gpt2_model):
     assert words == ["Xiaoming", "gave", "the", "apple", "to", "Xiaohong", ",", "unbelievably", "."]
     assert m.shape == (9, 9)
     assert np.allclose(np.triu(m, 1), 0)  # causal: no word looks at a later one
+
+
+def test_rotary_steps_turn_the_projected_q_by_its_position(models):
+    """For a rotary model the page shows q before and after the turn: 'before' is the layer's own q_proj
+    output, and turning it pair by pair by position·ω gives the q the scores use."""
+    import torch
+
+    model = models["llama-grouped"]
+    trace = probes.run(model, TEXT)
+    attn = model.hf.model.layers[1].self_attn
+    h = model.hf.model.layers[1].input_layernorm(trace.hidden_states[1])
+    projected = attn.q_proj(h).view(1, -1, 6, 8).transpose(1, 2)  # [1, H, L, d] before rotation
+    for query in (0, 3, 7):
+        s = query_steps(trace, 1, 4, query)
+        np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=1e-5)
+        half = len(s.q) // 2
+        omega = 1.0 / (10000.0 ** (np.arange(0, 8, 2) / 8))
+        np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=1e-5)  # position × ω_i
+        turned = np.concatenate([-s.q_unrotated[half:], s.q_unrotated[:half]])
+        c, sn = np.cos(np.tile(s.angles, 2)), np.sin(np.tile(s.angles, 2))
+        np.testing.assert_allclose(s.q_unrotated * c + turned * sn, s.q, atol=1e-5)
+        assert (s.kv_head, s.kv_group, s.window) == (1, (3, 4, 5), None)  # 6 query heads read 2 k/v heads
+    assert query_steps(probes.run(models["gpt2"], TEXT), 0, 0, 2).q_unrotated is None
+    assert torch.is_tensor(trace.rotary[0])
+
+
+def test_window_steps_mask_what_the_window_leaves_out(models):
+    trace = probes.run(models["mistral-window"], TEXT)
+    s = query_steps(trace, 0, 2, 6)
+    assert s.window == 3 and s.allowed.tolist() == [False] * 4 + [True] * 3 + [False] * (len(s.allowed) - 7)
+    assert s.max_abs_diff < 1e-6 and (s.weights[~s.allowed] == 0).all()

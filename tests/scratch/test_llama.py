@@ -1,0 +1,179 @@
+"""The Llama family from scratch (Mistral and Qwen2 as records on it) against Hugging Face, option by
+option, on tiny random checkpoints, and on the real offline SmolLM2."""
+
+import json
+
+import pytest
+import torch
+from checkpoints import make_llama
+
+import probes
+from probes import hf, parity, scratch
+from probes.__main__ import main
+from probes.errors import UnsupportedModel
+from probes.parity import TOLERANCES
+from probes.scratch import llama
+
+TEXTS = ["the cat sat on the mat because it was warm and the dog was not", "小明把苹果给了小红"]  # a padded batch
+ENGLISH = "Xiaoming gave the apple to Xiaohong because she was hungry."
+CHINESE = "小明把苹果给了小红，因为她很饿"
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+OPTIONS = {
+    "group-1": dict(num_attention_heads=9, num_key_value_heads=9, hidden_size=72),
+    "group-3": dict(num_attention_heads=9, num_key_value_heads=3, hidden_size=72),
+    "group-9": dict(num_attention_heads=9, num_key_value_heads=1, hidden_size=72),  # multi-query
+    "rope-theta": dict(rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+    "rope-linear": dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
+    "rope-dynamic": dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),
+    "rope-llama3": dict(rope_parameters=LLAMA3),
+    "tied": dict(tie_word_embeddings=True),
+    "biases": dict(attention_bias=True, mlp_bias=True),
+    "head-dim": dict(head_dim=12),  # not hidden_size / heads (48 / 6 = 8)
+    "gelu-tanh": dict(hidden_act="gelu_pytorch_tanh"),
+}
+
+
+def _load(tmp_path, family="llama", **options):
+    return probes.load(str(make_llama(tmp_path / "m", family=family, **options)))
+
+
+def _compare(model, backend="eager", texts=TEXTS):
+    enc = model.encode(texts)
+    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc, backend=backend))
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_every_option_is_bit_identical_to_hugging_face(tmp_path, option):
+    model = _load(tmp_path, **OPTIONS[option])
+    report = _compare(model)
+    assert report.passed, report.to_text()
+    assert report.attention_max_abs_diff == 0 and report.hidden_max_abs_diff == 0, report.to_text()
+    assert report.logits_max_abs_diff == 0 and report.qkv_max_abs_diff == 0
+
+
+@pytest.mark.parametrize("option", ["group-3", "group-9", "rope-llama3", "head-dim"])
+@pytest.mark.parametrize("backend", ["sdpa", "flash"])
+def test_the_lazy_backends_recover_the_same_attention(tmp_path, option, backend):
+    report = _compare(_load(tmp_path, **OPTIONS[option]), backend)
+    assert report.passed, report.to_text()
+    assert report.candidate == f"scratch/{backend}" and 0 < report.attention_max_abs_diff <= TOLERANCES["attention"]
+
+
+def test_grouped_query_heads_share_their_key_and_value(tmp_path):
+    model = _load(tmp_path, **OPTIONS["group-3"])
+    assert (model.n_heads, model.n_kv_heads, model.d_head) == (9, 3, 8)
+    enc = model.encode(ENGLISH)
+    for trace in (hf.forward(model, enc), scratch.forward(model, enc), scratch.forward(model, enc, backend="sdpa")):
+        q, k, v = trace.layer_qkv(1)
+        assert q.shape[1] == 9 and k.shape[1] == v.shape[1] == 3
+        assert [trace.kv_head(1, h) for h in range(9)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        _, k7, v7 = trace.qkv(1, 7)
+        assert torch.equal(k7, k[0, 2]) and torch.equal(v7, v[0, 2])  # query head 7 reads key/value head 2
+
+
+def test_hf_view_q_and_k_are_the_rotated_ones(tmp_path):
+    """The scores are made of rotated q and k: softmax(q·kᵀ·scale) from the Hugging Face trace's own q, k
+    is its attention; with the unrotated projections it is not."""
+    model = _load(tmp_path)
+    trace = hf.forward(model, model.encode(ENGLISH))
+    n = len(trace.token_strings())
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for layer in range(2):
+        q, k, _ = trace.layer_qkv(layer)
+        k = k.repeat_interleave(3, dim=1)
+        scores = (q[0] @ k[0].transpose(-2, -1)) * trace.scales[layer]
+        assert torch.allclose(torch.softmax(scores.masked_fill(~causal, float("-inf")), -1), trace.attention(layer),
+                              atol=1e-6)
+        cos, sin = trace.rotary
+        raw = llama.unrotate(q, cos, sin)
+        wrong = (raw[0] @ llama.unrotate(k[None], cos, sin)[0].transpose(-2, -1)) * trace.scales[layer]
+        assert not torch.allclose(torch.softmax(wrong.masked_fill(~causal, float("-inf")), -1),
+                                  trace.attention(layer), atol=1e-3)
+
+
+def test_rope_variants_stretch_the_frequencies():
+    """Each variant really changes ω (so its bit-identical parity above is not vacuous)."""
+    from transformers import LlamaConfig
+
+    def omega(**rope):
+        cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64,
+                          rope_parameters={"rope_theta": 10000.0, **rope})
+        return llama.inverse_frequencies(cfg, 16)
+
+    base = omega(rope_type="default")
+    assert torch.allclose(omega(rope_type="linear", factor=2.0), base / 2)
+    assert torch.equal(omega(rope_type="dynamic", factor=2.0), base)  # within the trained context
+    assert (omega(rope_type="dynamic", factor=2.0) != llama.inverse_frequencies(
+        LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=8,
+                    rope_parameters={"rope_theta": 10000.0, "rope_type": "dynamic", "factor": 2.0}), 16)).any()
+    stretched = omega(**{k: v for k, v in LLAMA3.items() if k != "rope_theta"})
+    assert torch.allclose(stretched[-1], base[-1] / 8)  # long wavelengths slowed by the factor
+    assert base[0] / 8 < stretched[0] < base[0]  # a wavelength between the two bounds: on the ramp
+    assert ((base / 8 <= stretched * (1 + 1e-6)) & (stretched <= base)).all()
+
+
+def test_mistral_window_shorter_than_the_input(tmp_path):
+    model = _load(tmp_path, family="mistral", sliding_window=3)
+    assert [model.family.window(model.config, layer) for layer in range(2)] == [3, 3]
+    for backend in ("eager", "sdpa", "flash"):
+        report = _compare(model, backend)
+        assert report.passed, (backend, report.to_text())
+    trace = scratch.forward(model, model.encode(ENGLISH), backend="sdpa")
+    a = trace.attention(1, 4)
+    n = a.shape[-1]
+    far = torch.arange(n)[None, :] <= torch.arange(n)[:, None] - 3
+    assert (a[far] == 0).all() and torch.allclose(a.sum(-1), torch.ones(n), atol=1e-5)  # recovered within the window
+
+
+def test_a_window_left_out_is_caught(tmp_path, monkeypatch):
+    """Parity fails when the scratch pass forgets the window: the window test above is not vacuous."""
+    model = _load(tmp_path, family="mistral", sliding_window=3)
+    monkeypatch.setattr(llama, "mistral_window", lambda config, layer: None)
+    model._scratch = llama.Llama(model.hf.state_dict(), model.config, model.name)  # built without the window
+    report = _compare(model)
+    assert not report.passed and report.attention_max_abs_diff > 0.01
+
+
+def test_qwen2_biases_and_window_on_some_layers(tmp_path):
+    model = _load(tmp_path, family="qwen2", use_sliding_window=True, sliding_window=3, max_window_layers=1)
+    assert [model.family.window(model.config, layer) for layer in range(2)] == [None, 3]
+    assert model.hf.model.layers[0].self_attn.q_proj.bias is not None
+    for backend in ("eager", "sdpa", "flash"):
+        report = _compare(model, backend)
+        assert report.passed, (backend, report.to_text())
+    assert _compare(model).attention_max_abs_diff == 0
+
+
+@pytest.mark.parametrize("rope, says", [
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}, "rope_type='yarn'"),
+    ({"rope_type": "default", "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
+])
+def test_unimplemented_options_are_refused_by_name_and_the_hf_view_works(tmp_path, rope, says):
+    model = _load(tmp_path, rope_parameters={"rope_theta": 10000.0, **rope})
+    assert not model.scratch_supported and says in model.scratch_problem
+    with pytest.raises(UnsupportedModel, match=says.replace("(", r"\(")):
+        parity.check(model, ENGLISH)
+    trace = hf.forward(model, model.encode(ENGLISH))
+    assert trace.q is not None and trace.n_heads == 6
+
+
+def test_smollm2_parity_on_real_weights(smollm2):
+    """The offline SmolLM2 (GGUF, Llama architecture: 30 layers, 9 query heads reading 3 key/value heads)."""
+    assert smollm2.family_name == "llama" and smollm2.scratch_supported
+    assert (smollm2.n_layers, smollm2.n_heads, smollm2.n_kv_heads, smollm2.d_head) == (30, 9, 3, 64)
+    for text in (ENGLISH, CHINESE):
+        eager = parity.check(smollm2, text)
+        assert eager.passed and eager.attention_max_abs_diff == 0 and eager.logits_max_abs_diff == 0, eager.to_text()
+        lazy = parity.check(smollm2, text, backend="sdpa")
+        assert lazy.passed, lazy.to_text()
+        assert lazy.logits_max_abs_diff <= TOLERANCES["logits"]
+
+
+def test_smollm2_parity_from_the_cli(smollm2, monkeypatch, capsys):
+    monkeypatch.setattr(probes.models, "_load", lambda name, allow_local_paths: smollm2)  # loaded once per session
+    assert main(["parity", "--model", "smollm2", "--text", CHINESE, "--backend", "sdpa", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] and data["model"] == "smollm2" and len(data["per_layer"]) == 30
+    assert data["attention_max_abs_diff"] <= 1e-5 and data["logits_max_abs_diff"] <= 1e-4
