@@ -28,17 +28,18 @@ def render(ctx: ui.Context) -> None:
 
     st.subheader("1 · The query vector q and the key vectors k")
     st.markdown(f"q is **{keys[query]}**'s vector for this head ({d} numbers); every token has a key vector k. "
-                "Each is one slice of a linear map of the layer's input.")
+                "Each is one slice of a linear map of the layer's input." + _sharing(s, ctx.model.n_heads))
+    if s.q_unrotated is not None:
+        _rotation(s, keys[query])
     shown = _nearest(s, query)
     vectors = {f"q  {keys[query]}": s.q, **{f"k  {keys[j]}": s.k[j] for j in shown}}
     ui.chart(charts.vectors_heatmap(vectors, f"q and {len(shown)} of the {len(keys)} k vectors"))
 
     st.subheader("2 · Raw scores q · k, 3 · ÷ √d_k, 4 · softmax")
-    masked = int((~s.allowed).sum())
     st.markdown(
         f"Each score is the dot product of q with one k. Dividing by √d_k = {np.sqrt(d):.3f} "
         f"(the scale here is {s.scale:.6g}) keeps the scores from growing with the width. Softmax turns them "
-        "into weights that sum to 1" + (f"; the {masked} future tokens are masked out (weight 0)." if masked else "."))
+        "into weights that sum to 1" + _masked(s))
     table = pd.DataFrame({"key": keys, "q·k": s.scores, "× scale": s.scaled, "allowed": s.allowed,
                           "softmax weight": s.weights, "model's weight": s.trace_weights})
     bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
@@ -69,3 +70,38 @@ def _nearest(s, query: int) -> list[int]:
 
 def _heaviest(s) -> list[int]:
     return sorted(np.argsort(-s.weights)[: min(SHOWN_KEYS, int(s.allowed.sum()))].tolist())
+
+
+def _sharing(s, n_heads: int) -> str:
+    """Grouped-query attention: which key/value head this query head reads, and who else reads it."""
+    if len(s.kv_group) == 1:
+        return ""
+    others = ", ".join(str(h) for h in s.kv_group if h != s.head)
+    return (f" This model uses grouped-query attention ({n_heads} query heads read {n_heads // len(s.kv_group)} "
+            f"key/value heads): head {s.head} reads key/value head {s.kv_head}, which heads {others} read too, so "
+            "the k and v below are theirs as well.")
+
+
+def _rotation(s, token: str) -> None:
+    """Rotary models: q before and after it is turned by its position."""
+    st.markdown(
+        f"**Rotary positions.** This model has no table of position vectors: it turns q and k by their position "
+        f"instead. The {len(s.q)} numbers are read as {len(s.angles)} pairs, and at position p pair i turns by the "
+        f"angle p·ω_i; the fastest pair turns {np.degrees(s.angles[0]):.0f}° here (mod 360°), the slowest "
+        f"{np.degrees(s.angles[-1]):.2g}°. Because every k is turned by its own position too, q·k depends on how "
+        "far apart the two tokens are. The k vectors below are already turned.")
+    ui.chart(charts.vectors_heatmap({f"q  {token}, before": s.q_unrotated, f"q  {token}, turned": s.q},
+                                    "q before and after the rotary turn"))
+
+
+def _masked(s) -> str:
+    keys = np.arange(len(s.allowed))
+    future = int((~s.allowed & (keys > s.query)).sum())
+    outside = int((~s.allowed & (keys < s.query)).sum())
+    parts = []
+    if future:
+        parts.append(f"the {future} future tokens are masked out (weight 0)")
+    if outside:
+        parts.append(f"the {outside} tokens more than {s.window - 1} positions back are outside this layer's "
+                     f"sliding window of {s.window} (weight 0)")
+    return "; " + "; ".join(parts) + "." if parts else "."

@@ -325,3 +325,44 @@ def test_qkv_on_a_decoder_masks_the_future(gpt2_dir):
     assert (table.loc[~table["allowed"], "softmax weight"] == 0).all()
     assert abs(table["softmax weight"].sum() - 1) < 1e-9
     assert "future tokens are masked out" in _texts(at.markdown)
+
+
+@pytest.mark.parametrize("source", ["hf", "scratch"])
+def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source):
+    """The offline decoder (Llama architecture: rotary positions, 9 query heads reading 3 key/value heads),
+    from either source: q before and after its turn, which key/value head it shares, and weights that
+    reproduce the model's own row."""
+    at = _app(model="smollm2", text="Xiaoming gave the apple to Xiaohong because she was hungry.", page="qkv",
+              layer=12, head=4, query=11, source=source)
+    assert at.sidebar.radio(key="w_source").options == ["Hugging Face", "From scratch"]
+    assert "q before and after the rotary turn" in _titles(at)
+    rows = _rows(at, "q before and after the rotary turn")
+    assert {r["vector"] for r in rows} == {"q  11:  she, before", "q  11:  she, turned"} and len(rows) == 2 * 64
+    text = _texts(at.markdown)
+    assert "Rotary positions" in text and "head 4 reads key/value head 1, which heads 3, 5 read too" in text
+    table = at.dataframe[0].value
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+    assert "reproduce the model's own attention row" in _texts(at.caption)
+
+
+def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from checkpoints import make_llama
+
+    path = make_llama(ckpt_dir / "mistral-app", family="mistral", sliding_window=3)
+    at = _app(model=str(path), text="the cat sat on the mat because it was warm", page="qkv", query=6,
+              source="scratch", backend="sdpa")
+    table = at.dataframe[0].value
+    assert list(table["allowed"][:8]) == [False] * 4 + [True] * 3 + [False]
+    assert "outside this layer's sliding window of 3" in _texts(at.markdown)
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+
+
+def test_parity_page_and_badge_on_smollm2():
+    at = _app(model="smollm2", text="小明把苹果给了小红，因为她很饿", page="parity", source="scratch", backend="sdpa")
+    assert "PASS" in _texts(at.success) and "Parity PASS" in _texts(at.sidebar.markdown)
+    cells = [r for r in _rows(at, "per head") if "max_abs_diff" in r]
+    assert len(cells) == 30 * 9 and all(r["within"] for r in cells)
+    assert "--backend sdpa" in at.code[0].value
