@@ -93,3 +93,14 @@ def coverage() -> str:
     """One line for people: which families the from-scratch path covers."""
     titles = [f.title for f in families()]
     return "the from-scratch path covers " + ", ".join(titles[:-1]) + " and " + titles[-1]
+
+
+def markdown_table() -> str:
+    """The README's table of what the from-scratch path covers, written from the records (a test keeps the
+    README equal to it)."""
+    lines = ["| family | `model_type` | positions | implemented | refused (`UnsupportedModel`, naming the option) |",
+             "|---|---|---|---|---|"]
+    for f in families():
+        types = ", ".join(f"`{t}`" for t in f.model_types)
+        lines.append(f"| {f.title} | {types} | {f.positions} | {f.implemented} | {f.refused} |")
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""The family registry: one record per family, found in its own file, read by everything else."""
+
+import ast
+from pathlib import Path
+
+import pytest
+from transformers import AutoConfig
+
+import probes
+from probes import families
+from probes.families import Family, family_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_family_has_a_complete_record():
+    found = families.families()
+    assert [f.name for f in found] == ["bert", "gpt2", "llama", "mistral", "qwen2"]
+    for f in found:
+        assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
+        assert callable(f.network) and callable(f.check) and callable(f.capture) and callable(f.scale)
+        assert f.positions in ("absolute", "rotary")
+
+
+@pytest.mark.parametrize("kind, family", [("gpt2", "gpt2"), ("bert", "bert"), ("llama", "llama"),
+                                          ("mistral", "mistral"), ("qwen2", "qwen2"), ("gpt_neox", None)])
+def test_a_config_finds_its_family_by_model_type(kind, family):
+    config = AutoConfig.for_model(kind)
+    assert (family_of(config).name if family_of(config) else None) == family
+
+
+def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, neox_dir):
+    assert gpt2_model.family.pairs is False and minilm.family.pairs and minilm.family.token_types
+    assert (gpt2_model.is_causal, minilm.is_causal) == (True, False)
+    neox = probes.load(str(neox_dir))
+    assert neox.family is None and neox.n_kv_heads == neox.n_heads  # Hugging Face view only, by class name
+
+
+def test_no_module_outside_the_family_files_names_a_family():
+    """Registries, not string checks: the loader, the producers, the readers and the app never compare
+    against a family's name or model_type."""
+    names = {f.name for f in families.families()} | {t for f in families.families() for t in f.model_types}
+    offenders = []
+    for path in [*(ROOT / "probes").glob("*.py"), *(ROOT / "dashboard").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                    for value in values:
+                        if isinstance(value, ast.Constant) and value.value in names:
+                            offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with {value.value!r}")
+    assert not offenders, offenders
+
+
+def test_readme_table_is_the_registry():
+    assert families.markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_coverage_sentence_names_every_family():
+    assert families.coverage() == "the from-scratch path covers BERT, GPT-2, Llama, Mistral and Qwen2"
+
+
+def test_known_hub_models_come_from_the_records():
+    assert "gpt2" in probes.KNOWN_HUB_MODELS and "HuggingFaceTB/SmolLM2-135M" in probes.KNOWN_HUB_MODELS
+    assert set(probes.KNOWN_HUB_MODELS) == {m for f in families.families() for m in f.examples}
