@@ -41,7 +41,8 @@ def test_no_module_outside_the_family_files_names_a_family():
     against a family's name or model_type."""
     names = {f.name for f in families.families()} | {t for f in families.families() for t in f.model_types}
     offenders = []
-    for path in [*(ROOT / "probes").glob("*.py"), *(ROOT / "dashboard").rglob("*.py")]:
+    outside = [p for p in (ROOT / "probes").rglob("*.py") if "scratch" not in p.parts]  # scratch/: the family files
+    for path in [*outside, *(ROOT / "dashboard").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare):
                 for side in [node.left, *node.comparators]:
