@@ -16,6 +16,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
 import probes  # noqa: E402
+from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import ViewState  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
@@ -67,7 +68,10 @@ def pick_model(sidebar) -> None:
             ui.update(model=choice)
 
     sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked,
-                      help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT), shipped with the app: no network")
+                      help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT encoder) and 'smollm2' is "
+                           "SmolLM2-135M (a Llama decoder), both shipped as Python packages: no network. Hub ids need "
+                           f"the Hugging Face hub; {families.coverage()}, other architectures show the Hugging Face "
+                           "view only")
     if st.session_state["w_model_pick"] == CUSTOM:
         hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
         st.session_state.setdefault("w_model_custom", "" if current in choices else current)

@@ -62,3 +62,28 @@ def test_different_inputs_are_not_compared(minilm):
     b = scratch.forward(minilm, minilm.encode("another text"))
     with pytest.raises(ValueError, match="different inputs"):
         parity.compare(a, b)
+
+
+def test_hidden_states_are_held_to_their_layer_scale(minilm):
+    """A hidden state is compared in units of its layer's largest |value| (when over 1): a few fp32
+    steps at a massive activation pass, the same absolute error on a state within ±1 fails."""
+    enc = minilm.encode(SENTENCE)
+    reference = hf.forward(minilm, enc)
+    scaled = [h.clone() for h in reference.hidden_states]
+    scaled[3][0, 2, 5] = 27000.0  # a massive activation, as SmolLM2's residual stream carries
+    reference.hidden_states = scaled
+    candidate = scratch.forward(minilm, enc)
+    candidate.hidden_states = [h.clone() for h in scaled]
+    candidate.hidden_states[3][0, 2, 5] += 0.004  # two fp32 steps at 27,000
+    report = parity.compare(reference, candidate)
+    assert report.passed and report.hidden_max_abs_diff == pytest.approx(0.004, rel=0.1)
+    assert report.hidden_max_rel_diff == pytest.approx(0.004 / 27000, rel=0.1)
+    assert report.per_layer[2].hidden_max_rel_diff == report.hidden_max_rel_diff
+
+    small = [h.clone() for h in reference.hidden_states]
+    small[3] = small[3].clamp(-0.9, 0.9)  # a layer whose values all lie within ±1: the plain max |Δ|
+    reference.hidden_states = small
+    candidate.hidden_states = [h.clone() for h in small]
+    candidate.hidden_states[3][0, 2, 5] += 2e-4
+    report = parity.compare(reference, candidate)
+    assert not report.passed and report.hidden_max_rel_diff == pytest.approx(2e-4, rel=1e-3)

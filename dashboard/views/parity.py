@@ -37,7 +37,11 @@ def render(ctx: ui.Context) -> None:
         st.info(r.note)
     cols = st.columns(4)
     cols[0].metric("attention max |Δ|", f"{r.attention_max_abs_diff:.1e}", help=f"tolerance {tol['attention']:.0e}")
-    cols[1].metric("hidden states max |Δ|", f"{r.hidden_max_abs_diff:.1e}", help=f"tolerance {tol['hidden']:.0e}")
+    cols[1].metric("hidden states max |Δ| ÷ scale", f"{r.hidden_max_rel_diff:.1e}",
+                   help=f"tolerance {tol['hidden']:.0e} of each layer's scale: max |Δ| divided by the largest |value| "
+                        f"of that layer's hidden state when it is over 1 (modern decoders carry values in the "
+                        f"thousands, where fp32 itself steps by more than 1e-4); absolute max |Δ| "
+                        f"{r.hidden_max_abs_diff:.1e}")
     logits = r.logits_max_abs_diff
     cols[2].metric("logits max |Δ|", "n/a" if logits is None else f"{logits:.1e}",
                    help="n/a: the model has no language-model head" if logits is None else f"tolerance {tol['logits']:.0e}")
@@ -48,7 +52,7 @@ def render(ctx: ui.Context) -> None:
     chart = charts.parity_heatmap(diffs, tol["attention"])
     ui.chart(chart)
     frame = pd.DataFrame([{"layer": lp.layer, "head": h, "attention_max_abs_diff": d,
-                           "hidden_max_abs_diff": lp.hidden_max_abs_diff}
+                           "hidden_max_abs_diff": lp.hidden_max_abs_diff, "hidden_max_rel_diff": lp.hidden_max_rel_diff}
                           for lp in r.per_layer for h, d in enumerate(lp.per_head)])
     ui.downloads("parity", chart, frame)
     st.download_button("Report (JSON)", lambda: json.dumps(r.to_dict(), ensure_ascii=False, indent=1), "parity.json",

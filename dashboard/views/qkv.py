@@ -87,9 +87,11 @@ def _rotation(s, token: str) -> None:
     st.markdown(
         f"**Rotary positions.** This model has no table of position vectors: it turns q and k by their position "
         f"instead. The {len(s.q)} numbers are read as {len(s.angles)} pairs, and at position p pair i turns by the "
-        f"angle p·ω_i; the fastest pair turns {np.degrees(s.angles[0]):.0f}° here (mod 360°), the slowest "
-        f"{np.degrees(s.angles[-1]):.2g}°. Because every k is turned by its own position too, q·k depends on how "
-        "far apart the two tokens are. The k vectors below are already turned.")
+        f"angle p·ω_i; here the fastest pair turns {np.degrees(s.angles[0]) % 360:.0f}° (mod 360°), the slowest "
+        f"{np.degrees(s.angles[-1]) % 360:.2g}°. A turn keeps the vector's length (|q| = "
+        f"{np.linalg.norm(s.q_unrotated):.3f} before, {np.linalg.norm(s.q):.3f} after) and changes only its "
+        "direction. Because every k is turned by its own position too, q·k depends on how far apart the two "
+        "tokens are. The k vectors below are already turned.")
     ui.chart(charts.vectors_heatmap({f"q  {token}, before": s.q_unrotated, f"q  {token}, turned": s.q},
                                     "q before and after the rotary turn"))
 
