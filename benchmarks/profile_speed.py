@@ -19,10 +19,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import probes  # noqa: E402
-from probes import scratch  # noqa: E402
+from probes import runner, scratch  # noqa: E402
 from probes.datasets.dependencies import ewt  # noqa: E402
-from probes.heads.engine import score_pairs, sentence_attention, word_matrices  # noqa: E402
-from probes.heads.profile import PROBES, profile  # noqa: E402
+from probes.heads.engine import score_pairs, sentence_attention, texts, word_matrices  # noqa: E402
+from probes.heads.profile import profile  # noqa: E402
+from probes.heads.registry import probes as registered  # noqa: E402
 from probes.heads.syntactic import dependency_sentence  # noqa: E402
 from probes.tokens import align_to_words  # noqa: E402
 
@@ -61,21 +62,22 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        frame = profile(model, list(PROBES), None, args.sentences, Path(tmp) / "all.csv", checkpoint_every=10**6)
+        frame = profile(model, list(registered()), None, args.sentences, Path(tmp) / "all.csv", checkpoint_every=10**6)
         full = time.perf_counter() - t0
-    print(f"full profile ({', '.join(PROBES)}; {args.sentences} items each, {len(frame)} rows): "
-          f"{full:.1f} s, {args.sentences * len(PROBES) / full:.1f} items/s")
+    print(f"full profile ({', '.join(registered())}; {args.sentences} items each, {len(frame)} rows): "
+          f"{full:.1f} s, {args.sentences * len(registered()) / full:.1f} items/s")
 
     subset = data[: args.naive_sentences]
     t0 = time.perf_counter()
-    fast = score_pairs(sentence_attention(model, [dependency_sentence(s) for s in subset]), probe="syntactic")
+    sentences = [dependency_sentence(s) for s in subset]
+    fast = score_pairs(sentence_attention(sentences, runner.batches(model, texts(sentences))), probe="syntactic")
     engine = time.perf_counter() - t0
     t0 = time.perf_counter()
     hits = naive_syntactic(model, subset)
     naive = time.perf_counter() - t0
     # the two must agree before their speeds mean anything: exactly, when the engine also runs one
     # sentence per forward pass (batched, padding changes the last bits of a few near-ties)
-    one = score_pairs(sentence_attention(model, [dependency_sentence(s) for s in subset], batch_size=1),
+    one = score_pairs(sentence_attention(sentences, runner.batches(model, texts(sentences), batch_size=1)),
                       probe="syntactic").set_index(["label", "layer", "head"])
     batched = fast.set_index(["label", "layer", "head"])
     worst = 0.0

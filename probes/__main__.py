@@ -47,15 +47,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .heads.engine import top_heads
-    from .heads.profile import PROBES, profile
+    from .heads.profile import profile
+    from .heads.registry import for_data
     from .models import load
 
     _quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
-    probes = list(PROBES) if args.probe == "all" else [args.probe]
-    if args.probe == "all" and args.data:  # "all" with one data set: the probes that can read it
-        coref = args.data.endswith(".jsonl") or args.data == "winobias"
-        probes = [p for p in probes if (p == "coreference") == coref or p == "induction"]
+    # "all": every probe, or with --data the probes whose records say they read it
+    probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
     frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
                     checkpoint_every=args.checkpoint_every, backend=args.backend,
                     progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
@@ -95,14 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     p.set_defaults(func=cmd_parity)
 
-    p = sub.add_parser("profile", help="score every layer × head for positional, syntactic, coreference, "
-                       "induction and pattern heads over a dataset")
+    from .heads.registry import BUILTIN, probes
+
+    p = sub.add_parser("profile", help=f"score every layer × head for {', '.join(probes())} heads over a dataset",
+                       description="Score every layer × head of a model with one probe or all of them: "
+                       + "; ".join(f"{name}: {probe.about}" for name, probe in probes().items()) + ".")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=f"short name, hub id or local directory "
                    f"(default: {OFFLINE_DEFAULT})")
-    p.add_argument("--probe", required=True,
-                   choices=("positional", "syntactic", "coreference", "lexical", "induction", "patterns", "all"))
-    p.add_argument("--data", help="ewt-dev (default), ewt-train, ewt-test, winobias (coreference default), "
-                   "or a .conllu, .jsonl ({text, pronoun, antecedent}) or .txt (one sentence a line) file")
+    p.add_argument("--probe", required=True, choices=(*probes(), "all"),
+                   help="one probe, or all (with --data: the probes that read that data)")
+    defaults = ", ".join(f"{name} {probe.default_data}" for name, probe in probes().items() if probe.default_data)
+    p.add_argument("--data", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl ({{text, pronoun, antecedent}}) or "
+                   f".txt (one sentence a line) file (default: each probe's own: {defaults})")
     p.add_argument("--limit", type=int, help="use only the first N items")
     p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
     p.add_argument("--batch-size", type=int, default=16)

@@ -7,18 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 import probes
-from probes.heads import profile
+from probes.heads import profile, registry
 
 from .. import charts, data, ui
-
-ABOUT = {
-    "positional": "previous / next / self / first-token / separator attention, per head (EWT sentences)",
-    "syntactic": "attention from a word to its dependency head and back, per relation (UD English-EWT)",
-    "coreference": "attention from a pronoun to its antecedent (WinoBias)",
-    "lexical": "attention between WordNet-related words against distance-matched controls (EWT)",
-    "induction": "previous-token, duplicate-token and induction scores on random repeated tokens",
-    "patterns": "Kovaleva et al.'s pattern classes (vertical, diagonal, block, heterogeneous)",
-}
 
 
 def _open(key: str, layers: int, heads: int) -> None:
@@ -36,11 +27,14 @@ def _open(key: str, layers: int, heads: int) -> None:
 
 def _run(ctx: ui.Context):
     cols = st.columns([2, 1, 1], vertical_alignment="bottom")
-    probe = cols[0].selectbox("Probe", profile.PROBES, key="probe", help="what each probe measures is below")
+    records = registry.probes()
+    probe = cols[0].selectbox("Probe", list(records), key="probe", help="what each probe measures is below")
     most = 200 if data.public() else 2000
     limit = cols[1].number_input("Items", 5, most, 50, step=25, key="probe_limit",
-                                 help="sentences (or random sequences, for induction) from the built-in data")
-    st.caption(ABOUT[probe] + ". The data is downloaded from PyPI/npm once (pinned version and sha256) and cached.")
+                                 help="sentences from the built-in data" if records[probe].default_data
+                                 else "random sequences (this probe makes its own inputs)")
+    st.caption(records[probe].about + ". The data is downloaded from PyPI/npm once (pinned version and sha256) and "
+               "cached.")
     args = (ctx.model.name, probe, int(limit))
     if cols[2].button("Run", type="primary", icon=":material/play_arrow:"):
         bar = st.progress(0.0, text=f"{probe} on {limit} items…")

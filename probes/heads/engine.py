@@ -4,7 +4,8 @@ An example is (sentence as words, source word, gold target word, label). Attenti
 word-level attention the way Clark et al. 2019 did: attention *to* a word split into several pieces
 is the sum over its pieces, attention *from* such a word is the mean over its pieces; special tokens
 belong to no word and drop out (what they receive is reported by the positional probe). Every layer
-and head is scored at once from batched forward passes, vectorised over layers and heads:
+and head is scored at once from the Traces of batched forward passes (the probes read Traces; the
+runner in :mod:`probes.heads.profile` makes them), vectorised over layers and heads:
 
 * ``score``: accuracy, the share of examples whose source word attends most to the gold target;
 * ``mean_attention``: the mean word-level attention from the source to the gold target;
@@ -18,14 +19,15 @@ mean_attention``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
 
-from .. import runner
 from ..tokens import Token, align_to_words
+from ..trace import Trace
 
 OFFSETS = tuple(o for o in range(-5, 6) if o != 0)
 COLUMNS = ["probe", "label", "layer", "head", "score", "baseline", "n", "mean_attention"]
@@ -86,27 +88,48 @@ def _baseline(pairs: list[Pair], kind: str) -> float:
     raise ValueError(f"unknown baseline {kind!r}")
 
 
-def token_attention(model, texts: Iterable[str], batch_size: int = 16, backend: str = "eager",
-                    progress=None) -> Iterator[tuple[list[Token], torch.Tensor]]:
-    """Run ``model`` over ``texts`` in batches (truncated to its context window) and yield, per text,
-    its real tokens and their attention for every layer and head ``[layers, heads, n, n]``, read from
-    the Traces of :func:`probes.runner.batches` (the from-scratch pass with ``backend`` where the
-    family has one, Hugging Face's otherwise). ``progress`` is called with the number of texts done
-    after each batch."""
-    traces = runner.batches(model, texts, batch_size, source="auto", backend=backend, progress=progress)
-    for trace, item in runner.items(traces):
-        yield trace.real_tokens(item), trace.all_attention(item)
+def token_attention(data: Iterable) -> Iterator[tuple[list[Token], torch.Tensor]]:
+    """Per text, its real tokens and their attention for every layer and head ``[layers, heads, n, n]``,
+    read from ``data``: Traces (each batch item in turn, as :func:`probes.runner.batches` makes them),
+    ``(trace, item)`` pairs (:func:`probes.runner.items`), or ``(tokens, attention)`` pairs already
+    (hand-built ones, e.g. planted heads in tests), passed through. A lazy Trace (``sdpa``/``flash``)
+    serves as well as a materialised one: attention is asked for through :meth:`Trace.all_attention`."""
+    for entry in data:
+        if isinstance(entry, Trace):
+            for item in range(entry.batch_size):
+                yield entry.real_tokens(item), entry.all_attention(item)
+        elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Trace):
+            trace, item = entry
+            yield trace.real_tokens(item), trace.all_attention(item)
+        else:
+            yield entry
 
 
-def sentence_attention(model, sentences: Iterable[Sentence], batch_size: int = 16, backend: str = "eager",
-                       progress=None) -> Iterator[tuple[Sentence, torch.Tensor, list[int]]]:
-    """:func:`token_attention` for word-segmented sentences: yields (sentence, attention
-    ``[layers, heads, n, n]``, each token's word index, -1 for special tokens)."""
-    sentences = list(sentences)
-    joined = [s.text_and_spans() for s in sentences]
-    runs = token_attention(model, [text for text, _ in joined], batch_size, backend, progress)
-    for sentence, (_, spans), (tokens, layers) in zip(sentences, joined, runs):
-        yield sentence, layers, align_to_words(tokens, spans)
+def peek_causal(data: Iterable) -> tuple[bool | None, Iterator]:
+    """Whether the Traces in ``data`` (as :func:`token_attention` takes it) come from a causal model,
+    read from the first one (None when the first entry holds no Trace; False when there is none at
+    all: nothing to score), and ``data`` again, whole."""
+    data = iter(data)
+    first = next(data, None)
+    if first is None:
+        return False, iter(())
+    trace = first if isinstance(first, Trace) else first[0] if isinstance(first, tuple) else None
+    causal = trace.is_causal if isinstance(trace, Trace) else None
+    return causal, itertools.chain([first], data)
+
+
+def sentence_attention(sentences: Iterable[Sentence],
+                       data: Iterable) -> Iterator[tuple[Sentence, torch.Tensor, list[int]]]:
+    """Word-segmented sentences and the Traces of their texts (``Sentence.text_and_spans``, in order; any
+    ``data`` :func:`token_attention` takes): yields (sentence, attention ``[layers, heads, n, n]``,
+    each token's word index, -1 for special tokens), what :func:`score_pairs` scores."""
+    for sentence, (tokens, layers) in zip(sentences, token_attention(data)):
+        yield sentence, layers, align_to_words(tokens, sentence.text_and_spans()[1])
+
+
+def texts(sentences: Iterable[Sentence]) -> list[str]:
+    """The texts the model reads for word-segmented sentences: their words joined by single spaces."""
+    return [s.text_and_spans()[0] for s in sentences]
 
 
 def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], probe: str,

@@ -19,11 +19,15 @@ the same token) and ``induction_bidirectional`` (j − 1 ≠ i with token j − 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 import torch
 
-from .. import runner
+from ..trace import Trace
+from .combine import carry, mean
 from .engine import COLUMNS
+from .registry import Probe
 
 
 def detection_patterns(ids: torch.Tensor, bidirectional: bool) -> dict[str, torch.Tensor]:
@@ -69,16 +73,14 @@ def repeated_random_tokens(tokenizer, n_sequences: int, length: int, seed: int =
     return out
 
 
-def induction_scores(model, n_sequences: int = 20, length: int = 25, exclude_bos: bool = False,
-                     exclude_current: bool = False, seed: int = 0, backend: str = "eager",
-                     probe: str = "induction") -> pd.DataFrame:
-    """Score every layer × head of ``model`` on repeated random tokens (BOS, or [CLS] … [SEP] for BERT,
-    added the way the tokenizer adds them)."""
+def repeated_tokens(model, n_sequences: int = 20, length: int = 25, seed: int = 0):
+    """The :class:`~probes.models.Encoding` the induction probe reads: ``n_sequences`` of ``length``
+    random tokens repeated twice, with BOS (or [CLS] … [SEP] for an encoder) added the way the
+    tokenizer adds them. The only part of the probe that needs the model (its tokenizer)."""
     from ..models import Encoding
     from ..tokens import readable_tokens
 
     tok = model.tokenizer
-    bidirectional = not model.is_causal
     rows = []
     for body in repeated_random_tokens(tok, n_sequences, length, seed):
         if not model.is_causal and tok.cls_token_id is not None and tok.sep_token_id is not None:
@@ -91,26 +93,50 @@ def induction_scores(model, n_sequences: int = 20, length: int = 25, exclude_bos
     offsets = [(0, 0)] * ids.shape[1]
     tokens = [readable_tokens(tok, r, offsets, "") for r in rows]
     types = torch.zeros_like(ids) if model.family and model.family.token_types else None
-    enc = Encoding(ids, torch.ones_like(ids), types, tokens, ["random tokens"] * len(rows), [None] * len(rows),
-                   [None] * len(rows))
-    trace = runner.forward(model, enc, source="auto", backend=backend, logits=False)
-    n = ids.shape[1]
-    allowed = torch.ones(n, n).tril() if model.is_causal else torch.ones(n, n)
-    uniform = allowed / allowed.sum(-1, keepdim=True)
+    return Encoding(ids, torch.ones_like(ids), types, tokens, ["random tokens"] * len(rows), [None] * len(rows),
+                    [None] * len(rows))
+
+
+def induction_scores(traces: Iterable[Trace], exclude_bos: bool = False, exclude_current: bool = False,
+                     probe: str = "induction") -> pd.DataFrame:
+    """Score every layer × head from the Traces of repeated random tokens (:func:`repeated_tokens`);
+    a bidirectional model (the Traces say) gets the mirrored patterns too."""
     totals: dict[str, torch.Tensor] = {}
     bases: dict[str, float] = {}
-    for item, seq in enumerate(ids):
-        attn = trace.all_attention(item)
-        for label, pattern in detection_patterns(seq, bidirectional).items():
-            totals[label] = totals.get(label, 0) + mul_score(attn, pattern, exclude_bos, exclude_current)
-            bases[label] = bases.get(label, 0.0) + float(mul_score(uniform, pattern, exclude_bos, exclude_current))
+    count = 0
+    for trace in traces:
+        bidirectional = not trace.is_causal
+        for item in range(trace.batch_size):
+            seq = trace.input_ids[item][trace.attention_mask[item]].cpu()
+            n = len(seq)
+            allowed = torch.ones(n, n).tril() if trace.is_causal else torch.ones(n, n)
+            uniform = allowed / allowed.sum(-1, keepdim=True)
+            attn = trace.all_attention(item)
+            for label, pattern in detection_patterns(seq, bidirectional).items():
+                totals[label] = totals.get(label, 0) + mul_score(attn, pattern, exclude_bos, exclude_current)
+                bases[label] = bases.get(label, 0.0) + float(mul_score(uniform, pattern, exclude_bos, exclude_current))
+            count += 1
     out = []
     for label, total in totals.items():
-        mean = (total / len(ids)).tolist()
+        mean = (total / count).tolist()
         for layer, row in enumerate(mean):
             for head, value in enumerate(row):
                 out.append(dict(probe=probe, label=label, layer=layer, head=head, score=value,
-                                baseline=bases[label] / len(ids), n=len(ids), mean_attention=value,
+                                baseline=bases[label] / count, n=count, mean_attention=value,
                                 direction="bidirectional" if label.endswith(("_bidirectional", "next_token"))
                                 else "causal"))
     return pd.DataFrame(out, columns=[*COLUMNS, "direction"])
+
+
+PROBES = (Probe(
+    name="induction",
+    about="previous-token, duplicate-token and induction scores on random repeated tokens",
+    order=50,
+    default_data=None,
+    load=lambda data, limit: list(range(limit or 20)),  # one random repeated sequence per item; no data set
+    # a chunk of items is one batch of sequences, drawn with the chunk's first item as the seed
+    encodings=lambda model, items: [repeated_tokens(model, n_sequences=len(items), seed=items[0])] if items else [],
+    score=lambda items, traces: induction_scores(traces),
+    reads=lambda data: True,  # random tokens: it runs with any --data
+    combine=mean(extra=carry("direction")),
+),)

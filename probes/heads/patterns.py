@@ -24,13 +24,14 @@ Over a dataset, a head's class is the one it gets on most sentences; the share i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import pandas as pd
 import torch
 
-from ..tokens import Token
-from .engine import COLUMNS
+from .combine import mean
+from .engine import COLUMNS, token_attention
+from .registry import Probe, loader
 
 CLASSES = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 THRESHOLD = 0.6
@@ -69,13 +70,14 @@ def classify(s: dict[str, torch.Tensor], is_pair: bool) -> torch.Tensor:
     return out
 
 
-def pattern_classes(items: Iterable[tuple[Sequence[Token], torch.Tensor]], probe: str = "patterns") -> pd.DataFrame:
-    """``items``: (real tokens, attention ``[layers, heads, n, n]``) per input. One row per (class,
-    layer, head): ``score`` = share of inputs where the head falls in that class; the column
-    ``majority`` marks each head's most frequent class."""
+def pattern_classes(data: Iterable, probe: str = "patterns") -> pd.DataFrame:
+    """``data``: the Traces of the inputs (or ``(trace, item)`` pairs, or hand-built (real tokens,
+    attention ``[layers, heads, n, n]``) pairs; see :func:`~probes.heads.engine.token_attention`). One
+    row per (class, layer, head): ``score`` = share of inputs where the head falls in that class; the
+    column ``majority`` marks each head's most frequent class."""
     counts = None
     total = 0
-    for tokens, attn in items:
+    for tokens, attn in token_attention(data):
         segments = torch.tensor([t.segment for t in tokens])
         is_pair = bool(segments.max() > 0)
         cls = classify(shares(attn, segments), is_pair)  # [Ly, H]
@@ -94,3 +96,21 @@ def pattern_classes(items: Iterable[tuple[Sequence[Token], torch.Tensor]], probe
                                  baseline=float("nan"), n=total, mean_attention=float("nan"),
                                  majority=bool(majority[layer, head] == c)))
     return pd.DataFrame(rows, columns=[*COLUMNS, "majority"])
+
+
+def mark_majority(whole: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Combining chunks: each head's class is the one with the largest share over all the inputs."""
+    best = frame.groupby(["layer", "head"])["score"].transform("max")
+    frame["majority"] = frame["score"] == best
+    return frame
+
+
+PROBES = (Probe(
+    name="patterns",
+    about="Kovaleva et al.'s pattern classes (vertical, diagonal, block, heterogeneous)",
+    order=60,
+    default_data="ewt-dev",
+    load=loader(),
+    score=lambda items, traces: pattern_classes(traces),
+    combine=mean(extra=mark_majority),
+),)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import pandas as pd
 import torch
 
-from ..tokens import Token
-from .engine import COLUMNS
+from .combine import KEYS, mean
+from .engine import COLUMNS, peek_causal, token_attention
+from .registry import Probe, loader
 
 POSITIONAL_SHARE = 0.9  # Voita et al.: most attended token at one offset in >= 90% of positions
 PROFILE = tuple(range(-5, 6))
@@ -54,14 +55,20 @@ class _Sums:
         self.count += per_query.shape[-1]
 
 
-def positional_scores(items: Iterable[tuple[Sequence[Token], torch.Tensor]], causal: bool,
-                      probe: str = "positional") -> pd.DataFrame:
-    """``items``: (real tokens, attention ``[layers, heads, n, n]``) per sentence."""
+def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "positional") -> pd.DataFrame:
+    """Score every layer × head on ``data``: the Traces of the sentences (or ``(trace, item)`` pairs, or
+    hand-built (real tokens, attention ``[layers, heads, n, n]``) pairs; see
+    :func:`~probes.heads.engine.token_attention`). ``causal``: whether a query sees only the keys up to
+    itself (the uniform baseline); by default the Traces say."""
+    if causal is None:
+        causal, data = peek_causal(data)
+        if causal is None:
+            raise ValueError("positional_scores: say causal=True or False for attention given without a Trace")
     sums: dict[str, _Sums] = {}
     hist = None
     chance = 0.0
     n_queries = 0
-    for tokens, attn in items:
+    for tokens, attn in token_attention(data):
         attn = attn.float()
         ly, h, n, _ = attn.shape
         if hist is None:
@@ -118,3 +125,38 @@ def voita(offset_counts: dict[int, int]) -> dict:
     offset, count = max(offset_counts.items(), key=lambda kv: kv[1])
     share = count / total
     return dict(score=share, offset=int(offset), positional=share >= POSITIONAL_SHARE)
+
+
+def merge_histograms(whole: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Combining chunks: each head's offset histograms summed over the chunks, and the Voita score,
+    offset and verdict taken from the sum (a mean of the chunks' verdicts would not be exact)."""
+    hist = whole.dropna(subset=["offset_counts"]).groupby(KEYS, sort=False)["offset_counts"].agg(
+        lambda col: json.dumps(_sum_counts(col)))
+    frame = frame.merge(hist.reset_index(), on=KEYS, how="left")
+    pos = frame["offset_counts"].notna()
+    verdicts = frame.loc[pos, "offset_counts"].map(lambda s: voita({int(k): v for k, v in json.loads(s).items()}))
+    frame.loc[pos, "score"] = [v["score"] for v in verdicts]
+    frame["offset"] = pd.NA
+    frame["positional"] = pd.NA
+    frame.loc[pos, "offset"] = [v["offset"] for v in verdicts]
+    frame.loc[pos, "positional"] = [v["positional"] for v in verdicts]
+    return frame
+
+
+def _sum_counts(column) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for text in column:
+        for k, v in json.loads(text).items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+PROBES = (Probe(
+    name="positional",
+    about="previous / next / self / first-token / separator attention, per head (EWT sentences)",
+    order=10,
+    default_data="ewt-dev",
+    load=loader(),
+    score=lambda items, traces: positional_scores(traces),
+    combine=mean(extra=merge_histograms),
+),)

@@ -19,17 +19,26 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ..datasets.coreference import CorefItem
+from ..errors import BadData
+from .combine import mean, pair_baseline
 from .engine import Pair, Sentence, score_pairs, sentence_attention
+from .registry import Probe, coreference_data, loader
 
 CONTENT = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 RELATIONS = ("synonym", "hypernym", "hyponym", "meronym", "holonym", "same-lexname")
 
 
-def coreference_scores(model, items: Iterable[CorefItem], batch_size: int = 16, backend: str = "eager",
-                       progress=None) -> pd.DataFrame:
-    sentences = [Sentence(i.words, [Pair(i.pronoun, i.antecedent, i.label, tuple(i.candidates))]) for i in items]
-    return score_pairs(sentence_attention(model, sentences, batch_size, backend, progress), probe="coreference",
-                       baseline="nearest_candidate")
+def coreference_pairs(items: Iterable[CorefItem]) -> list[Pair]:
+    """One pair per item: pronoun -> antecedent, among the item's candidates."""
+    return [Pair(i.pronoun, i.antecedent, i.label, tuple(i.candidates)) for i in items]
+
+
+def coreference_scores(items: Iterable[CorefItem], data: Iterable) -> pd.DataFrame:
+    """Score every (condition, layer, head) on coreference ``items`` from ``data``, the Traces of their
+    texts in order (the words joined by spaces; see :func:`~probes.heads.engine.sentence_attention`)."""
+    items = list(items)
+    sentences = [Sentence(i.words, [p]) for i, p in zip(items, coreference_pairs(items))]
+    return score_pairs(sentence_attention(sentences, data), probe="coreference", baseline="nearest_candidate")
 
 
 def _synsets(wn, word: str, pos: str) -> list:
@@ -89,14 +98,20 @@ def lexical_sentence(wn, dep) -> Sentence:
     return Sentence(list(dep.words), pairs)
 
 
-def lexical_scores(model, sentences: Iterable, batch_size: int = 16, backend: str = "eager",
-                   progress=None) -> pd.DataFrame:
+def lexical_pairs(sentences: Iterable, data: Iterable) -> pd.DataFrame:
+    """The lexical scores of one chunk, control rows (``unrelated|REL``) still apart: what
+    ``profile`` checkpoints; :func:`controls_as_baseline` folds them in once the chunks are combined."""
     from ..datasets.wordnet import wordnet
 
     wn = wordnet()
     items = [lexical_sentence(wn, s) for s in sentences]
-    frame = score_pairs(sentence_attention(model, items, batch_size, backend, progress), probe="lexical")
-    return controls_as_baseline(frame)
+    return score_pairs(sentence_attention(items, data), probe="lexical")
+
+
+def lexical_scores(sentences: Iterable, data: Iterable) -> pd.DataFrame:
+    """Score every (relation, layer, head) on parsed ``sentences`` with UPOS tags from ``data``, the
+    Traces of their texts in order (the words joined by spaces), each against its own controls."""
+    return controls_as_baseline(lexical_pairs(sentences, data))
 
 
 def controls_as_baseline(frame: pd.DataFrame) -> pd.DataFrame:
@@ -120,3 +135,36 @@ def controls_as_baseline(frame: pd.DataFrame) -> pd.DataFrame:
                          mean_attention=agg["_m"] / agg["n"], control_attention=float("nan"))
         merged = pd.concat([merged, agg[merged.columns]], ignore_index=True)
     return merged
+
+
+def _coreference_items(data: str, items: list) -> None:
+    if not hasattr(items[0], "pronoun"):
+        raise BadData(f"{data}: the coreference probe needs pronoun/antecedent items (winobias or a .jsonl)")
+
+
+def _tagged(data: str, items: list) -> None:
+    if not getattr(items[0], "upos", None):
+        raise BadData(f"{data}: the lexical probe needs part-of-speech tags (ewt-* or a .conllu with UPOS)")
+
+
+PROBES = (
+    Probe(
+        name="coreference",
+        about="attention from a pronoun to its antecedent (WinoBias)",
+        order=30,
+        default_data="winobias",
+        load=loader(_coreference_items),
+        score=coreference_scores,
+        reads=coreference_data,
+        combine=mean(finish=pair_baseline(coreference_pairs, "nearest_candidate")),
+    ),
+    Probe(
+        name="lexical",
+        about="attention between WordNet-related words against distance-matched controls (EWT)",
+        order=40,
+        default_data="ewt-dev",
+        load=loader(_tagged),
+        score=lexical_pairs,
+        combine=mean(finish=lambda frame, items: controls_as_baseline(frame)),
+    ),
+)

@@ -10,7 +10,10 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ..datasets.dependencies import DepSentence
+from ..errors import BadData
+from .combine import mean, pair_baseline
 from .engine import Pair, Sentence, score_pairs, sentence_attention
+from .registry import Probe, loader
 
 
 def dependency_sentence(dep: DepSentence) -> Sentence:
@@ -25,7 +28,25 @@ def dependency_sentence(dep: DepSentence) -> Sentence:
     return Sentence(list(dep.words), pairs)
 
 
-def syntactic_scores(model, sentences: Iterable[DepSentence], batch_size: int = 16, backend: str = "eager",
-                     progress=None) -> pd.DataFrame:
-    items = sentence_attention(model, [dependency_sentence(s) for s in sentences], batch_size, backend, progress)
+def syntactic_scores(sentences: Iterable[DepSentence], data: Iterable) -> pd.DataFrame:
+    """Score every (relation, layer, head) on parsed ``sentences`` from ``data``, the Traces of their
+    texts in order (the words joined by spaces; see :func:`~probes.heads.engine.sentence_attention`)."""
+    items = sentence_attention([dependency_sentence(s) for s in sentences], data)
     return score_pairs(items, probe="syntactic", baseline="offset")
+
+
+def _parsed(data: str, items: list) -> None:
+    if not hasattr(items[0], "heads"):
+        raise BadData(f"{data}: the syntactic probe needs parsed sentences (ewt-* or a .conllu)")
+
+
+PROBES = (Probe(
+    name="syntactic",
+    about="attention from a word to its dependency head and back, per relation (UD English-EWT)",
+    order=20,
+    default_data="ewt-dev",
+    load=loader(_parsed),
+    score=syntactic_scores,
+    combine=mean(finish=pair_baseline(lambda items: [p for s in items for p in dependency_sentence(s).pairs],
+                                      "offset")),
+),)

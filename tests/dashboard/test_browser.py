@@ -69,7 +69,9 @@ def test_open_change_head_and_share_the_link(app_url):
         _settle(page)
         page.get_by_role("heading", name="minilm: layer 0, head 0").wait_for(timeout=60_000)
         assert page.get_by_text("Parity PASS").is_visible()
-        assert page.locator("[data-testid=stVegaLiteChart]").count() >= 3
+        # the charts mount after the script has finished (Vega draws in the browser): wait for them
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
         page.screenshot(path=SHOTS / "app_explore_head0.png", full_page=True)
 
         head = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")

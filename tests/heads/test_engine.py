@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from probes.heads.engine import Pair, Sentence, _baseline, score_pairs, sentence_attention, top_heads, word_attention
+from probes import runner
+from probes.heads.engine import (Pair, Sentence, _baseline, score_pairs, sentence_attention, texts, top_heads,
+                                word_attention)
 
 
 def test_pieces_are_summed_as_targets_and_averaged_as_sources():
@@ -61,7 +63,7 @@ def test_baselines():
 
 def test_real_model_word_attention_rows_sum_to_one(minilm):
     sentence = Sentence(["Xiaoming", "gave", "the", "apple", "to", "Xiaohong"], [Pair(0, 1, "nsubj")])
-    (got, layers, word_of), = list(sentence_attention(minilm, [sentence]))
+    (got, layers, word_of), = list(sentence_attention([sentence], runner.batches(minilm, texts([sentence]))))
     assert got is sentence and layers.shape[:2] == (6, 12)
     assert word_of[0] == -1 and word_of[1] == word_of[2] == 0  # [CLS], xiao, ##ming
     words = word_attention(layers, word_of, 6)

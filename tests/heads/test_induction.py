@@ -1,7 +1,12 @@
 import pytest
 import torch
 
-from probes.heads.induction import detection_patterns, induction_scores, mul_score
+from probes import runner
+from probes.heads.induction import detection_patterns, induction_scores, mul_score, repeated_tokens
+
+
+def _traces(model, n_sequences, length):
+    return [runner.forward(model, repeated_tokens(model, n_sequences, length), source="auto", logits=False)]
 
 
 def test_patterns_on_a_repeated_sequence():
@@ -26,7 +31,7 @@ def test_mul_score_follows_transformerlens():
 
 
 def test_real_offline_default(minilm):
-    frame = induction_scores(minilm, n_sequences=6, length=20)
+    frame = induction_scores(_traces(minilm, 6, 20))
     prev = frame[frame.label == "previous_token"].sort_values("score", ascending=False).iloc[0]
     # measured: head 0.2 of minilm attends to the previous token on random repeated tokens too
     assert (prev["layer"], prev["head"]) == (0, 2) and prev["score"] > 0.8 > 10 * prev["baseline"]
@@ -35,7 +40,7 @@ def test_real_offline_default(minilm):
 
 
 def test_decoder_runs_with_bos(gpt2_model):
-    frame = induction_scores(gpt2_model, n_sequences=3, length=8, exclude_bos=True)
+    frame = induction_scores(_traces(gpt2_model, 3, 8), exclude_bos=True)
     assert set(frame.label) == {"previous_token", "duplicate_token", "induction"}
     assert len(frame) == 3 * gpt2_model.n_layers * gpt2_model.n_heads
     assert frame.score.between(0, 1).all()
@@ -43,7 +48,7 @@ def test_decoder_runs_with_bos(gpt2_model):
 
 def test_real_decoder_smollm2_has_induction_heads(smollm2):
     assert smollm2.family_name == "llama" and smollm2.is_causal and smollm2.scratch_supported  # read from scratch
-    frame = induction_scores(smollm2, n_sequences=6, length=25)
+    frame = induction_scores(_traces(smollm2, 6, 25))
     assert set(frame.label) == {"previous_token", "duplicate_token", "induction"}  # causal: no mirrored labels
     best = frame.sort_values("score", ascending=False).groupby("label").head(1).set_index("label")
     # measured (10 sequences): induction head 18.6 scores 0.42 against 0.01 for uniform attention;

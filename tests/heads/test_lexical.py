@@ -1,6 +1,8 @@
+from probes import runner
 from probes.datasets.dependencies import DepSentence, ewt
 from probes.datasets.wordnet import wordnet
 from probes.heads.engine import top_heads
+from probes.heads.registry import texts
 from probes.heads.semantic import lexical_scores, lexical_sentence, relation
 
 
@@ -30,7 +32,8 @@ def test_pairs_get_distance_matched_controls():
 
 
 def test_offline_default_has_a_head_above_its_own_controls(minilm):
-    frame = lexical_scores(minilm, ewt("dev")[:200])
+    sentences = ewt("dev")[:200]
+    frame = lexical_scores(sentences, runner.batches(minilm, texts(sentences)))
     best = top_heads(frame, 1).set_index("label")
     # measured on 200 dev sentences: head 2.9 finds a WordNet synonym for 17.5% of 80 pairs, and for
     # none of its distance-matched unrelated controls; its mean attention on them is 20x lower

@@ -1,6 +1,6 @@
 import torch
 
-from probes.heads.engine import token_attention
+from probes import runner
 from probes.heads.patterns import CLASSES, classify, pattern_classes, shares
 from probes.tokens import Token
 
@@ -43,8 +43,8 @@ def test_majority_over_inputs():
 
 
 def test_real_offline_default_has_vertical_heads(minilm):
-    items = token_attention(minilm, ["The cat sat on the mat, and the dog watched it from the door."] * 2)
-    frame = pattern_classes(items)
+    traces = runner.batches(minilm, ["The cat sat on the mat, and the dog watched it from the door."] * 2)
+    frame = pattern_classes(traces)
     maj = frame[frame.majority]
     assert len(maj) == 6 * 12
     # measured: several minilm heads dump most of their mass on [CLS]/[SEP] (vertical)

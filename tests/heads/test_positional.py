@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 import torch
 
-from probes.heads.engine import token_attention
+from probes import runner
 from probes.heads.positional import is_punctuation, positional_scores
 from probes.tokens import Token
 
@@ -41,7 +41,7 @@ def test_real_offline_default_has_a_previous_token_head(minilm):
     texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
              "The cat sat on the mat, and the dog watched it from the door.",
              "Researchers probe every layer and every head of the model."] * 3
-    frame = positional_scores(token_attention(minilm, texts), causal=False)
+    frame = positional_scores(runner.batches(minilm, texts), causal=False)
     prev = frame[frame.label == "previous"].sort_values("score", ascending=False)
     best = prev.iloc[0]
     # measured on these sentences: head 0.2 of minilm puts 0.9997 of its mass on the previous token,
@@ -50,3 +50,27 @@ def test_real_offline_default_has_a_previous_token_head(minilm):
     positional = frame[(frame.label == "positional") & frame.positional.astype(bool)]
     assert (best["layer"], best["head"]) in set(zip(positional["layer"], positional["head"]))
     assert isinstance(frame, pd.DataFrame) and len(prev) == 6 * 12
+
+
+def test_scores_read_from_a_lazy_sdpa_trace_equal_the_eager_ones(minilm):
+    texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
+             "The cat sat on the mat, and the dog watched it from the door.",
+             "Researchers probe every layer and every head."]
+    eager = list(runner.batches(minilm, texts, backend="eager"))
+    sdpa = list(runner.batches(minilm, texts, backend="sdpa"))
+    assert not eager[0].lazy and sdpa[0].lazy  # sdpa keeps only the logsumexp: attention is recovered from it
+    a, b = positional_scores(eager), positional_scores(sdpa)  # causal or not: the Traces say
+    assert a[["label", "layer", "head"]].equals(b[["label", "layer", "head"]])
+    for col in ("score", "baseline", "mean_attention"):
+        assert ((a[col] - b[col]).abs().fillna(0) < 1e-5).all(), col
+    assert (a["n"] == b["n"]).all()
+    pos = a.label == "positional"
+    assert (a.loc[pos, "offset"] == b.loc[pos, "offset"]).all()
+    assert (a.loc[pos, "positional"] == b.loc[pos, "positional"]).all()
+    assert a.equals(positional_scores(eager, causal=False))  # minilm is an encoder
+    assert a.equals(positional_scores(runner.items(eager)))  # (trace, item) pairs read the same
+
+
+def test_attention_without_a_trace_needs_causal():
+    with pytest.raises(ValueError, match="causal"):
+        positional_scores([(_tokens(["a", "b"]), torch.full((1, 1, 2, 2), 0.5))])

@@ -14,10 +14,11 @@ def _by_key(frame):
     return frame.set_index(["probe", "label", "layer", "head"]).sort_index()
 
 
-@pytest.mark.parametrize("probe", ["syntactic", "positional", "patterns", "lexical"])
-def test_chunks_combine_exactly(minilm, tmp_path, probe):
-    whole = prof.profile(minilm, [probe], "ewt-dev", 30, tmp_path / "a.csv", checkpoint_every=100)
-    chunked = prof.profile(minilm, [probe], "ewt-dev", 30, tmp_path / "b.csv", checkpoint_every=7)
+@pytest.mark.parametrize("probe,data", [("syntactic", "ewt-dev"), ("positional", "ewt-dev"), ("patterns", "ewt-dev"),
+                                        ("lexical", "ewt-dev"), ("coreference", "winobias")])
+def test_chunks_combine_exactly(minilm, tmp_path, probe, data):
+    whole = prof.profile(minilm, [probe], data, 30, tmp_path / "a.csv", checkpoint_every=100)
+    chunked = prof.profile(minilm, [probe], data, 30, tmp_path / "b.csv", checkpoint_every=7)
     a, b = _by_key(whole), _by_key(chunked)
     assert a.index.equals(b.index)
     for col in ("score", "baseline", "n"):
@@ -29,30 +30,23 @@ def test_chunks_combine_exactly(minilm, tmp_path, probe):
 
 def test_resume_after_an_interrupt_recomputes_nothing(minilm, tmp_path, monkeypatch):
     out = tmp_path / "syn.json"
-    real = prof.make_job
+    real = prof.run_chunk
     calls = []
 
-    def counting(*args, fail_at=None, **kwargs):
-        job = real(*args, **kwargs)
-        run = job.run
+    def counting(probe, model, chunk, *args, fail_at=None, **kwargs):
+        calls.append(chunk[0].id)
+        if fail_at is not None and len(calls) == fail_at:
+            raise KeyboardInterrupt
+        return real(probe, model, chunk, *args, **kwargs)
 
-        def wrapped(model, chunk, progress):
-            calls.append(chunk[0].id)
-            if fail_at is not None and len(calls) == fail_at:
-                raise KeyboardInterrupt
-            return run(model, chunk, progress)
-
-        job.run = wrapped
-        return job
-
-    monkeypatch.setattr(prof, "make_job", lambda *a, **k: counting(*a, fail_at=3, **k))
+    monkeypatch.setattr(prof, "run_chunk", lambda *a, **k: counting(*a, fail_at=3, **k))
     with pytest.raises(KeyboardInterrupt):
         prof.profile(minilm, ["syntactic"], "ewt-dev", 25, out, checkpoint_every=5)
     assert not out.exists()  # no truncated output
     assert len(list((tmp_path / "syn.json.partial").rglob("chunk-*.csv"))) == 2
     done_before = list(calls[:2])
     calls.clear()
-    monkeypatch.setattr(prof, "make_job", counting)
+    monkeypatch.setattr(prof, "run_chunk", counting)
     resumed = prof.profile(minilm, ["syntactic"], "ewt-dev", 25, out, checkpoint_every=5)
     assert len(calls) == 3 and not set(calls) & set(done_before)  # only the three missing chunks ran
     assert out.exists() and not (tmp_path / "syn.json.partial").exists()

@@ -1,0 +1,131 @@
+"""The probe registry: one :class:`Probe` record per probe.
+
+A record says everything the CLI (``python -m probes profile``), the checkpointed runner
+(:mod:`probes.heads.profile`) and the app's Heads page need to know about a probe: its name, one line
+about it for people, its default data, how it loads and checks that data, how its items become model
+inputs (texts by default; a probe may build its own :class:`~probes.models.Encoding` instead), how it
+scores the Traces of those items, how chunk results combine exactly, and which data sets
+``profile --probe all --data DATA`` runs it on.
+
+Each record lives beside its code in ``probes/heads/<file>.py`` (a module-level ``PROBES`` tuple);
+:func:`probes` collects them, ordered by ``order``. Adding a probe is one file with its record:
+nothing else names it. The probes never run a model: they read the Traces that the runner in
+:mod:`probes.heads.profile` hands them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import BadData
+from .combine import Combine, mean
+
+BUILTIN = ("ewt-dev", "ewt-train", "ewt-test", "winobias")
+
+
+def words(item) -> list[str]:
+    """The words of a data item: a parsed sentence, a coreference item, or a list of words (.txt)."""
+    return list(getattr(item, "words", item))
+
+
+def texts(items: Iterable) -> list[str]:
+    """The default model inputs: each item's words joined by single spaces."""
+    return [" ".join(words(i)) for i in items]
+
+
+def read_items(data: str) -> list:
+    """A data set: a built-in name or a path (.conllu, .jsonl, or .txt with one sentence a line)."""
+    from ..datasets import coreference, dependencies
+
+    if data.startswith("ewt-"):
+        return dependencies.ewt(data.removeprefix("ewt-"))
+    if data == "winobias":
+        return coreference.winobias()
+    path = Path(data)
+    if not path.is_file():
+        raise BadData(f"no data file {data!r}: give a path or one of {', '.join(sorted(BUILTIN))}")
+    if path.suffix == ".conllu":
+        return dependencies.read_conllu(path)
+    if path.suffix == ".jsonl":
+        return coreference.read_jsonl(path)
+    if path.suffix == ".txt":
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        items = [line.split() for line in lines if line]
+        if not items:
+            raise BadData(f"{path}:1: no sentences (one per line)")
+        return items
+    raise BadData(f"{path}: unknown data format {path.suffix!r}: use .conllu, .jsonl or .txt")
+
+
+def loader(check: Callable[[str, list], None] | None = None) -> Callable[[str, int | None], list]:
+    """A ``load`` for probes that read a data set: read it, let ``check(data, items)`` refuse data that
+    does not suit the probe (with ``BadData``), keep the first ``limit`` items."""
+    def load(data: str, limit: int | None) -> list:
+        items = read_items(data)
+        if check is not None and items:
+            check(data, items)
+        return items[:limit] if limit else items
+    return load
+
+
+def coreference_data(data: str) -> bool:
+    """Pronoun/antecedent items: the built-in WinoBias or a .jsonl file."""
+    return data.endswith(".jsonl") or data == "winobias"
+
+
+def sentence_data(data: str) -> bool:
+    """Sentences (parsed or plain): everything but coreference items."""
+    return not coreference_data(data)
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str  # the --probe value and the ``probe`` column
+    about: str  # one line for people (the Heads page)
+    order: int  # where it stands among the probes (CLI, "all", the app's menu)
+    default_data: str | None  # built-in data name, or None when the probe makes its own inputs
+    load: Callable[[str | None, int | None], list]  # (data, limit) -> items; BadData when data does not suit
+    score: Callable[[list, Iterable], pd.DataFrame]  # (items, their Traces in order) -> tidy DataFrame
+    reads: Callable[[str], bool] = sentence_data  # does `profile --probe all --data DATA` run it on DATA?
+    texts: Callable[[list], list[str]] = texts  # items -> texts, run in batches by the runner
+    encodings: Callable[[object, list], list] | None = None  # (model, items) -> Encodings, instead of texts
+    combine: Combine = mean()  # (chunk frames, all items) -> the whole result, exactly (probes.heads.combine)
+
+    def items(self, data: str | None, limit: int | None) -> list:
+        """The probe's items: ``data`` (its default data when None), the first ``limit`` of them."""
+        return self.load(data or self.default_data, limit)
+
+
+@cache
+def probes() -> dict[str, Probe]:
+    """Every probe by name, in order, from the ``PROBES`` record(s) of each module in ``probes/heads``."""
+    from .. import heads
+
+    found: list[Probe] = []
+    for info in sorted(pkgutil.iter_modules(heads.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{heads.__name__}.{info.name}")
+        found += [p for p in getattr(module, "PROBES", ()) if isinstance(p, Probe)]
+    names = [p.name for p in found]
+    if len(names) != len(set(names)) or names.count("all"):
+        raise RuntimeError(f"probe names must be unique and not 'all': {sorted(names)}")
+    return {p.name: p for p in sorted(found, key=lambda p: (p.order, p.name))}
+
+
+def get(name: str) -> Probe:
+    """The record of one probe; ``BadData`` naming the choices for an unknown name."""
+    found = probes().get(name)
+    if found is None:
+        raise BadData(f"unknown probe {name!r}: choose one of {', '.join(probes())} or all")
+    return found
+
+
+def for_data(data: str | None) -> list[Probe]:
+    """What ``--probe all`` runs: every probe, or with ``--data DATA`` the probes that read it."""
+    return [p for p in probes().values() if not data or p.reads(data)]
