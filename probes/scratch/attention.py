@@ -73,6 +73,12 @@ def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None 
     return real_keys & visible
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The key mask as numbers to add to the scores: 0 where a key is allowed, the dtype's lowest value
+    where it is not (after softmax its weight is exactly 0)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
 def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
     """Grouped-query attention: ``[B, H_kv, L, d]`` -> ``[B, H_kv·group, L, d]``, key/value head j repeated
     for the ``group`` query heads that read it (query head h reads key/value head h // group)."""
@@ -95,7 +101,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     """The eager backend: ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
     ``scale`` defaults to 1/√d_k; GPT-2 configs can change it (see ``gpt2.py``). The scaling and the
-    mask work in place on the fresh score tensor: the same numbers, two fewer [B, H, L, L] copies.
+    mask work in place on the fresh score tensor: the same numbers, two fewer [B, H, L, L] copies. The
+    mask is added as numbers (0, or the dtype's lowest value), built once per layer at ``[B, 1, L, L]``
+    and broadcast over the heads, which is cheaper than filling every head's scores.
     """
     d_k = q.shape[-1]
     if scale is None:
@@ -105,8 +113,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     k, v = repeat_kv(k, group), repeat_kv(v, group)  # grouped-query: head h reads key/value head h // group
     scores = q @ k.transpose(-2, -1)  # q·kᵀ: one raw score per (query, key)
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
-    scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)  # mask: padding, the future, outside the window
-    probs = torch.softmax(scores, dim=-1)  # softmax over keys: each row sums to 1
+    scores.add_(additive_mask(allowed, scores.dtype))  # mask: padding, the future, outside the window
+    probs = torch.softmax(scores, dim=-1, dtype=scores.dtype)  # softmax over keys: each row sums to 1
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs
 
