@@ -3,7 +3,8 @@
 Two models: GPT-2-small shapes (random init, 12 layers × 12 heads, d=768, vocab 50,257) and the
 offline SmolLM2-135M (real weights, Llama architecture: 30 layers, 9 query heads reading 3 key/value
 heads, rotary positions). The same random token ids for both paths, at 128, 512 and 1024 tokens, on
-the CPU. Prints one table per model: median wall time of each (the two take turns) and peak extra
+the CPU. Both return what a Trace holds (every layer's attention probabilities, every hidden state,
+the logits). Prints one table per model: median wall time of each (the two take turns) and peak extra
 memory of one call (RSS above the level before it, sampled every millisecond, in a fresh process),
 side by side. Goal: scratch time ≤ 1.0× Hugging Face's, and no more peak memory.
 
@@ -88,9 +89,12 @@ def encoding(n: int, vocab: int) -> Encoding:
 
 
 def run_hf(model: Model, enc: Encoding):
+    """What a Trace needs from Hugging Face, as ``probes.hf.forward`` asks for it: every layer's attention,
+    every hidden state and the logits (the scratch Trace holds the same)."""
     with torch.inference_mode():
-        out = model.hf(input_ids=enc.input_ids, attention_mask=enc.attention_mask, output_attentions=True)
-    assert len(out.attentions) == model.n_layers
+        out = model.hf(input_ids=enc.input_ids, attention_mask=enc.attention_mask, output_attentions=True,
+                       output_hidden_states=True)
+    assert len(out.attentions) == model.n_layers and len(out.hidden_states) == model.n_layers + 1
     return out
 
 
@@ -183,8 +187,8 @@ def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
     memory = max(r["scratch_peak_mib"] / r["hf_peak_mib"] for r in rows)
     print(f"goal scratch ≤ 1.0× HF time: {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.2f}×); "
           f"no more peak memory: {'met' if memory <= 1.0 else 'NOT met'} (worst ratio {memory:.2f}×)")
-    print("the scratch Trace also keeps every hidden state (q, k, v are recomputed when asked for); "
-          "HF here returns attentions and logits")
+    print("both return what a Trace holds: every layer's attention, every hidden state and the logits "
+          "(q, k, v are recomputed from the hidden states when asked for)")
     return rows
 
 

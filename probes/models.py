@@ -293,6 +293,8 @@ def _load_gguf(name: str, path: Path) -> Model:
     common = dict(gguf_file=path.name, local_files_only=True, trust_remote_code=False)
     try:
         config = AutoConfig.from_pretrained(str(path.parent), **common)
+        if (family := family_of(config)) and family.refuse_at_load:
+            family.refuse_at_load(config, name)
         hf = AutoModelForCausalLM.from_pretrained(str(path.parent), attn_implementation="eager",
                                                   dtype=torch.float32, **common)
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **common)
@@ -300,7 +302,7 @@ def _load_gguf(name: str, path: Path) -> Model:
         raise ModelUnavailable(f"loading {name!r} needs the gguf package: pip install gguf accelerate") from exc
     except (OSError, ValueError, KeyError) as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
-    return _ready(name, str(path), family_of(config), hf, tokenizer)
+    return _ready(name, str(path), family, hf, tokenizer)
 
 
 def _check_pickle(path: Path, name: str) -> None:

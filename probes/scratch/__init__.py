@@ -18,7 +18,7 @@ import torch
 from ..errors import UnsupportedModel
 from ..families import coverage
 from ..trace import Trace
-from .attention import BACKENDS, allowed_keys, resolve_backend
+from .attention import BACKENDS, additive_mask, allowed_keys, resolve_backend
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
@@ -51,12 +51,12 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
     probs, lse, specs, kernels = [], [], [], set()
-    allowed: dict = {}  # the eager key mask of each rule (causal, window), built once per forward pass
+    allowed: dict = {}  # the eager key mask of each rule (causal, window), as numbers to add, built once per pass
 
     def attend(q, k, v, spec):
         rule = (spec.causal, spec.window)
         if ran == "eager" and rule not in allowed:
-            allowed[rule] = allowed_keys(mask, spec.causal, window=spec.window)
+            allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
         got = attend_with(q, k, v, mask, spec, allowed.get(rule))
         (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
         specs.append(spec)

@@ -100,10 +100,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
               scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backend: ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
-    ``scale`` defaults to 1/√d_k; GPT-2 configs can change it (see ``gpt2.py``). The scaling and the
-    mask work in place on the fresh score tensor: the same numbers, two fewer [B, H, L, L] copies. The
-    mask is added as numbers (0, or the dtype's lowest value), built once per layer at ``[B, 1, L, L]``
-    and broadcast over the heads, which is cheaper than filling every head's scores.
+    ``allowed`` is the key mask (:func:`allowed_keys`), or the same already turned into numbers to add
+    (:func:`additive_mask`, which a forward pass builds once for all its layers). ``scale`` defaults to
+    1/√d_k; GPT-2 configs can change it (see ``gpt2.py``). The scaling and the mask work in place on the
+    fresh score tensor, and the softmax writes over the scores: the same numbers, three fewer [B, H, L, L]
+    tensors; the mask is ``[B, 1, L, L]``, broadcast over the heads, cheaper than filling every head's
+    scores.
     """
     d_k = q.shape[-1]
     if scale is None:
@@ -113,8 +115,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     k, v = repeat_kv(k, group), repeat_kv(v, group)  # grouped-query: head h reads key/value head h // group
     scores = q @ k.transpose(-2, -1)  # q·kᵀ: one raw score per (query, key)
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
-    scores.add_(additive_mask(allowed, scores.dtype))  # mask: padding, the future, outside the window
-    probs = torch.softmax(scores, dim=-1, dtype=scores.dtype)  # softmax over keys: each row sums to 1
+    mask = allowed if allowed.is_floating_point() else additive_mask(allowed, scores.dtype)
+    scores.add_(mask)  # mask: padding, the future, outside the window (0 where allowed, the lowest value where not)
+    probs = torch.softmax(scores, dim=-1, dtype=scores.dtype, out=scores)  # softmax over keys: each row sums to 1
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs
 
@@ -159,8 +162,8 @@ def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor
 
 def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
           allowed: torch.Tensor | None = None) -> Attended:
-    """The formula step by step (:func:`attention`); ``allowed`` may be passed in when the caller
-    already built it for an earlier layer with the same rule."""
+    """The formula step by step (:func:`attention`); ``allowed`` (the key mask, or its additive form) may
+    be passed in when the caller already built it for an earlier layer with the same rule."""
     if allowed is None:
         allowed = allowed_keys(attention_mask, spec.causal, window=spec.window)
     out, probs = attention(q, k, v, allowed, scale=spec.scale)
