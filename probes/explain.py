@@ -68,8 +68,7 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
     output = weights @ v  # · v: the weighted sum of the values
 
     trace_weights = trace.attention(layer, head, item, rows=[query])[0].detach().cpu().double().numpy()
-    kv = trace.kv_head(layer, head)
-    group = trace.n_heads // trace.layer_qkv(layer)[1].shape[1]
+    kv, group = trace.kv_head(layer, head), trace.group
     steps = QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
                        weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
                        tuple(range(kv * group, (kv + 1) * group)), window)

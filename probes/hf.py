@@ -50,5 +50,6 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
         scales=[family.scale(config, layer) for layer in layers] if family else None,
         windows=[family.window(config, layer) for layer in layers] if family else None,
         rotary=cap.rotary,
+        n_kv_heads=model.n_kv_heads,
         backend="eager",
     )

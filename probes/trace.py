@@ -36,12 +36,13 @@ import torch
 
 from .tokens import Token
 
-def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[..., H_kv, L, d]`` -> ``[..., H_kv·group, L, d]``: each key/value head for the query heads that read it."""
-    return x if group == 1 else x.repeat_interleave(group, dim=-3)
-
-
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
+
+
+def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[..., H_kv, L, d]`` -> ``[..., H_kv·group, L, d]``: each key/value head for the query heads that
+    read it (``scratch.attention.repeat_kv`` for one batch item; this module sits below ``scratch``)."""
+    return x if group == 1 else x.repeat_interleave(group, dim=-3)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Trace:
     scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
     windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [1 or B, L, d] of rotary models
+    n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
     note: str = ""  # why it is not the backend that was asked for, if it is not
@@ -85,10 +87,15 @@ class Trace:
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
 
+    @property
+    def group(self) -> int:
+        """How many query heads read each key/value head (1 unless the model uses grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 1
+
     def kv_head(self, layer: int, head: int) -> int:
         """The key/value head that query head ``head`` reads (itself, unless the model groups its queries)."""
-        q, k, _ = self.layer_qkv(layer)
-        return head // (q.shape[1] // k.shape[1])
+        self._check(layer, head)
+        return head // self.group
 
     def _valid(self, item: int) -> torch.Tensor:
         if not 0 <= item < self.batch_size:
@@ -118,7 +125,7 @@ class Trace:
         self._check(layer, head)
         idx = self._valid(item)
         q, k, v = self.layer_qkv(layer)
-        kv = head // (q.shape[1] // k.shape[1])
+        kv = self.kv_head(layer, head)
         return q[item, head][idx], k[item, kv][idx], v[item, kv][idx]
 
     # -- attention -----------------------------------------------------------------------------
@@ -127,8 +134,7 @@ class Trace:
         """Probabilities of the given query rows (positions in the padded sequence) over the real keys
         ``idx``, recovered from the layer's q, k (``qk``) and the logsumexp: ``[h, r, n]``."""
         q, k = qk[0], qk[1]
-        group = q.shape[1] // k.shape[1]
-        k = k[item, heads // group] if isinstance(heads, int) else _repeat_kv(k[item], group)[heads]
+        k = k[item, heads // self.group] if isinstance(heads, int) else _repeat_kv(k[item], self.group)[heads]
         q = q[item, heads][..., rows, :]
         k = k[..., idx, :]
         lse = self.lse[layer][item, heads][..., rows]

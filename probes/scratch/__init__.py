@@ -74,5 +74,5 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     return Trace(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
                  attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
                  attn=probs or None, lse=lse or None, scales=[s.scale for s in specs],
-                 windows=[s.window for s in specs], rotary=rotary, qkv_of=qkv_of,
+                 windows=[s.window for s in specs], rotary=rotary, n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
