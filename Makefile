@@ -17,6 +17,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py
 	$(BIN)/python benchmarks/long_inputs.py
+	$(BIN)/python benchmarks/long_inputs.py --model smollm2
 	$(BIN)/python benchmarks/profile_speed.py
 	$(BIN)/python benchmarks/rerender.py
 

@@ -105,18 +105,25 @@ def run_scratch(model: Model, enc: Encoding):
 PATHS = {"hf": run_hf, "scratch": run_scratch}
 
 
-def measure_time(model: Model, enc: Encoding, repeats: int) -> dict[str, float]:
-    """Median wall time of each path; the paths take turns on every repeat so that a drift in
-    machine load hits them alike."""
+MIN_SECONDS = 10.0  # short inputs repeat until each path has run this long: their medians are noisier
+
+
+def measure_time(model: Model, enc: Encoding, repeats: int) -> tuple[dict[str, float], int]:
+    """Median wall time of each path, and how many runs it took: at least ``repeats``, and at least
+    ``MIN_SECONDS`` of runs per path (at most 60); the paths take turns on every repeat so that a drift
+    in machine load hits them alike."""
+    t0 = time.perf_counter()
     for fn in PATHS.values():
         fn(model, enc)  # warm-up
+    once = (time.perf_counter() - t0) / len(PATHS)
+    repeats = max(repeats, min(60, int(MIN_SECONDS / once)))
     seen: dict[str, list[float]] = {name: [] for name in PATHS}
     for _ in range(repeats):
         for name, fn in PATHS.items():
             t0 = time.perf_counter()
             fn(model, enc)
             seen[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in seen.items()}
+    return {name: statistics.median(t) for name, t in seen.items()}, repeats
 
 
 def measure_memory(name: str, path: str, n: int) -> float:
@@ -162,25 +169,25 @@ def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
     scratch.build(model)
     rows = []
     print(f"\n{model.name}: {model.n_layers} layers × {model.n_heads} heads ({model.n_kv_heads} key/value heads), "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median time of {repeats}, peak memory of one "
-          "call in a fresh process")
-    header = f"{'tokens':>6} | {'HF eager ms':>11} | {'scratch ms':>10} | {'time ratio':>10} | " \
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median time of ≥ {repeats} runs (and ≥ "
+          f"{MIN_SECONDS:.0f} s of runs) per path, peak memory of one call in a fresh process")
+    header = f"{'tokens':>6} | {'runs':>4} | {'HF eager ms':>11} | {'scratch ms':>10} | {'time ratio':>10} | " \
              f"{'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | {'logit |Δ|':>8}"
     print(header)
     print("-" * len(header))
     for n in lengths:
         enc = encoding(n, model.config.vocab_size)
-        t = measure_time(model, enc, repeats)
+        t, runs = measure_time(model, enc, repeats)
         hf, mine = run_hf(model, enc), run_scratch(model, enc)
         attn_diff = max(float((a - b).abs().max()) for a, b in zip(hf.attentions, mine.attn))
         logits_diff = float((hf.logits - mine.logits).abs().max())
         del hf, mine
-        row = dict(model=name, tokens=n, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3, ratio=t["scratch"] / t["hf"],
+        row = dict(model=name, tokens=n, runs=runs, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3, ratio=t["scratch"] / t["hf"],
                    hf_peak_mib=measure_memory(name, "hf", n) / 2**20,
                    scratch_peak_mib=measure_memory(name, "scratch", n) / 2**20,
                    attention_max_abs_diff=attn_diff, logits_max_abs_diff=logits_diff)
         rows.append(row)
-        print(f"{n:>6} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | {row['ratio']:>9.2f}× | "
+        print(f"{n:>6} | {runs:>4} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | {row['ratio']:>9.2f}× | "
               f"{row['hf_peak_mib']:>11.0f} | {row['scratch_peak_mib']:>16.0f} | {attn_diff:>8.1e} | "
               f"{logits_diff:>8.1e}", flush=True)
     worst = max(r["ratio"] for r in rows)
