@@ -34,7 +34,9 @@ def render(ctx: ui.Context) -> None:
     n = len(info.tokens)
     where = ("Hugging Face (eager, fp32)" if ctx.inp.source == "hf"
              else f"our from-scratch pass, {info.backend} attention")
-    st.caption(f"{n} tokens · {ctx.model.n_layers} layers × {ctx.model.n_heads} heads · source: {where}. "
+    m = ctx.model
+    shared = f" reading {m.n_kv_heads} key/value heads" if m.n_kv_heads < m.n_heads else ""
+    st.caption(f"{n} tokens · {m.n_layers} layers × {m.n_heads} heads{shared} · source: {where}. "
                "Rows: the token attending (query); columns: the token attended to (key); each row sums to 1. "
                "Hover a cell for its exact weight.")
     if info.note:

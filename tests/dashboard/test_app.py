@@ -366,3 +366,11 @@ def test_parity_page_and_badge_on_smollm2():
     cells = [r for r in _rows(at, "per head") if "max_abs_diff" in r]
     assert len(cells) == 30 * 9 and all(r["within"] for r in cells)
     assert "--backend sdpa" in at.code[0].value
+
+
+def test_explore_on_smollm2_from_scratch_says_its_heads_share_keys():
+    at = _app(model="smollm2", source="scratch", backend="sdpa", layer=18, head=6)
+    assert at.header[0].value == "smollm2: layer 18, head 6"
+    assert "30 layers × 9 heads reading 3 key/value heads · source: our from-scratch pass" in at.caption[0].value
+    rows = [r for r in _rows(at, '"Layer 18, head 6"') if "weight" in r]
+    assert rows and all(r["key_pos"] <= r["query_pos"] for r in rows)  # a decoder: no future drawn
