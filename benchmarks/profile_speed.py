@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import probes  # noqa: E402
 from probes import runner, scratch  # noqa: E402
 from probes.datasets.dependencies import ewt  # noqa: E402
-from probes.heads.engine import score_pairs, sentence_attention, texts, word_matrices  # noqa: E402
+from probes.heads.engine import score_pairs, sentence_attention, word_matrices  # noqa: E402
 from probes.heads.profile import profile  # noqa: E402
-from probes.heads.registry import probes as registered  # noqa: E402
+from probes.heads.registry import probes as registered, texts  # noqa: E402
 from probes.heads.syntactic import dependency_sentence  # noqa: E402
 from probes.tokens import align_to_words  # noqa: E402
 

@@ -127,11 +127,6 @@ def sentence_attention(sentences: Iterable[Sentence],
         yield sentence, layers, align_to_words(tokens, sentence.text_and_spans()[1])
 
 
-def texts(sentences: Iterable[Sentence]) -> list[str]:
-    """The texts the model reads for word-segmented sentences: their words joined by single spaces."""
-    return [s.text_and_spans()[0] for s in sentences]
-
-
 def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], probe: str,
                 baseline: str = "offset") -> pd.DataFrame:
     """Score every (layer, head, label) on the word pairs of the sentences in ``items`` (as

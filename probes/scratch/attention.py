@@ -158,7 +158,8 @@ def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor
     return lse
 
 
-# -- the backends: (q, k, v, attention_mask [B, L], spec) -> Attended --------------------------------
+# -- the backends: (q, k, v, attention_mask [B, L], spec, allowed=None) -> Attended; only eager reads a
+# prebuilt `allowed` (the others take it to keep one signature)
 
 def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
           allowed: torch.Tensor | None = None) -> Attended:
@@ -197,8 +198,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torc
     if not padded and spec.window is None:
         kwargs = dict(is_causal=spec.causal)  # the kernels' own causal mask, no L×L mask tensor
     else:
-        kwargs = dict(attn_mask=allowed if allowed is not None else
-                      allowed_keys(attention_mask, spec.causal, window=spec.window))
+        kwargs = dict(attn_mask=allowed_keys(attention_mask, spec.causal, window=spec.window))
     last_error = None
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
         try:

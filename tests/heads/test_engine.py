@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from probes import runner
-from probes.heads.engine import (Pair, Sentence, _baseline, score_pairs, sentence_attention, texts, top_heads,
+from probes.heads.registry import texts
+from probes.heads.engine import (Pair, Sentence, _baseline, score_pairs, sentence_attention, top_heads,
                                 word_attention)
 
 
