@@ -49,3 +49,7 @@ class DataUnavailable(ProbesError):
 
 class BadData(ProbesError):
     """A data file that cannot be read: the message names the file and the line."""
+
+
+class BadOption(ProbesError):
+    """An option outside its range (a temperature of 0, more new tokens than the context holds…)."""

@@ -217,3 +217,93 @@ class Trace:
     def token_strings(self, item: int = 0) -> list[str]:
         """Readable strings of the real tokens of one item (padding removed)."""
         return [t.text for t in self.real_tokens(item)]
+
+
+@dataclass
+class GenerationTrace:
+    """What attention did while a decoder wrote text one token at a time (``probes.scratch.generate``).
+
+    Step ``s`` fed the token at position ``prompt_length − 1 + s`` (the prompt's last token for step 0,
+    else the token step ``s − 1`` wrote) and wrote token ``prompt_length + s``. For each step it keeps
+    only that query token's attention row over its context, per layer and head (``rows[s]``:
+    ``[layers, H, prompt_length + s]``, zero outside a sliding window), never a full L×L, and the
+    step's ``logits`` over the vocabulary. ``cache_bytes[s]`` is what the KV cache held after the step;
+    ``cache_bytes_mha[s]`` what it would hold if every query head had its own key/value head.
+    """
+
+    model: str
+    tokens: list[Token]  # the whole sequence: prompt, then the generated tokens
+    input_ids: torch.Tensor  # [L] the whole sequence
+    prompt_length: int
+    rows: list[torch.Tensor]  # per step [layers, H, context]
+    logits: torch.Tensor  # [steps, vocab]
+    cache_bytes: list[int]
+    cache_bytes_mha: list[int]
+    step_seconds: list[float]  # wall time of each step (step 0: the prefill of the whole prompt)
+    windows: list[int | None]
+    n_kv_heads: int
+    stopped: str = "length"  # "length" (max new tokens) or "eos" (the model wrote its end-of-text token)
+    source: str = "scratch/kv-cache"
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_layers(self) -> int:
+        return self.rows[0].shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.rows[0].shape[1]
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.input_ids[self.prompt_length:].tolist()
+
+    def _check(self, step: int, layer: int, head: int | None) -> None:
+        if not 0 <= step < self.n_steps:
+            raise IndexError(f"step {step} is outside 0..{self.n_steps - 1}")
+        if not 0 <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} is outside 0..{self.n_layers - 1}")
+        if head is not None and not 0 <= head < self.n_heads:
+            raise IndexError(f"head {head} is outside 0..{self.n_heads - 1}")
+
+    def query_position(self, step: int) -> int:
+        """Position of the token step ``step`` fed in (the one whose attention row it holds)."""
+        return self.prompt_length - 1 + step
+
+    def row(self, step: int, layer: int, head: int | None = None) -> torch.Tensor:
+        """The fed token's attention over positions 0..query of one head ``[context]`` (all heads:
+        ``[H, context]``)."""
+        self._check(step, layer, head)
+        r = self.rows[step][layer]
+        return r if head is None else r[head]
+
+    def rows_matrix(self, layer: int, head: int) -> torch.Tensor:
+        """Every step's row of one head side by side, ``[steps, positions]`` (zero for keys a step could not
+        see yet): the lower band of the full attention matrix that generation computed."""
+        self._check(0, layer, head)
+        out = torch.zeros(self.n_steps, self.prompt_length - 1 + self.n_steps)
+        for s, r in enumerate(self.rows):
+            out[s, : r.shape[-1]] = r[layer, head]
+        return out
+
+    def top_keys(self, step: int, layer: int, head: int, k: int = 3) -> list[tuple[int, str, float]]:
+        """The ``k`` most attended context tokens of one head at one step: (position, token, weight)."""
+        r = self.row(step, layer, head)
+        weights, positions = r.topk(min(k, r.numel()))
+        return [(int(p), self.tokens[int(p)].text, float(w)) for w, p in zip(weights, positions)]
+
+    def frame(self, layer: int, head: int):
+        """One head's rows as a tidy table: step, query, query_token, key, key_token, weight (allowed keys
+        only), for pandas and altair."""
+        import pandas as pd
+
+        out = []
+        for s in range(self.n_steps):
+            q = self.query_position(s)
+            r = self.row(s, layer, head)
+            for key in range(r.numel()):
+                out.append((s, q, self.tokens[q].text, key, self.tokens[key].text, float(r[key])))
+        return pd.DataFrame(out, columns=["step", "query", "query_token", "key", "key_token", "weight"])

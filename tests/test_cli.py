@@ -79,3 +79,57 @@ def test_backend_flag_reports_the_kernel(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["candidate"] == "scratch/sdpa" and data["backend"].startswith("sdpa:")
     assert 0 < data["attention_max_abs_diff"] <= 1e-5
+
+
+# -- generate -------------------------------------------------------------------------------------------
+
+STORY = "Xiaoming gave the apple to Xiaohong because she was"
+
+
+def test_generate_on_smollm2_proves_both(tmp_path):
+    out = run("generate", "--model", "smollm2", "--prompt", STORY, "--max-new-tokens", "6", "--head", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["proof"]["passed"] and data["proof"]["reference"] == "hf"
+    assert data["proof"]["attention_max_abs_diff"] <= 1e-5 and data["proof"]["logits_max_rel_diff"] <= 1e-5
+    assert data["hf_generate_same_tokens"] is True and data["sampling"] == "greedy"
+    assert len(data["steps"]) == len(data["new_ids"]) == 6 and data["layer"] == 29 and data["head"] == 2
+    assert data["steps"][0]["query"] == " was"  # step 0 is the prompt's last token
+    assert [s["wrote"] for s in data["steps"]] == data["new_tokens"]
+    assert data["cache_bytes"] == 2 * 30 * 3 * 64 * (len(data["new_ids"]) - 1 + 13) * 4  # 13 prompt tokens
+    assert data["cache_bytes_without_grouped_query"] == data["cache_bytes"] * 3  # 9 query heads, 3 key/value heads
+
+
+def test_generate_table_and_sampling(gpt2_dir, capsys):
+    args = ["generate", "--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "4", "--no-eos"]
+    assert main([*args, "--sample", "--seed", "3", "--top-k", "5", "--temperature", "0.8"]) == 0
+    text = capsys.readouterr().out
+    assert "sampled (seed 3, temperature 0.8, top-k 5)" in text and "proof: PASS" in text
+    assert "Hugging Face generate" not in text  # only greedy has one sequence to compare with
+    assert main(args) == 0
+    assert "Hugging Face generate: the same tokens" in capsys.readouterr().out
+
+
+def test_generate_bad_input_exits_2_with_one_line(gpt2_dir, capsys):
+    cases = [
+        (["--model", "minilm", "--prompt", "she was"], "encoder"),
+        (["--model", str(gpt2_dir), "--prompt", "  "], "prompt is empty"),
+        (["--model", str(gpt2_dir), "--prompt", "cat " * 200], "at most 64"),
+        (["--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "100"], "ask for at most"),
+        (["--model", str(gpt2_dir), "--prompt", STORY, "--head", "9"], "--head 9 does not exist"),
+        (["--model", str(gpt2_dir), "--prompt", STORY, "--sample", "--temperature", "0"], "temperature"),
+    ]
+    for args, says in cases:
+        assert main(["generate", *args]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (args, err)
+
+
+def test_generate_wrong_cache_exits_1(gpt2_dir, monkeypatch, capsys):
+    from probes.scratch import generate as g
+
+    honest = g.KVCache.append
+    monkeypatch.setattr(g.KVCache, "append", lambda self, layer, k, v: (lambda kv: (kv[0], kv[1].roll(1, dims=2), kv[2]))(
+        honest(self, layer, k, v)))  # values shifted by one position
+    assert main(["generate", "--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "4", "--no-eos"]) == 1
+    assert "proof: FAIL" in capsys.readouterr().out

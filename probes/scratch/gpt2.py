@@ -104,9 +104,9 @@ class GPT2:
         return self.blocks[layer].qkv(x)
 
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None):
+                 chunk=None, start=0):
         n = input_ids.shape[1]
-        positions = torch.arange(n, device=input_ids.device)
+        positions = torch.arange(start, start + n, device=input_ids.device)  # start > 0: decoding after a cache
         x = self.wte[input_ids] + self.wpe[positions][None]
         if token_type_ids is not None:  # GPT-2 reuses the token embeddings for token types
             x = x + self.wte[token_type_ids]

@@ -198,8 +198,9 @@ class Llama:
         return self.layers[layer].qkv(x, *self.rotary(x.shape[1], x.device))
 
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None):
-        cos, sin = self.rotary(input_ids.shape[1], input_ids.device)  # positions 0..L−1 (padding is on the right)
+                 chunk=None, start=0):
+        # positions start..start+L−1 (padding is on the right; start > 0 when decoding after a KV cache)
+        cos, sin = (t[:, start:] for t in self.rotary(start + input_ids.shape[1], input_ids.device))
         x = self.embed[input_ids]
         record(x)
         for i, layer in enumerate(self.layers):

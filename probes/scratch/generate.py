@@ -1,0 +1,317 @@
+"""Writing text one token at a time with a **KV cache**, from scratch, and the proof that it computes the
+attention of a full forward pass.
+
+A decoder predicts token t+1 from tokens 0..t. Rerunning the whole prefix for every new token redoes
+the same work: the keys and values of tokens 0..t−1 do not change when token t arrives (a causal
+model's past never looks at its future). So each layer keeps a cache of them:
+
+    prefill:   run the prompt once; each layer stores k and v of every prompt token
+    each step: the newest token alone goes through the network, and in every layer
+                   k, v = its key and value                 append them to the cache
+                   scores = q · (every cached k)ᵀ × scale     one row: the new token against its context
+                   weights = softmax(scores)
+                   output = weights · (every cached v)      the weighted sum of the cached values
+
+The cache holds 2 × layers × kv_heads × d_head numbers per token (:func:`cache_bytes`): a grouped-query
+model (SmolLM2: 3 key/value heads for 9 query heads) holds 3× fewer than one with a key/value head per
+query head. A layer with a sliding window of w keeps only the last w positions, in a ring buffer.
+
+:func:`generate` returns a :class:`~probes.trace.GenerationTrace` (each step's attention row of every
+layer and head, and its logits); :func:`prove` reruns the whole sequence in one full pass and checks
+that every row and every logit equals the cached one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import BadOption, InputTooLong, UnsupportedModel
+from ..tokens import readable_tokens
+from ..trace import GenerationTrace
+from . import build
+from .attention import attention
+
+TOLERANCES = {"attention": 1e-5, "logits": 1e-5}  # fp32; logits in units of the row's largest |logit| when > 1
+BYTES = 4  # fp32
+
+
+def cache_bytes(n_layers: int, kv_heads: int, d_head: int, tokens: int, bytes_per_number: int = BYTES) -> int:
+    """What a KV cache holds: 2 (k and v) × layers × kv_heads × d_head × tokens × bytes."""
+    return 2 * n_layers * kv_heads * d_head * tokens * bytes_per_number
+
+
+class KVCache:
+    """Each layer's keys and values, ``[1, H_kv, capacity, d]``, and the position held in each slot.
+
+    A layer without a window has room for every position (``capacity`` = the longest sequence asked
+    for); a layer with a sliding window of w has w slots, and position p goes to slot p mod w (a ring
+    buffer: the oldest key is overwritten once it falls out of the window). Slot order does not matter
+    to attention, a sum over keys; each slot's position says which keys a query may see."""
+
+    def __init__(self, n_layers: int, kv_heads: int, d_head: int, capacity: int, windows: list[int | None],
+                 dtype=torch.float32, device="cpu"):
+        self.windows = windows
+        self.capacity = [min(capacity, w) if w else capacity for w in windows]
+        self.k = [torch.zeros(1, kv_heads, c, d_head, dtype=dtype, device=device) for c in self.capacity]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        self.positions = [torch.full((c,), -1, dtype=torch.long, device=device) for c in self.capacity]
+        self.length = 0  # tokens seen (the position of the next one)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store k and v ``[1, H_kv, n, d]`` of positions length..length+n−1 and return what this layer's
+        queries attend to: (keys, values, their positions). A prompt longer than a window attends to its
+        own fresh keys (the ring keeps only the last w of them for the steps after)."""
+        n, start, cap = k.shape[2], self.length, self.capacity[layer]
+        new = torch.arange(start, start + n, device=k.device)
+        if start + n <= cap:  # room: slots are positions
+            self.k[layer][:, :, start:start + n] = k
+            self.v[layer][:, :, start:start + n] = v
+            self.positions[layer][start:start + n] = new
+            end = start + n
+            return self.k[layer][:, :, :end], self.v[layer][:, :, :end], self.positions[layer][:end]
+        if self.windows[layer] is None:
+            raise ValueError(f"the cache holds {cap} positions; position {start + n - 1} does not fit")
+        if n > 1 and start > 0:
+            raise ValueError("a windowed layer's ring buffer takes a prompt, then one token at a time")
+        keep = slice(max(0, n - cap), n)  # the ring keeps the last w positions
+        slots = new[keep] % cap
+        self.k[layer][:, :, slots] = k[:, :, keep]
+        self.v[layer][:, :, slots] = v[:, :, keep]
+        self.positions[layer][slots] = new[keep]
+        if n > 1:  # a whole prompt: its rows read its own keys (each query's window is masked below)
+            return k, v, new
+        return self.k[layer], self.v[layer], self.positions[layer]
+
+    def held(self, layer: int) -> int:
+        return int((self.positions[layer] >= 0).sum())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values the cache holds now (filled slots only)."""
+        return sum((k[:, :, :self.held(i)].nbytes + v[:, :, :self.held(i)].nbytes)
+                   for i, (k, v) in enumerate(zip(self.k, self.v)))
+
+
+def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None) -> torch.Tensor:
+    """Run the tokens ``ids`` ``[1, n]`` (positions cache.length onward) through the network, each layer
+    attending over its cache, and return the logits of the last one ``[vocab]``. With ``rows`` a list,
+    the last token's attention row of every layer is appended to it (``[H, positions]``)."""
+    n, start = ids.shape[1], cache.length
+    layer = iter(range(len(cache.k)))
+    queries = torch.arange(start, start + n, device=ids.device)
+    final: list[torch.Tensor] = []
+
+    def attend(q, k, v, spec):
+        i = next(layer)
+        keys, values, positions = cache.append(i, k, v)  # append k and v to the cache
+        allowed = positions[None, :] <= queries[:, None]  # the past (and itself); empty slots hold −1...
+        allowed &= positions[None, :] >= 0  # ...and are never seen
+        if spec.window is not None:
+            allowed &= positions[None, :] > queries[:, None] - spec.window  # the last w positions only
+        # q of the new token(s) against every cached k, × scale, softmax, weighted sum of the cached v
+        out, probs = attention(q, keys, values, allowed[None, None], scale=spec.scale)
+        if rows is not None:  # the last query's row, each weight at its key's position
+            row = torch.zeros(probs.shape[1], start + n, device=probs.device)
+            held = positions >= 0
+            row[:, positions[held]] = probs[0, :, -1][:, held]
+            rows.append(row)
+        return out
+
+    net(ids, torch.ones_like(ids), None, attend=attend, record=final.append, logits=False, start=start)
+    cache.length += n
+    return F.linear(final[-1][0, -1], net.lm_head)  # the last token's scores over the vocabulary
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen from the logits: the most likely one (``sample=False``, greedy), or a
+    draw with a seeded generator from softmax(logits / temperature), keeping only the ``top_k`` most
+    likely tokens (0: all) and the smallest set of them whose probability reaches ``top_p``."""
+
+    sample: bool = False
+    seed: int = 0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def check(self) -> None:
+        if not self.temperature > 0:
+            raise BadOption(f"temperature must be above 0 (got {self.temperature}); use greedy decoding for 0")
+        if self.top_k < 0:
+            raise BadOption(f"top-k must be 0 (off) or more (got {self.top_k})")
+        if not 0 < self.top_p <= 1:
+            raise BadOption(f"top-p must be in (0, 1] (got {self.top_p})")
+
+    def describe(self) -> str:
+        if not self.sample:
+            return "greedy"
+        parts = [f"seed {self.seed}", f"temperature {self.temperature:g}"]
+        parts += [f"top-k {self.top_k}"] if self.top_k else []
+        parts += [f"top-p {self.top_p:g}"] if self.top_p < 1 else []
+        return "sampled (" + ", ".join(parts) + ")"
+
+
+def filtered_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """logits / temperature, with −inf outside the top-k and outside the top-p nucleus (the most likely
+    token is always kept)."""
+    scores = logits.float() / sampling.temperature
+    if sampling.top_k and sampling.top_k < scores.numel():
+        kth = scores.topk(sampling.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1:
+        ordered, order = scores.sort(descending=True)
+        mass_before = ordered.softmax(-1).cumsum(-1) - ordered.softmax(-1)  # probability of the more likely ones
+        drop = mass_before >= sampling.top_p  # the nucleus already reached p without this token
+        scores = scores.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+    return scores
+
+
+def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    if not sampling.sample:
+        return int(logits.argmax())
+    probs = filtered_logits(logits, sampling).softmax(-1)
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+def decoder(model):
+    """The from-scratch network of a model that can write text, or :class:`UnsupportedModel` saying why not."""
+    if not model.is_causal:
+        raise UnsupportedModel(f"{model.name} is an encoder ({model.family.title if model.family else 'not a decoder'}"
+                               "): it reads the whole text at once and does not write text; pick a decoder "
+                               "such as smollm2 or gpt2")
+    if not model.has_lm_head:
+        raise UnsupportedModel(f"{model.name} has no language-model head, so it cannot choose a next token")
+    if not model.scratch_supported:
+        raise UnsupportedModel(f"generation runs on the from-scratch path, which cannot run {model.name}: "
+                               f"{model.scratch_problem}")
+    return build(model)
+
+
+def windows_of(model) -> list[int | None]:
+    return [model.family.window(model.config, i) for i in range(model.n_layers)]
+
+
+def new_cache(model, capacity: int) -> KVCache:
+    return KVCache(model.n_layers, model.n_kv_heads, model.d_head, capacity, windows_of(model),
+                   device=model.device)
+
+
+def _tokens(model, ids: list[int]):
+    """Readable tokens of an id sequence, with character offsets into its decoded text."""
+    tok = model.tokenizer
+    offsets, end = [], 0
+    for i in range(len(ids)):
+        nxt = len(tok.decode(ids[: i + 1]))
+        offsets.append((end, nxt))
+        end = nxt
+    return readable_tokens(tok, ids, offsets, tok.decode(ids))
+
+
+def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
+             stop_at_eos: bool = True) -> GenerationTrace:
+    """Write up to ``max_new_tokens`` tokens after ``prompt`` with the KV cache, keeping each step's
+    attention row (every layer and head) and logits. Refuses an encoder, an empty prompt, and a prompt
+    plus new tokens beyond the context window."""
+    net = decoder(model)
+    sampling.check()
+    if max_new_tokens < 1:
+        raise BadOption(f"ask for at least 1 new token (got {max_new_tokens})")
+    enc = model.encode(prompt)
+    ids = enc.input_ids[0].tolist()
+    n, limit = len(ids), model.max_tokens
+    if n + max_new_tokens - 1 > limit:  # the last token written is never fed back in
+        if n >= limit:
+            raise InputTooLong(n, limit - 1, model.name)
+        raise BadOption(f"the prompt is {n} tokens and {model.name} reads at most {limit}: ask for at most "
+                        f"{limit - n + 1} new tokens (not {max_new_tokens})")
+    cache = new_cache(model, n + max_new_tokens)
+    gen = torch.Generator().manual_seed(sampling.seed) if sampling.sample else None
+    eos = model.tokenizer.eos_token_id
+    per_step, logits, sizes, seconds = [], [], [], []
+    stopped = "length"
+    fed = torch.tensor([ids], device=model.device)  # step 0 feeds the whole prompt (the prefill)
+    with torch.inference_mode():
+        for step in range(max_new_tokens):
+            t0 = time.perf_counter()
+            rows: list[torch.Tensor] = []
+            step_logits = cached_pass(net, cache, fed, rows)
+            token = next_token(step_logits, sampling, gen)
+            seconds.append(time.perf_counter() - t0)
+            per_step.append(torch.stack(rows).cpu())
+            logits.append(step_logits.cpu())
+            sizes.append(cache.nbytes)
+            ids.append(token)
+            if stop_at_eos and token == eos:
+                stopped = "eos"
+                break
+            fed = torch.tensor([[token]], device=model.device)
+    mha = [s // model.n_kv_heads * model.n_heads for s in sizes]
+    return GenerationTrace(model=model.name, tokens=_tokens(model, ids), input_ids=torch.tensor(ids), prompt_length=n,
+                           rows=per_step, logits=torch.stack(logits), cache_bytes=sizes, cache_bytes_mha=mha,
+                           step_seconds=seconds, windows=windows_of(model), n_kv_heads=model.n_kv_heads,
+                           stopped=stopped)
+
+
+# -- the proof -------------------------------------------------------------------------------------
+
+@dataclass
+class Proof:
+    """Cached decoding against one full forward pass over the whole sequence: max |Δ| of every step's
+    attention row (all layers and heads) and of its logits."""
+
+    reference: str  # the full pass: "scratch/eager" or "hf"
+    steps: int
+    attention_max_abs_diff: float
+    logits_max_abs_diff: float
+    logits_max_rel_diff: float  # max |Δ| ÷ max(1, the step's largest |logit|)
+    per_step: list[float]  # attention max |Δ| of each step
+    passed: bool
+    tolerance: dict = field(default_factory=lambda: dict(TOLERANCES))
+
+    def to_text(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"{verdict}: {self.steps} cached steps against one full {self.reference} pass: attention max |Δ| "
+                f"{self.attention_max_abs_diff:.1e}, logits max |Δ| {self.logits_max_abs_diff:.1e} "
+                f"({self.logits_max_rel_diff:.1e} of their scale; tolerance {TOLERANCES['attention']:g})")
+
+
+def prove(model, gen: GenerationTrace, reference: str = "scratch") -> Proof:
+    """Run the sequence the steps fed in (prompt and every generated token but the last) in one full
+    forward pass (``reference``: our from-scratch eager pass, or ``"hf"``) and compare each step's row and
+    logits with that pass's row and logits at the same position."""
+    from .. import runner  # (runner and models import this package: only here, at call time)
+    from ..models import Encoding
+
+    fed = gen.input_ids[: gen.prompt_length + gen.n_steps - 1][None]
+    enc = Encoding(fed, torch.ones_like(fed), None, [gen.tokens[: fed.shape[1]]], [""], [None], [None])
+    full = runner.forward(model, enc, reference, "eager", logits=True)
+    per_step, logit_abs, logit_rel = [], 0.0, 0.0
+    for s in range(gen.n_steps):
+        q = gen.query_position(s)
+        worst = 0.0
+        for layer in range(gen.n_layers):
+            ref = full.attention(layer, None, rows=[q])[:, 0, : q + 1].float().cpu()
+            worst = max(worst, float((ref - gen.row(s, layer)).abs().max()))
+        per_step.append(worst)
+        ref_logits = full.logits[0, q].float().cpu()
+        diff = float((ref_logits - gen.logits[s]).abs().max())
+        logit_abs = max(logit_abs, diff)
+        logit_rel = max(logit_rel, diff / max(1.0, float(ref_logits.abs().max())))
+    attention_diff = max(per_step)
+    passed = attention_diff <= TOLERANCES["attention"] and logit_rel <= TOLERANCES["logits"]
+    return Proof(full.source, gen.n_steps, attention_diff, logit_abs, logit_rel, per_step, passed)
+
+
+def hf_generate(model, prompt: str, max_new_tokens: int) -> list[int]:
+    """Hugging Face's own greedy ``generate`` on the same prompt: the new token ids (for the greedy proof)."""
+    enc = model.encode(prompt).to(model.device)
+    eos = model.tokenizer.eos_token_id
+    with torch.inference_mode():
+        out = model.hf.generate(enc.input_ids, attention_mask=enc.attention_mask, max_new_tokens=max_new_tokens,
+                                do_sample=False, num_beams=1, pad_token_id=eos if eos is not None else 0)
+    return out[0, enc.input_ids.shape[1]:].tolist()
+

@@ -1,0 +1,154 @@
+"""Cached decoding (the KV cache) against one full forward pass, and against Hugging Face's own generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import probes
+from checkpoints import make_llama
+from probes.errors import BadOption, EmptyInput, InputTooLong, UnsupportedModel
+from probes.scratch import generate as g
+
+PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
+
+
+@pytest.fixture(scope="module")
+def mistral(ckpt_dir):
+    """A Mistral whose sliding window (4) is shorter than the prompt: the ring buffer wraps."""
+    return probes.load(str(make_llama(ckpt_dir / "mistral-w4", family="mistral", sliding_window=4)))
+
+
+@pytest.fixture(scope="module")
+def qwen2(ckpt_dir):
+    """A Qwen2 with the window on its second layer only, and q/k/v biases."""
+    return probes.load(str(make_llama(ckpt_dir / "qwen2-w5", family="qwen2", use_sliding_window=True,
+                                      sliding_window=5, max_window_layers=1)))
+
+
+@pytest.fixture(scope="module")
+def llama(llama_dir):
+    return probes.load(str(llama_dir))
+
+
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2"])
+def test_cached_rows_and_logits_equal_the_full_pass(name, request):
+    model = request.getfixturevalue(name)
+    gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
+    assert gen.n_steps == 10 and len(gen.input_ids) == gen.prompt_length + 10
+    for reference in ("scratch", "hf"):
+        proof = g.prove(model, gen, reference)
+        assert proof.passed, proof.to_text()
+        assert proof.attention_max_abs_diff <= 1e-5 and proof.logits_max_rel_diff <= 1e-5
+    # each row is a distribution over the context the step could see
+    for s in range(gen.n_steps):
+        row = gen.row(s, 0)
+        assert row.shape == (model.n_heads, gen.query_position(s) + 1)
+        torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads))
+
+
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral"])
+def test_greedy_tokens_equal_hugging_face_generate(name, request):
+    model = request.getfixturevalue(name)
+    gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)
+    assert gen.new_ids == g.hf_generate(model, PROMPT, 12)
+
+
+def test_smollm2_greedy_equals_hf_generate_and_the_full_pass(smollm2):
+    gen = g.generate(smollm2, PROMPT, max_new_tokens=8)
+    assert gen.new_ids == g.hf_generate(smollm2, PROMPT, 8)
+    proof = g.prove(smollm2, gen, "hf")
+    assert proof.passed, proof.to_text()
+    assert "".join(t.text for t in gen.tokens[: gen.prompt_length]) == PROMPT
+
+
+def test_a_window_keeps_only_its_positions(mistral):
+    gen = g.generate(mistral, PROMPT, max_new_tokens=6, stop_at_eos=False)
+    # every layer holds the last 4 positions: the cache does not grow
+    per_layer = g.cache_bytes(1, mistral.n_kv_heads, mistral.d_head, 4)
+    assert gen.cache_bytes == [per_layer * mistral.n_layers] * 6
+    row = gen.row(5, 1)
+    q = gen.query_position(5)
+    assert (row[:, : q - 3] == 0).all() and (row[:, q - 3:] > 0).all()  # only the last 4 keys
+
+
+def test_cache_bytes_follow_the_formula_and_grouped_heads_save(llama):
+    gen = g.generate(llama, PROMPT, max_new_tokens=5, stop_at_eos=False)
+    for s, held in enumerate(gen.cache_bytes):
+        tokens = gen.prompt_length + s  # the fed tokens so far
+        assert held == 2 * llama.n_layers * llama.n_kv_heads * llama.d_head * tokens * 4
+        assert gen.cache_bytes_mha[s] == held * llama.n_heads // llama.n_kv_heads  # 6 query heads, 2 kv heads
+    assert llama.n_kv_heads < llama.n_heads
+
+
+def test_a_wrong_cache_is_caught(llama, monkeypatch):
+    """Keys shifted by one position (each query reads its neighbour's key): the proof fails."""
+    honest = g.KVCache.append
+
+    def shifted(self, layer, k, v):
+        keys, values, positions = honest(self, layer, k, v)
+        return keys.roll(1, dims=2), values, positions
+
+    monkeypatch.setattr(g.KVCache, "append", shifted)
+    gen = g.generate(llama, PROMPT, max_new_tokens=6, stop_at_eos=False)
+    monkeypatch.undo()
+    proof = g.prove(llama, gen)
+    assert not proof.passed
+    assert proof.attention_max_abs_diff > 1e-3
+    assert proof.to_text().startswith("FAIL")
+
+
+def test_sampling_is_seeded_and_filtered(llama):
+    draw = lambda **kw: g.generate(llama, PROMPT, 8, g.Sampling(sample=True, **kw), stop_at_eos=False).new_ids  # noqa: E731
+    assert draw(seed=1, temperature=2.0) == draw(seed=1, temperature=2.0)
+    assert len({tuple(draw(seed=s, temperature=3.0)) for s in range(4)}) > 1
+    greedy = g.generate(llama, PROMPT, 8, stop_at_eos=False).new_ids
+    assert draw(seed=5, top_k=1) == greedy  # one candidate left: the most likely
+    assert draw(seed=5, top_p=1e-6) == greedy
+
+
+def test_filtered_logits_keep_the_top_k_and_the_nucleus():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    top2 = g.filtered_logits(logits, g.Sampling(sample=True, top_k=2))
+    assert torch.isinf(top2[2:]).all() and torch.isfinite(top2[:2]).all()
+    nucleus = g.filtered_logits(logits, g.Sampling(sample=True, top_p=0.8))  # 0.5 + 0.3 reaches 0.8
+    assert torch.isfinite(nucleus[:2]).all() and torch.isinf(nucleus[2:]).all()
+    nucleus = g.filtered_logits(logits, g.Sampling(sample=True, top_p=0.81))  # needs the third
+    assert torch.isfinite(nucleus[:3]).all() and torch.isinf(nucleus[3])
+    hot = g.filtered_logits(logits, g.Sampling(sample=True, temperature=2.0))
+    torch.testing.assert_close(hot, logits / 2)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=0.0), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5)])
+def test_bad_sampling_options_are_refused(llama, bad):
+    with pytest.raises(BadOption):
+        g.generate(llama, PROMPT, 3, g.Sampling(sample=True, **bad))
+
+
+def test_bad_inputs_are_refused(llama, minilm):
+    with pytest.raises(UnsupportedModel, match="encoder"):
+        g.generate(minilm, PROMPT, 3)
+    with pytest.raises(EmptyInput):
+        g.generate(llama, "   ", 3)
+    with pytest.raises(BadOption, match="at most"):
+        g.generate(llama, PROMPT, 60)  # the tiny Llama reads 64 positions
+    with pytest.raises(InputTooLong):
+        g.generate(llama, PROMPT * 10, 3)
+    with pytest.raises(BadOption):
+        g.generate(llama, PROMPT, 0)
+
+
+def test_the_generation_trace_reads_like_a_table(llama):
+    gen = g.generate(llama, PROMPT, max_new_tokens=4, stop_at_eos=False)
+    band = gen.rows_matrix(1, 2)
+    assert band.shape == (4, gen.prompt_length + 3)
+    for s in range(4):
+        torch.testing.assert_close(band[s, : gen.query_position(s) + 1], gen.row(s, 1, 2))
+        assert (band[s, gen.query_position(s) + 1:] == 0).all()  # the future of that step
+    top = gen.top_keys(3, 1, 2, k=2)
+    assert top[0][2] >= top[1][2] and top[0][1] == gen.tokens[top[0][0]].text
+    frame = gen.frame(1, 2)
+    assert len(frame) == sum(gen.query_position(s) + 1 for s in range(4))
+    assert frame.groupby("step")["weight"].sum().round(5).eq(1).all()
+    with pytest.raises(IndexError):
+        gen.row(4, 0)
