@@ -73,6 +73,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     import json
+    from dataclasses import asdict
 
     from .errors import BadOption
     from .models import load
@@ -102,10 +103,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                          gen.tokens[gen.prompt_length:]], new_ids=gen.new_ids, sampling=sampling.describe(),
                          stopped=gen.stopped, layer=layer, head=args.head, steps=steps,
                          cache_bytes=gen.cache_bytes[-1], cache_bytes_without_grouped_query=gen.cache_bytes_mha[-1],
-                         proof=dict(reference=proof.reference, passed=proof.passed,
-                                    attention_max_abs_diff=proof.attention_max_abs_diff,
-                                    logits_max_abs_diff=proof.logits_max_abs_diff,
-                                    logits_max_rel_diff=proof.logits_max_rel_diff, tolerance=proof.tolerance),
+                         proof={k: v for k, v in asdict(proof).items() if k != "per_step"},
                          hf_generate_same_tokens=same), ensure_ascii=False))
     else:
         print(f"{model.name}, {sampling.describe()}, {gen.n_steps} new tokens (stopped: {gen.stopped})")

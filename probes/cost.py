@@ -108,3 +108,71 @@ def load_benchmark(path: str | Path) -> pd.DataFrame:
         raise BadData(f"{path.name}: not a long_inputs.py result ({type(exc).__name__}: {exc}); "
                       "rerun benchmarks/long_inputs.py --out to write it again") from exc
     return pd.DataFrame(rows, columns=["tokens", "path", "seconds", "attention_bytes", "peak_bytes"])
+
+
+# -- generation: the KV cache ----------------------------------------------------------------------
+
+CACHED = "KV cache (one new token)"
+RECOMPUTE = "recompute the whole prefix"
+
+
+def kv_cache_bytes(model: Model, tokens: int, grouped: bool = True) -> int:
+    """What the KV cache of ``model`` holds after ``tokens`` tokens: 2 × layers × kv_heads × d_head × tokens
+    × 4 bytes (fp32), summed per layer so a sliding-window layer counts only its window. ``grouped=False``:
+    as if every query head had its own key/value head (what grouped-query attention saves)."""
+    from .scratch.generate import cache_bytes, windows_of
+
+    heads = model.n_kv_heads if grouped else model.n_heads
+    return sum(cache_bytes(1, heads, model.d_head, min(tokens, w) if w else tokens) for w in windows_of(model))
+
+
+def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, repeats: int = 3) -> pd.DataFrame:
+    """Time per new token at each context length, on random tokens, both ways a decoder can write:
+
+    * ``KV cache``: after a prefill of ``context`` tokens, ``steps`` steps of one token each (median);
+    * ``recompute``: the whole prefix of ``context`` tokens through the network again for one token
+      (median of ``repeats`` after a warm-up), what a decoder without a cache does every step;
+
+    with the bytes the cache held at that context, measured on its tensors (``cache_bytes``) and by the
+    formula (``formula_bytes``). Tidy rows: ``tokens, path, seconds_per_token, cache_bytes, formula_bytes``."""
+    from .scratch import generate as g
+
+    net = g.decoder(model)
+    for n in contexts:
+        if n + steps > model.max_tokens:
+            raise InputTooLong(n + steps, model.max_tokens, model.name)
+    rows = []
+    with torch.inference_mode():
+        for n in contexts:
+            prompt = _random_encoding(model, n).input_ids.to(model.device)
+            cache = g.new_cache(model, n + steps)
+            g.cached_pass(net, cache, prompt)  # the prefill (also the warm-up)
+            measured = cache.nbytes
+            times = []
+            for token in prompt[0, :steps]:
+                t0 = time.perf_counter()
+                g.cached_pass(net, cache, token.view(1, 1))
+                times.append(time.perf_counter() - t0)
+            rows.append(dict(tokens=n, path=CACHED, seconds_per_token=statistics.median(times), cache_bytes=measured,
+                             formula_bytes=kv_cache_bytes(model, n)))
+            times = []
+            for _ in range(repeats + 1):
+                t0 = time.perf_counter()
+                g.cached_pass(net, g.new_cache(model, n), prompt)
+                times.append(time.perf_counter() - t0)
+            rows.append(dict(tokens=n, path=RECOMPUTE, seconds_per_token=statistics.median(times[1:]),
+                             cache_bytes=None, formula_bytes=None))  # no cache kept
+    return pd.DataFrame(rows, columns=["tokens", "path", "seconds_per_token", "cache_bytes", "formula_bytes"])
+
+
+def load_decoding(path: str | Path) -> pd.DataFrame:
+    """The rows ``benchmarks/generate.py`` saved (``generate.json``): ``tokens, path, seconds_per_token,
+    cache_bytes, formula_bytes``."""
+    path = Path(path)
+    try:
+        frame = pd.DataFrame(json.loads(path.read_text())["rows"])
+        frame = frame[["tokens", "path", "seconds_per_token", "cache_bytes", "formula_bytes"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadData(f"{path.name}: not a generate.py result ({type(exc).__name__}: {exc}); rerun "
+                      "benchmarks/generate.py to write it again") from exc
+    return frame

@@ -58,3 +58,42 @@ def test_load_benchmark_names_a_malformed_file(tmp_path, content):
     path.write_text(content)
     with pytest.raises(BadData, match="broken.json"):
         load_benchmark(path)
+
+
+# -- generation: the KV cache --------------------------------------------------------------------------
+
+def test_kv_cache_formula_matches_the_cache_and_counts_windows(gpt2_model, ckpt_dir):
+    from checkpoints import make_llama
+    from probes.cost import CACHED, RECOMPUTE, kv_cache_bytes, measure_decoding
+
+    frame = measure_decoding(gpt2_model, [8, 16], steps=3, repeats=1)
+    assert list(frame.path) == [CACHED, RECOMPUTE] * 2
+    cached = frame[frame.path == CACHED]
+    assert list(cached.cache_bytes) == list(cached.formula_bytes) == [2 * 2 * 4 * 8 * n * 4 for n in (8, 16)]
+    assert (frame.seconds_per_token > 0).all() and frame[frame.path == RECOMPUTE].cache_bytes.isna().all()
+    mistral = probes.load(str(make_llama(ckpt_dir / "mistral-cost", family="mistral", sliding_window=4)))
+    assert kv_cache_bytes(mistral, 3) == 2 * 2 * 2 * 8 * 3 * 4  # 2 layers, 2 key/value heads of 8
+    assert kv_cache_bytes(mistral, 30) == kv_cache_bytes(mistral, 4)  # a window: the cache stops growing
+    assert kv_cache_bytes(mistral, 30, grouped=False) == 3 * kv_cache_bytes(mistral, 30)  # 6 query heads
+    with pytest.raises(InputTooLong):
+        measure_decoding(gpt2_model, [62], steps=3)
+
+
+def test_measure_decoding_refuses_an_encoder(minilm):
+    from probes.cost import measure_decoding
+
+    with pytest.raises(probes.UnsupportedModel, match="encoder"):
+        measure_decoding(minilm, [8])
+
+
+def test_load_decoding_reads_the_committed_benchmark(tmp_path):
+    from probes.cost import CACHED, load_decoding
+
+    saved = load_decoding(RESULTS.with_name("generate.json"))
+    cached = saved[saved.path == CACHED]
+    assert list(cached.tokens) == [128, 512, 1024, 2048]
+    assert (cached.cache_bytes == cached.formula_bytes).all()
+    assert (cached.cache_bytes == 2 * 30 * 3 * 64 * cached.tokens * 4).all()  # SmolLM2: 30 layers, 3 kv heads of 64
+    (tmp_path / "bad.json").write_text('{"rows": [{"tokens": 1}]}')
+    with pytest.raises(BadData, match="bad.json"):
+        load_decoding(tmp_path / "bad.json")

@@ -132,7 +132,7 @@ def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x ÷ √(mean(x²) + ε), times a learned gain: LayerNorm without subtracting the mean, and no bias."""
-    h = x.float()
+    h = x if x.dtype == torch.float64 else x.float()  # half precision is normalised in fp32, as in HF
     variance = h.pow(2).mean(-1, keepdim=True)
     return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
 
