@@ -20,6 +20,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/long_inputs.py --model smollm2
 	$(BIN)/python benchmarks/profile_speed.py
 	$(BIN)/python benchmarks/rerender.py
+	$(BIN)/python benchmarks/generate.py
 
 install: $(STAMP)
 

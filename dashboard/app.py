@@ -7,6 +7,7 @@ Run with ``make app`` (or ``streamlit run dashboard/app.py``). This file is the 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -18,19 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 import probes  # noqa: E402
 from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
-from dashboard.state import ViewState  # noqa: E402
+from dashboard.state import PAGES, ViewState  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
 from probes.scratch.attention import BACKENDS  # noqa: E402
-from dashboard.views import cost, explore, heads, parity, qkv  # noqa: E402
 
 CUSTOM = "other…"
-PAGES = {  # url path -> (module, title, icon)
-    "explore": (explore, "Explore", ":material/grid_on:"),
-    "qkv": (qkv, "Q/K/V step by step", ":material/calculate:"),
-    "parity": (parity, "Parity", ":material/rule:"),
-    "heads": (heads, "Heads", ":material/psychology:"),
-    "cost": (cost, "Cost", ":material/speed:"),
-}
 log = logging.getLogger("dashboard")
 
 
@@ -139,8 +132,9 @@ def main() -> None:
     st.set_page_config(page_title="Attention workbench", page_icon=":material/visibility:", layout="wide")
     start_session()
     inp = sidebar_input()
-    pages = {key: st.Page(lambda m=module: m.render(ctx), title=title, icon=icon, url_path=key, default=key == "explore")
-             for key, (module, title, icon) in PAGES.items()}
+    pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(ctx), title=title,
+                          icon=icon, url_path=key, default=key == "explore")
+             for key, (title, icon) in PAGES.items()}
     page = st.navigation(list(pages.values()))
     key = page.url_path or "explore"
     goto = st.session_state.pop("goto", None)

@@ -155,6 +155,63 @@ def sentence_b_start(inp: Input) -> int | None:
     return segments.index(1) if 1 in segments else None
 
 
+# -- Generate ------------------------------------------------------------------------------------
+
+GENERATIONS_KEPT = 4
+
+
+@dataclass(frozen=True)
+class Writing:
+    """Everything that decides a generation: its cache key."""
+
+    model: str
+    prompt: str
+    new_tokens: int
+    sample: bool
+    seed: int
+    temperature: float
+    top_k: int
+    top_p: float
+
+    @property
+    def sampling(self):
+        from probes.scratch.generate import Sampling
+
+        return Sampling(self.sample, self.seed, self.temperature, self.top_k, self.top_p)
+
+
+@dataclass(frozen=True)
+class GenerationProof:
+    passed: bool
+    exact_attention_max_abs_diff: float | None  # float64 (None: the model is too big for the check)
+    attention_max_abs_diff: float  # fp32, against Hugging Face's fp32 pass
+    logits_max_rel_diff: float
+    hf_same_tokens: bool | None  # greedy: does Hugging Face's generate write the same tokens? (None: sampled)
+
+
+@st.cache_resource(max_entries=GENERATIONS_KEPT, show_spinner="Writing, one token at a time…")
+def generation(w: Writing):
+    """The model's continuation of the prompt with the from-scratch KV cache (a GenerationTrace)."""
+    from probes.scratch import generate
+
+    return generate.generate(model_of(Input(w.model, "", None, "hf", "eager", False)), w.prompt, w.new_tokens,
+                             w.sampling)
+
+
+@st.cache_data(max_entries=16, show_spinner="Proving the cache against one full forward pass…")
+def generation_proof(w: Writing) -> GenerationProof:
+    """The cached steps against one full Hugging Face pass over the whole sequence; greedy, also Hugging
+    Face's own generate."""
+    from probes.scratch import generate
+
+    model = model_of(Input(w.model, "", None, "hf", "eager", False))
+    gen = generation(w)
+    proof = generate.prove(model, gen, "hf")
+    same = None if w.sample else generate.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
+    return GenerationProof(proof.passed, proof.exact_attention_max_abs_diff, proof.attention_max_abs_diff,
+                           proof.logits_max_rel_diff, same)
+
+
 PROBE_TABLES_KEPT = 4
 
 

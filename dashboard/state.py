@@ -11,7 +11,16 @@ from probes.runner import SOURCES
 from probes.scratch.attention import BACKENDS
 
 DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
-PAGES = ("explore", "qkv", "parity", "heads", "cost")
+DEFAULT_PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
+# the pages, in menu order: url path -> (title, icon); each is dashboard/views/<path>.py, with a render(ctx)
+PAGES = {
+    "explore": ("Explore", ":material/grid_on:"),
+    "qkv": ("Q/K/V step by step", ":material/calculate:"),
+    "generate": ("Generate", ":material/edit_note:"),
+    "parity": ("Parity", ":material/rule:"),
+    "heads": ("Heads", ":material/psychology:"),
+    "cost": ("Cost", ":material/speed:"),
+}
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,14 @@ class ViewState:
     words: bool = False  # word-level view (pieces merged)
     truncate: bool = False  # keep the first tokens of an input longer than the context window
     page: str = "explore"
+    prompt: str = DEFAULT_PROMPT  # Generate: the start of the text, what the model writes after
+    new_tokens: int = 10
+    step: int = 0  # the generation step shown
+    sample: bool = False  # greedy, or sampled with the seed and filters below
+    seed: int = 0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
 
     @classmethod
     def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:
@@ -74,6 +91,14 @@ def _parse(name: str, raw: str, default):
         if raw.lower() in ("0", "false", "no"):
             return False
         raise ValueError("expected 1 or 0")
+    if isinstance(default, float):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError("expected a number") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise ValueError("expected a number above 0")
+        return value
     if isinstance(default, int):
         try:
             value = int(raw)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 import streamlit as st
 
 from probes import cost
@@ -13,6 +15,8 @@ from probes import cost
 from .. import charts, ui
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "long_inputs.json"
+DECODING = BENCHMARK.with_name("generate.json")
+DECODE_CONTEXTS = (32, 64, 128, 256)
 LIVE_LENGTHS = (16, 32, 64, 128, 256, 512)
 GIB = 2**30
 
@@ -20,6 +24,16 @@ GIB = 2**30
 @st.cache_data(max_entries=4, show_spinner=False)
 def _saved():
     return cost.load_benchmark(BENCHMARK)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _saved_decoding():
+    return cost.load_decoding(DECODING)
+
+
+@st.cache_data(max_entries=8, show_spinner="Generating at each context length…")
+def _live_decoding(name: str, contexts: tuple[int, ...], _model=None):
+    return cost.measure_decoding(_model, list(contexts), steps=8)
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring…")
@@ -43,6 +57,11 @@ def render(ctx: ui.Context) -> None:
                "Where a path has no point, it was not run: Hugging Face's attentions alone would not fit in memory. "
                f"Dashed: c·L² with c fitted to Hugging Face's peaks ({c:.3g} GiB per token²).")
 
+    _live_forward(ctx)
+    _kv_cache(ctx)
+
+
+def _live_forward(ctx: ui.Context) -> None:
     st.subheader(f"Live, on this machine: {ctx.model.name}")
     if not ctx.model.scratch_supported:
         st.info(f"{ctx.model.name} runs in the Hugging Face view only: there is no lazy path to compare.")
@@ -59,6 +78,55 @@ def render(ctx: ui.Context) -> None:
     live = live.assign(attention_MiB=live["attention_bytes"] / 2**20)
     _memory_and_time(live, "attention_MiB", "Attention held by the Trace (MiB)", "cost-live")
     st.dataframe(live, hide_index=True)
+
+
+def _kv_cache(ctx: ui.Context) -> None:
+    m = ctx.model
+    st.header("Generation: what the KV cache costs and saves")
+    st.markdown(
+        "A decoder writing text keeps each layer's keys and values (the **KV cache**, see the Generate page): "
+        "**2 × layers × key/value heads × d_head × tokens × 4 bytes** in fp32. It grows linearly with the "
+        "context, and in exchange each new token costs one row of attention instead of rerunning the whole prefix.")
+    if not m.is_causal or not m.scratch_supported:
+        st.info(f"{m.name} does not write text with our from-scratch path "
+                f"({'an encoder' if not m.is_causal else m.scratch_problem}): pick smollm2 or a GPT-2 model to see "
+                "its KV cache.")
+    else:
+        top = m.max_tokens
+        grid = sorted({min(2**k, top) for k in range(4, 15)} | {top})
+        kinds = [(f"{m.n_kv_heads} key/value heads (this model)", True)]
+        if m.n_kv_heads < m.n_heads:
+            kinds.append((f"{m.n_heads} key/value heads (one per query head)", False))
+        formula = pd.DataFrame([dict(tokens=n, path=name, MiB=cost.kv_cache_bytes(m, n, grouped) / 2**20)
+                                for name, grouped in kinds for n in grid])
+        contexts = tuple(n for n in DECODE_CONTEXTS if n + 8 <= top)
+        measured = None
+        if st.button("Measure generation", icon=":material/timer:", key="decode_measure"):
+            st.session_state["decode_measured"] = (m.name, contexts)
+        if st.session_state.get("decode_measured") == (m.name, contexts):
+            measured = _live_decoding(m.name, contexts, _model=m)
+            cached = measured[measured["path"] == cost.CACHED]
+            formula = pd.concat([formula, pd.DataFrame(dict(tokens=cached["tokens"], path="measured on the cache",
+                                                            MiB=cached["cache_bytes"] / 2**20))])
+        left, right = st.columns(2)
+        chart = charts.cost_chart(formula, "MiB", f"KV cache of {m.name} (fp32)")
+        ui.chart(chart, left)
+        if measured is not None:
+            ui.chart(charts.cost_chart(measured, "seconds_per_token", "Time per new token (s)"), right)
+            same = bool((cached["cache_bytes"] == cached["formula_bytes"]).all())
+            st.caption(f"Measured on random tokens at {', '.join(map(str, contexts))} tokens (8 cached steps each, "
+                       f"median; recompute: median of 3). The bytes on the cache's tensors "
+                       f"{'equal' if same else 'DIFFER from'} the formula.")
+            st.dataframe(measured, hide_index=True)
+        else:
+            right.caption("Press **Measure generation** to time a cached step against rerunning the whole prefix "
+                          f"on {m.name}, and to check the formula against the cache's own tensors (a few seconds).")
+        ui.downloads("kv-cache", chart, formula)
+    st.subheader("Saved benchmark: SmolLM2-135M, up to 2,048 tokens of context")
+    saved = _saved_decoding()
+    ui.chart(charts.cost_chart(saved, "seconds_per_token", "Time per new token (s), CPU"))
+    st.caption("From `benchmarks/generate.py` (results in `benchmarks/results/generate.json`): the cached step stays "
+               "nearly flat as the context grows, while recomputing the prefix grows with it.")
 
 
 def _memory_and_time(frame, memory: str, title: str, name: str) -> float:

@@ -103,3 +103,35 @@ def test_open_change_head_and_share_the_link(app_url):
         other.wait_for_function("() => location.search.includes('layer=4') && location.search.includes('head=5')",
                                 timeout=30_000)
         browser.close()
+
+
+def test_generate_steps_through_the_tokens(app_url):
+    """SmolLM2 writes after the story prompt; the arrow keys walk the step slider, and the text, the bars and the
+    link follow."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{app_url}/generate?model=smollm2&page=generate&layer=29&head=3")
+        _settle(page)
+        page.get_by_role("heading", name="Generate: a decoder writes, token by token, with a KV cache").wait_for(
+            timeout=120_000)
+        page.get_by_text("Cache proof PASS").first.wait_for(timeout=120_000)
+        assert page.get_by_text("Step 0 of 9: the prefill").is_visible()
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
+        page.screenshot(path=SHOTS / "app_generate_step0.png", full_page=True)
+
+        step = page.locator("[data-testid=stMain] [data-testid=stSlider]").filter(has_text="Step")
+        step.get_by_role("slider").focus()
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        _settle(page)
+        page.get_by_text("Step 3 of 9: fed").wait_for(timeout=60_000)
+        page.wait_for_function("() => location.search.includes('step=3')", timeout=30_000)
+        highlighted = page.locator("[data-testid=stHtml] span[style*='background']")  # the fed token
+        assert highlighted.count() == 1
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
+        page.screenshot(path=SHOTS / "app_generate_step3.png", full_page=True)
+        browser.close()

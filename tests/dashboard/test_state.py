@@ -32,3 +32,14 @@ def test_clamp_keeps_layer_head_and_query_inside_the_model():
     assert (state.layer, state.head, state.query) == (5, 11, 2)
     assert len(problems) == 3 and "layer 9 does not exist here (0–5): showing 5" in problems[0]
     assert ViewState(layer=2).clamp(6, 12) == (ViewState(layer=2), [])
+
+
+def test_generate_settings_round_trip_and_bad_numbers_are_explained():
+    state = ViewState(page="generate", prompt="她很饿，因为", new_tokens=30, step=4, sample=True, seed=7,
+                      temperature=0.7, top_k=40, top_p=0.9)
+    back, problems = ViewState.from_query(state.to_query())
+    assert back == state and problems == []
+    assert "prompt" not in ViewState().to_query() and "temperature" not in ViewState().to_query()
+    state, problems = ViewState.from_query({"temperature": "hot", "top_p": "-1", "step": "x"})
+    assert (state.temperature, state.top_p, state.step) == (1.0, 1.0, 0)
+    assert len(problems) == 3 and any("temperature='hot'" in p and "number" in p for p in problems)

@@ -1,0 +1,94 @@
+"""The Generate page, driven headless by AppTest: SmolLM2 writes after the story prompt, the step slider walks
+through the tokens (and the link follows), the proof badge, the cache, sampling, escaping, and the note
+an encoder gets instead of an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from dashboard.state import DEFAULT_PROMPT
+from probes.scratch import generate as g
+
+APP = str(Path(__file__).resolve().parents[3] / "dashboard" / "app.py")
+
+
+def _app(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = str(value)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _texts(elements) -> str:
+    return "\n".join(e.value for e in elements)
+
+
+def _bars(at) -> list[dict]:
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    chart = [c for c in at.get("vega_lite_chart") if "looks" in json.loads(c.proto.spec).get("title", "")][0]
+    return convert_arrow_bytes_to_pandas_df(chart.proto.datasets[0].data.data).to_dict("records")
+
+
+def test_smollm2_writes_and_the_step_slider_walks_through_it(smollm2):
+    at = _app(model="smollm2", page="generate", layer=29, head=3)
+    assert at.header[0].value.startswith("Generate")
+    expected = g.generate(smollm2, DEFAULT_PROMPT, 10)
+    assert at.text_area(key="w_prompt").value == DEFAULT_PROMPT
+    assert "Step 0 of 9: the prefill (the whole prompt) ended on ' was' and the model wrote ' the' · greedy" in \
+        _texts(at.caption)
+    badge = [m.value for m in at.markdown if "Cache proof" in m.value][0]
+    assert badge.startswith(":green-badge") and "PASS" in badge and "generate writes the same tokens" in badge
+    # the bars are the fed token's row of the chosen head, as the library computes it
+    weights = [r["weight"] for r in _bars(at)]
+    np.testing.assert_allclose(weights, expected.row(0, 29, 3).numpy(), atol=1e-6)
+
+    at.slider(key="w_step").set_value(4)
+    at.run()
+    assert not at.exception
+    q = expected.query_position(4)
+    fed, wrote = expected.tokens[q].text, expected.tokens[q + 1].text
+    assert f"Step 4 of 9: fed {fed!r} and the model wrote {wrote!r}" in _texts(at.caption)
+    assert at.query_params["step"] == ["4"] or at.query_params["step"] == "4"
+    np.testing.assert_allclose([r["weight"] for r in _bars(at)], expected.row(4, 29, 3).numpy(), atol=1e-6)
+    cache = [m for m in at.get("metric") if m.label == "Cache at this step"][0]
+    assert cache.value == f"{expected.cache_bytes[4] / 2**10:,.0f} KiB"
+    assert [m.label for m in at.get("metric")][1] == "Without grouped-query attention"
+
+
+def test_a_link_reopens_a_seeded_sample_at_its_step(smollm2):
+    at = _app(model="smollm2", page="generate", prompt="The capital of France is", new_tokens=5, sample=1, seed=3,
+              temperature=0.8, top_k=20, step=2)
+    expected = g.generate(smollm2, "The capital of France is", 5, g.Sampling(True, 3, 0.8, 20, 1.0))
+    q = expected.query_position(2)
+    assert f"model wrote {expected.tokens[q + 1].text!r} · sampled (seed 3, temperature 0.8, top-k 20)" in \
+        _texts(at.caption)
+    assert at.number_input(key="w_seed").value == 3
+    badge = [m.value for m in at.markdown if "Cache proof" in m.value][0]
+    assert "PASS" in badge and "Hugging Face" not in badge  # sampled: no single sequence to compare with
+
+
+def test_an_encoder_gets_a_note_and_bad_prompts_get_advice(gpt2_dir):
+    at = _app(page="generate")  # the offline default, a BERT encoder
+    assert "is an encoder" in _texts(at.info) and not at.error
+    at = _app(model=str(gpt2_dir), page="generate", prompt="   ")
+    assert "empty" in _texts(at.error)
+    at = _app(model=str(gpt2_dir), page="generate", prompt="cat " * 200)
+    assert "at most 64" in _texts(at.error)
+    at = _app(model=str(gpt2_dir), page="generate", new_tokens=500)  # clamped to what the widget takes (64)...
+    assert at.number_input(key="w_new_tokens").value == 64
+    assert "ask for at most" in _texts(at.error)  # ...which the tiny GPT-2's 64 positions cannot hold
+    at = _app(model=str(gpt2_dir), page="generate", new_tokens=4, step=99)  # a step beyond the text: the last
+    assert at.slider(key="w_step").value == 3 and "Step 3 of 3" in _texts(at.caption)
+
+
+def test_the_prompt_is_escaped(gpt2_dir):
+    at = _app(model=str(gpt2_dir), page="generate", prompt="<b>bold</b> & <script>x</script>", new_tokens=3)
+    body = at.get("html")[0].proto.body
+    assert "<b>" not in body and "<script>" not in body and "&lt;" in body and "&amp;" in body
