@@ -1,0 +1,48 @@
+"""The Cost page's KV-cache section, driven headless by AppTest: the formula against context length, the
+bytes measured on the cache's own tensors, time per new token cached against recompute, and the note an
+encoder gets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from probes.cost import CACHED, RECOMPUTE
+
+APP = str(Path(__file__).resolve().parents[3] / "dashboard" / "app.py")
+
+
+def _app(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = str(value)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _titles(at) -> list[str]:
+    return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
+
+
+def test_a_decoder_measures_its_cache_against_the_formula(smollm2):
+    at = _app(model="smollm2", page="cost")
+    assert "KV cache of smollm2 (fp32)" in _titles(at) and "Time per new token (s), CPU" in _titles(at)
+    at.button(key="decode_measure").click()
+    at.run()
+    assert not at.exception
+    measured = at.dataframe[-1].value
+    cached = measured[measured.path == CACHED]
+    assert list(cached.tokens) == [32, 64, 128, 256]
+    assert (cached.cache_bytes == 2 * 30 * 3 * 64 * cached.tokens * 4).all()
+    assert (cached.cache_bytes == cached.formula_bytes).all()
+    assert set(measured.path) == {CACHED, RECOMPUTE} and (measured.seconds_per_token > 0).all()
+    assert any("equal the formula" in c.value for c in at.caption)
+
+
+def test_an_encoder_gets_a_note_instead_of_a_cache():
+    at = _app(page="cost")
+    assert any("does not write text" in i.value for i in at.info) and not at.error
+    assert "Time per new token (s), CPU" in _titles(at)  # the saved benchmark is still drawn
