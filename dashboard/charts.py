@@ -184,7 +184,7 @@ def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None 
             x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2), title="input length (tokens)"),
             y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=y.replace("_", " ")),
             color=alt.Color("path:N", title=None, scale=alt.Scale(domain=paths, range=colours),
-                            legend=alt.Legend(orient="bottom", direction="vertical")),
+                            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
             strokeDash=alt.condition(alt.datum.path == QUADRATIC, alt.value([4, 3]), alt.value([1, 0])),
             tooltip=[alt.Tooltip("path:N"), alt.Tooltip("tokens:Q"), alt.Tooltip(f"{y}:Q", format=".4g")],
         )

@@ -34,13 +34,12 @@ class EmptyInput(ProbesError):
 class InputTooLong(ProbesError):
     """The text needs more tokens than the model's context window holds."""
 
-    def __init__(self, n_tokens: int, max_tokens: int, model: str):
+    def __init__(self, n_tokens: int, max_tokens: int, model: str, advice: str | None = None):
         self.n_tokens = n_tokens
         self.max_tokens = max_tokens
-        super().__init__(
-            f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: "
-            f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first {max_tokens}"
-        )
+        advice = advice or (f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first "
+                            f"{max_tokens}")
+        super().__init__(f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: {advice}")
 
 
 class DataUnavailable(ProbesError):

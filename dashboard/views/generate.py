@@ -79,6 +79,10 @@ def render(ctx: ui.Context) -> None:
         "with every cached key, softmax gives the weights, and the weighted sum of the cached values is the "
         "head's output: one row of attention per step instead of the whole square.")
     w = _settings()
+    cap = data.max_chars()
+    if cap and len(w.prompt) > cap:
+        st.error(f"The prompt is {len(w.prompt):,} characters; this deployment takes up to {cap:,}. Shorten it.")
+        return
     try:
         gen = data.generation(w)
     except probes.ProbesError as exc:

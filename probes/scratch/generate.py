@@ -226,12 +226,16 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
     sampling.check()
     if max_new_tokens < 1:
         raise BadOption(f"ask for at least 1 new token (got {max_new_tokens})")
-    enc = model.encode(prompt)
-    ids = enc.input_ids[0].tolist()
-    n, limit = len(ids), model.max_tokens
+    limit = model.max_tokens
+    shorten = "shorten the prompt (the new tokens need room in the context too)"
+    try:
+        ids = model.encode(prompt).input_ids[0].tolist()
+    except InputTooLong as exc:
+        raise InputTooLong(exc.n_tokens, limit, model.name, shorten) from None
+    n = len(ids)
     if n + max_new_tokens - 1 > limit:  # the last token written is never fed back in
         if n >= limit:
-            raise InputTooLong(n, limit - 1, model.name)
+            raise InputTooLong(n, limit, model.name, shorten)
         raise BadOption(f"the prompt is {n} tokens and {model.name} reads at most {limit}: ask for at most "
                         f"{limit - n + 1} new tokens (not {max_new_tokens})")
     cache = new_cache(model, n + max_new_tokens)

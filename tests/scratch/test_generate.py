@@ -157,8 +157,9 @@ def test_bad_inputs_are_refused(llama, minilm):
         g.generate(llama, "   ", 3)
     with pytest.raises(BadOption, match="at most"):
         g.generate(llama, PROMPT, 60)  # the tiny Llama reads 64 positions
-    with pytest.raises(InputTooLong):
+    with pytest.raises(InputTooLong, match="shorten the prompt") as err:
         g.generate(llama, PROMPT * 10, 3)
+    assert "--truncate" not in str(err.value)  # generation has no truncation to offer
     with pytest.raises(BadOption):
         g.generate(llama, PROMPT, 0)
 

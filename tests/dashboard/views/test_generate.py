@@ -80,12 +80,18 @@ def test_an_encoder_gets_a_note_and_bad_prompts_get_advice(gpt2_dir):
     at = _app(model=str(gpt2_dir), page="generate", prompt="   ")
     assert "empty" in _texts(at.error)
     at = _app(model=str(gpt2_dir), page="generate", prompt="cat " * 200)
-    assert "at most 64" in _texts(at.error)
+    assert "at most 64: shorten the prompt" in _texts(at.error)
     at = _app(model=str(gpt2_dir), page="generate", new_tokens=500)  # clamped to what the widget takes (64)...
     assert at.number_input(key="w_new_tokens").value == 64
     assert "ask for at most" in _texts(at.error)  # ...which the tiny GPT-2's 64 positions cannot hold
     at = _app(model=str(gpt2_dir), page="generate", new_tokens=4, step=99)  # a step beyond the text: the last
     assert at.slider(key="w_step").value == 3 and "Step 3 of 3" in _texts(at.caption)
+
+
+def test_a_public_deployment_caps_the_prompt(gpt2_dir, monkeypatch):
+    monkeypatch.setenv("PROBES_MAX_CHARS", "30")
+    at = _app(model=str(gpt2_dir), page="generate", prompt="a prompt of rather more than thirty characters")
+    assert "this deployment takes up to 30" in _texts(at.error)
 
 
 def test_the_prompt_is_escaped(gpt2_dir):
