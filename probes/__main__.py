@@ -89,7 +89,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not 0 <= value < n:
             raise BadOption(f"--{name} {value} does not exist in {model.name} (0–{n - 1})")
     sampling = g.Sampling(args.sample, args.seed, args.temperature, args.top_k, args.top_p)
-    gen = g.generate(model, args.prompt, args.max_new_tokens, sampling, stop_at_eos=not args.no_eos)
+    gen = g.generate(model, args.prompt, args.max_new_tokens, sampling, stop_at_eos=not args.no_eos,
+                     backend=args.backend)
+    if gen.note:
+        print(f"note: {gen.note}", file=sys.stderr)
     proof = g.prove(model, gen, "hf")
     hf_ids = None if sampling.sample else g.hf_generate(model, args.prompt, gen.n_steps)
     same = None if hf_ids is None else hf_ids == gen.new_ids
@@ -101,7 +104,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(model=model.name, prompt=args.prompt, text=text, new_tokens=[t.text for t in
                          gen.tokens[gen.prompt_length:]], new_ids=gen.new_ids, sampling=sampling.describe(),
-                         stopped=gen.stopped, layer=layer, head=args.head, steps=steps,
+                         stopped=gen.stopped, backend=gen.backend, layer=layer, head=args.head, steps=steps,
                          cache_bytes=gen.cache_bytes[-1], cache_bytes_without_grouped_query=gen.cache_bytes_mha[-1],
                          proof={k: v for k, v in asdict(proof).items() if k != "per_step"},
                          hf_generate_same_tokens=same), ensure_ascii=False))
@@ -119,6 +122,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if same is not None:
             print("Hugging Face generate: " + ("the same tokens" if same else f"DIFFERENT tokens {hf_ids}"))
     return 0 if proof.passed and same is not False else 1
+
+
+def g_backends() -> tuple[str, ...]:
+    from .scratch.generate import GENERATE_BACKENDS
+
+    return GENERATE_BACKENDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="sample within the smallest set reaching this mass")
     p.add_argument("--no-eos", action="store_true", help="keep writing past the end-of-text token")
+    p.add_argument("--backend", choices=g_backends(), default="eager",
+                   help="attention of each step: eager (the formula) or flash (our Triton kernel; needs CUDA, "
+                   "else eager runs and a note says so)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--device", default="auto")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")

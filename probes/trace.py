@@ -23,6 +23,9 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
   variant) and ``windows`` (a sliding window, or None), so a reader never needs the model to redo a
   row by hand.
 
+Generation (``probes.scratch.generate``) has its own record, :class:`GenerationTrace`: per step only the
+new token's attention row of every layer and head, never a full L×L per step.
+
 Ask for attention through :meth:`Trace.attention` (one head or one layer, padding removed) or
 :meth:`Trace.head_summary` (streaming statistics of every head of a layer), never by indexing.
 """
@@ -244,6 +247,8 @@ class GenerationTrace:
     n_kv_heads: int
     stopped: str = "length"  # "length" (max new tokens) or "eos" (the model wrote its end-of-text token)
     source: str = "scratch/kv-cache"
+    backend: str = "eager"  # the attention of each step: eager, or the flash kernel
+    note: str = ""  # why it is not the backend that was asked for, if it is not
 
     @property
     def n_steps(self) -> int:
@@ -296,8 +301,8 @@ class GenerationTrace:
         return [(int(p), self.tokens[int(p)].text, float(w)) for w, p in zip(weights, positions)]
 
     def frame(self, layer: int, head: int):
-        """One head's rows as a tidy table: step, query, query_token, key, key_token, weight (allowed keys
-        only), for pandas and altair."""
+        """One head's rows as a tidy table: step, query, query_token, key, key_token, weight (keys 0..query of
+        each step; 0 outside a sliding window), for pandas and altair."""
         import pandas as pd
 
         out = []

@@ -33,7 +33,8 @@ from ..errors import BadOption, InputTooLong, UnsupportedModel
 from ..tokens import readable_tokens
 from ..trace import GenerationTrace
 from . import build
-from .attention import allowed_keys, attention
+from . import flash as flash_kernel
+from .attention import allowed_keys, attention, group_of, repeat_kv
 
 # The proof (see `prove`): exactness in float64, where rounding cannot hide a wrong cache; and the fp32 rows
 # the user sees against Hugging Face's fp32 pass. Logits are compared in units of the row's largest |logit|
@@ -102,10 +103,13 @@ class KVCache:
                    for i, (k, v) in enumerate(zip(self.k, self.v)))
 
 
-def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None) -> torch.Tensor:
+def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None, backend: str = "eager") -> torch.Tensor:
     """Run the tokens ``ids`` ``[1, n]`` (positions cache.length onward) through the network, each layer
     attending over its cache, and return the logits of the last one ``[vocab]``. With ``rows`` a list,
-    the last token's attention row of every layer is appended to it (``[H, positions]``)."""
+    the last token's attention row of every layer is appended to it (``[H, positions]``).
+
+    ``backend``: ``eager`` (the formula, every probability of the step) or ``flash`` (our Triton kernel:
+    output and logsumexp; the last row is recovered from them as exp(q·kᵀ·scale − lse))."""
     n, start = ids.shape[1], cache.length
     layer = iter(range(len(cache.k)))
     queries = torch.arange(start, start + n, device=ids.device)
@@ -118,18 +122,35 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
         allowed &= positions[None, :] >= 0  # ...and are never seen
         if spec.window is not None:
             allowed &= positions[None, :] > queries[:, None] - spec.window  # the last w positions only
-        # q of the new token(s) against every cached k, × scale, softmax, weighted sum of the cached v
-        out, probs = attention(q, keys, values, allowed[None, None], scale=spec.scale)
+        if backend == "flash":
+            out, last = _flash(q, keys, values, allowed, spec)
+        else:  # q of the new token(s) against every cached k, × scale, softmax, weighted sum of the cached v
+            out, probs = attention(q, keys, values, allowed[None, None], scale=spec.scale)
+            last = probs[0, :, -1]
         if rows is not None:  # the last query's row, each weight at its key's position
-            row = torch.zeros(probs.shape[1], start + n, dtype=probs.dtype, device=probs.device)
+            row = torch.zeros(last.shape[0], start + n, dtype=last.dtype, device=last.device)
             held = positions >= 0
-            row[:, positions[held]] = probs[0, :, -1][:, held]
+            row[:, positions[held]] = last[:, held]
             rows.append(row)
         return out
 
     net(ids, torch.ones_like(ids), None, attend=attend, record=final.append, logits=False, start=start)
     cache.length += n
     return F.linear(final[-1][0, -1], net.lm_head)  # the last token's scores over the vocabulary
+
+
+def _flash(q, keys, values, allowed, spec) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flash kernel on a cached step: one new token reads every allowed cached key (no causal mask
+    needed: the cache holds only the past); a prompt attends to itself, causal. Returns the output and
+    the last query's probabilities ``[H, keys]``, recovered from the logsumexp."""
+    if q.shape[2] == 1:
+        out, lse = flash_kernel.flash_attention(q, keys, values, key_mask=allowed, scale=spec.scale)
+    else:
+        out, lse = flash_kernel.flash_attention(q, keys, values, causal=True, window=spec.window, scale=spec.scale)
+    k = repeat_kv(keys, group_of(q, keys))[0]  # [H, keys, d]
+    scores = (q[0, :, -1:].float() @ k.float().transpose(-2, -1))[:, 0] * spec.scale  # q·kᵀ × scale
+    last = torch.exp(scores - lse[0, :, -1, None]).masked_fill_(~allowed[-1], 0.0)  # = softmax, exactly
+    return out, last.to(q.dtype)
 
 
 @dataclass(frozen=True)
@@ -217,13 +238,23 @@ def _tokens(model, ids: list[int]):
     return readable_tokens(tok, ids, offsets, tok.decode(ids))
 
 
+GENERATE_BACKENDS = ("eager", "flash")
+
+
 def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
-             stop_at_eos: bool = True) -> GenerationTrace:
+             stop_at_eos: bool = True, backend: str = "eager") -> GenerationTrace:
     """Write up to ``max_new_tokens`` tokens after ``prompt`` with the KV cache, keeping each step's
     attention row (every layer and head) and logits. Refuses an encoder, an empty prompt, and a prompt
-    plus new tokens beyond the context window."""
+    plus new tokens beyond the context window. ``backend="flash"`` runs each step's attention in our Triton
+    kernel (CUDA, or Triton's interpreter); without it eager runs and the trace's ``note`` says so."""
     net = decoder(model)
     sampling.check()
+    if backend not in GENERATE_BACKENDS:
+        raise BadOption(f"unknown backend {backend!r} for generation: choose one of {', '.join(GENERATE_BACKENDS)}")
+    note = ""
+    if backend == "flash" and not (flash_kernel.available() and (model.device.type == "cuda"
+                                                                  or flash_kernel.interpreting())):
+        backend, note = "eager", "flash needs CUDA and Triton; ran eager instead (the same attention)"
     if max_new_tokens < 1:
         raise BadOption(f"ask for at least 1 new token (got {max_new_tokens})")
     limit = model.max_tokens
@@ -248,7 +279,7 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
         for step in range(max_new_tokens):
             t0 = time.perf_counter()
             rows: list[torch.Tensor] = []
-            step_logits = cached_pass(net, cache, fed, rows)
+            step_logits = cached_pass(net, cache, fed, rows, backend)
             token = next_token(step_logits, sampling, gen)
             seconds.append(time.perf_counter() - t0)
             per_step.append(torch.stack(rows).cpu())
@@ -263,7 +294,7 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
     return GenerationTrace(model=model.name, tokens=_tokens(model, ids), input_ids=torch.tensor(ids), prompt_length=n,
                            rows=per_step, logits=torch.stack(logits), cache_bytes=sizes, cache_bytes_mha=mha,
                            step_seconds=seconds, windows=windows_of(model), n_kv_heads=model.n_kv_heads,
-                           stopped=stopped)
+                           stopped=stopped, backend=backend, note=note)
 
 
 # -- the proof -------------------------------------------------------------------------------------
