@@ -41,8 +41,7 @@ def start_session() -> None:
 def model_choices() -> list[str]:
     if (allowed := data.allowed_models()) is not None:
         return allowed
-    extra = [] if data.public() else ["smollm2"]
-    return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, *extra, CUSTOM]
+    return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, "smollm2", CUSTOM]
 
 
 def pick_model(sidebar) -> None:

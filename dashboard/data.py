@@ -44,8 +44,11 @@ def public() -> bool:
 
 def allowed_models() -> list[str] | None:
     """``PROBES_MODELS`` (comma-separated): the only models this deployment loads, e.g. to keep a public
-    app off multi-GB hub checkpoints; None (unset) allows any."""
+    app off multi-GB hub checkpoints. Unset: a public deployment loads the built-in offline models only (a
+    visitor cannot make it download any checkpoint), any other deployment anything (None)."""
     names = [name.strip() for name in setting("PROBES_MODELS").split(",") if name.strip()]
+    if not names and public():
+        return list(probes.models.SHORT_NAMES)
     return names or None
 
 

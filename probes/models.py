@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +58,7 @@ def _smollm2_path() -> str:
 
 
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2", "owner/name"; no "..", no deeper path
 
 
 @dataclass
@@ -247,6 +249,10 @@ def _load(name: str, allow_local_paths: bool) -> Model:
     if name in SHORT_NAMES:
         path = SHORT_NAMES[name]()
         return _load_gguf(name, Path(path)) if path.endswith(".gguf") else _load_dir(name, path)
+    if not allow_local_paths and (not HUB_ID.fullmatch(name) or os.path.lexists(name)):
+        # a public deployment: never open a file or folder a link names, whatever it looks like
+        raise ModelUnavailable(f"{name!r} is not a hub id (a name, or owner/name), and this deployment loads only "
+                               f"hub ids and {OFFLINE_DEFAULT!r}, never a local path")
     if name.endswith(".gguf"):
         if not allow_local_paths:
             raise ModelUnavailable(f"{name!r} is a local file, and this deployment loads only hub ids and "

@@ -69,10 +69,22 @@ def test_missing_directory_and_not_a_model(tmp_path):
         probes.load(str(tmp_path))
 
 
-def test_public_deployment_refuses_local_paths(gpt2_dir):
+def test_public_deployment_refuses_local_paths(gpt2_dir, tmp_path, monkeypatch):
     with pytest.raises(ModelUnavailable, match="loads only hub ids"):
         probes.load(str(gpt2_dir), allow_local_paths=False)
     assert probes.load("minilm", allow_local_paths=False).family_name == "bert"
+    # names that look like hub ids but are files or folders on disk, relative to the working directory
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "app.py").write_text("print('hi')")
+    import shutil
+
+    shutil.copytree(gpt2_dir, tmp_path / "mymodel")
+    for name in ("sub/config.json", "app.py", "mymodel", "sub", "../etc/passwd", "a/b/c"):
+        with pytest.raises(ModelUnavailable, match="never a local path"):
+            probes.load(name, allow_local_paths=False)
+    assert probes.load("mymodel").family_name == "gpt2"  # a local run still loads it
 
 
 def _as_pickle_only(src, dst):

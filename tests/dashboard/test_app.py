@@ -40,6 +40,10 @@ def _rows(at, title: str) -> list[dict]:
     return convert_arrow_bytes_to_pandas_df(main.data.data).to_dict("records")
 
 
+def at_options(at) -> list[str]:
+    return list(at.sidebar.selectbox[0].options)
+
+
 def _texts(elements) -> str:
     return "\n".join(e.value for e in elements)
 
@@ -232,9 +236,13 @@ def test_a_bad_link_is_explained_and_clamped():
 
 def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_path):
     monkeypatch.setenv("PROBES_PUBLIC", "1")
-    at = _app(model=str(tmp_path))
-    assert "local" in _texts(at.error).lower()
-    assert "smollm2" not in at.sidebar.selectbox[0].options
+    monkeypatch.delenv("PROBES_MODELS", raising=False)
+    # only the built-in offline models: a link cannot make the server open a file or download a checkpoint
+    assert at_options(_app()) == ["minilm", "smollm2"]
+    for name in (str(tmp_path), "dashboard/app.py", "gpt2"):
+        at = _app(model=name)
+        assert f"model {name!r} is not offered here: showing minilm" in _texts(at.warning)
+        assert at.header[0].value == "minilm: layer 0, head 0"
     at = _app(text="a" * 2500)
     assert "this deployment takes up to 2,000" in _texts(at.error)
 
@@ -247,7 +255,7 @@ def test_the_public_setting_can_come_from_streamlit_secrets(monkeypatch):
     at.query_params["text"] = "a sentence of more than thirty characters"
     at.run()
     assert not at.exception
-    assert "smollm2" not in at.sidebar.selectbox[0].options
+    assert at_options(at) == ["minilm", "smollm2"]
     assert "this deployment takes up to 30" in _texts(at.error)
 
 
