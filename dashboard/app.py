@@ -96,7 +96,7 @@ def sidebar_model(model: probes.Model) -> None:
     sources = list(SOURCES) if model.scratch_supported else ["hf"]
     ui.bound("radio", "source", "Source", sb, options=sources, horizontal=True,
              format_func={"hf": "Hugging Face", "scratch": "From scratch"}.get,
-             help=None if model.scratch_supported else f"Hugging Face view only: {model.scratch_problem}")
+             help=None if model.scratch_supported else f"Hugging Face view only: {ui.safe(model.scratch_problem)}")
     if ui.view().source == "scratch":
         import torch
 
@@ -123,7 +123,7 @@ def input_problem(inp: data.Input) -> str | None:
 
 def show_link_problems() -> None:
     for problem in st.session_state.get("link_problems", []):
-        st.warning(problem)
+        st.warning(ui.safe(problem))
     st.session_state["link_problems"] = []
 
 
@@ -144,7 +144,7 @@ def main() -> None:
         model = data.model_of(inp)
     except probes.ProbesError as exc:
         show_link_problems()
-        st.error(str(exc))
+        st.error(ui.safe(exc))
         st.query_params.from_dict(ui.view().to_query())
         return
     sidebar_model(model)
@@ -163,10 +163,10 @@ def main() -> None:
     try:
         page.run()
     except (probes.ProbesError, ValueError) as exc:
-        st.error(str(exc))
+        st.error(ui.safe(exc))
     except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
         log.exception("page %s failed", key)
-        st.error(f"Something went wrong on this page ({type(exc).__name__}: {exc}). The other pages still "
+        st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
                  "work; if it happens again, please report it with this page's link.")
     st.query_params.from_dict(ui.view().to_query())
 

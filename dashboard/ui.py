@@ -3,6 +3,7 @@ the context a page is handed, the query-token picker, the parity badge and chart
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import altair as alt
@@ -16,6 +17,17 @@ from .charts import labels
 from .state import ViewState
 
 VIEW = "view"
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def safe(text: object) -> str:
+    """A string that came from a user (a link, a text box, an upload, a model name, a token, an error
+    naming any of those), made safe to put into Streamlit's markdown (errors, captions, headings…):
+    every markdown character is backslash-escaped, so it shows as typed, never as a link, an image or
+    formatting. Bare addresses (``https://…``, ``www.…``, ``a@b``), which Streamlit turns into links even
+    when escaped, get an invisible word joiner (U+2060) that breaks the autolink."""
+    text = str(text).replace("://", ":\u2060//").replace("www.", "www\u2060.").replace("@", "\u2060@")
+    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def view() -> ViewState:
@@ -48,7 +60,7 @@ class Context:
     def ready(self) -> bool:
         """True when the input ran; else shows why (with what to do) and the page stops there."""
         if self.error:
-            st.error(self.error)
+            st.error(safe(self.error))
             return False
         return True
 

@@ -62,9 +62,9 @@ def render(ctx: ui.Context) -> None:
 
 
 def _live_forward(ctx: ui.Context) -> None:
-    st.subheader(f"Live, on this machine: {ctx.model.name}")
+    st.subheader(f"Live, on this machine: {ui.safe(ctx.model.name)}")
     if not ctx.model.scratch_supported:
-        st.info(f"{ctx.model.name} runs in the Hugging Face view only: there is no lazy path to compare.")
+        st.info(f"{ui.safe(ctx.model.name)} runs in the Hugging Face view only: there is no lazy path to compare.")
         return
     lengths = [n for n in LIVE_LENGTHS if n <= ctx.model.max_tokens]
     picked = st.multiselect("Input lengths (tokens)", lengths, default=lengths[:4], key="cost_lengths")
@@ -88,8 +88,8 @@ def _kv_cache(ctx: ui.Context) -> None:
         "**2 × layers × key/value heads × d_head × tokens × 4 bytes** in fp32. It grows linearly with the "
         "context, and in exchange each new token costs one row of attention instead of rerunning the whole prefix.")
     if not m.is_causal or not m.scratch_supported:
-        st.info(f"{m.name} does not write text with our from-scratch path "
-                f"({'an encoder' if not m.is_causal else m.scratch_problem}): pick smollm2 or a GPT-2 model to see "
+        st.info(f"{ui.safe(m.name)} does not write text with our from-scratch path "
+                f"({'an encoder' if not m.is_causal else ui.safe(m.scratch_problem)}): pick smollm2 or a GPT-2 model to see "
                 "its KV cache.")
     else:
         top = m.max_tokens
@@ -120,7 +120,7 @@ def _kv_cache(ctx: ui.Context) -> None:
             st.dataframe(measured, hide_index=True)
         else:
             right.caption("Press **Measure generation** to time a cached step against rerunning the whole prefix "
-                          f"on {m.name}, and to check the formula against the cache's own tensors (a few seconds).")
+                          f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors (a few seconds).")
         ui.downloads("kv-cache", chart, formula)
     st.subheader("Saved benchmark: SmolLM2-135M, up to 2,048 tokens of context")
     saved = _saved_decoding()

@@ -27,7 +27,7 @@ def _window(n: int) -> tuple[int, int]:
 
 def render(ctx: ui.Context) -> None:
     v = ui.view()
-    st.header(f"{ctx.model.name}: layer {v.layer}, head {v.head}")
+    st.header(f"{ui.safe(ctx.model.name)}: layer {v.layer}, head {v.head}")
     if not ctx.ready():
         return
     info = ctx.info

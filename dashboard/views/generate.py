@@ -68,7 +68,7 @@ def render(ctx: ui.Context) -> None:
     m = ctx.model
     st.header("Generate: a decoder writes, token by token, with a KV cache")
     if not m.is_causal:
-        st.info(f"{m.name} is an encoder ({m.family.title if m.family else 'not a decoder'}): it reads a whole text "
+        st.info(f"{ui.safe(m.name)} is an encoder ({m.family.title if m.family else 'not a decoder'}): it reads a whole text "
                 "at once and never writes one, so there is nothing to generate here. Pick smollm2 (offline) or a "
                 "GPT-2 model in the sidebar's Model menu.")
         return
@@ -86,7 +86,7 @@ def render(ctx: ui.Context) -> None:
     try:
         gen = data.generation(w)
     except probes.ProbesError as exc:
-        st.error(str(exc))
+        st.error(ui.safe(exc))
         return
     n = gen.n_steps
     if v.step >= n:
@@ -100,7 +100,7 @@ def render(ctx: ui.Context) -> None:
     wrote = tokens[q + 1]
     st.html(_text_html(tokens, gen.prompt_length, q))
     st.caption(f"Step {step} of {n - 1}: {'the prefill (the whole prompt) ended on' if step == 0 else 'fed'} "
-               f"{tokens[q]!r} and the model wrote {wrote!r} · {w.sampling.describe()}"
+               f"{ui.safe(repr(tokens[q]))} and the model wrote {ui.safe(repr(wrote))} · {w.sampling.describe()}"
                + (" · stopped at the end-of-text token" if gen.stopped == "eos" else ""))
     _proof(w)
 
@@ -113,7 +113,7 @@ def render(ctx: ui.Context) -> None:
     top = gen.top_keys(step, v.layer, v.head, 3)
     window = gen.windows[v.layer]
     st.caption(("the last " + f"{charts.MAX_CELLS} of {len(context)} context tokens · " if shown else "")
-               + "most attended: " + ", ".join(f"{p}: {t!r} {w_:.2f}" for p, t, w_ in top)
+               + "most attended: " + ", ".join(f"{p}: {ui.safe(repr(t))} {w_:.2f}" for p, t, w_ in top)
                + (f" · this layer sees only the last {window} tokens (a sliding window)" if window else ""))
 
     st.subheader("Every step of this head")
@@ -148,7 +148,7 @@ def _proof(w: data.Writing) -> None:
     try:
         proof = data.generation_proof(w)
     except probes.ProbesError as exc:
-        st.warning(f"The proof could not run: {exc}")
+        st.warning(f"The proof could not run: {ui.safe(exc)}")
         return
     same = "" if proof.hf_same_tokens is None else (
         " · Hugging Face's generate writes the same tokens" if proof.hf_same_tokens

@@ -60,13 +60,13 @@ def render(ctx: ui.Context) -> None:
     try:
         frame, source = _upload() if how == "Upload a table" else _run(ctx)
     except probes.ProbesError as exc:
-        st.error(str(exc))
+        st.error(ui.safe(exc))
         return
     if frame is None:
         return
     problem = st.session_state.pop("heads_problem", None)
     if problem:
-        st.warning(problem)
+        st.warning(ui.safe(problem))
     labels = sorted(frame["label"].astype(str).unique())
     cols = st.columns(2)
     label = cols[0].selectbox("Label", labels, key="heads_label")
@@ -77,7 +77,7 @@ def render(ctx: ui.Context) -> None:
     v = ui.view()
     chart = charts.head_grid(frame.assign(label=frame["label"].astype(str)), label, layers, heads,
                              selected=(v.layer, v.head), value=value)
-    st.caption(f"{source}. The outlined cell is the head selected in the sidebar.")
+    st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.")
     ui.chart(chart, on_select=lambda: _open("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)

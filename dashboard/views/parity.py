@@ -16,8 +16,8 @@ from .. import charts, data, ui
 def render(ctx: ui.Context) -> None:
     st.header("Parity: Hugging Face vs our from-scratch pass")
     if not ctx.model.scratch_supported:
-        st.info(f"{ctx.model.name} runs in the Hugging Face view only, so there is nothing to compare: "
-                f"{ctx.model.scratch_problem}")
+        st.info(f"{ui.safe(ctx.model.name)} runs in the Hugging Face view only, so there is nothing to compare: "
+                f"{ui.safe(ctx.model.scratch_problem)}")
         return
     if not ctx.ready():
         return

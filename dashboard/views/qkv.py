@@ -27,7 +27,7 @@ def render(ctx: ui.Context) -> None:
              rf"\qquad d_k = {d}")
 
     st.subheader("1 · The query vector q and the key vectors k")
-    st.markdown(f"q is **{keys[query]}**'s vector for this head ({d} numbers); every token has a key vector k. "
+    st.markdown(f"q is **{ui.safe(keys[query])}**'s vector for this head ({d} numbers); every token has a key vector k. "
                 "Each is one slice of a linear map of the layer's input." + _sharing(s, ctx.model.n_heads))
     if s.q_unrotated is not None:
         _rotation(s, keys[query])
@@ -50,13 +50,13 @@ def render(ctx: ui.Context) -> None:
         c: st.column_config.NumberColumn(format="%.6f") for c in ("q·k", "× scale", "softmax weight", "model's weight")})
     ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
     check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
-    st.caption(f"These weights (float64) {check} the model's own attention row for {keys[query]} (float32): "
+    st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
                f"max |Δ| {s.max_abs_diff:.1e}.")
 
     st.subheader("5 · The weighted sum of v")
     top = np.argsort(-s.weights)[:3]
     st.markdown("The head's output for this token is the value vectors v, mixed by the weights: "
-                + ", ".join(f"{s.weights[j]:.3f} × v({keys[j]})" for j in top) + " + …")
+                + ", ".join(f"{s.weights[j]:.3f} × v({ui.safe(keys[j])})" for j in top) + " + …")
     rows = {f"{s.weights[j]:.3f} × v  {keys[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
     rows["= output"] = s.output
     ui.chart(charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))

@@ -382,3 +382,14 @@ def test_explore_on_smollm2_from_scratch_says_its_heads_share_keys():
     assert "30 layers × 9 heads reading 3 key/value heads · source: our from-scratch pass" in at.caption[0].value
     rows = [r for r in _rows(at, '"Layer 18, head 6"') if "weight" in r]
     assert rows and all(r["key_pos"] <= r["query_pos"] for r in rows)  # a decoder: no future drawn
+
+
+def test_user_text_in_links_is_shown_escaped():
+    """A link's model name or parameter never becomes a working link or an outside image in the app."""
+    at = _app(model="[Session expired: log in again](https://evil.example/login)")
+    errors = _texts(at.error)
+    assert "\\[Session expired\\: log in again\\]\\(https" in errors
+    at = _app(layer="![t](https://evil.example/t.png)")
+    warnings = _texts(at.warning)
+    assert "!\\[t\\]" in warnings or "\\!\\[t\\]" in warnings
+    assert "](https" not in warnings

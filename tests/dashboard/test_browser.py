@@ -135,3 +135,27 @@ def test_generate_steps_through_the_tokens(app_url):
                                timeout=60_000)
         page.screenshot(path=SHOTS / "app_generate_step3.png", full_page=True)
         browser.close()
+
+
+def test_a_crafted_link_shows_text_not_links_or_outside_images(app_url):
+    """Markdown in a link's parameters (a phishing link in the error box, an image that makes the visitor's
+    browser call out) is shown as typed."""
+    from urllib.parse import quote
+
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url))
+        page.goto(f"{app_url}/?model={quote('[Session expired: log in again](https://evil.example/login)')}"
+                  f"&layer={quote('![t](https://evil.example/t.png)')}")
+        _settle(page)
+        error = page.locator("[data-testid=stAlertContentError]").first
+        error.wait_for(timeout=60_000)
+        shown = error.inner_text().replace("\u2060", "")  # (an invisible joiner keeps the address from linking)
+        assert "[Session expired: log in again](https://evil.example/login)" in shown
+        assert page.locator("a[href^='https://evil.example']").count() == 0  # (the page menu's own links carry the query)
+        assert page.locator("img[src^='https://evil.example']").count() == 0
+        assert not [url for url in asked if url.startswith("https://evil.example")]  # the visitor never calls out
+        page.screenshot(path=SHOTS / "app_crafted_link.png", full_page=True)
+        browser.close()
