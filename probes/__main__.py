@@ -54,6 +54,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .heads.registry import for_data
     from .models import load
 
+    from .heads.profile import check_out
+
+    check_out(Path(args.out), args.force)  # before anything heavy: a bad --out is one line, at once
     _quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     # "all": every probe, or with --data the probes whose records say they read it
@@ -130,6 +133,17 @@ def g_backends() -> tuple[str, ...]:
     return GENERATE_BACKENDS
 
 
+def positive(text: str) -> int:
+    """argparse type: a whole number of 1 or more (0 and negative counts are mistakes, not "all")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -168,13 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ", ".join(f"{name} {probe.default_data}" for name, probe in probes().items() if probe.default_data)
     p.add_argument("--data", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl ({{text, pronoun, antecedent}}) or "
                    f".txt (one sentence a line) file (default: each probe's own: {defaults})")
-    p.add_argument("--limit", type=int, help="use only the first N items")
+    p.add_argument("--limit", type=positive, help="use only the first N items")
     p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--checkpoint-every", type=int, default=64, help="items per checkpoint (a rerun resumes)")
+    p.add_argument("--batch-size", type=positive, default=16)
+    p.add_argument("--checkpoint-every", type=positive, default=64, help="items per checkpoint (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
     p.add_argument("--device", default="auto")
-    p.add_argument("--top", type=int, default=3, help="heads to print per label")
+    p.add_argument("--top", type=positive, default=3, help="heads to print per label")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
     p.set_defaults(func=cmd_profile)
 
@@ -186,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2", help="a decoder: short name, hub id or local directory "
                    "(default: smollm2)")
     p.add_argument("--prompt", required=True, help="the start of the text")
-    p.add_argument("--max-new-tokens", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=positive, default=20)
     p.add_argument("--layer", type=int, help="layer whose head is shown per step (default: the last)")
     p.add_argument("--head", type=int, default=0)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy (seeded)")

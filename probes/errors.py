@@ -50,5 +50,9 @@ class BadData(ProbesError):
     """A data file that cannot be read: the message names the file and the line."""
 
 
+class CannotWrite(ProbesError):
+    """An output file that cannot be written (a folder, no permission, a full disk)."""
+
+
 class BadOption(ProbesError):
     """An option outside its range (a temperature of 0, more new tokens than the context holds…)."""

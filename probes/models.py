@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from .errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+from .errors import BadOption, EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
 from .families import Family, families, family_of
 from .tokens import Token, readable_tokens
 
@@ -233,13 +233,31 @@ def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device:
     """Load a model by short name (``minilm``), hub id (``gpt2``, ``bert-base-uncased``, ...) or local
     directory. ``allow_local_paths=False`` (public deployments) accepts only short names and hub ids.
     ``device``: where the weights go (default CPU); ``"auto"`` picks CUDA when there is one."""
+    device = _device(device)  # a device this machine does not have is refused before the model loads
     model = _load(name, allow_local_paths)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device is not None and torch.device(device) != model.device:
         model.hf.to(device)
     model.scratch_problem  # noqa: B018 - build the from-scratch network now (on the model's device), or say why not
     return model
+
+
+def _device(device: str | None) -> str | None:
+    """``auto`` -> CUDA when there is one, else CPU; ``cpu``, ``cuda``, ``cuda:N`` checked against the machine."""
+    if device is None:
+        return None
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BadOption(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise BadOption(f"device {device!r} is not supported here: use cpu, cuda, cuda:N or auto")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BadOption(f"device {device!r}: this machine has no CUDA GPU that torch can use; use cpu or auto")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise BadOption(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    return device
 
 
 def _load(name: str, allow_local_paths: bool) -> Model:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import pandas as pd
 
 from .. import runner
 from ..datasets.cache import write_atomic
-from ..errors import BadData
+from ..errors import BadData, CannotWrite
 from ..trace import Trace
 from .registry import Probe, get
 
@@ -92,6 +93,28 @@ def read_table(raw: bytes, name: str) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def check_out(out: Path, force: bool = False) -> None:
+    """Refuse, before any work, an output path that cannot be the result: a folder, an existing file
+    (unless ``force``), an unknown format, a folder that cannot be written."""
+    if out.is_dir():
+        raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
+    if out.suffix.lower() not in (".csv", ".json", ".parquet"):
+        raise BadData(f"{out}: write .csv, .json or .parquet")
+    if out.exists() and not force:
+        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
+    parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise CannotWrite(f"cannot write in {parent or out.parent}: choose another --out")
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        write_atomic(path, data)
+    except OSError as exc:  # a full disk, a folder made read-only meanwhile…
+        raise CannotWrite(f"could not write {path}: {exc.strerror or exc}; free some space or choose another "
+                          "--out (a rerun resumes from the chunks already written)") from None
+
+
 def write_table(frame: pd.DataFrame, out: Path) -> None:
     """CSV, JSON (records) or Parquet by extension, written atomically."""
     suffix = out.suffix.lower()
@@ -105,7 +128,7 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
         data = buf.getvalue()
     else:
         raise BadData(f"{out}: write .csv, .json or .parquet")
-    write_atomic(out, data)
+    _write(out, data)
 
 
 def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
@@ -126,18 +149,20 @@ def profile(model, probes: list[str], data: str | None, limit: int | None, out: 
         chunks = [items[i:i + checkpoint_every] for i in range(0, len(items), checkpoint_every)]
         bar = progress_factory(len(items), name) if progress_factory else None
         parts = []
-        for index, chunk in enumerate(chunks):
-            path = folder / f"chunk-{index:05d}.csv"
-            if path.is_file():  # done before an interruption: not recomputed
-                parts.append(pd.read_csv(path))
-                if bar:
-                    bar.update(len(chunk))
-                continue
-            part = run_chunk(probe, model, chunk, batch_size, backend, bar.update if bar else None)
-            write_atomic(path, part.to_csv(index=False).encode())
-            parts.append(part)
-        if bar:
-            bar.close()
+        try:
+            for index, chunk in enumerate(chunks):
+                path = folder / f"chunk-{index:05d}.csv"
+                if path.is_file():  # done before an interruption: not recomputed
+                    parts.append(pd.read_csv(path))
+                    if bar:
+                        bar.update(len(chunk))
+                    continue
+                part = run_chunk(probe, model, chunk, batch_size, backend, bar.update if bar else None)
+                _write(path, part.to_csv(index=False).encode())
+                parts.append(part)
+        finally:
+            if bar:  # closed before any error is printed, so the message starts its own line
+                bar.close()
         frames.append(probe.combine(parts, items))
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     write_table(frame, out)

@@ -112,3 +112,53 @@ def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(min
     ]:
         with pytest.raises(prof.BadData, match=re.escape(message)):
             prof.read_table(raw, "p.csv")
+
+
+def test_cli_counts_must_be_positive(tmp_path, capsys):
+    for flag, value in (("--limit", "0"), ("--limit", "-5"), ("--batch-size", "-1"), ("--batch-size", "0"),
+                        ("--checkpoint-every", "0"), ("--top", "x")):
+        with pytest.raises(SystemExit) as stop:
+            main(["profile", "--probe", "positional", "--out", str(tmp_path / "o.csv"), flag, value])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}: expected" in err, err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_cli_out_is_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
+    existing = tmp_path / "done.csv"
+    existing.write_text("probe,label\n")
+    base = ["profile", "--model", "minilm", "--probe", "positional", "--limit", "4"]
+    cases = [(["--out", str(tmp_path)], "is a folder"),
+             (["--out", str(existing)], "exists: pass --force to replace it")]
+    for args, says in cases:
+        assert main([*base, *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert existing.read_text() == "probe,label\n"  # untouched
+    assert main([*base, "--out", str(existing), "--force"]) == 0
+    capsys.readouterr()
+    assert "positional" in existing.read_text()
+
+    import errno
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prof, "write_atomic", full)
+    assert main([*base, "--out", str(tmp_path / "new.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # the progress bar, closed, then the message
+    assert err[-1].startswith("error: could not write") and "No space left on device; free some space" in err[-1]
+    assert sum("error" in line for line in err) == 1
+
+
+def test_cli_device_the_machine_lacks_is_one_line(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device, says in (("cuda", "no CUDA GPU"), ("tpu", "unknown device 'tpu'"), ("meta", "not supported here")):
+        assert main(["profile", "--probe", "positional", "--out", str(tmp_path / "d.csv"), "--device", device]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (device, err)
+        assert main(["parity", "--text", "hi", "--device", device]) == 2
+        assert says in capsys.readouterr().err
