@@ -63,6 +63,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
     frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
                     checkpoint_every=args.checkpoint_every, backend=args.backend,
+                    notify=lambda message: print(f"note: {message}", file=sys.stderr),
                     progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
     best = top_heads(frame, args.top)
     cols = [c for c in ("probe", "label", "layer", "head", "score", "baseline", "n", "offset") if c in best.columns]

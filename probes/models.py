@@ -96,6 +96,22 @@ class Model:
     config: object
     _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
     _scratch_problem: str | None = field(default=None, repr=False)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    def fingerprint(self) -> str:
+        """A digest of the config and of every weight tensor (its name, shape and a sample of its values):
+        two different checkpoints, even under one name or path, never share it. Computed once."""
+        if self._fingerprint is None:
+            import hashlib
+
+            h = hashlib.sha256(self.config.to_json_string(use_diff=False).encode())
+            for key, tensor in sorted(self.hf.state_dict().items()):
+                flat = tensor.detach().reshape(-1).float().cpu()
+                step = max(1, flat.numel() // 64)
+                h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype}".encode())
+                h.update(flat[::step][:64].numpy().tobytes() + flat[-8:].numpy().tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     @property
     def family_name(self) -> str:

@@ -6,7 +6,11 @@ The model runs here and nowhere else in the probes: :func:`traces` turns a chunk
 into Traces through :mod:`probes.runner` (texts in batches, or the Encodings a probe builds itself),
 and the probe's ``score`` reads them. The data is cut into chunks of ``checkpoint_every`` items; each
 finished chunk's scores are written (atomically) to ``OUT.partial/``. A rerun with the same arguments
-skips the chunks already there, so an interrupted run resumes without recomputing. The chunks are
+skips the chunks already there, so an interrupted run resumes without recomputing, but only chunks
+computed from the same inputs: each probe's checkpoint folder is named by, and holds a manifest of, a
+fingerprint of the items (their content, not the file name), the model's weights, the options that
+change scores and the probes' code; a checkpoint from other inputs is removed, saying which of them
+changed, and the run starts afresh. The chunks are
 then combined exactly by the probe's ``combine`` (:mod:`probes.heads.combine`). The final file (CSV,
 JSON or Parquet, by extension) is written through a temporary file and a rename, so an interrupted run
 never leaves a truncated output.
@@ -131,10 +135,52 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
     _write(out, data)
 
 
+def _digest(value) -> str:
+    return hashlib.sha256(value if isinstance(value, bytes) else repr(value).encode()).hexdigest()[:16]
+
+
+def code_version() -> str:
+    """A digest of the probes' code (every module of ``probes/heads`` and the runner they read Traces from):
+    a checkpoint written by other code is not reused."""
+    root = Path(__file__).resolve().parent
+    files = sorted(root.glob("*.py")) + [root.parent / "runner.py", root.parent / "trace.py"]
+    return _digest(b"".join(f.name.encode() + f.read_bytes() for f in files))
+
+
+def fingerprint(model, probe: Probe, items: list, data: str | None, checkpoint_every: int, backend: str) -> dict:
+    """What a probe's checkpoint was computed from, part by part (a change in any one starts afresh)."""
+    return {"data": _digest(items), "model": model.fingerprint(), "code": code_version(),
+            "options": _digest([probe.name, data, checkpoint_every, backend])}
+
+
+def _checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
+    """The checkpoint folder of this probe's run; folders of the same probe made from other inputs are
+    removed, and ``notify`` is told which inputs differ."""
+    folder = partial / f"{name}-{_digest(sorted(print_.items()))}"
+    for other in sorted(partial.glob(f"{name}-*")) if partial.is_dir() else []:
+        if other == folder:
+            continue
+        try:
+            before = json.loads((other / "manifest.json").read_text())
+            changed = [part for part in print_ if before.get(part) != print_[part]] or ["inputs"]
+        except (OSError, ValueError):
+            changed = ["inputs (no readable manifest)"]
+        if notify:
+            notify(f"{name}: the checkpoint in {other} was computed from another {', '.join(changed)}: "
+                   "starting afresh")
+        shutil.rmtree(other, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "manifest.json").is_file():
+        _write(folder / "manifest.json", json.dumps(print_, indent=1).encode())
+    return folder
+
+
 def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
-            checkpoint_every: int = 64, backend: str = "eager", progress_factory=None) -> pd.DataFrame:
+            checkpoint_every: int = 64, backend: str = "eager", progress_factory=None,
+            notify: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run the probes (by name, as the registry knows them) over ``data`` (each probe's default when
-    None), checkpointing every ``checkpoint_every`` items under ``out.partial/``."""
+    None), checkpointing every ``checkpoint_every`` items under ``out.partial/``. ``notify(message)`` is
+    told when a checkpoint from other inputs is dropped."""
     if out.suffix.lower() not in (".csv", ".json", ".parquet"):
         raise BadData(f"{out}: write .csv, .json or .parquet")
     partial = out.with_name(out.name + ".partial")
@@ -142,10 +188,7 @@ def profile(model, probes: list[str], data: str | None, limit: int | None, out: 
     for name in probes:
         probe = get(name)
         items = probe.items(data, limit)
-        fingerprint = hashlib.sha256(json.dumps(
-            [model.name, model.source, name, data, limit, checkpoint_every, backend, len(items)]).encode()).hexdigest()[:16]
-        folder = partial / f"{name}-{fingerprint}"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = _checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
         chunks = [items[i:i + checkpoint_every] for i in range(0, len(items), checkpoint_every)]
         bar = progress_factory(len(items), name) if progress_factory else None
         parts = []

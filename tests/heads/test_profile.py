@@ -162,3 +162,53 @@ def test_cli_device_the_machine_lacks_is_one_line(tmp_path, capsys, monkeypatch)
         assert len(err) == 1 and says in err[0], (device, err)
         assert main(["parity", "--text", "hi", "--device", device]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_resume_never_reuses_chunks_from_other_inputs(minilm, gpt2_model, tmp_path, monkeypatch):
+    """Interrupt, edit the data file, rerun the same command: the old chunks are dropped (and the note says
+    the data changed), and the result equals a fresh run on the edited file; likewise for another model
+    and other code."""
+    data = tmp_path / "sents.txt"
+    lines = [f"Sentence number {i} is about the cat on the mat." for i in range(8)]
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "pos.csv"
+    real = prof.run_chunk
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prof, "run_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prof.profile(minilm, ["positional"], str(data), None, out, checkpoint_every=4)
+    monkeypatch.setattr(prof, "run_chunk", real)
+    data.write_text("\n".join(["Completely different words , here ; and there !"] * 3 + lines[3:]) + "\n")
+    notes = []
+    resumed = prof.profile(minilm, ["positional"], str(data), None, out, checkpoint_every=4, notify=notes.append)
+    assert len(notes) == 1 and "computed from another data: starting afresh" in notes[0]
+    fresh = prof.profile(minilm, ["positional"], str(data), None, tmp_path / "fresh.csv", checkpoint_every=4)
+    pd.testing.assert_frame_equal(_by_key(resumed), _by_key(fresh))
+
+    for change, model, says in (("model", gpt2_model, "another model"), ("code", minilm, "another code")):
+        monkeypatch.setattr(prof, "run_chunk", interrupted)
+        calls.clear()
+        with pytest.raises(KeyboardInterrupt):
+            prof.profile(minilm, ["positional"], str(data), None, out, checkpoint_every=4)
+        monkeypatch.setattr(prof, "run_chunk", real)
+        if change == "code":
+            monkeypatch.setattr(prof, "code_version", lambda: "edited")
+        notes.clear()
+        prof.profile(model, ["positional"], str(data), None, out, checkpoint_every=4, notify=notes.append)
+        assert len(notes) == 1 and says in notes[0], notes
+
+
+def test_the_model_fingerprint_tells_checkpoints_apart(gpt2_model, gpt2_dir, ckpt_dir):
+    import probes
+    from checkpoints import make_gpt2
+
+    assert gpt2_model.fingerprint() == probes.load(str(gpt2_dir)).fingerprint()  # same weights, same print
+    other = make_gpt2(ckpt_dir / "gpt2-other", std=0.31)
+    assert probes.load(str(other)).fingerprint() != gpt2_model.fingerprint()
