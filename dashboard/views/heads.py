@@ -46,19 +46,19 @@ def _run(ctx: ui.Context):
     return None, None
 
 
-def _upload():
+def _upload(model):
     upload = st.file_uploader("A probe table (CSV)", type=["csv"], key="probe_upload",
                               help="written by `python -m probes profile --model M --probe P --out FILE.csv`")
     if upload is None:
         return None, None
-    return profile.read_table(upload.getvalue(), upload.name), upload.name
+    return profile.read_table(upload.getvalue(), upload.name, model.n_layers, model.n_heads), upload.name
 
 
 def render(ctx: ui.Context) -> None:
     st.header("Heads: what each head does over a dataset")
     how = st.segmented_control("Scores from", ["Run a probe", "Upload a table"], default="Run a probe", key="heads_how")
     try:
-        frame, source = _upload() if how == "Upload a table" else _run(ctx)
+        frame, source = _upload(ctx.model) if how == "Upload a table" else _run(ctx)
     except probes.ProbesError as exc:
         st.error(ui.safe(exc))
         return

@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .. import runner
@@ -74,9 +75,14 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     return record.combine([run_chunk(record, model, items, batch_size, backend, step)], items)
 
 
-def read_table(raw: bytes, name: str) -> pd.DataFrame:
+MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
+
+
+def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int | None = None) -> pd.DataFrame:
     """A probe table as ``profile`` writes it (CSV), read back and checked: it needs the columns
-    ``label, layer, head, score``; anything else is ``BadData`` naming the file and what is wrong."""
+    ``label, layer, head, score`` with finite scores; with ``n_layers``/``n_heads`` (the model it is shown
+    for), every layer and head must exist in that model. Anything else is ``BadData`` naming the file and
+    what is wrong, before anything is built from it."""
     try:
         frame = pd.read_csv(io.BytesIO(raw))
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
@@ -93,6 +99,15 @@ def read_table(raw: bytes, name: str) -> pd.DataFrame:
     frame = frame.dropna(subset=["layer", "head"])
     if (frame["layer"] < 0).any() or (frame["head"] < 0).any() or (frame["layer"] % 1).any() or (frame["head"] % 1).any():
         raise BadData(f"{name}: layer and head must be whole numbers from 0")
+    for col, n in (("layer", n_layers), ("head", n_heads)):
+        if n is not None and (frame[col] >= n).any():
+            raise BadData(f"{name}: {col} {int(frame[col].max())} does not exist in this model ({col}s 0–{n - 1}): "
+                          "upload a table written for the model selected in the sidebar")
+    scores = frame["score"].dropna()
+    if scores.empty:
+        raise BadData(f"{name}: the score column is empty")
+    if not np.isfinite(scores).all() or (scores.abs() > MAX_SCORE).any():
+        raise BadData(f"{name}: scores must be finite numbers up to {MAX_SCORE:g} in size")
     frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
     return frame.reset_index(drop=True)
 

@@ -45,7 +45,8 @@ def at_options(at) -> list[str]:
 
 
 def _texts(elements) -> str:
-    return "\n".join(e.value for e in elements)
+    """The text of messages as a reader sees it (the app escapes user text as markdown: unescaped here)."""
+    return re.sub(r"\\(.)", r"\1", "\n".join(e.value for e in elements)).replace("\u2060", "")
 
 
 def _upload(at, name: str, csv: bytes) -> AppTest:
@@ -387,9 +388,20 @@ def test_explore_on_smollm2_from_scratch_says_its_heads_share_keys():
 def test_user_text_in_links_is_shown_escaped():
     """A link's model name or parameter never becomes a working link or an outside image in the app."""
     at = _app(model="[Session expired: log in again](https://evil.example/login)")
-    errors = _texts(at.error)
+    errors = "\n".join(e.value for e in at.error)  # the markdown source the browser gets
     assert "\\[Session expired\\: log in again\\]\\(https" in errors
+    assert "[Session expired: log in again](https://evil.example/login)" in _texts(at.error)  # what a reader sees
     at = _app(layer="![t](https://evil.example/t.png)")
-    warnings = _texts(at.warning)
-    assert "!\\[t\\]" in warnings or "\\!\\[t\\]" in warnings
-    assert "](https" not in warnings
+    warnings = "\n".join(e.value for e in at.warning)
+    assert "\\!\\[t\\]" in warnings and "](https" not in warnings
+
+
+def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
+    import time
+
+    at = _app(page="heads")
+    started = time.perf_counter()
+    _upload(at, "huge.csv", b"label,layer,head,score\nx,1000000,0,0.5\n")
+    assert time.perf_counter() - started < 30  # (it used to build a million-row grid for minutes)
+    assert "layer 1000000 does not exist in this model (layers 0–5)" in _texts(at.error)
+    assert not at.get("vega_lite_chart")

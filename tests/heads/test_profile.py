@@ -109,9 +109,14 @@ def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(min
         (b"label,layer,head,score\nx,-1,0,0.5\n", "whole numbers from 0"),
         (b"label,layer,head,score\n", "no rows"),
         (b"\xff\xfe\x00garbage", "p.csv"),
+        (b"label,layer,head,score\nx,1000000,0,0.5\n", "layer 1000000 does not exist in this model (layers 0–5)"),
+        (b"label,layer,head,score\nx,0,12,0.5\n", "head 12 does not exist in this model (heads 0–11)"),
+        (b"label,layer,head,score\nx,0,0,inf\n", "scores must be finite numbers"),
+        (b"label,layer,head,score\nx,0,0,1e300\n", "scores must be finite numbers"),
+        (b"label,layer,head,score\nx,0,0,\ny,1,1,\n", "the score column is empty"),
     ]:
         with pytest.raises(prof.BadData, match=re.escape(message)):
-            prof.read_table(raw, "p.csv")
+            prof.read_table(raw, "p.csv", n_layers=6, n_heads=12)
 
 
 def test_cli_counts_must_be_positive(tmp_path, capsys):

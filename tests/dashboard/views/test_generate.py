@@ -5,6 +5,7 @@ an encoder gets instead of an error."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ def _app(**params) -> AppTest:
 
 
 def _texts(elements) -> str:
-    return "\n".join(e.value for e in elements)
+    """The text of messages as a reader sees it (the app escapes user text as markdown: unescaped here)."""
+    return re.sub(r"\\(.)", r"\1", "\n".join(e.value for e in elements)).replace("\u2060", "")
 
 
 def _bars(at) -> list[dict]:
