@@ -228,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     except ProbesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        resume = " to resume" if args.command == "profile" else ""
+        print(f"\ninterrupted: rerun the same command{resume}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 by side and the runner (``probes.runner``) calls either. The model's own eager attention returns the
 probabilities (``output_attentions``); its q, k and v are caught by forward hooks that the model's
 family record places (for rotary models: q and k after the model's own rotation), and the Trace
-carries the family's score scale and sliding window of each layer, as the scratch Trace does.
+carries the family's score scale and sliding window of each layer, as the scratch Trace does. An
+encoder-decoder model (T5, BART…) is seen through its encoder: the self-attention over the text.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     with Capture() as cap, torch.inference_mode():
         if family:
             family.capture(model.hf, config, cap)
-        out = model.hf(**kwargs, output_attentions=True, output_hidden_states=True, return_dict=True)
+        # an encoder-decoder (T5, BART…): the encoder's self-attention over the text is the view
+        module = model.hf.get_encoder() if getattr(config, "is_encoder_decoder", False) else model.hf
+        out = module(**kwargs, output_attentions=True, output_hidden_states=True, return_dict=True)
     if not out.attentions or any(a is None for a in out.attentions):
         raise RuntimeError("Hugging Face returned no attention probabilities: the model is not eager")
     complete = len(cap.q) == model.n_layers

@@ -20,7 +20,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from .errors import BadOption, EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+from .errors import (BadOption, EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
+                     UnsupportedModel)
 from .families import Family, families, family_of
 from .tokens import Token, readable_tokens
 
@@ -342,6 +343,11 @@ def _load_gguf(name: str, path: Path) -> Model:
         raise ModelUnavailable(f"loading {name!r} needs the gguf package: pip install gguf accelerate") from exc
     except (OSError, ValueError, KeyError) as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
+    except ProbesError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a truncated or header-only GGUF fails anywhere in its reader
+        raise ModelUnavailable(f"cannot read {name!r} as GGUF ({type(exc).__name__}: {_first_line(exc)}): the file "
+                               "may be truncated or damaged; copy or download it again") from exc
     return _ready(name, str(path), family, hf, tokenizer)
 
 
@@ -436,6 +442,9 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
         if local_files_only and source == name and not os.path.isdir(source):
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load {name!r}: {_first_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 - weight readers raise anything on a damaged file (SafetensorError…)
+        raise ModelUnavailable(f"cannot read the weights of {name!r} ({type(exc).__name__}: {_first_line(exc)}): "
+                               "the file may be truncated or damaged; copy or download it again") from exc
     return _ready(name, source, family, hf, tokenizer)
 
 

@@ -125,3 +125,16 @@ def make_neox(path: Path) -> Path:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def make_t5(path: Path) -> Path:
+    """A tiny T5 (an encoder-decoder no family record covers): the Hugging Face view sees its encoder."""
+    from transformers import T5Config, T5Model
+
+    tok = gpt2_tokenizer()
+    torch.manual_seed(0)
+    model = T5Model(T5Config(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                             decoder_start_token_id=0, pad_token_id=0, eos_token_id=0))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -135,3 +135,17 @@ def test_generate_wrong_cache_exits_1(gpt2_dir, monkeypatch, capsys):
         honest(self, layer, k, v)))  # values shifted by one position
     assert main(["generate", "--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "4", "--no-eos"]) == 1
     assert "proof: FAIL" in capsys.readouterr().out
+
+
+def test_ctrl_c_is_one_line_and_exit_130(gpt2_dir, monkeypatch, capsys, tmp_path):
+    from probes.heads import profile as prof
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prof, "run_chunk", interrupt)
+    assert main(["profile", "--probe", "positional", "--limit", "4", "--out", str(tmp_path / "p.csv")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted: rerun the same command to resume"
+    monkeypatch.setattr(scratch, "build", interrupt)
+    assert main(["parity", "--model", str(gpt2_dir), "--text", "hi"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: rerun the same command"

@@ -192,3 +192,26 @@ def test_hub_id_from_the_local_cache_needs_no_network(gpt2_dir, tmp_path):
                           "the cat sat", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert '"passed": true' in out.stdout and '"model": "tiny-org/tiny-gpt2"' in out.stdout
+
+
+def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path):
+    import shutil
+
+    trunc = tmp_path / "trunc"
+    shutil.copytree(gpt2_dir, trunc)
+    data = (trunc / "model.safetensors").read_bytes()
+    (trunc / "model.safetensors").write_bytes(data[: len(data) // 2])
+    header_only = tmp_path / "gguf" / "x.gguf"
+    header_only.parent.mkdir()
+    header_only.write_bytes(b"GGUF\x03\x00\x00\x00")
+    evil, state = _as_pickle_only(gpt2_dir, tmp_path / "evil")
+    _Payload.marker = tmp_path / "pwned"
+    state["payload"] = _Payload()
+    torch.save(state, evil / "pytorch_model.bin")
+    for path, says in ((trunc, "the file may be truncated or damaged"), (header_only, "as GGUF"),
+                       (evil, "it is refused")):
+        out = subprocess.run([sys.executable, "-m", "probes", "parity", "--model", str(path), "--text", "hi"],
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and says in lines[0], (path, out.stderr[-800:])
+    assert not _Payload.marker.exists()

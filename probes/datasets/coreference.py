@@ -106,6 +106,10 @@ def read_jsonl(path: str | Path) -> list[CorefItem]:
         missing = [k for k in ("text", "pronoun", "antecedent") if not isinstance(row, dict) or not row.get(k)]
         if missing:
             raise BadData(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+        wrong = [f"{k} is {type(row[k]).__name__}" for k in ("text", "pronoun", "antecedent", "label")
+                 if k in row and not isinstance(row[k], str)]
+        if wrong:
+            raise BadData(f"{path}:{n}: {', '.join(wrong)}, not text: give each field as a string")
         item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"))
         if item is None:
             raise BadData(f"{path}:{n}: the antecedent {row['antecedent']!r} followed by the pronoun "

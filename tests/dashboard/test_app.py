@@ -405,3 +405,13 @@ def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
     assert time.perf_counter() - started < 30  # (it used to build a million-row grid for minutes)
     assert "layer 1000000 does not exist in this model (layers 0–5)" in _texts(at.error)
     assert not at.get("vega_lite_chart")
+
+
+def test_a_damaged_checkpoint_is_a_message_not_a_traceback(gpt2_dir, tmp_path):
+    import shutil
+
+    shutil.copytree(gpt2_dir, tmp_path / "trunc")
+    weights = tmp_path / "trunc" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    at = _app(model=str(tmp_path / "trunc"))
+    assert "may be truncated or damaged" in _texts(at.error)

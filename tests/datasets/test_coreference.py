@@ -19,6 +19,8 @@ def test_user_jsonl(tmp_path):
     ('{"text": "a b", "pronoun": "she"}', "missing field\\(s\\) antecedent"),
     ("{not json", "not JSON"),
     ('{"text": "she saw Bob", "pronoun": "she", "antecedent": "Bob"}', "the antecedent 'Bob' followed by .* not in"),
+    ('{"text": 5, "pronoun": "she", "antecedent": "x"}', "text is int, not text"),
+    ('{"text": "Bob said he", "pronoun": "he", "antecedent": ["Bob"]}', "antecedent is list, not text"),
 ])
 def test_bad_lines_name_file_and_line(tmp_path, line, says):
     path = tmp_path / "bad.jsonl"
