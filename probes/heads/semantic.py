@@ -143,8 +143,15 @@ def _coreference_items(data: str, items: list) -> None:
 
 
 def _tagged(data: str, items: list) -> None:
-    if not getattr(items[0], "upos", None):
+    if not hasattr(items[0], "upos"):
         raise BadData(f"{data}: the lexical probe needs part-of-speech tags (ewt-* or a .conllu with UPOS)")
+
+
+def _untagged(item) -> str | None:
+    """A sentence without part-of-speech tags (UPOS ``_``) is of no use to the lexical probe."""
+    if not item.upos or all(u in ("X", "_") for u in item.upos):
+        return "no part-of-speech tags (the UPOS column is _): the lexical probe needs them"
+    return None
 
 
 PROBES = (
@@ -163,7 +170,7 @@ PROBES = (
         about="attention between WordNet-related words against distance-matched controls (EWT)",
         order=40,
         default_data="ewt-dev",
-        load=loader(_tagged),
+        load=loader(_tagged, _untagged),
         score=lexical_pairs,
         combine=mean(finish=lambda frame, items: controls_as_baseline(frame)),
     ),

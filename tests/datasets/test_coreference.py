@@ -23,10 +23,26 @@ def test_user_jsonl(tmp_path):
     ('{"text": "Bob said he", "pronoun": "he", "antecedent": ["Bob"]}', "antecedent is list, not text"),
 ])
 def test_bad_lines_name_file_and_line(tmp_path, line, says):
+    import re
+
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "Bob said he would", "pronoun": "he", "antecedent": "Bob"}\n' + line + "\n")
-    with pytest.raises(BadData, match=f"bad.jsonl:2: {says}"):
-        read_jsonl(path)
+    items = read_jsonl(path)
+    assert len(items) == 1 and len(items.bad) == 1
+    assert re.search(f"bad.jsonl:2: {says}", str(items.bad[0])), str(items.bad[0])
+
+
+def test_every_bad_line_is_listed_a_bom_is_fine_and_no_lines_is_an_error(tmp_path):
+    path = tmp_path / "items.jsonl"
+    good = json.dumps({"text": "Bob said he would", "pronoun": "he", "antecedent": "Bob"})
+    paraphrased = json.dumps({"text": "The old man said he would", "pronoun": "he", "antecedent": "the elderly man"})
+    path.write_text("\ufeff" + "\n".join([good, "{oops", paraphrased, good, '{"text": 1}']) + "\n", encoding="utf-8")
+    items = read_jsonl(path)
+    assert len(items) == 2 and [b.line for b in items.bad] == [2, 3, 5]
+    assert "give the antecedent's exact words" in items.bad[1].reason
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    with pytest.raises(BadData, match="no items found"):
+        read_jsonl(tmp_path / "blank.jsonl")
 
 
 def test_winobias_from_the_pinned_wheel():

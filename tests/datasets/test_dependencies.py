@@ -31,16 +31,41 @@ def test_reads_words_heads_and_relations(tmp_path):
 
 
 @pytest.mark.parametrize("text, line, says", [
-    (GOOD.replace("2\tcat\tcat\tNOUN\tNN\t_\t3", "2\tcat\tcat\tNOUN\tNN\t3"), 4, "CoNLL-U"),
-    (GOOD.replace("\t2\tdet", "\t9\tdet"), 1, "outside the sentence"),
-    ("", 1, "no sentences"),
-    ("just some text\nwith lines\n", 1, "CoNLL-U"),
+    (GOOD.replace("2\tcat\tcat\tNOUN\tNN\t_\t3", "2\tcat\tcat\tNOUN\tNN\t3"), 4, "9 tab-separated field"),
+    (GOOD.replace("\t2\tdet", "\t9\tdet"), 3, "the HEAD 9 of word 1 points outside the sentence"),
+    (GOOD.replace("2\tcat\tcat\tNOUN\tNN\t_\t3", "2\tcat\tcat\tNOUN\tNN\t_\t2"), 4, "word 2 is its own head"),
+    (GOOD.replace("3\tsat\tsit\tVERB\tVBD\t_\t0", "3\tsat\tsit\tVERB\tVBD\t_\t2"), 4,
+     "words 2, 3 form a cycle of heads"),
+    (GOOD.replace("\t2\tdet", "\t_\tdet"), 3, "word 1 has no numeric HEAD"),
 ])
-def test_malformed_files_name_the_file_and_line(tmp_path, text, line, says):
+def test_a_bad_sentence_is_skipped_and_named_by_its_exact_line(tmp_path, text, line, says):
     path = tmp_path / "bad.conllu"
     path.write_text(text)
-    with pytest.raises(BadData, match=f"bad.conllu:{line}: .*{says}"):
-        read_conllu(path)
+    items = read_conllu(path)
+    assert [s.id for s in items] == ["s2"]  # the good sentence is kept
+    (bad,) = items.bad
+    assert str(bad).startswith(f"{path}:{line}: ") and says in bad.reason, str(bad)
+
+
+def test_every_bad_sentence_is_listed_and_a_bom_is_fine(tmp_path):
+    path = tmp_path / "many.conllu"
+    broken = GOOD.split("\n\n")[0].replace("\t2\tdet", "\t1\tdet")  # word 1 its own head
+    path.write_text("\ufeff" + "\n\n".join([broken] * 3 + [GOOD]), encoding="utf-8")
+    items = read_conllu(path)
+    assert [s.id for s in items] == ["s1", "s2"] and len(items.bad) == 3
+    assert [b.line for b in items.bad] == [3, 10, 17]  # word 1 of each broken sentence (7 lines apart)
+
+
+@pytest.mark.parametrize("text", ["", "just some text\nwith lines\n"])
+def test_a_file_with_no_sentence_at_all(tmp_path, text):
+    path = tmp_path / "bad.conllu"
+    path.write_text(text)
+    if not text:
+        with pytest.raises(BadData, match="bad.conllu:1: .*no sentences"):
+            read_conllu(path)
+    else:
+        items = read_conllu(path)
+        assert not items and "bad.conllu:1: not valid CoNLL-U" in str(items.bad[0])
 
 
 def test_pinned_wheel_refuses_a_wrong_checksum(tmp_path, monkeypatch):

@@ -217,3 +217,51 @@ def test_the_model_fingerprint_tells_checkpoints_apart(gpt2_model, gpt2_dir, ckp
     assert gpt2_model.fingerprint() == probes.load(str(gpt2_dir)).fingerprint()  # same weights, same print
     other = make_gpt2(ckpt_dir / "gpt2-other", std=0.31)
     assert probes.load(str(other)).fingerprint() != gpt2_model.fingerprint()
+
+
+def _conllu(tmp_path, good: int, self_loops: int):
+    """A CoNLL-U file: ``self_loops`` sentences whose first word is its own head, then ``good`` good ones."""
+    good_block = "1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n" \
+                 "3\tsat\tsit\tVERB\tVBD\t_\t0\troot\t_\t_\n"
+    bad_block = good_block.replace("\t2\tdet", "\t1\tdet")
+    path = tmp_path / "mixed.conllu"
+    path.write_text("\n".join([bad_block] * self_loops + [good_block] * good))
+    return path
+
+
+def test_bad_items_are_skipped_counted_and_all_listed(tmp_path, capsys):
+    data = _conllu(tmp_path, good=6, self_loops=13)
+    out = tmp_path / "syn.csv"
+    assert main(["profile", "--probe", "syntactic", "--data", str(data), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: syntactic: skipped 13 bad item(s)" in err and "and 3 more" in err
+    shown = [line for line in err.splitlines() if "is its own head" in line]
+    assert len(shown) == 10 and shown[0].strip() == f"{data}:1: word 1 is its own head (a self-loop)"
+    side = (tmp_path / "syn.csv.bad.txt").read_text().splitlines()
+    assert len(side) == 13 and side[1] == f"{data}:5: word 1 is its own head (a self-loop)"
+    assert pd.read_csv(out)["n"].max() > 0  # the six good sentences were scored
+
+
+def test_strict_stops_on_any_bad_item_listing_them_all(tmp_path, capsys):
+    data = _conllu(tmp_path, good=6, self_loops=13)
+    out = tmp_path / "syn.csv"
+    assert main(["profile", "--probe", "syntactic", "--data", str(data), "--out", str(out), "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "error: 13 bad item(s)" in err and err.count("is its own head") == 13
+    assert not out.exists()
+
+
+def test_nothing_usable_or_nothing_to_score_exits_2(tmp_path, capsys):
+    data = _conllu(tmp_path, good=0, self_loops=2)
+    assert main(["profile", "--probe", "syntactic", "--data", str(data), "--out", str(tmp_path / "a.csv")]) == 2
+    assert "syntactic: no usable items" in capsys.readouterr().err
+    untagged = tmp_path / "untagged.conllu"
+    untagged.write_text("1\tHello\thello\t_\t_\t_\t2\tdiscourse\t_\t_\n2\tthere\tthere\t_\t_\t_\t0\troot\t_\t_\n")
+    assert main(["profile", "--probe", "lexical", "--data", str(untagged), "--out", str(tmp_path / "b.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "no part-of-speech tags" in err and not (tmp_path / "b.csv").exists()
+    # --probe all: a probe with nothing to score is skipped with a note, the others write their rows
+    assert main(["profile", "--probe", "all", "--data", str(untagged), "--out", str(tmp_path / "c.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "skipped lexical: no usable items" in err
+    assert set(pd.read_csv(tmp_path / "c.csv")["probe"]) >= {"positional", "syntactic"}
