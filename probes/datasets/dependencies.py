@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import BadData
 from . import BadItem, Items
-from .cache import PinnedWheel, cache_dir, write_atomic
+from .cache import PinnedWheel, cache_dir, derived
 
 DECOMP = PinnedWheel("decomp", "0.3.2", "decomp-0.3.2-py3-none-any.whl",
                      "f93dd0e893d4e726ce71da12e8793170a525184766acb34bd749dbac1a073079", python_version="3.12")
@@ -36,12 +36,13 @@ def ewt(split: str = "dev") -> list[DepSentence]:
     """UD English-EWT sentences of one split, converted once from the pinned decomp wheel and cached."""
     if split not in SPLITS:
         raise BadData(f"EWT has splits {', '.join(SPLITS)}, not {split!r}")
-    converted = cache_dir() / f"ewt-{split}.v2.jsonl"
-    if not converted.is_file():
+    def convert(tmp: Path) -> None:
         with zipfile.ZipFile(DECOMP.fetch()) as z:
             graphs = json.loads(z.read(EWT_MEMBER.format(split=split)))["data"]
         lines = [json.dumps(vars(s)) for s in (_from_graph(k, g) for k, g in graphs.items()) if s is not None]
-        write_atomic(converted, ("\n".join(lines) + "\n").encode())
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    converted = derived(cache_dir() / f"ewt-{split}.v2.jsonl", convert)  # checked against its sha256 record
     with open(converted, encoding="utf-8") as f:
         return [DepSentence(**json.loads(line)) for line in f if line.strip()]
 

