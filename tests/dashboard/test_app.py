@@ -10,16 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
-
-
-def _app(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    for key, value in params.items():
-        at.query_params[key] = str(value)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+from apptest import APP, open_app as _app, texts as _texts
 
 
 def _specs(at) -> list[dict]:
@@ -42,11 +33,6 @@ def _rows(at, title: str) -> list[dict]:
 
 def at_options(at) -> list[str]:
     return list(at.sidebar.selectbox[0].options)
-
-
-def _texts(elements) -> str:
-    """The text of messages as a reader sees it (the app escapes user text as markdown: unescaped here)."""
-    return re.sub(r"\\(.)", r"\1", "\n".join(e.value for e in elements)).replace("\u2060", "")
 
 
 def _upload(at, name: str, csv: bytes) -> AppTest:

@@ -5,22 +5,10 @@ encoder gets."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+from apptest import open_app as _app
 
 from probes.cost import CACHED, RECOMPUTE
-
-APP = str(Path(__file__).resolve().parents[3] / "dashboard" / "app.py")
-
-
-def _app(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    for key, value in params.items():
-        at.query_params[key] = str(value)
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def _titles(at) -> list[str]:

@@ -5,30 +5,12 @@ an encoder gets instead of an error."""
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
+from apptest import open_app as _app, texts as _texts
 
 from dashboard.state import DEFAULT_PROMPT
 from probes.scratch import generate as g
-
-APP = str(Path(__file__).resolve().parents[3] / "dashboard" / "app.py")
-
-
-def _app(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    for key, value in params.items():
-        at.query_params[key] = str(value)
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
-def _texts(elements) -> str:
-    """The text of messages as a reader sees it (the app escapes user text as markdown: unescaped here)."""
-    return re.sub(r"\\(.)", r"\1", "\n".join(e.value for e in elements)).replace("\u2060", "")
 
 
 def _bars(at) -> list[dict]:
