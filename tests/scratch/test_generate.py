@@ -117,10 +117,12 @@ def test_smollm2_rounding_stays_inside_the_fp32_bound_and_float64_is_exact(smoll
 
 
 def test_a_model_too_big_for_float64_gets_the_fp32_check_only(llama, monkeypatch):
-    monkeypatch.setattr(g, "FLOAT64_MAX_BYTES", 1000)
-    proof = g.prove(llama, g.generate(llama, PROMPT, 3, stop_at_eos=False))
+    gen = g.generate(llama, PROMPT, 3, stop_at_eos=False)
+    proof = g.prove(llama, gen, float64_limit=1000)
     assert proof.passed and proof.exact_attention_max_abs_diff is None
-    assert "float64 check skipped" in proof.to_text()
+    assert "float64 check skipped" in proof.to_text() and "the limit here is 0.0" in proof.to_text()
+    monkeypatch.setattr(g, "FLOAT64_MAX_BYTES", 1000)
+    assert g.prove(llama, gen).exact_attention_max_abs_diff is None
 
 
 def test_sampling_is_seeded_and_filtered(llama):

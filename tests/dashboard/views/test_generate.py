@@ -82,3 +82,10 @@ def test_the_prompt_is_escaped(gpt2_dir):
     at = _app(model=str(gpt2_dir), page="generate", prompt="<b>bold</b> & <script>x</script>", new_tokens=3)
     body = at.get("html")[0].proto.body
     assert "<b>" not in body and "<script>" not in body and "&lt;" in body and "&amp;" in body
+
+
+def test_a_public_deployment_skips_the_float64_copy_and_says_so(monkeypatch):
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    at = _app(model="smollm2", page="generate", new_tokens=3)
+    badge = [m.value for m in at.markdown if "Cache proof" in m.value][0]
+    assert "PASS" in badge and "float64 check skipped on this deployment" in badge
