@@ -12,7 +12,7 @@ backend, layer, head…), never tensors.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -145,9 +145,11 @@ def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
 def parity_report(inp: Input) -> parity.ParityReport:
     """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
-    with the chosen backend (eager when the page shows Hugging Face)."""
+    with the chosen backend (eager when the page shows Hugging Face). Both are the traces the pages
+    use (``trace``, cached), so the one the page already made is not run again."""
     backend = inp.backend if inp.source == "scratch" else "eager"
-    return parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=backend)
+    return parity.compare(trace(replace(inp, source="hf", backend="eager")),
+                          trace(replace(inp, source="scratch", backend=backend)))
 
 
 def sentence_b_start(inp: Input) -> int | None:

@@ -401,3 +401,20 @@ def test_a_damaged_checkpoint_is_a_message_not_a_traceback(gpt2_dir, tmp_path):
     weights.write_bytes(weights.read_bytes()[:1000])
     at = _app(model=str(tmp_path / "trunc"))
     assert "may be truncated or damaged" in _texts(at.error)
+
+
+def test_the_parity_badge_reuses_the_pages_trace(monkeypatch):
+    """Opening a text runs Hugging Face once (for the page and the badge alike) and the scratch pass once."""
+    from probes import runner
+
+    calls = []
+    real = runner.forward
+
+    def counting(model, enc, source="hf", *args, **kwargs):
+        calls.append(source)
+        return real(model, enc, source, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "forward", counting)
+    at = _app(text="A sentence that no other test opens, so no trace of it is cached yet.")
+    assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
+    assert sorted(calls) == ["hf", "scratch"]
