@@ -157,8 +157,9 @@ def main() -> None:
             info = data.run_info(inp)
         except probes.ProbesError as exc:
             error = str(exc)
-    if info is not None and model.scratch_supported:
-        ui.parity_badge(inp, st.sidebar)
+    # the parity badge's place in the sidebar; it is filled after the page has drawn, so the scratch pass it
+    # needs never delays the first chart
+    badge = st.sidebar.empty() if info is not None and model.scratch_supported else None
     ctx = ui.Context(inp, model, info, error)
     try:
         page.run()
@@ -168,6 +169,8 @@ def main() -> None:
         log.exception("page %s failed", key)
         st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
                  "work; if it happens again, please report it with this page's link.")
+    if badge is not None:
+        ui.parity_badge(inp, badge)
     st.query_params.from_dict(ui.view().to_query())
 
 

@@ -403,18 +403,25 @@ def test_a_damaged_checkpoint_is_a_message_not_a_traceback(gpt2_dir, tmp_path):
     assert "may be truncated or damaged" in _texts(at.error)
 
 
-def test_the_parity_badge_reuses_the_pages_trace(monkeypatch):
-    """Opening a text runs Hugging Face once (for the page and the badge alike) and the scratch pass once."""
-    from probes import runner
+def test_the_parity_badge_reuses_the_pages_trace_and_comes_after_the_page(monkeypatch):
+    """Opening a text runs Hugging Face once (for the page and the badge alike) and the scratch pass once, after
+    the page has read its head from the trace (the badge never delays the first chart)."""
+    from probes import Trace, runner
 
     calls = []
-    real = runner.forward
+    real_forward, real_attention = runner.forward, Trace.attention
 
-    def counting(model, enc, source="hf", *args, **kwargs):
+    def forward(model, enc, source="hf", *args, **kwargs):
         calls.append(source)
-        return real(model, enc, source, *args, **kwargs)
+        return real_forward(model, enc, source, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "forward", counting)
+    def attention(self, *args, **kwargs):
+        calls.append("page reads a head" if "scratch" not in calls else "parity reads")
+        return real_attention(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "forward", forward)
+    monkeypatch.setattr(Trace, "attention", attention)
     at = _app(text="A sentence that no other test opens, so no trace of it is cached yet.")
     assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
-    assert sorted(calls) == ["hf", "scratch"]
+    assert sorted(c for c in calls if c in ("hf", "scratch")) == ["hf", "scratch"]
+    assert calls[0] == "hf" and calls.index("page reads a head") < calls.index("scratch")
