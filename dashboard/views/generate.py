@@ -68,9 +68,13 @@ def render(ctx: ui.Context) -> None:
     m = ctx.model
     st.header("Generate: a decoder writes, token by token, with a KV cache")
     if not m.is_causal:
-        st.info(f"{ui.safe(m.name)} is an encoder ({m.family.title if m.family else 'not a decoder'}): it reads a whole text "
-                "at once and never writes one, so there is nothing to generate here. Pick smollm2 (offline) or a "
-                "GPT-2 model in the sidebar's Model menu.")
+        if getattr(m.config, "is_encoder_decoder", False):
+            what = ("an encoder-decoder: the workbench shows its encoder's attention, and generation here runs "
+                    "decoder-only models")
+        else:
+            what = (f"an encoder ({m.family.title if m.family else 'not a decoder'}): it reads a whole text at once "
+                    "and never writes one, so there is nothing to generate here")
+        st.info(f"{ui.safe(m.name)} is {what}. Pick smollm2 (offline) or a GPT-2 model in the sidebar's Model menu.")
         return
     st.markdown(
         "A decoder writes by predicting one token, appending it, and predicting again. The keys and values of "

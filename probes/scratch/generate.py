@@ -206,6 +206,9 @@ def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
 
 def decoder(model):
     """The from-scratch network of a model that can write text, or :class:`UnsupportedModel` saying why not."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise UnsupportedModel(f"{model.name} is an encoder-decoder: the workbench sees its encoder, and generation "
+                               "here runs decoder-only models; pick a decoder such as smollm2 or gpt2")
     if not model.is_causal:
         raise UnsupportedModel(f"{model.name} is an encoder ({model.family.title if model.family else 'not a decoder'}"
                                "): it reads the whole text at once and does not write text; pick a decoder "

@@ -89,3 +89,16 @@ def test_a_public_deployment_skips_the_float64_copy_and_says_so(monkeypatch):
     at = _app(model="smollm2", page="generate", new_tokens=3)
     badge = [m.value for m in at.markdown if "Cache proof" in m.value][0]
     assert "PASS" in badge and "float64 check skipped on this deployment" in badge
+
+
+def test_an_encoder_decoder_gets_its_own_note(ckpt_dir):
+    import pytest
+    from checkpoints import make_t5
+
+    import probes
+
+    path = ckpt_dir / "t5-generate"
+    at = _app(model=str(make_t5(path)), page="generate")
+    assert "is an encoder-decoder: the workbench shows its encoder's attention" in _texts(at.info)
+    with pytest.raises(probes.UnsupportedModel, match="encoder-decoder"):
+        g.generate(probes.load(str(path)), "hello there", 3)
