@@ -21,6 +21,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/profile_speed.py
 	$(BIN)/python benchmarks/rerender.py
 	$(BIN)/python benchmarks/generate.py
+	$(BIN)/python benchmarks/load_test.py --out benchmarks/results
 
 install: $(STAMP)
 

@@ -28,3 +28,11 @@ def test_streamlit_config_hides_tracebacks_and_developer_tools():
     assert config["client"]["showErrorDetails"] == "none"
     assert config["client"]["toolbarMode"] == "viewer"
     assert config["browser"]["gatherUsageStats"] is False
+
+
+def test_streamlit_config_keeps_reruns_cheap_under_load():
+    """Under 8 people at once, Streamlit's full garbage collection after every rerun and its polling of the
+    source files took most of the server's CPU (benchmarks/load_test.py): both are off."""
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+    assert config["server"]["fileWatcherType"] == "none"
