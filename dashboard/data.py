@@ -87,6 +87,11 @@ def load_model(name: str, allow_local_paths: bool) -> probes.Model:
     return probes.load(name, allow_local_paths=allow_local_paths, device="auto")
 
 
+def model_named(name: str) -> probes.Model:
+    """The model of that name (for work that does not depend on the sidebar's text: probes, generation)."""
+    return model_of(Input(name, "", None, "hf", "eager", False))
+
+
 def model_of(inp: Input) -> probes.Model:
     allowed = allowed_models()
     if allowed is not None and inp.model not in allowed:
@@ -200,8 +205,7 @@ def generation(w: Writing):
     """The model's continuation of the prompt with the from-scratch KV cache (a GenerationTrace)."""
     from probes.scratch import generate
 
-    return generate.generate(model_of(Input(w.model, "", None, "hf", "eager", False)), w.prompt, w.new_tokens,
-                             w.sampling)
+    return generate.generate(model_named(w.model), w.prompt, w.new_tokens, w.sampling)
 
 
 @st.cache_data(max_entries=16, show_spinner="Proving the cache against one full forward pass…")
@@ -210,7 +214,7 @@ def generation_proof(w: Writing) -> GenerationProof:
     Face's own generate."""
     from probes.scratch import generate
 
-    model = model_of(Input(w.model, "", None, "hf", "eager", False))
+    model = model_named(w.model)
     gen = generation(w)
     proof = generate.prove(model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
     same = None if w.sample else generate.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
@@ -230,7 +234,7 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
     if key not in tables:
-        tables[key] = profile.run_probe(model_of(Input(name, "", None, "hf", "eager", False)), probe, limit,
+        tables[key] = profile.run_probe(model_named(name), probe, limit,
                                         progress=progress)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))

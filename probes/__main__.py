@@ -20,6 +20,7 @@ from .errors import ProbesError
 from .families import coverage
 from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
 from .scratch.attention import BACKENDS
+from .scratch.generate import GENERATE_BACKENDS
 
 
 def _quiet_transformers() -> None:
@@ -128,12 +129,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0 if proof.passed and same is not False else 1
 
 
-def g_backends() -> tuple[str, ...]:
-    from .scratch.generate import GENERATE_BACKENDS
-
-    return GENERATE_BACKENDS
-
-
 def positive(text: str) -> int:
     """argparse type: a whole number of 1 or more (0 and negative counts are mistakes, not "all")."""
     try:
@@ -213,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="sample within the smallest set reaching this mass")
     p.add_argument("--no-eos", action="store_true", help="keep writing past the end-of-text token")
-    p.add_argument("--backend", choices=g_backends(), default="eager",
+    p.add_argument("--backend", choices=GENERATE_BACKENDS, default="eager",
                    help="attention of each step: eager (the formula) or flash (our Triton kernel; needs CUDA, "
                    "else eager runs and a note says so)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -112,13 +112,20 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
     return frame.reset_index(drop=True)
 
 
+FORMATS = (".csv", ".json", ".parquet")  # what a probe table is written as, by the extension of --out
+
+
+def _check_format(out: Path) -> None:
+    if out.suffix.lower() not in FORMATS:
+        raise BadData(f"{out}: write .csv, .json or .parquet")
+
+
 def check_out(out: Path, force: bool = False) -> None:
     """Refuse, before any work, an output path that cannot be the result: a folder, an existing file
     (unless ``force``), an unknown format, a folder that cannot be written."""
     if out.is_dir():
         raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
-    if out.suffix.lower() not in (".csv", ".json", ".parquet"):
-        raise BadData(f"{out}: write .csv, .json or .parquet")
+    _check_format(out)
     if out.exists() and not force:
         raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
     parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
@@ -136,17 +143,16 @@ def _write(path: Path, data: bytes) -> None:
 
 def write_table(frame: pd.DataFrame, out: Path) -> None:
     """CSV, JSON (records) or Parquet by extension, written atomically."""
+    _check_format(out)
     suffix = out.suffix.lower()
     if suffix == ".csv":
         data = frame.to_csv(index=False).encode()
     elif suffix == ".json":
         data = frame.to_json(orient="records", indent=1).encode()
-    elif suffix == ".parquet":
+    else:  # .parquet
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         data = buf.getvalue()
-    else:
-        raise BadData(f"{out}: write .csv, .json or .parquet")
     _write(out, data)
 
 
@@ -253,8 +259,7 @@ def profile(model, probes: list[str], data: str | None, limit: int | None, out: 
     told when a checkpoint from other inputs is dropped, and which bad items of the data were skipped
     (all of them are written to ``OUT.bad.txt``); ``strict`` makes any bad item an error listing them all.
     A probe left with no usable item is an error, never an empty table."""
-    if out.suffix.lower() not in (".csv", ".json", ".parquet"):
-        raise BadData(f"{out}: write .csv, .json or .parquet")
+    _check_format(out)
     partial = out.with_name(out.name + ".partial")
     frames = []
     for name in probes:

@@ -99,8 +99,8 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the keys and values the cache holds now (filled slots only)."""
-        return sum((k[:, :, :self.held(i)].nbytes + v[:, :, :self.held(i)].nbytes)
-                   for i, (k, v) in enumerate(zip(self.k, self.v)))
+        # k and v have one shape: twice the keys' bytes
+        return sum(2 * self.k[i][:, :, :self.held(i)].nbytes for i in range(len(self.k)))
 
 
 def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None, backend: str = "eager") -> torch.Tensor:
