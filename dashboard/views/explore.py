@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import bertviz_embed, charts, data, ui
+from .. import charts, data, ui
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
 
@@ -80,6 +80,8 @@ def render(ctx: ui.Context) -> None:
 
 
 def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:
+    from .. import bertviz_embed  # bertviz (with IPython) costs a second to import: only when asked for
+
     problem = bertviz_embed.too_long(len(info.tokens))
     if problem:
         st.info(problem)
