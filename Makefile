@@ -9,7 +9,7 @@ PORT ?= 8501
 .PHONY: app test bench install clean
 
 app: $(STAMP)
-	$(BIN)/streamlit run dashboard/app.py --server.port $(PORT)
+	$(BIN)/streamlit run dashboard/serve.py --server.port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -16,6 +16,10 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
+from dashboard import warm  # noqa: E402
+
+warm.wait()  # served by dashboard/serve.py: the warm start imports and loads the default view first
+
 import probes  # noqa: E402
 from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402

@@ -1,4 +1,5 @@
-"""The real app in a real browser: ``streamlit run`` on a free port, Chromium (through Playwright)
+"""The real app in a real browser: ``streamlit run dashboard/serve.py`` (what ``make app`` runs, with the warm
+start) on a free port, Chromium (through Playwright)
 opens it on the offline default, changes the head, checks the page and the link follow, opens a
 shared link on another page, and opens a head by clicking it in a probe's grid.
 Screenshots go to ``screenshots/`` (git-ignored)."""
@@ -35,7 +36,7 @@ def app_url(tmp_path_factory):
     env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     with open(log, "w") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
+            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "serve.py"), "--server.port", str(port),
              "--server.headless", "true", "--server.address", "127.0.0.1"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,72 @@
+"""The warm start (``dashboard/serve.py`` → ``dashboard/warm.py``): the default view's work is done before the
+first browser asks, into the same caches the app reads, and a failed warm start never blocks the app."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import streamlit as st
+
+from dashboard import data, warm
+from tests.apptest import open_app
+
+
+def _count_forward(monkeypatch) -> list[str]:
+    from probes import runner
+
+    calls, real = [], runner.forward
+
+    def forward(model, enc, source="hf", *args, **kwargs):
+        calls.append(source)
+        return real(model, enc, source, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "forward", forward)
+    return calls
+
+
+def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeypatch):
+    monkeypatch.setattr(warm, "_started", threading.Event())
+    monkeypatch.setattr(warm, "_done", threading.Event())
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    calls = _count_forward(monkeypatch)
+    warm.start().join(timeout=300)
+    assert calls == ["hf"]  # the default view: the offline default, Hugging Face's pass of the default sentence
+    warm.wait()  # finished: returns at once
+    calls.clear()
+    at = open_app()
+    assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
+    assert "hf" not in calls  # the page found the trace the warm start made; only the badge's scratch pass ran
+    assert calls == ["scratch"]
+
+
+def test_a_failed_warm_start_is_logged_and_does_not_block(monkeypatch, caplog):
+    monkeypatch.setattr(warm, "_started", threading.Event())
+    monkeypatch.setattr(warm, "_done", threading.Event())
+
+    def broken(inp):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(data, "run_info", broken)
+    with caplog.at_level(logging.WARNING, logger="dashboard"):
+        warm.start().join(timeout=300)
+        warm.wait()
+    assert "warm start failed" in caplog.text and "disk on fire" in caplog.text
+
+
+def test_without_a_warm_start_wait_returns_at_once(monkeypatch):
+    monkeypatch.setattr(warm, "_started", threading.Event())
+    monkeypatch.setattr(warm, "_done", threading.Event())
+    monkeypatch.setattr(warm, "WAIT_S", 0.0)
+    warm.wait()  # `streamlit run dashboard/app.py`: nothing started, nothing to wait for
+    assert not warm._done.is_set()
+
+
+def test_a_deployment_that_does_not_offer_the_default_model_warms_nothing(monkeypatch):
+    monkeypatch.setattr(warm, "_started", threading.Event())
+    monkeypatch.setattr(warm, "_done", threading.Event())
+    monkeypatch.setenv("PROBES_MODELS", "smollm2")
+    calls = _count_forward(monkeypatch)
+    warm.start().join(timeout=300)
+    assert calls == [] and warm._done.is_set()
