@@ -22,6 +22,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rerender.py
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/load_test.py --out benchmarks/results
+	$(BIN)/python benchmarks/bytes_per_change.py --out benchmarks/results
+	$(BIN)/python benchmarks/cold_start.py --out benchmarks/results
+	$(BIN)/python benchmarks/memory_by_source.py --out benchmarks/results
 
 install: $(STAMP)
 

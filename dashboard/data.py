@@ -23,6 +23,7 @@ from probes import explain, parity
 
 MODELS_LOADED = 2
 TRACES_KEPT = 6
+ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
 
 
 def setting(name: str) -> str:
@@ -103,7 +104,7 @@ def model_of(inp: Input) -> probes.Model:
 @st.cache_resource(max_entries=TRACES_KEPT, show_spinner="Running the model…")
 def trace(inp: Input) -> probes.Trace:
     return probes.run(model_of(inp), inp.text, inp.pair, source=inp.source, truncate=inp.truncate,
-                      backend=inp.backend)
+                      backend=inp.backend, attention_budget=ATTENTION_BUDGET)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -13,9 +13,11 @@ __all__ = [
 
 
 def run(model: Model, text: str, pair: str | None = None, source: str = "hf", truncate: bool = False,
-        backend: str = "eager") -> Trace:
+        backend: str = "eager", attention_budget: int | None = None) -> Trace:
     """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
-    from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass."""
+    from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass.
+    ``attention_budget`` (bytes): keep every probability only up to that size, else a lazy Trace."""
     from . import runner
 
-    return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate)
+    return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate,
+                      attention_budget=attention_budget)

@@ -6,6 +6,13 @@ probabilities (``output_attentions``); its q, k and v are caught by forward hook
 family record places (for rotary models: q and k after the model's own rotation), and the Trace
 carries the family's score scale and sliding window of each layer, as the scratch Trace does. An
 encoder-decoder model (T5, BART…) is seen through its encoder: the self-attention over the text.
+
+**Bounded memory.** Hugging Face hands back every head's L×L probabilities (layers × heads × L² × 4
+bytes: 1 GiB for SmolLM2 at 1,024 tokens, 4.2 GiB at 2,048). Given an ``attention_budget`` (bytes) that
+they would exceed, and a family whose hooks catch q and k, the pass keeps only what a lazy scratch Trace
+keeps: Hugging Face's own q, k and v and one logsumexp per query row, and any head's probabilities come
+back as exp(q·kᵀ·scale − lse) from Hugging Face's q and k: the same numbers up to float32 rounding (a
+few 1e-6 at most in the tests, under the parity tolerance of 1e-5; the Trace's note says so). Without a budget (the default) every probability is kept, as before.
 """
 
 from __future__ import annotations
@@ -13,13 +20,21 @@ from __future__ import annotations
 import torch
 
 from .families import Capture
+from .scratch.attention import Spec, row_logsumexp
 from .trace import Trace
 
 
-def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
+def attention_bytes(model, enc) -> int:
+    """What Hugging Face's probabilities of every layer and head of this batch take: layers × B × H × L² × 4."""
+    b, n = enc.input_ids.shape
+    return model.n_layers * b * model.n_heads * n * n * 4
+
+
+def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None) -> Trace:
     """Run the Hugging Face model (eager, fp32) on an :class:`~probes.models.Encoding` and collect its
     Trace, q/k/v included where the family record says how to catch them. The reference path has
-    one backend, ``eager``; ``logits=False`` leaves the logits out of the Trace."""
+    one backend, ``eager``; ``logits=False`` leaves the logits out of the Trace. ``attention_budget``:
+    above that many bytes of probabilities, keep a logsumexp per row instead (see the module's notes)."""
     if backend != "eager":
         raise ValueError(f"the Hugging Face reference runs eager attention only (asked for {backend!r})")
     enc = enc.to(model.device)
@@ -27,16 +42,33 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
     if enc.token_type_ids is not None:
         kwargs["token_type_ids"] = enc.token_type_ids
     family, config = model.family, model.config
+    over = attention_budget is not None and attention_bytes(model, enc) > attention_budget
+    lazy = over and family is not None  # without the family's hooks there is no q and k to recover from
     with Capture() as cap, torch.inference_mode():
         if family:
             family.capture(model.hf, config, cap)
         # an encoder-decoder (T5, BART…): the encoder's self-attention over the text is the view
-        module = model.hf.get_encoder() if getattr(config, "is_encoder_decoder", False) else model.hf
-        out = module(**kwargs, output_attentions=True, output_hidden_states=True, return_dict=True)
-    if not out.attentions or any(a is None for a in out.attentions):
-        raise RuntimeError("Hugging Face returned no attention probabilities: the model is not eager")
+        if getattr(config, "is_encoder_decoder", False):
+            module = model.hf.get_encoder()
+        else:  # without logits, the base model: the LM head's [B, L, vocab] would be computed for nothing
+            module = model.hf if logits and model.has_lm_head else model.hf.base_model
+        out = module(**kwargs, output_attentions=not lazy, output_hidden_states=True, return_dict=True)
     complete = len(cap.q) == model.n_layers
     layers = range(model.n_layers)
+    scales = [family.scale(config, layer) for layer in layers] if family else None
+    windows = [family.window(config, layer) for layer in layers] if family else None
+    lse, note = None, ""
+    if lazy:
+        if not complete:
+            raise RuntimeError(f"the {family.title} hooks caught q and k in {len(cap.q)} of {model.n_layers} layers")
+        mask = enc.attention_mask
+        with torch.inference_mode():
+            lse = [row_logsumexp(cap.q[i], cap.k[i], mask, Spec(scales[i], model.is_causal, windows[i])) for i in layers]
+        note = (f"Hugging Face's probabilities of every head would take {attention_bytes(model, enc) / 2**20:,.0f} MiB "
+                f"at this length (over the {attention_budget / 2**20:,.0f} MiB kept): each head is recomputed from "
+                "Hugging Face's own q and k and one logsumexp per row (equal to its softmax up to float32 rounding)")
+    elif not out.attentions or any(a is None for a in out.attentions):
+        raise RuntimeError("Hugging Face returned no attention probabilities: the model is not eager")
     return Trace(
         source="hf",
         model=model.name,
@@ -44,15 +76,17 @@ def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
         input_ids=enc.input_ids,
         attention_mask=enc.attention_mask.bool(),
         is_causal=model.is_causal,
-        attn=list(out.attentions),
+        attn=None if lazy else list(out.attentions),
+        lse=lse,
         hidden_states=list(out.hidden_states),
         q=cap.q if complete else None,
         k=cap.k if complete else None,
         v=cap.v if complete else None,
         logits=getattr(out, "logits", None) if logits and model.has_lm_head else None,
-        scales=[family.scale(config, layer) for layer in layers] if family else None,
-        windows=[family.window(config, layer) for layer in layers] if family else None,
+        scales=scales,
+        windows=windows,
         rotary=cap.rotary,
         n_kv_heads=model.n_kv_heads,
         backend="eager",
+        note=note,
     )

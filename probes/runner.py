@@ -26,17 +26,22 @@ def resolve_source(model, source: str) -> str:
     return source
 
 
-def forward(model, enc, source: str = "hf", backend: str = "eager", logits: bool = True) -> Trace:
+def forward(model, enc, source: str = "hf", backend: str = "eager", logits: bool = True,
+            attention_budget: int | None = None) -> Trace:
     """The Trace of one encoded batch from the producer ``source`` (the backend applies to the scratch
-    pass; Hugging Face's reference is always eager)."""
+    pass; Hugging Face's reference is always eager). ``attention_budget`` (bytes, default: none): a pass
+    whose probabilities of every head would take more keeps a logsumexp per row instead (a lazy Trace;
+    its note says so), so a view of a long text does not hold layers × heads × L² numbers."""
     source = resolve_source(model, source)
-    return PRODUCERS[source](model, enc, backend=backend if source == "scratch" else "eager", logits=logits)
+    return PRODUCERS[source](model, enc, backend=backend if source == "scratch" else "eager", logits=logits,
+                             attention_budget=attention_budget)
 
 
 def run(model, texts: str | list[str], pairs: str | list[str | None] | None = None, source: str = "hf",
-        backend: str = "eager", truncate: bool = False, logits: bool = True) -> Trace:
+        backend: str = "eager", truncate: bool = False, logits: bool = True,
+        attention_budget: int | None = None) -> Trace:
     """Encode one text (or a batch, with optional second sentences) and return its Trace."""
-    return forward(model, model.encode(texts, pairs, truncate=truncate), source, backend, logits)
+    return forward(model, model.encode(texts, pairs, truncate=truncate), source, backend, logits, attention_budget)
 
 
 def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "auto", backend: str = "eager",

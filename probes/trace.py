@@ -69,7 +69,7 @@ class Trace:
     n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
-    note: str = ""  # why it is not the backend that was asked for, if it is not
+    note: str = ""  # why it is not the backend that was asked for, or why it is lazy, if so
 
     @property
     def lazy(self) -> bool:

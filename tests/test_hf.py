@@ -49,3 +49,70 @@ def test_an_encoder_decoder_is_seen_through_its_encoder_and_the_probes_run(ckpt_
     for probe in ("positional", "patterns", "induction"):  # the label-free probes, on the Hugging Face view
         frame = prof.profile(model, [probe], None, 4, tmp_path / f"{probe}.csv")
         assert len(frame) and set(frame.layer) == {0, 1} and set(frame["head"]) == {0, 1, 2, 3}
+
+
+# -- bounded memory: a budget for the probabilities kept ------------------------------------------------------
+
+def _budget_models(request, ckpt_dir):
+    from checkpoints import make_llama
+
+    return {
+        "gpt2": request.getfixturevalue("gpt2_model"),
+        "bert (minilm)": request.getfixturevalue("minilm"),
+        "llama (grouped-query, rotary)": probes.load(str(make_llama(ckpt_dir / "llama-budget"))),
+        "mistral (window 4)": probes.load(str(make_llama(ckpt_dir / "mistral-budget", family="mistral",
+                                                          sliding_window=4))),
+    }
+
+
+def test_over_its_budget_the_reference_keeps_a_logsumexp_per_row_and_gives_the_same_heads(request, ckpt_dir):
+    texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "A shorter one."]  # padded batch
+    for name, model in _budget_models(request, ckpt_dir).items():
+        enc = model.encode(texts)
+        full = hf.forward(model, enc)
+        lazy = hf.forward(model, enc, attention_budget=hf.attention_bytes(model, enc) - 1)
+        assert not full.lazy and full.note == "", name
+        assert lazy.lazy and lazy.attn is None and "recomputed from Hugging Face's own q and k" in lazy.note, name
+        for item in range(2):
+            for layer in range(model.n_layers):
+                worst = (lazy.attention(layer, item=item) - full.attention(layer, item=item)).abs().max().item()
+                assert worst <= 1e-5, (name, item, layer, worst)  # float32 rounding: exp(s − lse) vs softmax
+        assert torch.equal(lazy.hidden_states[-1], full.hidden_states[-1])  # the same pass, only less kept
+        within = hf.forward(model, enc, attention_budget=hf.attention_bytes(model, enc))
+        assert not within.lazy  # at the budget exactly: kept
+
+
+def test_a_lazy_reference_still_proves_parity(gpt2_model):
+    from probes import parity, scratch
+
+    enc = gpt2_model.encode("the cat sat on the mat because it was warm")
+    report = parity.compare(hf.forward(gpt2_model, enc, attention_budget=0), scratch.forward(gpt2_model, enc))
+    assert report.passed and report.attention_max_abs_diff <= 1e-5
+
+
+def test_a_model_without_a_family_keeps_every_probability_whatever_the_budget(ckpt_dir):
+    from checkpoints import make_t5
+
+    model = probes.load(str(make_t5(ckpt_dir / "t5-budget")))
+    trace = probes.run(model, "the cat sat on the mat", attention_budget=0)
+    assert not trace.lazy and trace.note == ""  # no hooks, no q and k to recover from: nothing else is honest
+
+
+def test_the_scratch_pass_runs_sdpa_over_its_budget(gpt2_model):
+    from probes import scratch
+
+    enc = gpt2_model.encode("the cat sat on the mat")
+    eager = scratch.forward(gpt2_model, enc, backend="eager")
+    bounded = scratch.forward(gpt2_model, enc, backend="eager", attention_budget=1024)
+    assert bounded.lazy and bounded.backend.startswith("sdpa") and "over the 0 MiB kept" in bounded.note
+    assert (bounded.attention(1, 2) - eager.attention(1, 2)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("fixture", ["gpt2_model", "smollm2"])
+def test_without_logits_the_base_model_runs_and_everything_else_is_the_same(request, fixture):
+    model = request.getfixturevalue(fixture)
+    enc = model.encode("the cat sat on the mat")
+    full, bare = hf.forward(model, enc), hf.forward(model, enc, logits=False)
+    assert full.logits is not None and bare.logits is None
+    assert all(torch.equal(a, b) for a, b in zip(full.hidden_states, bare.hidden_states))
+    assert all(torch.equal(a, b) for a, b in zip(full.attn, bare.attn)) and torch.equal(full.q[1], bare.q[1])

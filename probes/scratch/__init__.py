@@ -38,15 +38,23 @@ def build(model):
     return model._scratch
 
 
-def forward(model, enc, backend: str = "eager", logits: bool = True) -> Trace:
+def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None) -> Trace:
     """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
 
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
     None keeps q, k, v: the Trace recomputes a layer's from its input hidden state when asked.
-    ``logits=False`` skips the language-model head (a long input's logits alone can take GBs)."""
+    ``logits=False`` skips the language-model head (a long input's logits alone can take GBs).
+    ``attention_budget`` (bytes): ``eager`` runs as ``sdpa`` where every probability would take more."""
     net = build(model)
     enc = enc.to(model.device)
-    ran, note = resolve_backend(backend, enc.input_ids.device)
+    b, n = enc.input_ids.shape
+    size = model.n_layers * b * model.n_heads * n * n * 4
+    if backend == "eager" and attention_budget is not None and size > attention_budget:
+        ran, note = "sdpa", (f"eager attention keeps every probability: {size / 2**20:,.0f} MiB at this length (over "
+                             f"the {attention_budget / 2**20:,.0f} MiB kept), so sdpa ran and each head is recovered "
+                             "from its logsumexp")
+    else:
+        ran, note = resolve_backend(backend, enc.input_ids.device)
     attend_with = BACKENDS[ran]
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []

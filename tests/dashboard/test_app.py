@@ -425,3 +425,18 @@ def test_the_parity_badge_reuses_the_pages_trace_and_comes_after_the_page(monkey
     assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
     assert sorted(c for c in calls if c in ("hf", "scratch")) == ["hf", "scratch"]
     assert calls[0] == "hf" and calls.index("page reads a head") < calls.index("scratch")
+
+
+def test_a_text_over_the_attention_budget_is_traced_lazily_and_says_so(monkeypatch):
+    """The app keeps at most ``data.ATTENTION_BUDGET`` bytes of probabilities per trace: past it, the page still
+    draws the head (recovered from Hugging Face's q and k), a note says why, and parity still passes."""
+    from dashboard import data
+
+    monkeypatch.setattr(data, "ATTENTION_BUDGET", 1024)
+    text = "A text that is over a one-kilobyte budget, which no other test of the app uses."
+    at = _app(text=text)
+    assert "recomputed from Hugging Face's own q and k" in _texts(at.info)
+    inp = data.Input("minilm", text, None, "hf", "eager", False)
+    assert data.trace(inp).lazy
+    assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
+    assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
