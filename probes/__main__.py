@@ -58,6 +58,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .heads.profile import check_out
 
     check_out(Path(args.out), args.force)  # before anything heavy: a bad --out is one line, at once
+    from .threads import apply
+
+    threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
     _quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     # "all": every probe, or with --data the probes whose records say they read it
@@ -72,7 +75,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     with pd.option_context("display.max_rows", 500, "display.width", 160, "display.float_format", "{:.3f}".format):
         print(best[cols].to_string(index=False))
-    print(f"wrote {len(frame)} rows to {args.out}", file=sys.stderr)
+    print(f"wrote {len(frame)} rows to {args.out} ({threads.describe()})", file=sys.stderr)
     return 0
 
 
@@ -184,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=positive, default=64, help="items per checkpoint (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
     p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=positive, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
+                   "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true",

@@ -78,6 +78,7 @@ def pair_baseline(pairs: Callable[[list], list[Pair]], kind: str) -> Finish:
         for p in pairs(items):
             by_label.setdefault(p.label, []).append(p)
         frame = frame.copy()
-        frame["baseline"] = frame["label"].map(lambda label: _baseline(by_label.get(label, []), kind))
+        base = {label: _baseline(by_label.get(label, []), kind) for label in frame["label"].unique()}
+        frame["baseline"] = frame["label"].map(base)  # once per label, not per (label, layer, head) row
         return frame
     return finish

@@ -52,9 +52,24 @@ def traces(probe: Probe, model, items: list, batch_size: int = 16, backend: str 
             progress(enc.input_ids.shape[0])
 
 
+def shortest_first(model, items: list, texts: list[str]) -> list:
+    """``items`` ordered by the token count of their ``texts``, shortest first (a stable order): batched in
+    this order, texts of like length share a batch and little of it is padding. The first 500 UD English-EWT
+    dev sentences in their own order, 16 a batch, run 2.4× their real tokens through the model; shortest
+    first, 1.06× (1.45× when sorted within chunks of 64, the CLI's checkpoints; by characters, 1.5×)."""
+    if not texts:
+        return list(items)
+    ids = model.tokenizer(texts, truncation=True, max_length=model.max_tokens)["input_ids"]
+    return [items[i] for i in sorted(range(len(items)), key=lambda i: len(ids[i]))]
+
+
 def run_chunk(probe: Probe, model, items: list, batch_size: int = 16, backend: str = "eager",
               progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """One chunk: the probe's scores read from the Traces of its items."""
+    """One chunk: the probe's scores read from the Traces of its items. Items that run as texts go
+    :func:`shortest_first`: a probe's scores sum over its items, in whatever order it is handed them
+    (with their Traces in the same order)."""
+    if probe.encodings is None:
+        items = shortest_first(model, items, probe.texts(items))
     return probe.score(items, traces(probe, model, items, batch_size, backend, progress))
 
 

@@ -106,7 +106,8 @@ class Probe:
     order: int  # where it stands among the probes (CLI, "all", the app's menu)
     default_data: str | None  # built-in data name, or None when the probe makes its own inputs
     load: Callable[[str | None, int | None], list]  # (data, limit) -> items; BadData when data does not suit
-    score: Callable[[list, Iterable], pd.DataFrame]  # (items, their Traces in order) -> tidy DataFrame
+    score: Callable[[list, Iterable], pd.DataFrame]  # (items, their Traces in the same order) -> tidy DataFrame;
+    # the runner hands the items in any order (shortest text first), so a score must not depend on it
     reads: Callable[[str], bool] = sentence_data  # does `profile --probe all --data DATA` run it on DATA?
     texts: Callable[[list], list[str]] = texts  # items -> texts, run in batches by the runner
     encodings: Callable[[object, list], list] | None = None  # (model, items) -> Encodings, instead of texts

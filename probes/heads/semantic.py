@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 
 import pandas as pd
 
@@ -54,24 +56,44 @@ def _up(synsets, depth: int = 2) -> set:
     return seen
 
 
+@dataclass(frozen=True)
+class _Senses:
+    """What :func:`relation` asks of a word's senses, looked up once per word (a sentence of n content
+    words asks n² times; the same words come back sentence after sentence)."""
+
+    synsets: frozenset
+    up: frozenset  # hypernyms within two steps
+    parts: frozenset  # part, member and substance meronyms
+    wholes: frozenset  # part, member and substance holonyms
+    lexname: str  # the lexicographer file of the first sense
+
+
+@lru_cache(maxsize=1 << 16)
+def _senses(wn, word: str, pos: str) -> _Senses | None:
+    found = _synsets(wn, word, pos)
+    if not found:
+        return None
+    parts = {m for s in found for m in s.part_meronyms() + s.member_meronyms() + s.substance_meronyms()}
+    wholes = {m for s in found for m in s.part_holonyms() + s.member_holonyms() + s.substance_holonyms()}
+    return _Senses(frozenset(found), frozenset(_up(found)), frozenset(parts), frozenset(wholes), found[0].lexname())
+
+
 def relation(wn, a: tuple[str, str], b: tuple[str, str]) -> str | None:
     """The WordNet relation from word ``a`` to word ``b`` (each ``(form, wordnet pos)``), or None."""
-    sa, sb = _synsets(wn, *a), _synsets(wn, *b)
-    if not sa or not sb:
+    sa, sb = _senses(wn, a[0].lower(), a[1]), _senses(wn, b[0].lower(), b[1])
+    if sa is None or sb is None:
         return None
-    if set(sa) & set(sb):
+    if sa.synsets & sb.synsets:
         return "synonym"
-    if set(sb) & _up(sa):
+    if sb.synsets & sa.up:
         return "hypernym"
-    if set(sa) & _up(sb):
+    if sa.synsets & sb.up:
         return "hyponym"
-    parts = {m for s in sa for m in s.part_meronyms() + s.member_meronyms() + s.substance_meronyms()}
-    if set(sb) & parts:
+    if sb.synsets & sa.parts:
         return "meronym"
-    wholes = {m for s in sa for m in s.part_holonyms() + s.member_holonyms() + s.substance_holonyms()}
-    if set(sb) & wholes:
+    if sb.synsets & sa.wholes:
         return "holonym"
-    if sa[0].lexname() == sb[0].lexname():
+    if sa.lexname == sb.lexname:
         return "same-lexname"
     return "unrelated"
 

@@ -85,8 +85,29 @@ def test_cli_bad_data_files_exit_2_naming_file_and_line(tmp_path, capsys):
 def test_cli_prints_top_heads(tmp_path, capsys):
     assert main(["profile", "--model", "minilm", "--probe", "positional", "--limit", "8",
                  "--out", str(tmp_path / "p.csv"), "--top", "1"]) == 0
-    table = capsys.readouterr().out
-    assert "previous" in table and "positional" in table
+    out = capsys.readouterr()
+    assert "previous" in out.out and "positional" in out.out
+    assert "torch threads:" in out.err.strip().splitlines()[-1]  # how many, and why, beside "wrote"
+
+
+def test_cli_threads_from_the_option_or_the_environment(tmp_path, capsys, monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("PROBES_THREADS", "2")
+        assert main(["profile", "--probe", "positional", "--limit", "2", "--out", str(tmp_path / "a.csv"),
+                     "--threads", "1"]) == 0
+        assert capsys.readouterr().err.strip().endswith("(torch threads: 1 (--threads))")
+        assert main(["profile", "--probe", "positional", "--limit", "2", "--out", str(tmp_path / "b.csv")]) == 0
+        assert capsys.readouterr().err.strip().endswith("(torch threads: 2 (PROBES_THREADS))")
+        monkeypatch.setenv("PROBES_THREADS", "all")
+        assert main(["profile", "--probe", "positional", "--limit", "2", "--out", str(tmp_path / "c.csv")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "PROBES_THREADS='all'" in err[0], err
+        assert not (tmp_path / "c.csv").exists()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_run_probe_in_memory_matches_the_written_profile_and_reports_progress(minilm, tmp_path):
@@ -121,7 +142,7 @@ def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(min
 
 def test_cli_counts_must_be_positive(tmp_path, capsys):
     for flag, value in (("--limit", "0"), ("--limit", "-5"), ("--batch-size", "-1"), ("--batch-size", "0"),
-                        ("--checkpoint-every", "0"), ("--top", "x")):
+                        ("--checkpoint-every", "0"), ("--top", "x"), ("--threads", "0")):
         with pytest.raises(SystemExit) as stop:
             main(["profile", "--probe", "positional", "--out", str(tmp_path / "o.csv"), flag, value])
         assert stop.value.code == 2
@@ -265,3 +286,22 @@ def test_nothing_usable_or_nothing_to_score_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "skipped lexical: no usable items" in err
     assert set(pd.read_csv(tmp_path / "c.csv")["probe"]) >= {"positional", "syntactic"}
+
+
+def test_texts_run_shortest_first_and_the_scores_do_not_depend_on_it(minilm):
+    from probes import runner
+    from probes.datasets.dependencies import ewt
+    from probes.heads.registry import get, texts
+    from probes.heads.syntactic import syntactic_scores
+
+    items = ewt("dev")[:12]
+    order = prof.shortest_first(minilm, items, texts(items))
+    lengths = [minilm.encode(t).input_ids.shape[1] for t in texts(order)]
+    assert lengths == sorted(lengths) and sorted(map(id, order)) == sorted(map(id, items))
+    assert prof.shortest_first(minilm, [], []) == []
+    # one text per pass, so that batching changes no bits: shortest first or in the data's order, the same
+    sorted_ = _by_key(prof.run_chunk(get("syntactic"), minilm, items, batch_size=1))
+    in_order = _by_key(syntactic_scores(items, runner.batches(minilm, texts(items), batch_size=1)))
+    assert sorted_.index.equals(in_order.index)
+    assert (sorted_["score"] == in_order["score"]).all() and (sorted_["n"] == in_order["n"]).all()
+    assert (sorted_["mean_attention"] - in_order["mean_attention"]).abs().max() < 1e-6
