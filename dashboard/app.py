@@ -21,6 +21,9 @@ from dashboard import warm  # noqa: E402
 warm.wait()  # served by dashboard/serve.py: the warm start imports and loads the default view first
 
 import probes  # noqa: E402
+from probes import threads  # noqa: E402
+
+threads.apply("app")  # torch's threads for an app on this machine (the machine is watched once per process)
 from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import PAGES, ViewState  # noqa: E402

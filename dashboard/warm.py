@@ -27,6 +27,9 @@ WAIT_S = 300.0
 def warm() -> None:
     """Import the app's modules and compute the default view into the app's caches."""
     try:
+        from probes import threads
+
+        threads.apply("app")  # before the model's first pass, as the app's run would
         from dashboard import data, ui  # noqa: F401 - the modules the first run imports (probes, altair…)
         from dashboard.state import ViewState
         import dashboard.views.explore  # noqa: F401

@@ -440,3 +440,26 @@ def test_a_text_over_the_attention_budget_is_traced_lazily_and_says_so(monkeypat
     assert data.trace(inp).lazy
     assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
     assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
+
+
+def test_the_app_sets_torchs_threads_for_an_app(monkeypatch):
+    """The app's script runs in a new thread each time; the count it sets is what new threads start with."""
+    import threading
+
+    import torch
+
+    def in_a_new_thread() -> int:
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    before = torch.get_num_threads()
+    try:
+        for asked in ("1", "2"):
+            monkeypatch.setenv("PROBES_THREADS", asked)
+            _app()
+            assert in_a_new_thread() == int(asked)
+    finally:
+        torch.set_num_threads(before)
