@@ -4,7 +4,8 @@ The offline decoder (SmolLM2-135M: 30 layers × 9 heads, an 8,192-token context;
 512 tokens, where every source keeps under 100 MiB of probabilities) on one text of L random tokens. For
 each source, in a fresh process: the trace as the app makes it (``probes.run``), then one head read out
 of it, as the Explore page does. Peak memory is the resident memory above the level with the model
-loaded (sampled every millisecond, ``benchmarks/forward.PeakRSS``); time is the trace + the head.
+loaded (sampled every millisecond, ``benchmarks/forward.PeakRSS``), the logits included as the app keeps them
+(SmolLM2: L × 49,152 × 4 bytes, 0.4 GiB at 2,048 tokens); time is the trace + the head.
 
 * **Hugging Face, every probability**: the app's source before, ``attention_budget=None``;
 * **Hugging Face, the app's budget**: what the app runs now (``dashboard.data.ATTENTION_BUDGET``,
@@ -63,7 +64,7 @@ def child(name: str, n: int) -> None:
     def view(n_tokens: int) -> torch.Tensor:
         ids = text_ids(model, n_tokens)
         enc = Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
-        trace = runner.forward(model, enc, source, backend, logits=False, attention_budget=budget)
+        trace = runner.forward(model, enc, source, backend, logits=True, attention_budget=budget)  # as the app
         return trace.attention(LAYER, HEAD), trace.lazy
 
     view(16)  # warm-up: first-call set-up is not what we measure
