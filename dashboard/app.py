@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 
 from dashboard import warm  # noqa: E402
 
-warm.wait()  # served by dashboard/serve.py: the warm start imports and loads the default view first
+st.set_page_config(page_title="Attention workbench", page_icon=":material/visibility:", layout="wide")
+warm.wait_in_page()  # served by dashboard/serve.py: the warm start imports and loads the default view first
 
 import probes  # noqa: E402
 from probes import threads  # noqa: E402
@@ -135,7 +136,6 @@ def show_link_problems() -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Attention workbench", page_icon=":material/visibility:", layout="wide")
     start_session()
     inp = sidebar_input()
     pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(ctx), title=title,

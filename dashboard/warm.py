@@ -6,11 +6,13 @@ loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`st
 starts: a background thread imports the app's modules, loads the offline default and traces the default
 sentence into the app's own caches (``dashboard.data``), so the first visitor's run finds them there.
 
-The first script run waits for that thread (:func:`wait`) before it imports anything: two threads that
-import the same packages at once can meet in a circular import and see a half-initialised module, and the
-run needs the same work anyway. A link to another model waits at most the few seconds the warm start
-takes, once per server. ``streamlit run dashboard/app.py`` starts no thread, and :func:`wait` returns at
-once.
+The first script run waits for that thread (:func:`wait_in_page`) before it imports anything: two threads
+that import the same packages at once can meet in a circular import and see a half-initialised module, and
+the run needs the same work anyway. While it waits, the page says so, and holds an empty chart for that
+time: the browser fetches and compiles its chart library (Vega) then, not after the first heatmap has
+arrived (half a second on a 2-core machine, measured by ``benchmarks/cold_start.py``). A link to another
+model waits at most the few seconds the warm start takes, once per server. ``streamlit run
+dashboard/app.py`` starts no thread, and both waits return at once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ def warm() -> None:
     try:
         from probes import threads
 
-        threads.apply("app")  # before the model's first pass, as the app's run would
+        # torch's threads for an app, as the app's run sets them; choosing watches the machine for a quarter
+        # of a second, so it runs beside the imports and the load, and is done before the first pass
+        choosing = threading.Thread(target=threads.apply, args=("app",), name="warm-start threads")
+        choosing.start()
         from dashboard import data, ui  # noqa: F401 - the modules the first run imports (probes, altair…)
         from dashboard.state import ViewState
         import dashboard.views.explore  # noqa: F401
@@ -38,8 +43,11 @@ def warm() -> None:
         allowed = data.allowed_models()
         if allowed is None or v.model in allowed:
             inp = data.Input(v.model, v.text, None, v.source, v.backend, False)
+            data.model_of(inp)
+            choosing.join()
             n = len(data.run_info(inp).tokens)
             data.head(inp, v.layer, v.head, (0, n))
+        choosing.join()
     except Exception:  # noqa: BLE001 - the visitor's own run meets the same problem and shows it in the page
         log.warning("warm start failed; the first visitor's run does the work", exc_info=True)
     finally:
@@ -51,6 +59,25 @@ def start() -> threading.Thread:
     thread = threading.Thread(target=warm, name="warm-start", daemon=True)
     thread.start()
     return thread
+
+
+def pending() -> bool:
+    """A warm start has begun and not finished."""
+    return _started.is_set() and not _done.is_set()
+
+
+def wait_in_page() -> None:
+    """:func:`wait`, saying so in the page meanwhile (and letting the browser load its chart library)."""
+    if not pending():
+        return
+    import streamlit as st
+
+    spot = st.empty()
+    with spot.container():
+        st.caption("Loading the model: the server has just started…")
+        st.vega_lite_chart({"mark": "point", "data": {"values": []}}, width=1, height=1)  # fetches Vega now
+    wait()
+    spot.empty()
 
 
 def wait() -> None:

@@ -70,3 +70,18 @@ def test_a_deployment_that_does_not_offer_the_default_model_warms_nothing(monkey
     calls = _count_forward(monkeypatch)
     warm.start().join(timeout=300)
     assert calls == [] and warm._done.is_set()
+
+
+def test_a_run_that_meets_an_unfinished_warm_start_waits_for_it_and_then_draws_the_page(monkeypatch):
+    started, done = threading.Event(), threading.Event()
+    monkeypatch.setattr(warm, "_started", started)
+    monkeypatch.setattr(warm, "_done", done)
+    started.set()
+    assert warm.pending()
+    timer = threading.Timer(1.0, done.set)  # the warm start finishes a second into the visitor's run
+    timer.start()
+    at = open_app()
+    timer.join()
+    assert not warm.pending()
+    assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
+    assert not any("Loading the model" in c.value for c in at.caption)  # the notice is gone once the page draws
