@@ -1,14 +1,13 @@
 """The app with a warm start: ``streamlit run dashboard/serve.py`` (what ``make app`` runs).
 
-The same app as ``streamlit run dashboard/app.py``, served through Streamlit's ``st.App`` so that the work
-of the default view starts when the server starts, not when the first browser connects (see
-``dashboard/warm.py``).
+The same app as ``streamlit run dashboard/app.py``, served through Streamlit's ``st.App``; loading this
+file starts the work of the default view (``dashboard/warm.py``) before the server even listens, so it
+runs while the server starts and the first browser loads the page, not after the browser has connected.
 """
 
 from __future__ import annotations
 
 import sys
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import streamlit as st
@@ -17,11 +16,5 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 
 from dashboard import warm  # noqa: E402
 
-
-@asynccontextmanager
-async def lifespan(_app):
-    warm.start()
-    yield
-
-
-app = st.App("app.py", lifespan=lifespan)
+warm.start()
+app = st.App("app.py")

@@ -2,8 +2,9 @@
 
 Streamlit runs ``dashboard/app.py`` only once a browser has connected, so without this the first visitor
 waits for Python to import torch and transformers, load the model and run it *after* their browser has
-loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`start` when the server
-starts: a background thread imports the app's modules, loads the offline default and traces the default
+loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`start` as it is loaded,
+before the server listens (earlier than Streamlit's start-up hook, which waits for the server: 0.3 s
+less to the first heatmap in ``benchmarks/cold_start.py``): a background thread imports the app's modules, loads the offline default and traces the default
 sentence into the app's own caches (``dashboard.data``), so the first visitor's run finds them there.
 
 The first script run waits for that thread (:func:`wait_in_page`) before it imports anything: two threads
