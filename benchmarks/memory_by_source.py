@@ -10,7 +10,8 @@ loaded (sampled every millisecond, ``benchmarks/forward.PeakRSS``), the logits i
 * **Hugging Face, every probability**: the app's source before, ``attention_budget=None``;
 * **Hugging Face, the app's budget**: what the app runs now (``dashboard.data.ATTENTION_BUDGET``,
   256 MiB): under it, every probability; over it, Hugging Face's own q, k, v and a logsumexp per row;
-* **scratch eager**, every probability, and with the app's budget (over it, sdpa runs);
+* **scratch eager**, every probability, and with the app's budget (over it, eager still runs and a
+  logsumexp per row is kept);
 * **scratch sdpa**: the lazy path.
 
 The last column is the largest difference of the head read out against Hugging Face with every
@@ -41,7 +42,7 @@ SOURCES = {  # name -> (source, backend, budget: None = every probability, "app"
     "Hugging Face, every probability (the app before)": ("hf", "eager", None),
     "Hugging Face, the app's budget (the app now)": ("hf", "eager", "app"),
     "scratch eager, every probability": ("scratch", "eager", None),
-    "scratch eager, the app's budget": ("scratch", "eager", "app"),
+    "scratch eager, the app's budget (the app now)": ("scratch", "eager", "app"),
     "scratch sdpa (lazy)": ("scratch", "sdpa", None),
 }
 

@@ -18,7 +18,7 @@ import torch
 from ..errors import UnsupportedModel
 from ..families import coverage
 from ..trace import Trace
-from .attention import BACKENDS, additive_mask, allowed_keys, resolve_backend
+from .attention import BACKENDS, additive_mask, allowed_keys, resolve_backend, row_logsumexp
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
@@ -44,17 +44,19 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
     None keeps q, k, v: the Trace recomputes a layer's from its input hidden state when asked.
     ``logits=False`` skips the language-model head (a long input's logits alone can take GBs).
-    ``attention_budget`` (bytes): ``eager`` runs as ``sdpa`` where every probability would take more."""
+    ``attention_budget`` (bytes): where eager's probabilities of every head would take more, eager still
+    computes each layer (the same numbers, so parity with Hugging Face stays exact), but the Trace keeps one
+    logsumexp per row instead of the probabilities (lazy)."""
     net = build(model)
     enc = enc.to(model.device)
     b, n = enc.input_ids.shape
     size = model.n_layers * b * model.n_heads * n * n * 4
-    if backend == "eager" and attention_budget is not None and size > attention_budget:
-        ran, note = "sdpa", (f"eager attention keeps every probability: {size / 2**20:,.0f} MiB at this length (over "
-                             f"the {attention_budget / 2**20:,.0f} MiB kept), so sdpa ran and each head is recovered "
-                             "from its logsumexp")
-    else:
-        ran, note = resolve_backend(backend, enc.input_ids.device)
+    ran, note = resolve_backend(backend, enc.input_ids.device)
+    keep_lse = ran == "eager" and attention_budget is not None and size > attention_budget
+    if keep_lse:
+        note = (f"every probability would take {size / 2**20:,.0f} MiB at this length (over the "
+                f"{attention_budget / 2**20:,.0f} MiB kept): eager attention ran, and each head is recovered from "
+                "one logsumexp per row (equal to its softmax up to float32 rounding)")
     attend_with = BACKENDS[ran]
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
@@ -66,6 +68,8 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
         if ran == "eager" and rule not in allowed:
             allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
         got = attend_with(q, k, v, mask, spec, allowed.get(rule))
+        if keep_lse:  # the layer's probabilities are dropped here: one logsumexp per row is kept instead
+            got.probs, got.lse = None, row_logsumexp(q, k, mask, spec)
         (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
         specs.append(spec)
         kernels.add(got.kernel)
