@@ -163,7 +163,7 @@ def main() -> None:
         try:
             info = data.run_info(inp)
         except probes.ProbesError as exc:
-            error = str(exc)
+            error = ui.in_app_words(exc)
     # the parity badge's place in the sidebar; it is filled after the page has drawn, so the scratch pass it
     # needs never delays the first chart
     badge = st.sidebar.empty() if info is not None and model.scratch_supported else None
@@ -171,7 +171,7 @@ def main() -> None:
     try:
         page.run()
     except (probes.ProbesError, ValueError) as exc:
-        st.error(ui.safe(exc))
+        st.error(ui.safe(ui.in_app_words(exc)))
     except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
         log.exception("page %s failed", key)
         st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "

@@ -65,6 +65,15 @@ class Context:
         return True
 
 
+def in_app_words(exc: Exception) -> str:
+    """An error as this app says it: what to do names the sidebar's controls, not the library's arguments or
+    the CLI's flags (``truncate=True`` / ``--truncate`` is the "Cut to the context window" box here)."""
+    if isinstance(exc, probes.InputTooLong) and not exc.custom_advice:
+        return (f"The text is {exc.n_tokens:,} tokens but {exc.model} reads at most {exc.max_tokens:,}: shorten it, "
+                f"or tick \"Cut to the context window\" in the sidebar to keep the first {exc.max_tokens:,}.")
+    return str(exc)
+
+
 def query_picker(info: data.RunInfo, container=st) -> int:
     """The query token (shared by Explore and Q/K/V)."""
     n = len(info.tokens)

@@ -37,6 +37,8 @@ class InputTooLong(ProbesError):
     def __init__(self, n_tokens: int, max_tokens: int, model: str, advice: str | None = None):
         self.n_tokens = n_tokens
         self.max_tokens = max_tokens
+        self.model = model
+        self.custom_advice = advice is not None  # the caller said what to do (else: shorten or truncate)
         advice = advice or (f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first "
                             f"{max_tokens}")
         super().__init__(f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: {advice}")

@@ -90,7 +90,7 @@ def render(ctx: ui.Context) -> None:
     try:
         gen = data.generation(w)
     except probes.ProbesError as exc:
-        st.error(ui.safe(exc))
+        st.error(ui.safe(ui.in_app_words(exc)))
         return
     n = gen.n_steps
     if v.step >= n:

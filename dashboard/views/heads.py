@@ -60,7 +60,7 @@ def render(ctx: ui.Context) -> None:
     try:
         frame, source = _upload(ctx.model) if how == "Upload a table" else _run(ctx)
     except probes.ProbesError as exc:
-        st.error(ui.safe(exc))
+        st.error(ui.safe(ui.in_app_words(exc)))
         return
     if frame is None:
         return

@@ -181,6 +181,14 @@ def test_bad_text_gets_advice_and_the_app_recovers(text, message):
     assert not at.error and at.header[0].value == "minilm: layer 0, head 0"
 
 
+def test_a_too_long_text_is_told_what_to_do_in_the_apps_words():
+    """The library's advice names its argument and the CLI's flag; the app names its own sidebar box."""
+    at = _app(text="hungry " * 2858)
+    message = _texts(at.error)
+    assert "minilm reads at most 512" in message and 'tick "Cut to the context window" in the sidebar' in message
+    assert "--truncate" not in message and "truncate=True" not in message
+
+
 def test_too_long_text_can_be_cut_to_the_context_window():
     at = _app(text="hungry " * 2858, truncate=1)
     assert "the rest was cut off" in _texts(at.warning)
