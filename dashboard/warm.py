@@ -4,8 +4,9 @@ Streamlit runs ``dashboard/app.py`` only once a browser has connected, so withou
 waits for Python to import torch and transformers, load the model and run it *after* their browser has
 loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`start` as it is loaded,
 before the server listens (earlier than Streamlit's start-up hook, which waits for the server: 0.3 s
-less to the first heatmap in ``benchmarks/cold_start.py``): a background thread imports the app's modules, loads the offline default and traces the default
-sentence into the app's own caches (``dashboard.data``), so the first visitor's run finds them there.
+less to the first heatmap in ``benchmarks/cold_start.py``): a background thread imports the app's
+modules, loads the offline default and traces the default sentence into the app's own caches
+(``dashboard.data``), so the first visitor's run finds them there.
 
 The first script run waits for that thread (:func:`wait_in_page`) before it imports anything: two threads
 that import the same packages at once can meet in a circular import and see a half-initialised module, and

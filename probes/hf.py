@@ -12,7 +12,8 @@ bytes: 1 GiB for SmolLM2 at 1,024 tokens, 4.2 GiB at 2,048). Given an ``attentio
 they would exceed, and a family whose hooks catch q and k, the pass keeps only what a lazy scratch Trace
 keeps: Hugging Face's own q, k and v and one logsumexp per query row, and any head's probabilities come
 back as exp(q·kᵀ·scale − lse) from Hugging Face's q and k: the same numbers up to float32 rounding (a
-few 1e-6 at most in the tests, under the parity tolerance of 1e-5; the Trace's note says so). Without a budget (the default) every probability is kept, as before.
+few 1e-6 at most in the tests, under the parity tolerance of 1e-5; the Trace's note says so). Without a
+budget (the default) every probability is kept, as before.
 """
 
 from __future__ import annotations
@@ -20,14 +21,8 @@ from __future__ import annotations
 import torch
 
 from .families import Capture
-from .scratch.attention import Spec, row_logsumexp
+from .scratch.attention import Spec, attention_bytes, row_logsumexp
 from .trace import Trace
-
-
-def attention_bytes(model, enc) -> int:
-    """What Hugging Face's probabilities of every layer and head of this batch take: layers × B × H × L² × 4."""
-    b, n = enc.input_ids.shape
-    return model.n_layers * b * model.n_heads * n * n * 4
 
 
 def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None) -> Trace:
@@ -42,8 +37,9 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     if enc.token_type_ids is not None:
         kwargs["token_type_ids"] = enc.token_type_ids
     family, config = model.family, model.config
-    over = attention_budget is not None and attention_bytes(model, enc) > attention_budget
-    lazy = over and family is not None  # without the family's hooks there is no q and k to recover from
+    size = attention_bytes(model, enc)
+    # over the budget, and with the family's hooks (without them there is no q and k to recover from)
+    lazy = attention_budget is not None and size > attention_budget and family is not None
     with Capture() as cap, torch.inference_mode():
         if family:
             family.capture(model.hf, config, cap)
@@ -61,10 +57,10 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     if lazy:
         if not complete:
             raise RuntimeError(f"the {family.title} hooks caught q and k in {len(cap.q)} of {model.n_layers} layers")
-        mask = enc.attention_mask
         with torch.inference_mode():
-            lse = [row_logsumexp(cap.q[i], cap.k[i], mask, Spec(scales[i], model.is_causal, windows[i])) for i in layers]
-        note = (f"Hugging Face's probabilities of every head would take {attention_bytes(model, enc) / 2**20:,.0f} MiB "
+            lse = [row_logsumexp(cap.q[i], cap.k[i], enc.attention_mask, Spec(scales[i], model.is_causal, windows[i]))
+                   for i in layers]
+        note = (f"Hugging Face's probabilities of every head would take {size / 2**20:,.0f} MiB "
                 f"at this length (over the {attention_budget / 2**20:,.0f} MiB kept): each head is recomputed from "
                 "Hugging Face's own q and k and one logsumexp per row (equal to its softmax up to float32 rounding)")
     elif not out.attentions or any(a is None for a in out.attentions):

@@ -18,7 +18,7 @@ import torch
 from ..errors import UnsupportedModel
 from ..families import coverage
 from ..trace import Trace
-from .attention import BACKENDS, additive_mask, allowed_keys, resolve_backend, row_logsumexp
+from .attention import BACKENDS, additive_mask, allowed_keys, attention_bytes, resolve_backend, row_logsumexp
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
@@ -49,8 +49,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     logsumexp per row instead of the probabilities (lazy)."""
     net = build(model)
     enc = enc.to(model.device)
-    b, n = enc.input_ids.shape
-    size = model.n_layers * b * model.n_heads * n * n * 4
+    size = attention_bytes(model, enc)
     ran, note = resolve_backend(backend, enc.input_ids.device)
     keep_lse = ran == "eager" and attention_budget is not None and size > attention_budget
     if keep_lse:

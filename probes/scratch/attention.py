@@ -143,6 +143,13 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, n, h * d)
 
 
+def attention_bytes(model, enc) -> int:
+    """What every layer's and head's probabilities of this batch take in fp32: layers × B × H × L² × 4 (what
+    ``attention_budget`` is compared with, by both producers)."""
+    b, n = enc.input_ids.shape
+    return model.n_layers * b * model.n_heads * n * n * 4
+
+
 def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
                   block: int = 256) -> torch.Tensor:
     """Natural-log logsumexp of each query row's scaled, masked scores, ``[B, H, L]``, computed

@@ -103,7 +103,8 @@ class KVCache:
         return sum(2 * self.k[i][:, :, :self.held(i)].nbytes for i in range(len(self.k)))
 
 
-def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None, backend: str = "eager") -> torch.Tensor:
+def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None,
+                backend: str = "eager") -> torch.Tensor:
     """Run the tokens ``ids`` ``[1, n]`` (positions cache.length onward) through the network, each layer
     attending over its cache, and return the logits of the last one ``[vocab]``. With ``rows`` a list,
     the last token's attention row of every layer is appended to it (``[H, positions]``).
