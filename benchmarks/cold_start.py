@@ -22,18 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from browser import ARGS, chromium_path  # noqa: E402
+from load_test import start_server  # noqa: E402
 
 GOAL = 1.25
 FIRST_CHART = "() => !!document.querySelector('[data-testid=stMain] [data-testid=stVegaLiteChart] canvas, " \
@@ -56,32 +56,13 @@ def library_once() -> float:
     return time.perf_counter() - t0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def app_once(browser, script: str) -> dict:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())  # loopback only
     t0 = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / script),
-                               "--server.port", str(port), "--server.headless", "true",
-                               "--server.address", "127.0.0.1"], cwd=ROOT, env=env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url = start_server([], script, poll=0.02)
     try:
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                if time.perf_counter() - t0 > 120:
-                    raise SystemExit("streamlit did not start in 120 s") from None
-                time.sleep(0.02)
         served = time.perf_counter() - t0
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())  # loopback only
         page.goto(url)
         page.get_by_role("heading", name="minilm: layer 0, head 0").wait_for(timeout=120_000)
         heading = time.perf_counter() - t0

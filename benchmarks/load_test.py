@@ -62,22 +62,25 @@ def cpu_seconds(match: str) -> float:
     return total
 
 
-def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
+def start_server(extra: list[str], script: str = "app.py", poll: float = 0.5) -> tuple[subprocess.Popen, str]:
+    """``streamlit run dashboard/SCRIPT`` on a free loopback port, returned once its health check answers
+    (asked every ``poll`` seconds, for at most a minute)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / script),
                                "--server.port", str(port), "--server.headless", "true",
                                "--server.address", "127.0.0.1", *extra], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
+    deadline = time.perf_counter() + 60
+    while time.perf_counter() < deadline:
         try:
             if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
                 return server, url
         except OSError:
-            time.sleep(0.5)
+            time.sleep(poll)
     server.terminate()
     raise SystemExit("streamlit did not start")
 
