@@ -1,12 +1,17 @@
 """Heads: which heads are positional, syntactic or semantic over a dataset. Run a probe on the current
 model (built-in data, a limited number of items) or upload a table written by ``python -m probes
-profile``; click a cell of the grid to open that head on Explore."""
+profile``; click a cell of the grid to open that head on Explore. With the top examples of a corpus run
+(``python -m probes profile --corpus``), the selected head's strongest examples are listed; clicking one
+opens its text on Explore at its query."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import streamlit as st
 
 import probes
+from probes.corpus import readback
 from probes.heads import profile, registry
 
 from .. import charts, data, ui
@@ -46,24 +51,87 @@ def _run(ctx: ui.Context):
     return None, None
 
 
-def _upload(model):
-    upload = st.file_uploader("A probe table (CSV)", type=["csv"], key="probe_upload",
-                              help="written by `python -m probes profile --model M --probe P --out FILE.csv`")
-    if upload is None:
-        return None, None
-    return profile.read_table(upload.getvalue(), upload.name, model.n_layers, model.n_heads), upload.name
+KEPT = "heads_kept"  # what outlives a visit to another page: the "Scores from" choice and the uploads
 
 
-def render(ctx: ui.Context) -> None:
-    st.header("Heads: what each head does over a dataset")
-    how = st.segmented_control("Scores from", ["Run a probe", "Upload a table"], default="Run a probe", key="heads_how")
-    try:
-        frame, source = _upload(ctx.model) if how == "Upload a table" else _run(ctx)
-    except probes.ProbesError as exc:
-        st.error(ui.safe(ui.in_app_words(exc)))
+@dataclass(frozen=True)
+class Upload:
+    name: str
+    raw: bytes
+
+
+def _kept_upload(container, label: str, key: str, **kwargs) -> Upload | None:
+    """A file uploader whose file stays after a visit to another page (a clicked cell or example opens
+    Explore; coming back shows the same upload, saying so), until it is removed or replaced."""
+    kept = st.session_state.setdefault(KEPT, {})
+
+    def changed():  # removed (×) or replaced: a page visit makes a new, empty uploader without calling this
+        if st.session_state.get(key) is None:
+            kept.pop(key, None)
+
+    upload = container.file_uploader(label, key=key, on_change=changed, **kwargs)
+    if upload is not None:
+        kept[key] = Upload(upload.name, upload.getvalue())
+    elif key in kept and container.button(f"Forget {kept[key].name} (uploaded earlier)", key=f"{key}_forget",
+                                          type="tertiary", icon=":material/close:",
+                                          help="still shown: it was uploaded before you left this page"):
+        del kept[key]
+    return kept.get(key)
+
+
+def _read_table(upload: Upload, model):
+    """An uploaded probe table: a corpus run's statistics may hold several models, of which the sidebar's is shown."""
+    frame = profile.read_table(upload.raw, upload.name)
+    return readback.for_model(frame, upload.name, model.name, model.n_layers, model.n_heads), upload.name
+
+
+def _uploaders() -> tuple[Upload | None, Upload | None]:
+    left, right = st.columns(2)
+    table = _kept_upload(left, "A probe table (CSV)", "probe_upload", type=["csv"],
+                         help="written by `python -m probes profile --model M --probe P --out FILE.csv` (or "
+                              "`--corpus FILE`)")
+    found = _kept_upload(right, "Top examples of a corpus run (Parquet, optional)", "examples_upload",
+                         type=["parquet"], help="written by `python -m probes profile --corpus FILE --out FILE.csv` "
+                                                "as FILE.examples.parquet")
+    return table, found
+
+
+def open_example(model, context: str, query_start: int, query_token: str) -> None:
+    """Open an example on Explore: its context as the text, the query on its token (the one at ``query_start``)."""
+    ui.update(text=context, pair="", query=readback.query_index(model, context, query_start, query_token))
+    st.session_state["goto"] = "explore"
+    st.rerun()
+
+
+def _examples(ctx: ui.Context, upload: Upload, alone: bool) -> None:
+    """The selected head's top examples from an uploaded corpus run; a clicked row opens on Explore."""
+    model, v = ctx.model, ui.view()
+    found = readback.read_examples(upload.raw, upload.name, model.name, model.n_layers, model.n_heads)
+    rows = found[(found["layer"] == v.layer) & (found["head"] == v.head)]
+    st.subheader(f"Top examples of head {v.layer}.{v.head}")
+    if alone:
+        st.caption("The head is the one selected in the sidebar (Layer, Head); upload the run's table (CSV) too for "
+                   "the grid of every head.")
+    if rows.empty:
+        st.info(f"Head {v.layer}.{v.head} has no examples in {ui.safe(upload.name)}.")
         return
-    if frame is None:
-        return
+    st.caption(f"{ui.safe(upload.name)}: where head {v.layer}.{v.head} attends most strongly over the corpus; key "
+               "⟦…⟧, query «…». Click a row to open its text on Explore at that query.")
+    picked = st.dataframe(rows[["rank", "weight", "query_token", "key_token", "snippet"]], hide_index=True,
+                          on_select="rerun", selection_mode="single-row", key="heads_examples", column_config={
+                              "rank": st.column_config.NumberColumn(width="small"),
+                              "weight": st.column_config.NumberColumn(format="%.3f", width="small"),
+                              "query_token": st.column_config.TextColumn("query", width="small"),
+                              "key_token": st.column_config.TextColumn("key", width="small"),
+                              "snippet": st.column_config.TextColumn(width="large")})
+    if picked.selection.rows:
+        row = rows.iloc[picked.selection.rows[0]]
+        open_example(model, row["context"], int(row["query_start"]), row["query_token"])
+
+
+def _grid(ctx: ui.Context, frame, source):
+    """The layers × heads grid of one label; returns the label's rows, the label and the value coloured, for the
+    table below."""
     problem = st.session_state.pop("heads_problem", None)
     if problem:
         st.warning(ui.safe(problem))
@@ -81,9 +149,38 @@ def render(ctx: ui.Context) -> None:
     ui.chart(chart, on_select=lambda: _open("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)
-    rows = frame[frame["label"].astype(str) == label].sort_values(value, ascending=False)
+    return frame[frame["label"].astype(str) == label].sort_values(value, ascending=False), label, value
+
+
+def _table(frame, rows, label: str, value: str) -> None:
+    st.subheader(f"Every head: {ui.safe(label)}, by {value}")
     rows = rows.drop(columns=["offset_counts"], errors="ignore").dropna(axis="columns", how="all")
     st.dataframe(rows, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="%.4f") for c in ("score", "baseline", "mean_attention") if c in rows})
     st.download_button("Whole table (CSV)", frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
                        on_click="ignore", icon=":material/download:")
+
+
+def render(ctx: ui.Context) -> None:
+    st.header("Heads: what each head does over a dataset")
+    kept = st.session_state.setdefault(KEPT, {})
+    st.session_state["heads_how"] = kept.setdefault("how", "Run a probe")  # as it was when this page was left
+    how = st.segmented_control("Scores from", ["Run a probe", "Upload a table"], key="heads_how",
+                               on_change=lambda: kept.update(how=st.session_state["heads_how"]))
+    upload, found = _uploaders() if how == "Upload a table" else (None, None)
+    frame = source = None
+    try:
+        if how != "Upload a table":
+            frame, source = _run(ctx)
+        elif upload is not None:
+            frame, source = _read_table(upload, ctx.model)
+    except probes.ProbesError as exc:
+        st.error(ui.safe(ui.in_app_words(exc)))
+    shown = _grid(ctx, frame, source) if frame is not None else None
+    if found is not None:
+        try:
+            _examples(ctx, found, alone=frame is None)
+        except probes.ProbesError as exc:
+            st.error(ui.safe(ui.in_app_words(exc)))
+    if shown is not None:
+        _table(frame, *shown)

@@ -1,0 +1,100 @@
+"""Reading a corpus run back, for the app: the top examples of ``python -m probes profile --corpus`` (Parquet,
+:data:`~probes.corpus.examples.COLUMNS`) checked for the model they are shown on, the rows of one model of a
+run's tables, and where an example's query lands when its context is opened as a text."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+
+from ..errors import BadData
+from .examples import COLUMNS
+
+WRITTEN_BY = "`python -m probes profile --corpus FILE --out FILE.csv` (its FILE.examples.parquet)"
+SPANS = (("query", "query_start", "query_end"), ("key", "key_start", "key_end"))
+
+
+def for_model(frame: pd.DataFrame, name: str, model: str, n_layers: int, n_heads: int) -> pd.DataFrame:
+    """The rows of ``model`` in a table of ``profile --corpus`` (its statistics or its top examples), whose
+    layers and heads must all exist in that model. A table without a ``model`` column is taken as the
+    model's own. No rows of ``model`` is :class:`BadData` naming the models the table holds."""
+    if "model" in frame.columns:
+        models = frame["model"].astype(str)
+        if not (models == model).any():
+            held = sorted(models.unique())
+            which = "it" if len(held) == 1 else "one of them"
+            raise BadData(f"{name}: no rows for {model}; it holds {', '.join(held)}: select {which} in the sidebar, "
+                          f"or upload a file written for {model}")
+        frame = frame[models == model]
+    for col, n in (("layer", n_layers), ("head", n_heads)):
+        values = frame[col]
+        if (values < 0).any() or (values % 1).any():
+            raise BadData(f"{name}: {col} must be whole numbers from 0")
+        if (values >= n).any():
+            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
+                          "upload a table written for the model selected in the sidebar")
+    return frame.reset_index(drop=True)
+
+
+def read_examples(raw: bytes, name: str, model: str, n_layers: int, n_heads: int) -> pd.DataFrame:
+    """Top examples as ``profile --corpus`` writes them, read back and checked for ``model`` (its name, layers
+    and heads): the rows of that model, ordered by layer, head and rank. Anything else is :class:`BadData`
+    naming the file, what is wrong and what to do: not Parquet, missing columns, no rows, no rows of
+    ``model``, a layer or head the model does not have, a query or key span outside its context (the first
+    such row named by its place in the file)."""
+    import pyarrow as pa
+
+    try:
+        frame = pd.read_parquet(io.BytesIO(raw))
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise BadData(f"{name}: not a Parquet file ({first}): upload the top examples written by {WRITTEN_BY}") \
+            from None
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise BadData(f"{name}: missing column(s) {', '.join(missing)}: the top examples must be written by "
+                      f"{WRITTEN_BY}")
+    if frame.empty:
+        raise BadData(f"{name}: no rows: write the top examples again with {WRITTEN_BY}")
+    spans = [c for _, *cols in SPANS for c in cols]
+    for col in ["layer", "head", "rank", "weight", *spans]:
+        if not pd.api.types.is_numeric_dtype(frame[col]) or frame[col].isna().any():
+            raise BadData(f"{name}: column {col!r} must hold a number in every row: write the top examples again "
+                          f"with {WRITTEN_BY}")
+    frame = frame.assign(line=np.arange(1, len(frame) + 1))  # each row's place in the file, for messages
+    frame = for_model(frame, name, model, n_layers, n_heads)
+    length = frame["context"].map(lambda c: len(c) if isinstance(c, str) else -1)
+    for what, start, end in SPANS:
+        bad = (frame[start] < 0) | (frame[start] > frame[end]) | (frame[end] > length)
+        if bad.any():
+            row, size = frame[bad].iloc[0], int(length[bad].iloc[0])
+            more = f" (and {int(bad.sum()) - 1} more)" if bad.sum() > 1 else ""
+            context = "no context" if size < 0 else f"a context of {size} characters"
+            raise BadData(f"{name}: row {int(row['line'])}{more}: the {what} span {int(row[start])}–{int(row[end])} "
+                          f"lies outside its context ({context}): the file is damaged; write it again with "
+                          f"{WRITTEN_BY}")
+    frame = frame.drop(columns="line").sort_values(["layer", "head", "rank"], kind="stable")
+    ints = ["layer", "head", "rank", *spans]
+    frame[ints] = frame[ints].astype(int)
+    return frame.reset_index(drop=True)
+
+
+def query_index(model, context: str, query_start: int, query_token: str | None = None) -> int:
+    """Where an example's query lands when its ``context`` is opened as a text: the index, among the real
+    tokens of ``model.encode(context)`` (special tokens included, as the app counts them), of the first
+    non-special token whose span holds character ``query_start``; if none does, the non-special token that
+    starts nearest to it. A query that is a special token ([CLS], [SEP], BOS: no span, so ``query_start``
+    cannot say which) is found by its ``query_token``. A context longer than the model's window (never one
+    ``profile --corpus`` wrote) is cut to it."""
+    enc = model.encode(context, truncate=True)
+    real = [t for t, keep in zip(enc.tokens[0], enc.attention_mask[0].tolist()) if keep]
+    special = [i for i, t in enumerate(real) if t.special and t.text == query_token]
+    if special:
+        return special[0]
+    words = [(i, t) for i, t in enumerate(real) if not t.special]
+    for i, t in words:
+        if t.start <= query_start < t.end:
+            return i
+    return min(words, key=lambda it: (abs(it[1].start - query_start), it[0]))[0] if words else 0

@@ -1,0 +1,151 @@
+"""The Heads page with a corpus run uploaded, driven headless by AppTest: the selected head's top examples (with
+the run's table or without it), a clicked example opening on Explore at its query, one model's rows of a
+several-model table, and bad uploads answered with a message."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+from apptest import open_app, texts
+
+from probes.corpus import readback
+from probes.corpus.reader import Corpus
+from probes.corpus.run import profile_corpus
+
+TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
+         "Unbelievably, the tokenization worked.",
+         "The cat sat on the mat."]
+
+
+@pytest.fixture(scope="module")
+def run(minilm, tmp_path_factory):
+    """A real run of ``profile --corpus`` on three texts: its statistics (CSV bytes) and top examples (Parquet)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "c.txt").write_text("\n".join(TEXTS) + "\n")
+    out = folder / "stats.csv"
+    profile_corpus([minilm], Corpus(str(folder / "c.txt")), out, window=64, chunk_size=8, k=3)
+    return out.read_bytes(), (folder / "stats.examples.parquet").read_bytes()
+
+
+def _parquet(frame: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _rerun(at):
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _uploads(at, examples: bytes | None = None, table: bytes | None = None, name: str = "stats.examples.parquet"):
+    """On the Heads page: "Upload a table", then the run's examples and/or table."""
+    if at.segmented_control(key="heads_how").value != "Upload a table":
+        at.segmented_control(key="heads_how").set_value("Upload a table")
+        _rerun(at)
+    if table is not None:
+        at.file_uploader(key="probe_upload").set_value(("stats.csv", table, "text/csv"))
+    if examples is not None:
+        at.file_uploader(key="examples_upload").set_value((name, examples, "application/octet-stream"))
+    return _rerun(at)
+
+
+def _examples_table(at) -> pd.DataFrame:
+    tables = [d for d in at.dataframe if d.key == "heads_examples"]
+    assert len(tables) == 1, "no table of top examples"
+    return tables[0].value
+
+
+def _titles(at) -> list[str]:
+    return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
+
+
+def test_the_selected_heads_examples_open_on_explore_at_their_query(run, minilm):
+    _, raw = run
+    expected = readback.read_examples(raw, "x", "minilm", 6, 12)
+    expected = expected[(expected["layer"] == 1) & (expected["head"] == 9)].reset_index(drop=True)
+    at = _uploads(open_app(page="heads", layer=1, head=9), raw)
+    assert [s.value for s in at.subheader] == ["Top examples of head 1.9"]
+    assert "The head is the one selected in the sidebar" in texts(at.caption)  # no table: the sidebar picks it
+    shown = _examples_table(at)
+    assert list(shown.columns) == ["rank", "weight", "query_token", "key_token", "snippet"]
+    assert shown["rank"].tolist() == [1, 2, 3] and shown["snippet"].tolist() == expected["snippet"].tolist()
+    assert shown["weight"].tolist() == pytest.approx(expected["weight"].tolist())
+
+    # a click on a row (AppTest sets the dataframe's selection state) opens its context on Explore; the row
+    # picked has its query inside a word of several pieces (e.g. "##ie" of "Unbelievably")
+    pick = int(expected.index[expected["query_token"].str.startswith("##")][-1])
+    row = expected.iloc[pick]
+    at.session_state["heads_examples"] = {"selection": {"rows": [pick], "columns": [], "cells": []}}
+    _rerun(at)
+    assert at.header[0].value == "minilm: layer 1, head 9"  # Explore's heading: the same head
+    assert at.sidebar.text_area[0].value == row["context"] and at.sidebar.text_input[0].value == ""
+    tokens = minilm.encode(row["context"]).tokens[0]
+    query = at.selectbox(key="w_query").value
+    assert (tokens[query].start, tokens[query].end, tokens[query].text) == \
+        (row["query_start"], row["query_end"], row["query_token"])
+    assert f"Where '{query}: {row['query_token']}' looks" in _titles(at)
+    assert query != 10 and at.query_params["query"] in (str(query), [str(query)])  # (10: the default, not in links)
+
+    # back on Heads (through the app's own page switch), the upload is still there to pick another example
+    at.session_state["goto"] = "heads"
+    _rerun(at)
+    assert at.segmented_control(key="heads_how").value == "Upload a table"
+    assert at.subheader[0].value == "Top examples of head 1.9" and len(_examples_table(at)) == 3
+    assert at.button(key="examples_upload_forget").label == "Forget stats.examples.parquet (uploaded earlier)"
+    at.button(key="examples_upload_forget").click()
+    _rerun(at)
+    assert not at.subheader and not at.dataframe  # forgotten
+
+
+def test_removing_the_upload_removes_its_examples(run):
+    _, raw = run
+    at = _uploads(open_app(page="heads"), raw)
+    assert at.subheader[0].value == "Top examples of head 0.0"
+    at.file_uploader(key="examples_upload").set_value(None)
+    _rerun(at)
+    assert not at.subheader and not at.dataframe
+    assert not [b for b in at.button if b.key == "examples_upload_forget"]  # removed, not kept
+
+
+def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examples(run):
+    table, raw = run
+    stats = pd.read_csv(io.BytesIO(table))
+    both = pd.concat([stats, stats.assign(model="gpt2", layer=stats["layer"] + 6)]).to_csv(index=False).encode()
+    at = _uploads(open_app(page="heads", layer=0, head=7), raw, both)
+    assert not at.error
+    grid = [t for t in _titles(at) if t and "click a cell" in str(t)]
+    assert grid, _titles(at)
+    whole = next(d for d in at.dataframe if d.key != "heads_examples").value
+    assert set(whole["model"]) == {"minilm"} and whole["layer"].max() == 5  # only the selected model's rows
+    assert [s.value for s in at.subheader] == ["Top examples of head 0.7", "Every head: distance, by score"]
+    assert "The head is the one selected in the sidebar" not in texts(at.caption)  # the grid is there
+    assert len(_examples_table(at)) == 3
+    at.sidebar.slider(key="w_head").set_value(3)
+    _rerun(at)
+    assert at.subheader[0].value == "Top examples of head 0.3"  # the examples follow the sidebar
+
+    only_other = stats.assign(model="gpt2").to_csv(index=False).encode()
+    at = _uploads(at, table=only_other)
+    assert "stats.csv: no rows for minilm; it holds gpt2: select it in the sidebar" in texts(at.error)
+    assert len(_examples_table(at)) == 3  # the examples still show
+
+
+def test_bad_examples_are_messages_not_tracebacks(run):
+    _, raw = run
+    frame = pd.read_parquet(io.BytesIO(raw))
+    at = _uploads(open_app(page="heads", layer=1, head=2), _parquet(frame.assign(model="gpt2")), name="gpt2.parquet")
+    assert "gpt2.parquet: no rows for minilm; it holds gpt2: select it in the sidebar" in texts(at.error)
+    assert not [d for d in at.dataframe if d.key == "heads_examples"]
+
+    at = _uploads(at, b"rank,weight\n1,0.5\n", name="notes.parquet")
+    assert "notes.parquet: not a Parquet file" in texts(at.error)
+
+    no_head = frame[(frame["layer"] != 1) | (frame["head"] != 2)]
+    at = _uploads(at, _parquet(no_head), name="some.parquet")
+    assert not at.error
+    assert "Head 1.2 has no examples in some.parquet." in texts(at.info)
