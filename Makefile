@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt "torch==2.13.0"
-	$(BIN)/python -m pip install -c constraints.txt -e ".[test]"
+	$(BIN)/python -m pip install -c constraints.txt -e ".[test,ray]"
 	touch $(STAMP)
 
 clean:

@@ -225,23 +225,45 @@ class Model:
                 raise EmptyInput(f"the text {t[:40]!r} gives no tokens besides special ones: type words")
             rows.append(enc)
 
-        width = max(len(r["input_ids"]) for r in rows)
+        pieces = [Piece(r["input_ids"], r["offset_mapping"], r.sequence_ids(), r.get("token_type_ids")) for r in rows]
+        return self.batch(pieces, texts, pairs, truncated_from)
+
+    def batch(self, pieces: list["Piece"], texts: list[str], pairs: list[str | None] | None = None,
+              truncated_from: list[int | None] | None = None) -> Encoding:
+        """Already tokenised sequences (special tokens included) padded into one batch: what ``encode`` ends
+        with, and what a reader that cuts its own windows of token ids (``probes.corpus``) hands the model."""
+        tok = self.tokenizer
+        pairs = list(pairs) if pairs is not None else [None] * len(pieces)
+        width = max(len(r.ids) for r in pieces)
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        types = torch.zeros((len(rows), width), dtype=torch.long)
+        ids = torch.full((len(pieces), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(pieces), width), dtype=torch.long)
+        types = torch.zeros((len(pieces), width), dtype=torch.long)
         tokens = []
-        for b, (r, t, p) in enumerate(zip(rows, texts, pairs)):
-            n = len(r["input_ids"])
-            ids[b, :n] = torch.tensor(r["input_ids"])
+        for b, (r, t, p) in enumerate(zip(pieces, texts, pairs)):
+            n = len(r.ids)
+            ids[b, :n] = torch.tensor(r.ids)
             mask[b, :n] = 1
-            if "token_type_ids" in r:
-                types[b, :n] = torch.tensor(r["token_type_ids"])
-            row = readable_tokens(tok, r["input_ids"], r["offset_mapping"], t, p, r.sequence_ids())
+            if r.types is not None:
+                types[b, :n] = torch.tensor(r.types)
+            row = readable_tokens(tok, r.ids, r.offsets, t, p, r.sequence_ids)
             pad = Token(tok.pad_token or "<pad>", 0, 0, True, 0)
             tokens.append(row + [pad] * (width - n))
-        use_types = self.family.token_types if self.family else "token_type_ids" in getattr(tok, "model_input_names", [])
-        return Encoding(ids, mask, types if use_types else None, tokens, texts, pairs, truncated_from)
+        use_types = (self.family.token_types if self.family
+                     else "token_type_ids" in getattr(tok, "model_input_names", []))
+        return Encoding(ids, mask, types if use_types else None, tokens, list(texts), pairs,
+                        list(truncated_from) if truncated_from is not None else [None] * len(pieces))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One tokenised sequence: ids (special tokens included), each token's character span in its text
+    ((0, 0) for special tokens), which text each token came from (None: special), token types (or None)."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    sequence_ids: list[int | None]
+    types: list[int] | None = None
 
 
 # -- loading ---------------------------------------------------------------------------------------

@@ -149,3 +149,48 @@ def test_ctrl_c_is_one_line_and_exit_130(gpt2_dir, monkeypatch, capsys, tmp_path
     monkeypatch.setattr(scratch, "build", interrupt)
     assert main(["parity", "--model", str(gpt2_dir), "--text", "hi"]) == 130
     assert capsys.readouterr().err.strip() == "interrupted: rerun the same command"
+
+
+def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir, tmp_path):
+    import pandas as pd
+
+    corpus = tmp_path / "c.jsonl"
+    lines = [json.dumps({"text": f"Sentence {i}: Xiaoming gave the apple to Xiaohong because she was hungry."})
+             for i in range(10)]
+    corpus.write_text("\n".join(lines[:3] + ["{broken"] + lines[3:]) + "\n")
+    models = f"minilm,{gpt2_dir}"
+    one = run("profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "one.csv"),
+              "--window", "16", "--checkpoint-every", "3")
+    assert one.returncode == 0, one.stderr
+    on_ray = run("profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "ray.csv"),
+                 "--window", "16", "--checkpoint-every", "3", "--ray", "--workers", "2")
+    assert on_ray.returncode == 0, on_ray.stderr
+    assert "running on a local Ray: 2 worker(s), 1 CPU(s) each" in on_ray.stderr
+    assert "c.jsonl line 4: not JSON" in on_ray.stderr and "4/4" in on_ray.stderr  # 10 texts in chunks of 3
+    a, b = (pd.read_csv(tmp_path / f"{n}.csv").set_index(["model", "label", "layer", "head"]).sort_index()
+            for n in ("one", "ray"))
+    assert a.index.equals(b.index) and set(a.index.get_level_values("model")) == {"minilm", str(gpt2_dir)}
+    assert (a["score"] - b["score"]).abs().max() <= 1e-6
+    found = pd.read_parquet(tmp_path / "ray.examples.parquet")
+    assert set(found["model"]) == {"minilm", str(gpt2_dir)} and found["text_id"].between(1, 11).all()
+    assert "minilm" in on_ray.stdout and "entropy" in on_ray.stdout  # the best heads, per model and label
+
+
+def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one text\n")
+    out = str(tmp_path / "t.csv")
+    cases = [
+        (["--corpus", str(corpus), "--probe", "positional"], "leave out --probe"),
+        (["--corpus", str(tmp_path / "missing.txt")], "no such file"),
+        (["--corpus", str(corpus), "--examples", str(tmp_path / "x.csv")], "written as .parquet"),
+        (["--corpus", str(corpus), "--model", "minilm,minilm"], "named twice"),
+        (["--corpus", str(corpus), "--window", "2"], "leaves no room"),
+        (["--probe", "positional", "--ray"], "--ray goes with --corpus"),
+        (["--probe", "positional", "--model", "minilm,smollm2"], "several models in one run go with --corpus"),
+        ([], "say what to score"),
+    ]
+    for args, message in cases:
+        assert main(["profile", "--out", out, *args]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (args, err)

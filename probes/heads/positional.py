@@ -7,6 +7,8 @@ as queries and keys):
   the token itself, the first token;
 * ``special``: mean mass on special tokens ([CLS], [SEP], BOS ...);
 * ``punctuation``: mean mass on punctuation tokens;
+* ``entropy``: mean entropy (nats) of a query's attention, against the entropy of uniform attention;
+* ``distance``: mean attention distance, Σ_j a_ij·|i − j| in tokens (how far a head reads);
 * ``offset-5`` … ``offset+5``: the offset profile, mean attention on the token at that relative
   position (over the queries where it exists);
 * ``positional``: Voita et al. 2019: the share of queries whose most attended token sits at the
@@ -44,13 +46,13 @@ class _Sums:
     """Running sums of a statistic per (layer, head), with the uniform baseline beside it."""
 
     def __init__(self, shape):
-        self.total = torch.zeros(shape)
+        self.total = torch.zeros(shape, dtype=torch.float64)  # sums of thousands of distances: fp32 drifts
         self.base = 0.0
         self.count = 0
 
     def add(self, per_query: torch.Tensor, uniform: torch.Tensor) -> None:
         """``per_query`` ``[Ly, H, q]``, ``uniform`` ``[q]``: a statistic for q queries."""
-        self.total += per_query.sum(-1)
+        self.total += per_query.double().sum(-1)
         self.base += float(uniform.sum())
         self.count += per_query.shape[-1]
 
@@ -92,6 +94,9 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
             if offset:
                 add(f"offset{offset:+d}", per, uniform)
         add("first", attn[:, :, :, 0], 1.0 / seen)
+        add("entropy", -(attn * torch.log(attn.clamp_min(1e-30))).sum(-1), torch.log(seen))
+        gap = (q[:, None] - q[None, :]).abs().float()  # |i − j|
+        add("distance", (attn * gap).sum(-1), (allowed * gap).sum(-1) / seen)
         for name, keys in (("special", [t.special for t in tokens]),
                            ("punctuation", [not t.special and is_punctuation(t.text) for t in tokens])):
             mask = torch.tensor(keys, dtype=torch.bool)

@@ -215,12 +215,16 @@ SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side fi
 
 
 def _bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
-    """Report the bad items a probe's data had: all of them in an error (``strict``), else a summary of the
-    first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
-    bad = list(getattr(items, "bad", []))
+    """Report the bad items a probe's data had (:func:`report_bad`)."""
+    report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
+
+
+def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: bool, notify) -> None:
+    """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
+    the first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
     if bad and strict:
         raise BadData(f"{len(bad)} bad item(s) in {data} (--strict):\n" + "\n".join(map(str, bad)))
-    if not items:
+    if not usable:
         reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
         raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
     if bad:

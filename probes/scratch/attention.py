@@ -146,8 +146,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 def attention_bytes(model, enc) -> int:
     """What every layer's and head's probabilities of this batch take in fp32: layers × B × H × L² × 4 (what
     ``attention_budget`` is compared with, by both producers)."""
-    b, n = enc.input_ids.shape
-    return model.n_layers * b * model.n_heads * n * n * 4
+    return probability_bytes(model, *enc.input_ids.shape)
+
+
+def probability_bytes(model, batch: int, length: int) -> int:
+    """fp32 probabilities of every layer and head for ``batch`` sequences of ``length`` tokens."""
+    return model.n_layers * batch * model.n_heads * length * length * 4
 
 
 def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,

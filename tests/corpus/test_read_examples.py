@@ -76,7 +76,8 @@ def test_no_rows_is_refused(run):
 def test_examples_of_another_model_name_the_models_the_file_holds(run):
     _, raw = run
     frame = pd.read_parquet(io.BytesIO(raw))
-    assert "no rows for minilm; it holds gpt2: select it in the sidebar" in _refused(_parquet(frame.assign(model="gpt2")))
+    refused = _refused(_parquet(frame.assign(model="gpt2")))
+    assert "no rows for minilm; it holds gpt2: select it in the sidebar" in refused
     two = pd.concat([frame.assign(model="gpt2"), frame.assign(model="smollm2")])
     assert "it holds gpt2, smollm2: select one of them in the sidebar" in _refused(_parquet(two))
 

@@ -74,3 +74,19 @@ def test_scores_read_from_a_lazy_sdpa_trace_equal_the_eager_ones(minilm):
 def test_attention_without_a_trace_needs_causal():
     with pytest.raises(ValueError, match="causal"):
         positional_scores([(_tokens(["a", "b"]), torch.full((1, 1, 2, 2), 0.5))])
+
+
+def test_entropy_and_distance_match_a_hand_computation():
+    import math
+
+    tokens = _tokens(["a", "b", "c"])
+    attn = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])[None, None]
+    by = positional_scores([(tokens, attn)], causal=False).set_index("label")
+    assert by.loc["entropy", "score"] == pytest.approx((math.log(3) + 0 + math.log(2)) / 3)
+    assert by.loc["entropy", "baseline"] == pytest.approx(math.log(3))  # uniform over the three keys
+    assert by.loc["distance", "score"] == pytest.approx((1 + 1 + 1.5) / 3)  # Σ a_ij·|i − j| per query
+    assert by.loc["distance", "baseline"] == pytest.approx((1 + 2 / 3 + 1) / 3)
+    causal = positional_scores([(tokens, torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0, 0, 1.0]])[None, None])],
+                               causal=True).set_index("label")
+    assert causal.loc["distance", "score"] == pytest.approx(0.5 / 3)
+    assert causal.loc["distance", "baseline"] == pytest.approx((0 + 0.5 + 1) / 3)  # uniform over the past

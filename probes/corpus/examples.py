@@ -1,0 +1,152 @@
+"""Top examples per head: where, over a corpus, each head attends most strongly.
+
+Kept sparsely, in two steps: for every query of every window, a head's ``KEYS_PER_QUERY`` strongest keys
+with weight at least ``MIN_WEIGHT`` (special tokens such as [CLS]/[SEP]/BOS are neither queries nor keys
+here: how much a head parks on them is the ``first``/``special`` statistic); of those, the ``k`` strongest per
+head are kept.
+Ties are broken by (text id, window, query, key), so the result does not depend on how the corpus was
+split into chunks or which worker ran them.
+
+Each example keeps what a reader needs to see it and to open it again: the query and key tokens, a short
+``snippet`` (the key marked ⟦…⟧ and the query «…», at most ``SNIPPET_CHARS`` around them), and the
+``context``: the window's text (at most ``CONTEXT_CHARS`` of it, cut at token edges around the pair) with
+the character spans of the query and key tokens in it. So a row holds at most
+``BYTES_PER_EXAMPLE`` = ``CONTEXT_CHARS + SNIPPET_CHARS + 2 · TOKEN_CHARS + 64`` characters (bytes, for ASCII
+text; UTF-8 takes up to 4 bytes a character), and a head at most ``k`` times that: 22.9 kB at the default
+k = 10. Parquet's compression and windows shared between examples make it far less in practice (the corpus
+benchmark measures it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..tokens import Token
+from .reader import Window
+
+KEYS_PER_QUERY = 8
+MIN_WEIGHT = 0.005
+SNIPPET_CHARS = 160
+CONTEXT_CHARS = 2000
+TOKEN_CHARS = 32
+BYTES_PER_EXAMPLE = CONTEXT_CHARS + SNIPPET_CHARS + 2 * TOKEN_CHARS + 64
+
+ORDER = ["weight", "text_id", "window", "query", "key"]  # ranking: weight first, then a fixed tie-break
+COLUMNS = ["layer", "head", "rank", "weight", "text_id", "window", "query", "key", "query_token", "key_token",
+           "snippet", "context", "query_start", "query_end", "key_start", "key_end"]
+
+
+def candidates(attn: torch.Tensor, tokens: list[Token], k: int) -> dict[str, np.ndarray]:
+    """The ``k`` strongest (query, key) entries of each head of one window, ``attn`` ``[layers, heads, n, n]``
+    over its real tokens: flat arrays of layer, head, weight, query, key (fewer than k where fewer pass
+    ``MIN_WEIGHT``)."""
+    ly, h, n, _ = attn.shape
+    special = torch.tensor([t.special for t in tokens], dtype=torch.bool)
+    weights = attn.float().masked_fill(special, 0.0)  # special tokens are neither candidate keys…
+    weights = weights.masked_fill(special[:, None], 0.0)  # …nor queries: an example is between two pieces of text
+    per_query = min(KEYS_PER_QUERY, n)
+    top, keys = weights.topk(per_query, dim=-1)  # [Ly, H, n, 8]: each query's strongest keys
+    top, keys = top.reshape(ly, h, -1), keys.reshape(ly, h, -1)
+    best, flat = top.topk(min(k, top.shape[-1]), dim=-1)  # [Ly, H, k]: each head's strongest of those
+    query = torch.div(flat, per_query, rounding_mode="floor")
+    key = keys.gather(-1, flat)
+    layer = torch.arange(ly)[:, None, None].expand_as(best)
+    head = torch.arange(h)[None, :, None].expand_as(best)
+    keep = best >= MIN_WEIGHT
+    return dict(layer=layer[keep].numpy(), head=head[keep].numpy(), weight=best[keep].double().numpy(),
+                query=query[keep].numpy(), key=key[keep].numpy())
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def describe(window: Window, tokens: list[Token], query: int, key: int) -> dict:
+    """The readable part of one example: tokens, snippet, and a context with the pair's spans in it."""
+    q, k = tokens[query], tokens[key]
+    lo, hi = min(q.start, k.start), max(q.end, k.end)
+    # the context: the window's text, or CONTEXT_CHARS of it around the pair, cut at token edges
+    start, end = window.start, window.end
+    if end - start > CONTEXT_CHARS:
+        middle = (lo + hi) // 2
+        start = max(window.start, min(middle - CONTEXT_CHARS // 2, hi - CONTEXT_CHARS))
+        end = min(window.end, start + CONTEXT_CHARS)
+        edges = [t for t in tokens if not t.special and t.start >= start and t.end <= end]
+        start, end = edges[0].start, edges[-1].end
+    context = window.text[start:end]
+    return dict(query_token=_cut(q.text, TOKEN_CHARS), key_token=_cut(k.text, TOKEN_CHARS),
+                snippet=snippet(window.text, start, end, q, k), context=context, query_start=q.start - start,
+                query_end=q.end - start, key_start=k.start - start, key_end=k.end - start)
+
+
+def snippet(text: str, start: int, end: int, q: Token, k: Token) -> str:
+    """The pair in its text (of ``text[start:end]``), key ⟦…⟧ and query «…», in about ``SNIPPET_CHARS``: one
+    stretch around both, or, when they are far apart, a stretch around each joined by " … "."""
+    marked = [(k, "⟦", "⟧"), (q, "«", "»")]
+    if max(q.end, k.end) - min(q.start, k.start) <= SNIPPET_CHARS - 20:
+        return _stretch(text, start, end, marked, SNIPPET_CHARS)
+    first, second = sorted(marked, key=lambda m: m[0].start)
+    half = SNIPPET_CHARS // 2 - 2
+    return (_stretch(text, start, end, [first], half).removesuffix("…") + " … "
+            + _stretch(text, start, end, [second], half).removeprefix("…"))
+
+
+def _stretch(text: str, start: int, end: int, marked: list[tuple[Token, str, str]], width: int) -> str:
+    """About ``width`` characters of ``text[start:end]`` around the marked tokens, with their marks in place
+    ("…" where it is cut)."""
+    lo, hi = min(t.start for t, _, _ in marked), max(t.end for t, _, _ in marked)
+    room = max(0, (width - (hi - lo)) // 2)
+    a, b = max(start, lo - room), min(end, hi + room)
+    marks = [m for i, (t, open_, close) in enumerate(marked)
+             for m in ((t.start, 1, i, open_), (t.end, 0, -i, close))]  # at one place: close (inner first), open
+    parts, at = [], a
+    for pos, _, _, mark in sorted(marks):
+        parts += [text[at:pos], mark]
+        at = pos
+    parts.append(text[at:b])
+    return ("…" if a > start else "") + "".join(parts).replace("\n", " ") + ("…" if b < end else "")
+
+
+def strongest(frames: list[pd.DataFrame], k: int) -> pd.DataFrame:
+    """The ``k`` strongest examples of each head among several frames of examples (windows, or chunks), in
+    the fixed order: weight (descending), then text id, window, query, key; ``rank`` from 1."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    whole = pd.concat(frames, ignore_index=True)
+    whole = whole.sort_values(["layer", "head", *ORDER], ascending=[True, True, False, True, True, True, True],
+                              kind="stable")
+    whole = whole.groupby(["layer", "head"], sort=False).head(k).copy()
+    whole["rank"] = whole.groupby(["layer", "head"], sort=False).cumcount() + 1
+    return whole.reset_index(drop=True)
+
+
+class Collector:
+    """Feed it each window's tokens and attention (:meth:`add`); :meth:`result` gives the top ``k``
+    examples per head over all of them, described. Only numbers are kept per window: the readable part is
+    made at the end, for the survivors."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.found: list[pd.DataFrame] = []
+        self.seen: dict[int, tuple[Window, list[Token]]] = {}
+
+    def add(self, window: Window, tokens: list[Token], attn: torch.Tensor) -> None:
+        found = candidates(attn, tokens, self.k)
+        if len(found["weight"]):
+            at = len(self.seen)
+            self.seen[at] = (window, tokens)
+            self.found.append(pd.DataFrame(found).assign(text_id=window.text_id, window=window.index, slot=at))
+            if len(self.found) >= 64:  # keep the pile small: the strongest so far stand for the rest
+                self.found = [strongest(self.found, self.k)]
+
+    def result(self) -> pd.DataFrame:
+        best = strongest(self.found, self.k)
+        if best.empty:
+            return best
+        described = [describe(*self.seen[int(r.slot)], int(r.query), int(r.key)) for r in best.itertuples()]
+        for col in described[0]:
+            best[col] = [d[col] for d in described]
+        return best[COLUMNS]

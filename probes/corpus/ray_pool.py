@@ -1,0 +1,100 @@
+"""The corpus chunks as a Ray Data pipeline over an actor pool.
+
+Each chunk is one row of a Ray dataset (its :class:`~probes.corpus.run.CorpusJob`, pickled: the corpus path
+and where the chunk starts, not its texts); ``map_batches`` hands the rows one at a time to a pool of
+``workers`` actors (:class:`ChunkWorker`), each of which loads the model once and keeps it. Results stream
+back to the driver as they finish, in any order; the driver (``probes.corpus.run``) checkpoints each one
+and counts it on the progress bar. An actor that dies is restarted and its chunk retried by Ray
+(``max_restarts``/``max_task_retries``); the driver writes a chunk once, by its index, so a retried chunk
+is never counted twice.
+
+On a cluster (``address``), every node reads the corpus at the same path (a shared file system, or the
+same file copied to each node), and this package must be installed on the nodes (their image, or a
+``runtime_env``); the outputs are written by the driver, on the machine that runs the command.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator
+
+RETRIES = 3  # restarts of a dead actor, and retries of the chunk it held
+
+
+class ChunkWorker:
+    """A Ray actor: loads the model once, then runs chunk after chunk on it."""
+
+    def __init__(self, model: str, allow_local_paths: bool, device: str, threads: int):
+        import torch
+
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        torch.set_num_threads(threads)
+        from ..models import load
+
+        self.model = load(model, allow_local_paths=allow_local_paths, device=device)
+
+    def __call__(self, batch: dict) -> dict:
+        import resource
+
+        indices, results = [], []
+        for raw in batch["job"]:
+            job = pickle.loads(raw)
+            results.append(pickle.dumps(job(self.model)))
+            indices.append(job.index)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes (Linux reports KiB)
+        return {"index": indices, "result": results, "peak_bytes": [peak] * len(indices),
+                "pid": [os.getpid()] * len(indices)}
+
+
+def start(address: str | None, cpus: int | None = None) -> bool:
+    """Connect to the Ray cluster at ``address``, or start a local one (``cpus`` of this machine's CPUs);
+    True when this call started it (and so should shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    import logging
+
+    for name in ("ray", "ray.data"):  # the command speaks for itself: Ray's own info lines only on errors
+        logging.getLogger(name).setLevel(logging.ERROR)
+    options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    if address:
+        ray.init(address=address, **options)
+    else:
+        ray.init(num_cpus=cpus or os.cpu_count(), **options)
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # the command has its own bar, counting chunks
+    ctx.print_on_execution_start = False
+    return True
+
+
+def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0, allow_local_paths: bool = True,
+             stats: dict | None = None):
+    """An executor for :func:`probes.corpus.run.profile_corpus`: the jobs on a pool of ``workers`` Ray
+    actors (Ray must be started: :func:`start`). ``stats`` (a dict), if given, receives each worker's peak
+    memory (``peak_bytes`` by process id)."""
+
+    def run(model, jobs) -> Iterator[tuple[int, tuple]]:
+        if not jobs:
+            return
+        import ray.data
+
+        device = "cuda" if gpus_per_worker else "cpu"
+        rows = [{"job": pickle.dumps(job)} for job in jobs]
+        ds = ray.data.from_items(rows, override_num_blocks=len(rows))  # one chunk a block: streamed one by one
+        ds = ds.map_batches(
+            ChunkWorker, batch_size=1, batch_format="numpy",
+            fn_constructor_kwargs=dict(model=model.name, allow_local_paths=allow_local_paths, device=device,
+                                       threads=cpus_per_worker),
+            compute=ray.data.ActorPoolStrategy(size=min(workers, len(jobs)), max_tasks_in_flight_per_actor=2),
+            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
+            max_restarts=RETRIES, max_task_retries=RETRIES)
+        for row in ds.iter_rows():
+            if stats is not None:
+                stats.setdefault("peak_bytes", {})[int(row["pid"])] = int(row["peak_bytes"])
+            yield int(row["index"]), pickle.loads(row["result"])
+
+    return run
