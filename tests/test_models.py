@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -215,3 +216,23 @@ def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path):
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and says in lines[0], (path, out.stderr[-800:])
     assert not _Payload.marker.exists()
+
+
+def test_smollm2_loads_from_its_saved_fp32_copy_exactly_as_from_the_gguf(smollm2):
+    """The GGUF is read once; later loads read its dequantised weights from a safetensors folder in the cache:
+    the same weights, tokens and logits."""
+    from probes.datasets.cache import cache_dir
+    from probes.models import _load_gguf
+
+    assert Path(smollm2.source) == cache_dir() / "smollm2" / "fp32"
+    assert (Path(smollm2.source) / "model.safetensors").is_file() and not list(Path(smollm2.source).glob("*.gguf"))
+    gguf = _load_gguf("smollm2", cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    saved, read = smollm2.hf.state_dict(), gguf.hf.state_dict()
+    assert sorted(saved) == sorted(read) and all(torch.equal(saved[k], read[k]) for k in saved)
+    for text in ("Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红，因为她很饿",
+                 "<|im_start|>user hi<|im_end|>", " spaces  \n\tand tabs 🙂"):
+        assert smollm2.tokenizer(text)["input_ids"] == gguf.tokenizer(text)["input_ids"]
+    assert smollm2.tokenizer.all_special_ids == gguf.tokenizer.all_special_ids
+    ids = smollm2.encode("Xiaoming gave the apple").input_ids
+    with torch.inference_mode():
+        assert torch.equal(smollm2.hf(ids).logits, gguf.hf(ids).logits)
