@@ -125,8 +125,9 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
         cpus = int(ray.cluster_resources().get("CPU", 1))
         workers = args.workers or max(1, cpus // args.cpus_per_worker)
+        pool_stats: dict = {}
         executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
-                                     allow_local_paths=not args.hub_only)
+                                     allow_local_paths=not args.hub_only, stats=pool_stats)
         where = f"Ray at {args.ray}" if args.ray != "local" else "a local Ray"
         print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
               + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
@@ -147,9 +148,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
             ray.shutdown()
     _print_top(table, args.top)
-    where = threads.describe() if threads else "on Ray"
+    where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
     print(f"wrote {len(table)} rows to {out} and {len(found)} top examples to {examples} ({where})", file=sys.stderr)
     return 0
+
+
+def ray_summary(stats: dict) -> str:
+    """One line on what the Ray workers did: how many, their start-up, busy seconds and peak memory."""
+    if not stats.get("peak_bytes"):
+        return "every chunk was done already"
+    pids = list(stats["peak_bytes"])
+    return (f"{len(pids)} worker process(es), start-up {max(stats['load_seconds'].values()):.1f} s, busy "
+            f"{sum(stats['busy_seconds'].values()):.1f} s in all, peak memory "
+            f"{max(stats['peak_bytes'].values()) / 2**20:,.0f} MiB per worker")
 
 
 def _print_top(frame, top: int) -> None:

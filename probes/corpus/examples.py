@@ -123,30 +123,58 @@ def strongest(frames: list[pd.DataFrame], k: int) -> pd.DataFrame:
     return whole.reset_index(drop=True)
 
 
+def _top_per_head(cols: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    """The rows of the ``k`` strongest entries of each (layer, head) in flat arrays, in the fixed order
+    (:data:`ORDER`), with their ``rank``: numpy's lexsort, no DataFrame per window."""
+    order = np.lexsort((cols["key"], cols["query"], cols["window"], cols["text_id"], -cols["weight"], cols["head"],
+                        cols["layer"]))
+    cols = {name: values[order] for name, values in cols.items()}
+    group = cols["layer"].astype(np.int64) * 1_000_003 + cols["head"]
+    starts = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]  # first row of each head
+    rank = np.arange(len(group)) - np.repeat(starts, np.diff(np.r_[starts, len(group)]))
+    keep = rank < k
+    out = {name: values[keep] for name, values in cols.items()}
+    out["rank"] = rank[keep] + 1
+    return out
+
+
 class Collector:
     """Feed it each window's tokens and attention (:meth:`add`); :meth:`result` gives the top ``k``
-    examples per head over all of them, described. Only numbers are kept per window: the readable part is
-    made at the end, for the survivors."""
+    examples per head over all of them, described. Only numbers are kept per window (flat arrays, pruned to
+    the top ``k`` per head as they pile up); the readable part is made at the end, for the survivors."""
 
     def __init__(self, k: int):
         self.k = k
-        self.found: list[pd.DataFrame] = []
+        self.found: list[dict[str, np.ndarray]] = []
+        self.rows = 0
         self.seen: dict[int, tuple[Window, list[Token]]] = {}
 
     def add(self, window: Window, tokens: list[Token], attn: torch.Tensor) -> None:
         found = candidates(attn, tokens, self.k)
-        if len(found["weight"]):
-            at = len(self.seen)
-            self.seen[at] = (window, tokens)
-            self.found.append(pd.DataFrame(found).assign(text_id=window.text_id, window=window.index, slot=at))
-            if len(self.found) >= 64:  # keep the pile small: the strongest so far stand for the rest
-                self.found = [strongest(self.found, self.k)]
+        n = len(found["weight"])
+        if not n:
+            return
+        slot = len(self.seen)
+        self.seen[slot] = (window, tokens)
+        found.update(text_id=np.full(n, window.text_id), window=np.full(n, window.index), slot=np.full(n, slot))
+        self.found.append(found)
+        self.rows += n
+        if self.rows > 16 * n:  # keep the pile small: the strongest so far stand for the rest
+            self._prune()
+
+    def _prune(self) -> dict[str, np.ndarray]:
+        cols = {name: np.concatenate([f[name] for f in self.found]) for name in self.found[0]}
+        best = _top_per_head(cols, self.k)
+        self.found = [{name: values for name, values in best.items() if name != "rank"}]
+        self.rows = len(best["weight"])
+        return best
 
     def result(self) -> pd.DataFrame:
-        best = strongest(self.found, self.k)
-        if best.empty:
-            return best
-        described = [describe(*self.seen[int(r.slot)], int(r.query), int(r.key)) for r in best.itertuples()]
+        if not self.found:
+            return pd.DataFrame(columns=COLUMNS)
+        best = pd.DataFrame(self._prune())
+        described = [describe(*self.seen[int(slot)], int(q), int(k))
+                     for slot, q, k in zip(best["slot"], best["query"], best["key"])]
         for col in described[0]:
             best[col] = [d[col] for d in described]
         return best[COLUMNS]

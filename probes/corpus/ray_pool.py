@@ -26,6 +26,9 @@ class ChunkWorker:
     """A Ray actor: loads the model once, then runs chunk after chunk on it."""
 
     def __init__(self, model: str, allow_local_paths: bool, device: str, threads: int):
+        import time
+
+        start = time.perf_counter()
         import torch
 
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -33,18 +36,23 @@ class ChunkWorker:
         from ..models import load
 
         self.model = load(model, allow_local_paths=allow_local_paths, device=device)
+        self.load_seconds = time.perf_counter() - start  # imports and the model: what each worker pays once
 
     def __call__(self, batch: dict) -> dict:
         import resource
+        import time
 
-        indices, results = [], []
+        indices, results, busy = [], [], []
         for raw in batch["job"]:
+            start = time.perf_counter()
             job = pickle.loads(raw)
             results.append(pickle.dumps(job(self.model)))
             indices.append(job.index)
+            busy.append(time.perf_counter() - start)
+        n = len(indices)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes (Linux reports KiB)
-        return {"index": indices, "result": results, "peak_bytes": [peak] * len(indices),
-                "pid": [os.getpid()] * len(indices)}
+        return {"index": indices, "result": results, "peak_bytes": [peak] * n, "pid": [os.getpid()] * n,
+                "busy_seconds": busy, "load_seconds": [self.load_seconds] * n}
 
 
 def start(address: str | None, cpus: int | None = None) -> bool:
@@ -74,8 +82,9 @@ def start(address: str | None, cpus: int | None = None) -> bool:
 def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0, allow_local_paths: bool = True,
              stats: dict | None = None):
     """An executor for :func:`probes.corpus.run.profile_corpus`: the jobs on a pool of ``workers`` Ray
-    actors (Ray must be started: :func:`start`). ``stats`` (a dict), if given, receives each worker's peak
-    memory (``peak_bytes`` by process id)."""
+    actors (Ray must be started: :func:`start`). ``stats`` (a dict), if given, receives by worker process id
+    its peak memory (``peak_bytes``), the seconds it took to start (``load_seconds``: imports and the model)
+    and the seconds it spent on chunks (``busy_seconds``)."""
 
     def run(model, jobs) -> Iterator[tuple[int, tuple]]:
         if not jobs:
@@ -94,7 +103,11 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
             max_restarts=RETRIES, max_task_retries=RETRIES)
         for row in ds.iter_rows():
             if stats is not None:
-                stats.setdefault("peak_bytes", {})[int(row["pid"])] = int(row["peak_bytes"])
+                pid = int(row["pid"])
+                stats.setdefault("peak_bytes", {})[pid] = int(row["peak_bytes"])
+                stats.setdefault("load_seconds", {})[pid] = float(row["load_seconds"])
+                busy = stats.setdefault("busy_seconds", {})
+                busy[pid] = busy.get(pid, 0.0) + float(row["busy_seconds"])
             yield int(row["index"]), pickle.loads(row["result"])
 
     return run

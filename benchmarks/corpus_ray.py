@@ -1,0 +1,176 @@
+"""Corpus profiles on one process and on a local Ray, side by side in one run.
+
+1. ``python -m probes profile --corpus`` end to end, as a user runs it (a fresh process each: imports, model
+   load, and for ``--ray`` starting a local Ray and its workers), on minilm over the first 2,000 UD
+   English-EWT dev sentences (one text a line, window 128): one process (torch threads as ``profile``
+   chooses them), ``--ray --workers 1 --cpus-per-worker 2`` and ``--ray --workers 2``. Goals: Ray's
+   overhead at 1 worker ≤ 15 %, 2 workers ≥ 1.6× the single process. Each Ray run's own line says what its
+   workers did (start-up, busy seconds, peak memory), so the fixed cost and the throughput are seen apart.
+2. Windows per second for minilm and smollm2 at window 128 and 512 (texts of about 600 tokens: consecutive
+   EWT sentences joined), on one Ray worker with 2 CPUs: its busy seconds (the chunks, not its start-up),
+   and its peak memory (ru_maxrss).
+3. Bytes per head of the top-examples store (the Parquet file / layers × heads), k = 10.
+
+    .venv/bin/python benchmarks/corpus_ray.py [--texts 2000] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def ewt(n: int) -> list[str]:
+    from probes.heads.registry import get
+
+    probe = get("positional")
+    texts = probe.texts(probe.items("ewt-dev", None))
+    if len(texts) < n:
+        texts += probe.texts(probe.items("ewt-train", n - len(texts)))
+    return texts[:n]
+
+
+def documents(sentences: list[str], words: int = 450) -> list[str]:
+    """Consecutive sentences joined until each text has about ``words`` words (~600 tokens)."""
+    out, current = [], []
+    for s in sentences:
+        current.append(s)
+        if sum(len(c.split()) for c in current) >= words:
+            out.append(" ".join(current))
+            current = []
+    return out
+
+
+import pandas as pd  # noqa: E402
+
+
+def timed(models, corpus, out: Path, window: int, executor, chunk_size: int) -> tuple[float, object, object]:
+    from probes.corpus.run import profile_corpus
+
+    start = time.perf_counter()
+    table, found = profile_corpus(models, corpus, out, window=window, chunk_size=chunk_size, executor=executor)
+    return time.perf_counter() - start, table, found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=2000)
+    parser.add_argument("--chunk", type=int, default=64, help="texts per chunk (the CLI's --checkpoint-every)")
+    parser.add_argument("--windows", type=int, default=64, help="windows per items/s measurement (long texts)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+    import ray
+
+    from probes.corpus import ray_pool
+    from probes.corpus.reader import Corpus
+    from probes.models import load
+    from probes.threads import apply
+
+    apply("profile")  # the in-process runs below, as profile runs them
+    tmp = Path(tempfile.mkdtemp(prefix="corpus-bench-"))
+    sentences = ewt(args.texts)
+    (tmp / "ewt.txt").write_text("\n".join(sentences) + "\n")
+    corpus = Corpus(str(tmp / "ewt.txt"))
+    minilm = load("minilm")
+    lines = [f"# corpus_ray.py: {len(sentences)} EWT sentences, window 128, chunks of {args.chunk} texts, "
+             f"{os.cpu_count()} CPUs",
+             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --out {args.out}", ""]
+
+    # 1. the CLI, end to end: one process vs Ray with 1 and 2 workers
+    import subprocess
+
+    base = [sys.executable, "-m", "probes", "profile", "--corpus", str(tmp / "ewt.txt"), "--model", "minilm",
+            "--window", "128", "--checkpoint-every", str(args.chunk), "--force"]
+    runs = {"one process": [], "Ray, 1 worker × 2 CPUs": ["--ray", "--workers", "1", "--cpus-per-worker", "2"],
+            "Ray, 2 workers × 1 CPU": ["--ray", "--workers", "2"]}
+    seconds, said, tables = {}, {}, {}
+    for name, extra in runs.items():
+        out = tmp / f"{len(tables)}.csv"
+        start = time.perf_counter()
+        done = subprocess.run([*base, "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+        seconds[name] = time.perf_counter() - start
+        if done.returncode:
+            raise SystemExit(done.stderr)
+        said[name] = done.stderr.strip().splitlines()[-1]
+        tables[name] = pd.read_csv(out).sort_values(["label", "layer", "head"])["score"].to_numpy()
+        print(name, f"{seconds[name]:.1f} s", said[name], flush=True)
+    single = seconds["one process"]
+    same = max(float(abs(t - tables["one process"]).max()) for t in tables.values())
+    lines += [f"## minilm, statistics + top examples over {len(sentences)} sentences, the CLI end to end", "",
+              "| run | seconds | sentences/s | vs one process |", "|---|---|---|---|"]
+    for name, t in seconds.items():
+        goal = {"Ray, 1 worker × 2 CPUs": f" (overhead {100 * (t / single - 1):+.0f} %; goal ≤ +15 %)",
+                "Ray, 2 workers × 1 CPU": " (goal ≥ 1.6×)"}.get(name, "")
+        lines.append(f"| {name} | {t:.1f} | {len(sentences) / t:.1f} | {single / t:.2f}×{goal} |")
+    lines += ["", "What each run said on its last line:", ""] + [f"- {name}: `{said[name]}`" for name in runs]
+    lines += ["", f"Largest |Δ score| between the three tables: {same:.1e}.", ""]
+    from probes.corpus.run import in_process
+
+    # the work alone: in this process with the model loaded, and on Ray's workers (their busy seconds)
+    here, _, found = timed([minilm], corpus, tmp / "single.csv", 128, in_process, args.chunk)
+    ray_pool.start(None, cpus=os.cpu_count())
+    busy = {}
+    for name, (workers, cpus) in {"Ray, 1 worker × 2 CPUs": (1, 2), "Ray, 2 workers × 1 CPU": (2, 1)}.items():
+        stats: dict = {}
+        wall, _, _ = timed([minilm], corpus, tmp / f"busy-{workers}.csv", 128,
+                           ray_pool.executor(workers, cpus_per_worker=cpus, stats=stats), args.chunk)
+        busy[name] = (max(stats["busy_seconds"].values()), wall - max(stats["load_seconds"].values()))
+    lines += ["The work alone (the model loaded; for Ray, a cluster already started): this process "
+              f"{here:.1f} s; " + "; ".join(f"{name}: the busiest worker {b:.1f} s on chunks "
+                                            f"({here / b:.2f}× this process), the pipeline {w:.1f} s after its "
+                                            f"workers started ({here / w:.2f}×)" for name, (b, w) in busy.items())
+              + ".", ""]
+    heads = minilm.n_layers * minilm.n_heads
+    sizes = [(f"minilm, {len(sentences)} sentences", 128, (tmp / "single.examples.parquet").stat().st_size / heads,
+              len(found) / heads)]
+
+    # 2. windows per second and peak memory per worker, long texts
+    docs = documents(ewt(max(args.texts, 4000)))
+    smollm2 = load("smollm2")
+    lines += ["## Windows per second and peak memory, one Ray worker × 2 CPUs", "",
+              "| model | window | windows | worker busy s | windows/s | worker start-up s | worker peak memory |",
+              "|---|---|---|---|---|---|---|"]
+    for model in (minilm, smollm2):
+        for window in (128, 512):
+            room = window - 2 if model is minilm else window
+            per_doc = max(1, 600 // room)
+            need = max(1, args.windows // per_doc)
+            (tmp / f"docs-{window}.txt").write_text("\n".join(docs[:need]) + "\n")
+            docs_corpus = Corpus(str(tmp / f"docs-{window}.txt"))
+            from probes.corpus.reader import cut
+
+            n_windows = len(cut(model, [(i, d) for i, d in enumerate(docs[:need])], window))
+            stats: dict = {}
+            name = f"{model.name}-{window}"
+            seconds, _, found_w = timed([model], docs_corpus, tmp / f"{name}.csv", window,
+                                        ray_pool.executor(1, cpus_per_worker=2, stats=stats), max(1, need // 4))
+            peak = max(stats["peak_bytes"].values()) / 2**20
+            spent = sum(stats["busy_seconds"].values())
+            lines.append(f"| {model.name} | {window} | {n_windows} | {spent:.1f} | {n_windows / spent:.1f} | "
+                         f"{max(stats['load_seconds'].values()):.1f} | {peak:,.0f} MiB |")
+            n_heads = model.n_layers * model.n_heads
+            size = (tmp / f"{name}.examples.parquet").stat().st_size
+            sizes.append((f"{model.name}, {need} long texts", window, size / n_heads, len(found_w) / n_heads))
+            print(lines[-1], flush=True)
+    ray.shutdown()
+    lines += ["",
+              "## Top-examples store, bytes per head (Parquet, k = 10)", "",
+              "| run | window | bytes per head | examples per head |", "|---|---|---|---|"]
+    lines += [f"| {m} | {w} | {b:,.0f} | {e:.1f} |" for m, w, b, e in sizes]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "corpus_ray.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
