@@ -1,10 +1,10 @@
 """Top examples per head: where, over a corpus, each head attends most strongly.
 
 Kept sparsely, in two steps: for every query of every window, a head's ``KEYS_PER_QUERY`` strongest keys
-with weight at least ``MIN_WEIGHT`` (special tokens such as [CLS]/[SEP]/BOS are neither queries nor keys
-here: how much a head parks on them is the ``first``/``special`` statistic); of those, the ``k`` strongest per
-head are kept.
-Ties are broken by (text id, window, query, key), so the result does not depend on how the corpus was
+with weight at least ``MIN_WEIGHT``; of those, the ``k`` strongest per head. Special tokens such as
+[CLS]/[SEP]/BOS are neither queries nor keys here, and a window's first token is no key (in a decoder
+without BOS it is the attention sink, and query 0 sees nothing else): how much a head parks on them is the
+``first``/``special`` statistic. Ties are broken by (text id, window, query, key), so the result does not depend on how the corpus was
 split into chunks or which worker ran them.
 
 Each example keeps what a reader needs to see it and to open it again: the query and key tokens, a short
@@ -46,6 +46,8 @@ def candidates(attn: torch.Tensor, tokens: list[Token], k: int) -> dict[str, np.
     special = torch.tensor([t.special for t in tokens], dtype=torch.bool)
     weights = attn.float().masked_fill(special, 0.0)  # special tokens are neither candidate keys…
     weights = weights.masked_fill(special[:, None], 0.0)  # …nor queries: an example is between two pieces of text
+    weights[..., 0] = 0.0  # nor is a window's first token a key: the attention sink (the ``first`` statistic); in a
+    # decoder, query 0 sees only key 0 (weight 1, whatever the head does), and every head would list that
     per_query = min(KEYS_PER_QUERY, n)
     top, keys = weights.topk(per_query, dim=-1)  # [Ly, H, n, 8]: each query's strongest keys
     top, keys = top.reshape(ly, h, -1), keys.reshape(ly, h, -1)

@@ -4,9 +4,9 @@ Each chunk is one row of a Ray dataset (its :class:`~probes.corpus.run.CorpusJob
 and where the chunk starts, not its texts); ``map_batches`` hands the rows one at a time to a pool of
 ``workers`` actors (:class:`ChunkWorker`), each of which loads the model once and keeps it. Results stream
 back to the driver as they finish, in any order; the driver (``probes.corpus.run``) checkpoints each one
-and counts it on the progress bar. An actor that dies is restarted and its chunk retried by Ray
-(``max_restarts``/``max_task_retries``); the driver writes a chunk once, by its index, so a retried chunk
-is never counted twice.
+and counts it on the progress bar. An actor that dies is restarted and its chunk retried by Ray Data (its
+actor pools restart actors and retry their tasks by default); the driver writes a chunk once, by its index,
+so a retried chunk is never counted twice.
 
 On a cluster (``address``), every node reads the corpus at the same path (a shared file system, or the
 same file copied to each node), and this package must be installed on the nodes (their image, or a
@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Iterator
-
-RETRIES = 3  # restarts of a dead actor, and retries of the chunk it held
 
 
 class ChunkWorker:
@@ -66,6 +64,7 @@ def start(address: str | None, cpus: int | None = None) -> bool:
 
     for name in ("ray", "ray.data"):  # the command speaks for itself: Ray's own info lines only on errors
         logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")  # no C++ warning lines on the command's stderr
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     if address:
         ray.init(address=address, **options)
@@ -73,6 +72,8 @@ def start(address: str | None, cpus: int | None = None) -> bool:
         ray.init(num_cpus=cpus or os.cpu_count(), **options)
     import ray.data
 
+    for name in ("ray", "ray.data"):  # again: importing ray.data sets its own level
+        logging.getLogger(name).setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # the command has its own bar, counting chunks
     ctx.print_on_execution_start = False
@@ -99,8 +100,7 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
             fn_constructor_kwargs=dict(model=model.name, allow_local_paths=allow_local_paths, device=device,
                                        threads=cpus_per_worker),
             compute=ray.data.ActorPoolStrategy(size=min(workers, len(jobs)), max_tasks_in_flight_per_actor=2),
-            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
-            max_restarts=RETRIES, max_task_retries=RETRIES)
+            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None)
         for row in ds.iter_rows():
             if stats is not None:
                 pid = int(row["pid"])

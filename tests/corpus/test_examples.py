@@ -82,3 +82,19 @@ def test_a_long_window_keeps_a_bounded_context_around_the_pair():
     assert len(row["snippet"]) <= ex.SNIPPET_CHARS + 6 and "⟦w0650⟧" in row["snippet"] and "«w0700»" in row["snippet"]
     frame = pd.DataFrame([dict(row, layer=0, head=0, rank=1, weight=0.5, text_id=3, window=0, query=700, key=650)])
     assert len(frame[ex.COLUMNS].to_csv(index=False, header=False).encode()) <= ex.BYTES_PER_EXAMPLE
+
+
+def test_a_decoders_first_token_is_no_example_however_much_it_is_attended():
+    """Without a BOS token the first token is the sink (query 0 sees only it, with weight 1): not an example."""
+    spans = [(0, 3), (4, 7), (8, 11), (12, 14), (15, 18), (19, 22)]
+    tokens = [Token(TEXT[a:b], a, b, False) for a, b in spans]
+    window = Window(1, 0, TEXT, Piece([0] * 6, spans, [0] * 6), 0, len(TEXT))
+    attn = torch.zeros(1, 1, 6, 6)
+    attn[0, 0, :, 0] = 0.9  # every query parks on the first token…
+    attn[0, 0, 0, 0] = 1.0
+    attn[0, 0, torch.arange(1, 6), torch.arange(1, 6)] = 0.1  # …and keeps a little for itself
+    found = ex.Collector(k=3)
+    found.add(window, tokens, attn)
+    best = found.result()
+    assert (best["key"] != 0).all() and (best["query"] != 0).all()
+    assert best["weight"].tolist() == pytest_approx([0.1, 0.1, 0.1])
