@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/cold_start.py --out benchmarks/results
 	$(BIN)/python benchmarks/memory_by_source.py --out benchmarks/results
 	$(BIN)/python benchmarks/parity_reuse.py --out benchmarks/results
+	$(BIN)/python benchmarks/corpus_ray.py --out benchmarks/results
 
 install: $(STAMP)
 
