@@ -194,3 +194,32 @@ def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
         assert main(["profile", "--out", out, *args]) == 2, args
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (args, err)
+
+
+def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path):
+    import signal
+    import time
+
+    import pandas as pd
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"Text {i}: Xiaoming gave the apple to Xiaohong because she was hungry.\n"
+                              for i in range(40)))
+    args = [sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--window", "24",
+            "--checkpoint-every", "1", "--threads", "1"]
+    out = tmp_path / "t.csv"
+    first = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(list(tmp_path.glob("t.csv.partial/*/chunk-*.csv"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    done = len(list(tmp_path.glob("t.csv.partial/*/chunk-*.csv")))
+    assert 3 <= done < 40 and not out.exists()
+    resumed = run(*args[3:], "--out", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from {tmp_path / 't.csv.partial'}" in resumed.stderr
+    assert f"{done} of 40 chunks done already" in resumed.stderr
+    fresh = run(*args[3:], "--out", str(tmp_path / "fresh.csv"))
+    a, b = (pd.read_csv(p).sort_values(["label", "layer", "head"]) for p in (out, tmp_path / "fresh.csv"))
+    assert (a["score"].to_numpy() - b["score"].to_numpy()).__abs__().max() <= 1e-6

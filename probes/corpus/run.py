@@ -133,6 +133,9 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
     done = lambda c: folder / f"chunk-{c:05d}.csv"  # noqa: E731  (written last: the chunk is done)
     found = lambda c: folder / f"chunk-{c:05d}.examples.parquet"  # noqa: E731
     jobs = [CorpusJob(corpus, c, window, k, batch_size, backend) for c in scan.chunks if not done(c.index).is_file()]
+    if notify and len(jobs) < len(scan.chunks):
+        notify(f"{model.name}: resuming from {folder}: {len(scan.chunks) - len(jobs)} of {len(scan.chunks)} chunks "
+               "done already")
     bar = progress_factory(len(scan.chunks), model.name) if progress_factory else None
     try:
         if bar:

@@ -72,8 +72,12 @@ def test_truncated_caches_of_the_real_data_are_rebuilt(own_cache):
     index.write_bytes(index.read_bytes()[:1000])
     assert wordnet.data_dir() == folder and index.stat().st_size > 1000
 
-    gguf = _smollm2_path()
-    good = cache.sha256_of(own_cache / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    fp32 = type(own_cache)(_smollm2_path())  # the GGUF extracted, then its fp32 copy saved
+    gguf = own_cache / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    good, good_fp32 = cache.sha256_of(gguf), cache.sha256_of(fp32 / "model.safetensors")
     with open(gguf, "r+b") as f:
         f.truncate(1000)
-    assert cache.sha256_of(type(own_cache)(_smollm2_path())) == good
+    assert type(own_cache)(_smollm2_path()) == fp32 and cache.sha256_of(gguf) == good  # extracted again
+    with open(fp32 / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    assert cache.sha256_of(type(own_cache)(_smollm2_path()) / "model.safetensors") == good_fp32  # saved again
