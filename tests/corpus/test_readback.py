@@ -8,25 +8,17 @@ import io
 
 import pandas as pd
 import pytest
+from conftest import CORPUS_TEXTS as TEXTS
 
 from probes.corpus import readback as rb
-from probes.corpus.reader import Corpus
-from probes.corpus.run import profile_corpus
 from probes.errors import BadData
 
-TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
-         "Unbelievably, the tokenization worked.",
-         "The cat sat on the mat."]
 
-
-@pytest.fixture(scope="module")
-def run(minilm, tmp_path_factory):
-    """A real run of ``profile --corpus`` on three texts: the statistics and the top examples as written."""
-    folder = tmp_path_factory.mktemp("corpus")
-    (folder / "c.txt").write_text("\n".join(TEXTS) + "\n")
-    out = folder / "stats.csv"
-    profile_corpus([minilm], Corpus(str(folder / "c.txt")), out, window=64, chunk_size=8, k=3)
-    return pd.read_csv(out), (folder / "stats.examples.parquet").read_bytes()
+@pytest.fixture()
+def run(corpus_run):
+    """The shared real run (conftest): its statistics as a table, its top examples as Parquet bytes."""
+    stats, examples = corpus_run
+    return pd.read_csv(io.BytesIO(stats)), examples
 
 
 def _parquet(frame: pd.DataFrame) -> bytes:

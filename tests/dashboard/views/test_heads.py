@@ -12,22 +12,6 @@ import pytest
 from apptest import open_app, texts
 
 from probes.corpus import readback
-from probes.corpus.reader import Corpus
-from probes.corpus.run import profile_corpus
-
-TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
-         "Unbelievably, the tokenization worked.",
-         "The cat sat on the mat."]
-
-
-@pytest.fixture(scope="module")
-def run(minilm, tmp_path_factory):
-    """A real run of ``profile --corpus`` on three texts: its statistics (CSV bytes) and top examples (Parquet)."""
-    folder = tmp_path_factory.mktemp("corpus")
-    (folder / "c.txt").write_text("\n".join(TEXTS) + "\n")
-    out = folder / "stats.csv"
-    profile_corpus([minilm], Corpus(str(folder / "c.txt")), out, window=64, chunk_size=8, k=3)
-    return out.read_bytes(), (folder / "stats.examples.parquet").read_bytes()
 
 
 def _parquet(frame: pd.DataFrame) -> bytes:
@@ -64,8 +48,8 @@ def _titles(at) -> list[str]:
     return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
 
 
-def test_the_selected_heads_examples_open_on_explore_at_their_query(run, minilm):
-    _, raw = run
+def test_the_selected_heads_examples_open_on_explore_at_their_query(corpus_run, minilm):
+    _, raw = corpus_run
     expected = readback.read_examples(raw, "x", "minilm", 6, 12)
     expected = expected[(expected["layer"] == 1) & (expected["head"] == 9)].reset_index(drop=True)
     at = _uploads(open_app(page="heads", layer=1, head=9), raw)
@@ -102,8 +86,8 @@ def test_the_selected_heads_examples_open_on_explore_at_their_query(run, minilm)
     assert not at.subheader and not at.dataframe  # forgotten
 
 
-def test_removing_the_upload_removes_its_examples(run):
-    _, raw = run
+def test_removing_the_upload_removes_its_examples(corpus_run):
+    _, raw = corpus_run
     at = _uploads(open_app(page="heads"), raw)
     assert at.subheader[0].value == "Top examples of head 0.0"
     at.file_uploader(key="examples_upload").set_value(None)
@@ -112,8 +96,8 @@ def test_removing_the_upload_removes_its_examples(run):
     assert not [b for b in at.button if b.key == "examples_upload_forget"]  # removed, not kept
 
 
-def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examples(run):
-    table, raw = run
+def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examples(corpus_run):
+    table, raw = corpus_run
     stats = pd.read_csv(io.BytesIO(table))
     both = pd.concat([stats, stats.assign(model="gpt2", layer=stats["layer"] + 6)]).to_csv(index=False).encode()
     at = _uploads(open_app(page="heads", layer=0, head=7), raw, both)
@@ -135,8 +119,8 @@ def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examp
     assert len(_examples_table(at)) == 3  # the examples still show
 
 
-def test_bad_examples_are_messages_not_tracebacks(run):
-    _, raw = run
+def test_bad_examples_are_messages_not_tracebacks(corpus_run):
+    _, raw = corpus_run
     frame = pd.read_parquet(io.BytesIO(raw))
     at = _uploads(open_app(page="heads", layer=1, head=2), _parquet(frame.assign(model="gpt2")), name="gpt2.parquet")
     assert "gpt2.parquet: no rows for minilm; it holds gpt2: select it in the sidebar" in texts(at.error)
