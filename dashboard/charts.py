@@ -140,54 +140,104 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, colum
     )
 
 
+PARITY_DOMAIN = (1e-9, 1e-3)  # max |Δ| always drawn on this log scale: a grid of zeros does not look like a signal
+
+
 def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
-    """Layers × heads grid of max |Δ| between Hugging Face and the scratch pass (log colour scale);
-    heads above the tolerance are outlined in red."""
+    """Layers × heads grid of max |Δ| between Hugging Face and the scratch pass, on a fixed log scale
+    (:data:`PARITY_DOMAIN`, pale to dark: 0 and anything under 1e-9 sit at its pale bottom and read
+    "0 (bit-identical)" or their value in the tooltip; a grid of zeros is a pale block, not a dark one); the
+    tolerance is a tick on the legend and in the title, and heads above it are outlined in red."""
     layers, heads = diffs.shape
     l, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     d = diffs.astype(float).ravel()
+    low, high = PARITY_DOMAIN
     frame = pd.DataFrame({"layer": l.ravel(), "head": h.ravel(), "max_abs_diff": d,
-                          "shown": np.maximum(d, 1e-12), "within": d <= tolerance})
+                          "shown": np.clip(d, low, high), "within": d <= tolerance,
+                          "difference": [difference(x) for x in d]})
     base = alt.Chart(frame).encode(
         x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"))
+    ticks = sorted({low, 1e-7, 1e-5, high, tolerance})
     rect = base.mark_rect().encode(
-        color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[1e-12, max(tolerance * 10, d.max(initial=0))],
-                                                   scheme="greens", reverse=True), title="max |Δ|"),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("max_abs_diff:Q", format=".2e"),
+        color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[low, high], scheme="orangered", clamp=True),
+                        legend=alt.Legend(values=ticks, format=".0e", title=["max |Δ|", f"tolerance {tolerance:.0e}"])),
+        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("difference:N", title="max |Δ|"),
                  alt.Tooltip("within:N", title="within tolerance")],
     )
     failed = base.transform_filter("!datum.within").mark_rect(fill=None, stroke="#cb181d", strokeWidth=2)
-    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.0e})").properties(
-        width=alt.Step(28), height=alt.Step(28))
+    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.0e}; red outline: "
+                     "above it)").properties(width=alt.Step(28), height=alt.Step(28))
+
+
+def difference(x: float | None) -> str:
+    """A max |Δ| in words: "0 (bit-identical)", "n/a" (nothing to compare), or its value."""
+    if x is None:
+        return "n/a"
+    return "0 (bit-identical)" if x == 0 else f"{x:.1e}"
+
+
+def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:
+    """Each row's ``value`` minus its baseline (NaN where there is no baseline)."""
+    if "baseline" not in frame:
+        return pd.Series(np.nan, index=frame.index)
+    return frame[value] - frame["baseline"]
+
+
+def best_label(frame: pd.DataFrame, value: str = "score") -> str:
+    """The label whose best head gains most over its baseline (the raw best score where none has one): the
+    grid a reader should see first, not the alphabetically first one. Among labels scored as shares or
+    accuracies (0 to 1) where there are any: a gain of 5 tokens of attention distance or 0.5 nats of entropy
+    is not comparable with a gain of 0.5 in accuracy."""
+    labels = frame["label"].astype(str)
+    shares = frame[value].groupby(labels).transform(lambda col: bool(col.between(0, 1).all()))
+    if shares.any():
+        frame, labels = frame[shares.astype(bool)], labels[shares.astype(bool)]
+    gain = gains(frame, value)
+    score = gain if gain.notna().any() else frame[value]
+    by = score.groupby(labels).max().dropna()
+    return str(by.idxmax()) if len(by) else str(frame["label"].iloc[0])
 
 
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
               value: str = "score") -> alt.Chart:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
-    that (layer, head): the selection is named ``head``."""
+    that (layer, head): the selection is named ``head``. Where the rows have a baseline the colour is the
+    gain over it, on a diverging scale centred at 0 and symmetric (so noise around the baseline stays pale,
+    never stretched over the whole palette), with the raw value, the baseline and the gain in the tooltip and
+    the baseline in the title; without one (or coloured by another value than the score), the raw value."""
     rows = frame[frame["label"] == label]
     if rows.empty:
         raise ValueError(f"no rows for label {label!r}")
+    rows = rows.assign(gain=gains(rows, value))
+    relative = value == "score" and bool(rows["gain"].notna().any())  # the baseline is the score's
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
-    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".3f")]
-    tooltip += [alt.Tooltip(f"{c}:Q", format=".3f") for c in ("baseline", "mean_attention") if c in rows and c != value]
+    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".4f")]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".4f") for c in ("baseline", "gain", "mean_attention")
+                if c in rows and c != value and rows[c].notna().any()]
     tooltip += [alt.Tooltip("n:Q")] if "n" in rows else []
     base = alt.Chart(rows).encode(
         x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
         y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
     )
+    if relative:
+        reach = float(rows["gain"].abs().max()) or 1e-9
+        color = alt.Color("gain:Q", title=[f"{value} −", "baseline"],
+                          scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach], domainMid=0))
+        baselines = rows["baseline"].dropna().unique()
+        said = f"baseline {baselines[0]:.3g}" if len(baselines) == 1 else "baseline per head"
+        title = f"{label}: {value} above or below its {said} (click a cell to open it)"
+    else:
+        color = alt.Color(f"{value}:Q", scale=alt.Scale(scheme="viridis"), title=value)
+        title = f"{label}: {value} by head, no baseline (click a cell to open it)"
     rect = base.mark_rect(cursor="pointer").encode(
-        color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="viridis"), title=value),
-        tooltip=tooltip,
-        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
+        color=color, tooltip=tooltip, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
     ).add_params(pick)
     layers = [rect]
     if selected is not None:
         mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
         layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
                       .encode(x="head:O", y="layer:O"))
-    return alt.layer(*layers, title=f"{label}: {value} by head (click a cell to open it)").properties(
-        width=alt.Step(30), height=alt.Step(30))
+    return alt.layer(*layers, title=title).properties(width=alt.Step(30), height=alt.Step(30))
 
 
 def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None = None) -> alt.Chart:

@@ -129,6 +129,9 @@ def _examples(ctx: ui.Context, upload: Upload, alone: bool) -> None:
         open_example(model, row["context"], int(row["query_start"]), row["query_token"])
 
 
+FEW = 30  # examples behind a score below which the grid warns
+
+
 def _grid(ctx: ui.Context, frame, source):
     """The layers × heads grid of one label; returns the label's rows, the label and the value coloured, for the
     table below."""
@@ -137,7 +140,8 @@ def _grid(ctx: ui.Context, frame, source):
         st.warning(ui.safe(problem))
     labels = sorted(frame["label"].astype(str).unique())
     cols = st.columns(2)
-    label = cols[0].selectbox("Label", labels, key="heads_label")
+    label = cols[0].selectbox("Label", labels, index=labels.index(charts.best_label(frame)), key="heads_label",
+                              help="opens on the label whose best head rises most above its baseline")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
     value = cols[1].radio("Colour by", values, horizontal=True, key="heads_value")
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)
@@ -146,6 +150,10 @@ def _grid(ctx: ui.Context, frame, source):
     chart = charts.head_grid(frame.assign(label=frame["label"].astype(str)), label, layers, heads,
                              selected=(v.layer, v.head), value=value)
     st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.")
+    n = frame.loc[frame["label"].astype(str) == label, "n"].min() if "n" in frame else None
+    if n is not None and n == n and n < FEW:
+        st.warning(f"Only {int(n)} examples behind these scores: below {FEW}, a head's score moves by chance more "
+                   "than its colour suggests. Run more items before trusting one head over another.")
     ui.chart(chart, on_select=lambda: _open("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)

@@ -13,6 +13,11 @@ import streamlit as st
 from .. import charts, data, ui
 
 
+def _figure(x: float | None) -> str:
+    """A metric's max |Δ|: "0" when bit-identical (the words are in the banner and under the grid)."""
+    return "0" if x == 0 else charts.difference(x)
+
+
 def render(ctx: ui.Context) -> None:
     st.header("Parity: Hugging Face vs our from-scratch pass")
     if not ctx.model.scratch_supported:
@@ -36,21 +41,29 @@ def render(ctx: ui.Context) -> None:
     if r.note:
         st.info(r.note)
     cols = st.columns(4)
-    cols[0].metric("attention max |Δ|", f"{r.attention_max_abs_diff:.1e}", help=f"tolerance {tol['attention']:.0e}")
-    cols[1].metric("hidden states max |Δ| ÷ scale", f"{r.hidden_max_rel_diff:.1e}",
+    cols[0].metric("attention max |Δ|", _figure(r.attention_max_abs_diff),
+                   help=f"tolerance {tol['attention']:.0e}")
+    cols[1].metric("hidden states max |Δ| ÷ scale", _figure(r.hidden_max_rel_diff),
                    help=f"tolerance {tol['hidden']:.0e} of each layer's scale: max |Δ| divided by the largest |value| "
                         f"of that layer's hidden state when it is over 1 (modern decoders carry values in the "
                         f"thousands, where fp32 itself steps by more than 1e-4); absolute max |Δ| "
                         f"{r.hidden_max_abs_diff:.1e}")
     logits = r.logits_max_abs_diff
-    cols[2].metric("logits max |Δ|", "n/a" if logits is None else f"{logits:.1e}",
+    cols[2].metric("logits max |Δ|", _figure(logits),
                    help="n/a: the model has no language-model head" if logits is None else f"tolerance {tol['logits']:.0e}")
     qkv = r.qkv_max_abs_diff
-    cols[3].metric("q, k, v max |Δ|", "n/a" if qkv is None else f"{qkv:.1e}")
+    cols[3].metric("q, k, v max |Δ|", _figure(qkv))
 
     diffs = np.array([lp.per_head for lp in r.per_layer])
     chart = charts.parity_heatmap(diffs, tol["attention"])
     ui.chart(chart)
+    over = int((diffs > tol["attention"]).sum())
+    if diffs.max(initial=0) == 0:
+        st.caption("Every head: 0 (bit-identical).")
+    else:
+        layer, head = np.unravel_index(int(diffs.argmax()), diffs.shape)
+        st.caption(f"Largest max |Δ| {diffs.max():.1e}, at layer {layer}, head {head}; {over} of {diffs.size} heads "
+                   f"above the tolerance {tol['attention']:.0e}.")
     frame = pd.DataFrame([{"layer": lp.layer, "head": h, "attention_max_abs_diff": d,
                            "hidden_max_abs_diff": lp.hidden_max_abs_diff, "hidden_max_rel_diff": lp.hidden_max_rel_diff}
                           for lp in r.per_layer for h, d in enumerate(lp.per_head)])

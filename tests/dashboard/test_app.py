@@ -309,8 +309,17 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
                  b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n")
     at.selectbox(key="heads_label").set_value("obj")
     _rerun(at)
-    assert "obj: score by head (click a cell to open it)" in _titles(at)
+    assert "obj: score by head, no baseline (click a cell to open it)" in _titles(at)
     assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]
+
+
+def test_heads_grid_opens_on_the_label_that_gains_most_and_warns_on_few_examples():
+    at = _upload(_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score,baseline,n\nsyntactic,acl,0,0,0.9,0.85,12\n"
+                 b"syntactic,nsubj,0,1,0.8,0.3,12\nsyntactic,nsubj,1,0,0.35,0.3,12\n")
+    assert at.selectbox(key="heads_label").value == "nsubj"  # 0.5 above its baseline; acl only 0.05
+    assert "nsubj: score above or below its baseline 0.3 (click a cell to open it)" in _titles(at)
+    assert "Only 12 examples behind these scores" in _texts(at.warning)
 
 
 def test_a_deployment_can_offer_only_some_models(monkeypatch):

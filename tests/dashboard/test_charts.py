@@ -72,6 +72,46 @@ def test_parity_heatmap_outlines_heads_over_tolerance():
     assert spec["layer"][0]["encoding"]["color"]["scale"]["type"] == "log"
 
 
+def test_parity_heatmap_has_one_fixed_scale_and_says_bit_identical_in_words():
+    spec = charts.parity_heatmap(np.zeros((2, 3)), 1e-5).to_dict()
+    color = spec["layer"][0]["encoding"]["color"]
+    assert color["scale"]["domain"] == [1e-9, 1e-3]  # never fitted to the data: zeros do not look like a signal
+    assert 1e-5 in color["legend"]["values"] and "tolerance 1e-05" in color["legend"]["title"]
+    assert {r["difference"] for r in _rows(spec)} == {"0 (bit-identical)"}
+    assert all(r["shown"] == 1e-9 for r in _rows(spec))
+    big = _rows(charts.parity_heatmap(np.array([[3e-2, 2e-6]]), 1e-5).to_dict())
+    assert [r["difference"] for r in big] == ["3.0e-02", "2.0e-06"] and big[0]["shown"] == 1e-3
+    assert color["scale"]["scheme"] == "orangered" and not color["scale"].get("reverse")  # zeros are pale
+
+
+def test_head_grid_colours_the_gain_over_the_baseline_centred_at_zero():
+    frame = pd.DataFrame({"label": ["induction"] * 4, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                          "score": [0.0093, 0.0100, 0.0089, 0.0095], "baseline": [0.0093] * 4, "n": [10] * 4})
+    spec = charts.head_grid(frame, "induction", 2, 2).to_dict()
+    color = spec["layer"][0]["encoding"]["color"]
+    assert color["field"] == "gain" and color["scale"]["domainMid"] == 0
+    low, high = color["scale"]["domain"]
+    assert low == -high and high == pytest.approx(0.0007)  # symmetric: noise around the baseline stays pale
+    gains = {(r["layer"], r["head"]): r["gain"] for r in _rows(spec)}
+    assert gains[(0, 0)] == pytest.approx(0.0) and gains[(1, 0)] == pytest.approx(-0.0004)
+    assert "baseline 0.0093" in spec["title"]
+    assert {t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]} >= {"score", "baseline", "gain", "n"}
+    no_base = charts.head_grid(frame.drop(columns="baseline"), "induction", 2, 2).to_dict()
+    assert no_base["layer"][0]["encoding"]["color"]["field"] == "score" and "no baseline" in no_base["title"]
+    other = charts.head_grid(frame.assign(mean_attention=0.5), "induction", 2, 2, value="mean_attention").to_dict()
+    assert other["layer"][0]["encoding"]["color"]["field"] == "mean_attention"  # the baseline is the score's
+
+
+def test_the_default_label_is_the_one_whose_best_head_gains_most():
+    frame = pd.DataFrame({"label": ["acl", "acl", "nsubj", "nsubj", "block"], "score": [0.9, 0.2, 0.8, 0.7, 0.0],
+                          "baseline": [0.85, 0.85, 0.3, 0.3, 0.0]})
+    assert charts.best_label(frame) == "nsubj"  # 0.5 above its baseline, against acl's 0.05
+    assert charts.best_label(frame.drop(columns="baseline")) == "acl"  # no baselines: the best raw score
+    corpus = pd.DataFrame({"label": ["distance", "distance", "previous", "first"], "score": [26.6, 12.0, 0.99, 0.8],
+                           "baseline": [19.1, 19.1, 0.02, 0.02]})
+    assert charts.best_label(corpus) == "previous"  # not distance's 7.5 tokens: shares are compared with shares
+
+
 def test_head_grid_is_clickable_and_marks_the_selected_head():
     frame = pd.DataFrame({"label": ["nsubj", "nsubj", "obj"], "layer": [0, 1, 0], "head": [1, 0, 0],
                           "score": [0.5, 0.9, 0.2], "baseline": [0.3] * 3, "n": [10] * 3})

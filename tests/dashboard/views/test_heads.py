@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from apptest import open_app, texts
 
+from dashboard import charts
 from probes.corpus import readback
 
 
@@ -106,7 +107,10 @@ def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examp
     assert grid, _titles(at)
     whole = next(d for d in at.dataframe if d.key != "heads_examples").value
     assert set(whole["model"]) == {"minilm"} and whole["layer"].max() == 5  # only the selected model's rows
-    assert [s.value for s in at.subheader] == ["Top examples of head 0.7", "Every head: distance, by score"]
+    best = at.selectbox(key="heads_label").value
+    assert best == charts.best_label(stats) and best in ("previous", "offset-1")  # the label that gains most
+    assert [s.value for s in at.subheader] == ["Top examples of head 0.7",
+                                               f"Every head: {best.replace('-', chr(92) + '-')}, by score"]
     assert "The head is the one selected in the sidebar" not in texts(at.caption)  # the grid is there
     assert len(_examples_table(at)) == 3
     at.sidebar.slider(key="w_head").set_value(3)
