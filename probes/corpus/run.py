@@ -30,7 +30,7 @@ from ..errors import NothingToScore
 from ..heads.combine import mean
 from ..heads.engine import token_attention
 from ..heads.positional import merge_histograms, positional_scores
-from ..heads.profile import _checkpoint, _write, code_version, report_bad, write_table
+from ..heads.profile import _checkpoint, _write, code_version, report_bad, with_model, write_table
 from ..scratch.attention import probability_bytes
 from . import examples as ex
 from .reader import Chunk, Corpus, Window, check_window, cut
@@ -155,8 +155,7 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
     examples = ex.strongest([pd.read_parquet(found(c)) for c in chunks], k)[ex.COLUMNS]
     if stats.empty:
         raise NothingToScore(f"{corpus.name}: no text of it gave {model.name} a token to score")
-    front = {"model": model.name, "n_layers": model.n_layers, "n_heads": model.n_heads}
-    return stats.assign(**front), examples.assign(**front)
+    return with_model(stats, model), with_model(examples, model)
 
 
 def profile_corpus(models: list, corpus: Corpus, out: Path, examples_out: Path | None = None, window: int = 128,

@@ -87,7 +87,13 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
         if progress:
             progress(done, len(items))
 
-    return record.combine([run_chunk(record, model, items, batch_size, backend, step)], items)
+    return with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
+
+
+def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
+    """A probe table that knows its model: its name and its layer and head counts, in every row (so a table
+    shown beside another model is refused, not drawn in the wrong frame)."""
+    return frame.assign(model=model.name, n_layers=model.n_layers, n_heads=model.n_heads)
 
 
 MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
@@ -292,7 +298,7 @@ def profile(model, probes: list[str], data: str | None, limit: int | None, out: 
                 notify(f"skipped {exc}")
     if not frames:
         raise NothingToScore(f"none of the probes ({', '.join(probes)}) had anything to score in {data}")
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame = with_model(pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], model)
     write_table(frame, out)
     shutil.rmtree(partial, ignore_errors=True)
     return frame

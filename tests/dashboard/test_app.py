@@ -313,6 +313,15 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]
 
 
+def test_a_probe_table_written_for_another_model_is_refused(minilm, tmp_path):
+    from probes.heads import profile
+
+    profile.profile(minilm, ["positional"], "ewt-dev", 5, tmp_path / "minilm.csv")
+    at = _upload(_app(page="heads", model="smollm2"), "minilm.csv", (tmp_path / "minilm.csv").read_bytes())
+    assert "minilm.csv: no rows for smollm2; it holds minilm: select it in the sidebar" in _texts(at.error)
+    assert not [s for s in _specs(at) if "click a cell" in str(s.get("title"))]  # nothing drawn in the wrong frame
+
+
 def test_heads_grid_opens_on_the_label_that_gains_most_and_warns_on_few_examples():
     at = _upload(_app(page="heads"), "mine.csv",
                  b"probe,label,layer,head,score,baseline,n\nsyntactic,acl,0,0,0.9,0.85,12\n"

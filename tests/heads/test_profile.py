@@ -118,6 +118,8 @@ def test_run_probe_in_memory_matches_the_written_profile_and_reports_progress(mi
     assert a.index.equals(b.index) and ((a["score"] - b["score"]).abs() < 1e-6).all()
     assert seen[-1] == (12, 12) and all(total == 12 for _, total in seen)
     assert not list(tmp_path.glob("*.partial"))
+    for frame in (written, table, pd.read_csv(tmp_path / "p.csv")):  # every table knows its model
+        assert set(frame["model"]) == {"minilm"} and set(frame["n_layers"]) == {6} and set(frame["n_heads"]) == {12}
 
 
 def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(minilm, tmp_path):
