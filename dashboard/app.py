@@ -151,7 +151,7 @@ def main() -> None:
         model = data.model_of(inp)
     except probes.ProbesError as exc:
         show_link_problems()
-        st.error(ui.safe(exc))
+        st.error(ui.safe(ui.in_app_words(exc)))
         st.query_params.from_dict(ui.view().to_query())
         return
     sidebar_model(model)

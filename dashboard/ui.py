@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 import probes
+from probes.models import OFFLINE_DEFAULT, USE_OFFLINE_DEFAULT
 
 from . import data
 from .charts import labels
@@ -71,7 +72,8 @@ def in_app_words(exc: Exception) -> str:
     if isinstance(exc, probes.InputTooLong) and not exc.custom_advice:
         return (f"The text is {exc.n_tokens:,} tokens but {exc.model} reads at most {exc.max_tokens:,}: shorten it, "
                 f"or tick \"Cut to the context window\" in the sidebar to keep the first {exc.max_tokens:,}.")
-    return str(exc)
+    return str(exc).replace(USE_OFFLINE_DEFAULT, f"pick the offline default, {OFFLINE_DEFAULT}, in the sidebar's Model "
+                                                 "menu")
 
 
 def query_picker(info: data.RunInfo, container=st) -> int:

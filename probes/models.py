@@ -26,6 +26,7 @@ from .families import Family, families, family_of
 from .tokens import Token, readable_tokens
 
 OFFLINE_DEFAULT = "minilm"
+USE_OFFLINE_DEFAULT = f"use the offline default: --model {OFFLINE_DEFAULT}"  # the CLI's words (the app has its own)
 
 # hub ids people ask for most (each family record names a few); any checkpoint of a family loads too
 KNOWN_HUB_MODELS = tuple(hub_id for family in families() for hub_id in family.examples)
@@ -426,7 +427,7 @@ def _load_hub(name: str) -> Model:
         pass
     advice = (
         f"pre-download it where the hub is reachable (python -c \"from huggingface_hub import snapshot_download; "
-        f"snapshot_download('{name}')\") or use the offline default: --model {OFFLINE_DEFAULT}"
+        f"snapshot_download('{name}')\") or {USE_OFFLINE_DEFAULT}"
     )
     if _offline():
         raise ModelUnavailable(f"{name!r} is not in the local cache and HF_HUB_OFFLINE is set: {advice}")

@@ -211,6 +211,8 @@ def test_unknown_and_broken_models_get_advice(tmp_path):
     at.sidebar.text_input(key="w_model_custom").set_value("nobody/no-such-model")
     _rerun(at)
     assert "nobody/no-such-model" in _texts(at.error)
+    assert "pick the offline default, minilm, in the sidebar's Model menu" in _texts(at.error)
+    assert "--model" not in _texts(at.error)  # the app's own words, not the CLI's
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
