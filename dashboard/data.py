@@ -20,6 +20,7 @@ import streamlit as st
 
 import probes
 from probes import explain, parity
+from probes.tokens import unknown_tokens
 
 MODELS_LOADED = 2
 TRACES_KEPT = 6
@@ -53,6 +54,12 @@ def allowed_models() -> list[str] | None:
     return names or None
 
 
+def offered_models() -> list[str]:
+    """The built-in models a visitor can pick here (all of them, unless ``PROBES_MODELS`` says otherwise)."""
+    allowed = allowed_models()
+    return [name for name in probes.models.SHORT_NAMES if allowed is None or name in allowed]
+
+
 def max_chars() -> int | None:
     """Longest text accepted: ``PROBES_MAX_CHARS``, by default 2,000 characters on a public deployment
     and no cap otherwise (the model's context window still applies)."""
@@ -81,6 +88,7 @@ class RunInfo:
     backend: str  # the kernel that ran
     note: str  # why it is not the one asked for
     truncated_from: int | None  # original token count, when the input was cut to the context window
+    unknown: int = 0  # real tokens the model's vocabulary could not read ([UNK])
 
 
 @st.cache_resource(max_entries=MODELS_LOADED, show_spinner="Loading the model…")
@@ -110,8 +118,10 @@ def trace(inp: Input) -> probes.Trace:
 @st.cache_data(max_entries=64, show_spinner=False)
 def run_info(inp: Input) -> RunInfo:
     t = trace(inp)
-    cut = model_of(inp).encode(inp.text, inp.pair, truncate=inp.truncate).truncated_from[0]
-    return RunInfo(t.token_strings(), t.is_causal, t.backend, t.note, cut)
+    model = model_of(inp)
+    enc = model.encode(inp.text, inp.pair, truncate=inp.truncate)
+    unknown = unknown_tokens(model.tokenizer, enc.input_ids[0][enc.attention_mask[0].bool()].tolist())
+    return RunInfo(t.token_strings(), t.is_causal, t.backend, t.note, enc.truncated_from[0], unknown)
 
 
 @st.cache_data(max_entries=256, show_spinner=False)

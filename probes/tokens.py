@@ -201,6 +201,13 @@ _WORD = re.compile(
 )
 
 
+def unknown_tokens(tokenizer, ids) -> int:
+    """How many of ``ids`` are the tokenizer's unknown token ([UNK]): text its vocabulary cannot read (0 for a
+    byte-level tokenizer, which has none)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return 0 if unk is None else sum(int(i) == unk for i in ids)
+
+
 def word_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of the words of ``text``: runs of letters/digits, single CJK characters and
     single punctuation or symbol characters."""

@@ -74,3 +74,12 @@ def test_sentencepiece_byte_fallback_pieces():
 
     pieces = [_token_bytes(p, "sentencepiece") for p in ["▁hello", "<0xE5>", "<0xB0>", "<0x8F>"]]
     assert _decode_pieces(pieces) == [" hello", "小(1/3)", "小(2/3)", "小(3/3)"]
+
+
+def test_unknown_tokens_are_counted_and_a_byte_level_tokenizer_has_none(minilm, smollm2):
+    from probes.tokens import unknown_tokens
+
+    text = "小明把苹果给了小红，因为她很饿"
+    assert unknown_tokens(minilm.tokenizer, minilm.tokenizer(text)["input_ids"]) == 11
+    assert unknown_tokens(minilm.tokenizer, minilm.tokenizer("she was hungry")["input_ids"]) == 0
+    assert unknown_tokens(smollm2.tokenizer, smollm2.tokenizer(text)["input_ids"]) == 0

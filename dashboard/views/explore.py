@@ -25,6 +25,9 @@ def _window(n: int) -> tuple[int, int]:
     return start, start + charts.MAX_CELLS
 
 
+UNREADABLE = 0.25  # a text with at least this share of [UNK] tokens gets a warning
+
+
 def render(ctx: ui.Context) -> None:
     v = ui.view()
     st.header(f"{ui.safe(ctx.model.name)}: layer {v.layer}, head {v.head}")
@@ -43,6 +46,12 @@ def render(ctx: ui.Context) -> None:
         st.info(info.note)
     if info.truncated_from:
         st.warning(f"The input has {info.truncated_from:,} tokens; the model takes {n:,}: the rest was cut off.")
+    if info.unknown and info.unknown >= UNREADABLE * n:
+        reader = next((name for name in ("smollm2",) if name != m.name and name in data.offered_models()), None)
+        st.warning(f"{info.unknown} of {n} tokens are unknown to {ui.safe(m.name)} (shown as [UNK:…]): its vocabulary "
+                   "cannot read most of this text, so where they attend says little about it."
+                   + (f" {reader} reads every character (its byte-level tokenizer has no unknown token): pick it in "
+                      "the sidebar's Model menu." if reader else ""))
 
     left, right = st.columns([1, 2])
     word_level = ui.bound("toggle", "words", "Word level (pieces merged)", left,

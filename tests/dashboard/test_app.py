@@ -204,6 +204,17 @@ def test_emoji_cjk_and_control_characters_render():
     assert not any("\x07" in x or "\t" in x for x in labels)
 
 
+def test_a_text_mostly_unknown_to_the_model_is_warned_and_a_reader_named(monkeypatch):
+    at = _app(text="小明把苹果给了小红，因为她很饿")
+    warned = _texts(at.warning)
+    assert "11 of 17 tokens are unknown to minilm" in warned  # [CLS] + 15 characters + [SEP]; 她 is among them
+    assert "smollm2 reads every character" in warned
+    assert "unknown to" not in _texts(_app().warning)  # the English default reads fine
+    assert "unknown to" not in _texts(_app(model="smollm2", text="小明把苹果给了小红，因为她很饿").warning)
+    monkeypatch.setenv("PROBES_MODELS", "minilm")  # a deployment without smollm2 does not point at it
+    assert "smollm2" not in _texts(_app(text="小明把苹果给了小红，因为她很饿").warning)
+
+
 def test_unknown_and_broken_models_get_advice(tmp_path):
     at = _app()
     at.sidebar.selectbox[0].set_value("other…")
