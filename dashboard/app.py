@@ -67,11 +67,17 @@ def pick_model(sidebar) -> None:
         if choice != CUSTOM:
             ui.update(model=choice)
 
-    sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked,
+    from probes.models import in_local_cache
+
+    def named(choice: str) -> str:  # a hub model that is not cached here loads only where the hub is reachable
+        return choice if choice == CUSTOM or in_local_cache(choice) else f"{choice} · needs download"
+
+    sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked, format_func=named,
                       help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT encoder) and 'smollm2' is "
                            "SmolLM2-135M (a Llama decoder), both shipped as Python packages: no network. Hub ids need "
-                           f"the Hugging Face hub; {families.coverage()}, other architectures show the Hugging Face "
-                           "view only")
+                           "the Hugging Face hub (\"needs download\": not in this machine's cache, so it loads only "
+                           f"where the hub is reachable); {families.coverage()}, other architectures show the Hugging "
+                           "Face view only")
     if st.session_state["w_model_pick"] == CUSTOM:
         hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
         st.session_state.setdefault("w_model_custom", "" if current in choices else current)

@@ -416,6 +416,19 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def in_local_cache(name: str) -> bool:
+    """Whether a hub model is in the local Hugging Face cache already (its config, at least): loading it needs
+    no network. Built-in short names are always there; nothing is downloaded or contacted to find out."""
+    if name in SHORT_NAMES:
+        return True
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid hub id
+        return False
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 

@@ -215,6 +215,21 @@ def test_a_text_mostly_unknown_to_the_model_is_warned_and_a_reader_named(monkeyp
     assert "smollm2" not in _texts(_app(text="小明把苹果给了小红，因为她很饿").warning)
 
 
+def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # a cache holding gpt2 only
+    snapshot = tmp_path / "models--gpt2" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--gpt2" / "refs").mkdir()
+    (tmp_path / "models--gpt2" / "refs" / "main").write_text("abc")
+    options = _app().sidebar.selectbox(key="w_model_pick").options
+    assert options[0] == "minilm" and "smollm2" in options  # built in: no mark
+    assert "gpt2" in options  # cached: loads without the hub
+    assert "bert-base-uncased · needs download" in options and "bert-base-uncased" not in options
+
+
 def test_unknown_and_broken_models_get_advice(tmp_path):
     at = _app()
     at.sidebar.selectbox[0].set_value("other…")
