@@ -76,11 +76,13 @@ def model_view_height(n_layers: int, n_heads: int, n_tokens: int) -> int:
 
 
 def head_view_html(
-    attention: list[np.ndarray], tokens: list[str], sentence_b_start: int | None = None
+    attention: list[np.ndarray], tokens: list[str], sentence_b_start: int | None = None, layer: int = 0,
+    heads: list[int] | None = None,
 ) -> str:
-    """bertviz's head view (all heads of one layer, as lines) as a self-contained HTML page."""
-    view = head_view(_tensors(attention, tokens, sentence_b_start), tokens, sentence_b_start,
-                     html_action="return")
+    """bertviz's head view (the heads of one layer, as lines) as a self-contained HTML page, opening on
+    ``layer`` with ``heads`` shown (default: every head): the sidebar's layer and head, in the app."""
+    view = head_view(_tensors(attention, tokens, sentence_b_start), tokens, sentence_b_start, layer=layer,
+                     heads=heads, html_action="return")
     return _offline(view.data)
 
 
@@ -90,7 +92,7 @@ def model_view_html(
     """bertviz's model view (every layer x head as a thumbnail) as a self-contained HTML page."""
     view = model_view(_tensors(attention, tokens, sentence_b_start), tokens, sentence_b_start,
                       display_mode="light", html_action="return")
-    return _offline(view.data)
+    return _offline(view.data, fit=True)
 
 
 def _tensors(attention, tokens, sentence_b_start) -> tuple[torch.Tensor, ...]:
@@ -112,8 +114,23 @@ def _tensors(attention, tokens, sentence_b_start) -> tuple[torch.Tensor, ...]:
                  for a in attention)
 
 
-def _offline(html: str) -> str:
-    """Swap bertviz's CDN loading for inlined libraries and add the fallback note."""
+# bertviz draws the model view at a fixed width (a thumbnail per head): wider than its frame, it is scaled
+# down to the frame's width (on every resize), so the last heads are never cut off
+_FIT = """
+function fitToWidth() {
+  const body = document.body;
+  body.style.zoom = 1;
+  const wide = body.scrollWidth;
+  if (wide > window.innerWidth) { body.style.zoom = window.innerWidth / wide; }
+}
+new ResizeObserver(fitToWidth).observe(document.body);
+window.addEventListener("resize", fitToWidth);
+"""
+
+
+def _offline(html: str, fit: bool = False) -> str:
+    """Swap bertviz's CDN loading for inlined libraries and add the fallback note (and, ``fit``, the script that
+    scales a view wider than its frame down to the frame's width)."""
     html, n_cdn = _CDN_SCRIPT.subn("", html)
     html, n_config = _REQUIRE_CONFIG.subn("", html)
     script = _VIS_SCRIPT.search(html)
@@ -127,7 +144,8 @@ def _offline(html: str) -> str:
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">\n'
         f"{libraries}<script>{_REQUIRE_SHIM}</script>\n</head><body>\n"
-        f"{html[:script.start()]}{_FALLBACK}<script>{vis_js}</script>\n</body></html>\n"
+        f"{html[:script.start()]}{_FALLBACK}<script>{vis_js}</script>\n"
+        + (f"<script>{_FIT}</script>\n" if fit else "") + "</body></html>\n"
     )
 
 

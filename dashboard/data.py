@@ -139,13 +139,17 @@ def layer(inp: Input, layer: int, window: tuple[int, int]) -> np.ndarray:
 
 
 @st.cache_data(max_entries=8, show_spinner="Drawing bertviz's view…")
-def bertviz_html(inp: Input, kind: str) -> str:
-    """bertviz's head or model view of every layer, self-contained (see ``bertviz_embed``)."""
+def bertviz_html(inp: Input, kind: str, layer: int = 0, head: int | None = None) -> str:
+    """bertviz's head or model view of every layer, self-contained (see ``bertviz_embed``); the head view
+    opens on ``layer`` showing ``head`` (None: every head)."""
     from . import bertviz_embed
 
     t = trace(inp)
-    draw = bertviz_embed.head_view_html if kind == "head" else bertviz_embed.model_view_html
-    return draw(list(t.all_attention().float().numpy()), t.token_strings(), sentence_b_start(inp))
+    attention, tokens = list(t.all_attention().float().numpy()), t.token_strings()
+    if kind == "head":
+        return bertviz_embed.head_view_html(attention, tokens, sentence_b_start(inp), layer,
+                                            None if head is None else [head])
+    return bertviz_embed.model_view_html(attention, tokens, sentence_b_start(inp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -97,7 +97,11 @@ def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:
         return
     head_tab, model_tab = st.tabs(["Head view", "Model view"])
     with head_tab:
-        st.iframe(data.bertviz_html(ctx.inp, "head"), height=bertviz_embed.head_view_height(len(info.tokens)))
+        v = ui.view()
+        st.caption(f"Opens on layer {v.layer}, head {v.head} (the sidebar's); bertviz's own menu and colour boxes "
+                   "pick others.")
+        st.iframe(data.bertviz_html(ctx.inp, "head", v.layer, v.head),
+                  height=bertviz_embed.head_view_height(len(info.tokens)))
     with model_tab:
         st.iframe(data.bertviz_html(ctx.inp, "model"),
                   height=min(MODEL_VIEW_MAX, bertviz_embed.model_view_height(ctx.model.n_layers, ctx.model.n_heads,

@@ -102,13 +102,16 @@ def test_word_level_toggle_merges_pieces():
 
 
 def test_bertviz_views_are_embedded_and_capped():
-    at = _app()
+    at = _app(layer=3, head=7)
     at.toggle(key="bertviz").set_value(True)
     _rerun(at)
     frames = at.get("iframe")
     assert len(frames) == 2
     html = frames[0].proto.srcdoc
     assert not re.search(r'src="https?:', html) and '"gave"' in html and "d3js.org v5" in html
+    shown = json.loads(re.search(r"const params = (.*);\n", html)[1])
+    assert (shown["layer"], shown["heads"]) == (3, [7])  # the head view opens on the sidebar's layer and head
+    assert "fitToWidth" in frames[1].proto.srcdoc and "fitToWidth" not in html  # the model view fits its frame
     at = _app(text="word " * 80)
     at.toggle(key="bertviz").set_value(True)
     _rerun(at)

@@ -52,6 +52,13 @@ def test_weights_and_tokens_are_in_the_html_once(view):
     assert data[0]["left_text"] == data[0]["right_text"] == ["[CLS]", "cats", "[SEP]"]
 
 
+def test_the_head_view_opens_on_the_given_layer_and_heads():
+    shown = params(head_view_html(uniform(), ["a", "b", "c"], layer=1, heads=[1]))
+    assert (shown["layer"], shown["heads"]) == (1, [1])
+    every = params(head_view_html(uniform(), ["a", "b", "c"]))
+    assert every["layer"] == 0 and every["heads"] is None  # bertviz draws every head
+
+
 def test_sentence_pair_adds_the_four_sub_views():
     html = head_view_html(uniform(n=4), ["a", "b", "c", "d"], sentence_b_start=2)
     data = params(html)["attention"]
