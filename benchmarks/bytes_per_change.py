@@ -123,7 +123,7 @@ def measure(browser, url: str, text: str, changes: int, detail: bool) -> tuple[d
     out = {kind: [] for kind in KINDS}
 
     page.goto(f"{url}/?text={urllib.parse.quote(text)}")
-    settle(page, frames, 0, "minilm: layer 0, head 0")
+    settle(page, frames, 0, "minilm: layer 1, head 2")
     page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3", timeout=60_000)
     out["open page"].append((frames.received, frames.sent))
 

@@ -64,7 +64,7 @@ def app_once(browser, script: str) -> dict:
         served = time.perf_counter() - t0
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())  # loopback only
         page.goto(url)
-        page.get_by_role("heading", name="minilm: layer 0, head 0").wait_for(timeout=120_000)
+        page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=120_000)
         heading = time.perf_counter() - t0
         page.wait_for_function(FIRST_CHART, timeout=120_000, polling=20)
         chart = time.perf_counter() - t0

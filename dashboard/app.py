@@ -44,6 +44,7 @@ def start_session() -> None:
     st.session_state["link_problems"] = problems
     if "page" in st.query_params:
         st.session_state["goto"] = state.page
+    st.session_state["story_off"] = any(k in st.query_params for k in ("layer", "head", "query"))
     # a link to a probe run on the Heads page runs it when it opens (the run is kept for the session)
     st.session_state["run_from_link"] = state.page == "heads" and "probe" in st.query_params
 
@@ -143,6 +144,24 @@ def show_link_problems() -> None:
     st.session_state["link_problems"] = []
 
 
+def open_on_the_story(inp: data.Input) -> None:
+    """A text with a question (``state.STORIES``), newly on screen with this model: open on its query word and
+    the head that answers it best, unless the link chose a layer, head or query itself."""
+    key = (inp.model, inp.text.strip())
+    if st.session_state.get("story_for") == key:
+        return
+    st.session_state["story_for"] = key
+    if st.session_state.pop("story_off", False):
+        return
+    v = ui.view()
+    try:
+        answer = data.story(data.Input(inp.model, inp.text, inp.pair, v.source, v.backend, inp.truncate))
+    except probes.ProbesError:  # the page says what is wrong with the input
+        return
+    if answer is not None:
+        ui.update(layer=answer.layer, head=answer.head, query=answer.query)
+
+
 def main() -> None:
     start_session()
     inp = sidebar_input()
@@ -162,6 +181,7 @@ def main() -> None:
         st.error(ui.safe(ui.in_app_words(exc)))
         st.query_params.from_dict(ui.view().to_query())
         return
+    open_on_the_story(inp)
     sidebar_model(model)
     show_link_problems()
     st.query_params.from_dict(ui.view().to_query())  # the link is right even while the page draws

@@ -124,6 +124,18 @@ def run_info(inp: Input) -> RunInfo:
     return RunInfo(t.token_strings(), t.is_causal, t.backend, t.note, enc.truncated_from[0], unknown)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def story(inp: Input) -> explain.Answer | None:
+    """For a text with a question (``state.STORIES``), the head that answers it best on this model (None for
+    any other text)."""
+    from .state import STORIES
+
+    words = STORIES.get(inp.text.strip())
+    if words is None or inp.pair:
+        return None
+    return explain.answering_head(trace(inp), inp.text, *words)
+
+
 @st.cache_data(max_entries=256, show_spinner=False)
 def head(inp: Input, layer: int, head: int, rows: tuple[int, int] | None = None) -> np.ndarray:
     """One head's probabilities ``[r, n]`` (``rows``: a window of query rows, start and stop)."""

@@ -12,6 +12,10 @@ from probes.scratch.attention import BACKENDS
 
 DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 DEFAULT_PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
+CHINESE_TEXT = "小明把苹果给了小红，因为她很饿"
+# texts with a question the app opens on: (query word, the word it refers to, the distractor). With one of them
+# (and no layer, head or query in the link) the app opens on the query word and the head that answers it best
+STORIES = {DEFAULT_TEXT: ("she", "Xiaohong", "Xiaoming"), CHINESE_TEXT: ("她", "小红", "小明")}
 # the pages, in menu order: url path -> (title, icon); each is dashboard/views/<path>.py, with a render(ctx)
 PAGES = {
     "explore": ("Explore", ":material/grid_on:"),

@@ -48,7 +48,9 @@ def warm() -> None:
             data.model_of(inp)
             choosing.join()
             n = len(data.run_info(inp).tokens)
-            data.head(inp, v.layer, v.head, (0, n))
+            answer = data.story(inp)  # the default text has a question: the app opens on the head that answers it
+            layer, head = (answer.layer, answer.head) if answer else (v.layer, v.head)
+            data.head(inp, layer, head, (0, n))
         choosing.join()
     except Exception:  # noqa: BLE001 - the visitor's own run meets the same problem and shows it in the page
         log.warning("warm start failed; the first visitor's run does the work", exc_info=True)

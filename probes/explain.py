@@ -118,3 +118,47 @@ def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None 
     attn = word_attention(trace.attention(layer, head, item).detach().cpu(), word_of, len(words)).numpy()
     kept = sorted(set(word_of) - {-1})
     return [words[w] for w in kept], attn[np.ix_(kept, kept)]
+
+
+@dataclass
+class Answer:
+    """Which head answers "what does this word refer to?" best: the one whose query word puts the most weight
+    on the answer word (summed over the answer's pieces), with that weight and the weight on a distractor."""
+
+    layer: int
+    head: int
+    query: int  # index among the real tokens of the query word's first piece
+    answer: list[int]  # the answer word's pieces
+    other: list[int]  # the distractor's pieces (empty: none given, or not in the text)
+    weight: float  # the query's attention on the answer word
+    other_weight: float | None  # …and on the distractor
+
+
+def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
+    """The real tokens (indices) of the first whole-word occurrence of ``word`` in ``text`` (case-insensitive;
+    CJK words match anywhere); [] when the text does not hold it."""
+    import re
+
+    cjk = any("\u3400" <= ch <= "\u9fff" for ch in word)
+    pattern = re.escape(word) if cjk else rf"(?<!\w){re.escape(word)}(?!\w)"
+    found = re.search(pattern, text, flags=re.IGNORECASE)
+    if found is None:
+        return []
+    lo, hi = found.span()
+    return [i for i, t in enumerate(trace.real_tokens(item))
+            if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+
+
+def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, other_word: str | None = None,
+                   item: int = 0) -> Answer | None:
+    """Over every layer and head, the one where the query word's (first piece's) attention on the answer word is
+    highest (None when the text lacks either word). Reads one row per layer from the Trace."""
+    query, answer = word_tokens(trace, text, query_word, item), word_tokens(trace, text, answer_word, item)
+    if not query or not answer:
+        return None
+    other = word_tokens(trace, text, other_word, item) if other_word else []
+    rows = [trace.attention(layer, item=item, rows=[query[0]])[:, 0].float() for layer in range(trace.n_layers)]
+    on_answer = np.stack([r[:, answer].sum(-1).cpu().numpy() for r in rows])  # [layers, heads]
+    layer, head = np.unravel_index(int(on_answer.argmax()), on_answer.shape)
+    on_other = float(rows[layer][head, other].sum()) if other else None
+    return Answer(int(layer), int(head), query[0], answer, other, float(on_answer[layer, head]), on_other)

@@ -5,6 +5,7 @@ import pytest
 from checkpoints import make_gpt2, make_llama
 
 import probes
+from probes import explain
 from probes.explain import query_steps, word_level
 
 TEXT = "The cat sat on the mat, unbelievably."
@@ -152,3 +153,23 @@ def test_window_steps_mask_what_the_window_leaves_out(models):
     s = query_steps(trace, 0, 2, 6)
     assert s.window == 3 and s.allowed.tolist() == [False] * 4 + [True] * 3 + [False] * (len(s.allowed) - 7)
     assert s.max_abs_diff < 1e-6 and (s.weights[~s.allowed] == 0).all()
+
+
+def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer(minilm, smollm2):
+    from probes import runner
+
+    text = "Xiaoming gave the apple to Xiaohong because she was hungry."
+    trace = runner.run(minilm, text)
+    answer = explain.answering_head(trace, text, "she", "Xiaohong", "Xiaoming")
+    assert (answer.layer, answer.head, answer.query) == (1, 2, 10)
+    assert [trace.token_strings()[i] for i in answer.answer] == ["xiao", "##hong"]
+    brute = max((float(trace.attention(layer, head)[10, answer.answer].sum()), layer, head)
+                for layer in range(6) for head in range(12))
+    assert brute == (pytest.approx(answer.weight), 1, 2)  # the argmax over every layer and head, by hand
+    assert answer.weight == pytest.approx(0.36, abs=0.005) and answer.other_weight == pytest.approx(0.011, abs=0.002)
+    chinese = "小明把苹果给了小红，因为她很饿"
+    on_smol = runner.run(smollm2, chinese)
+    found = explain.answering_head(on_smol, chinese, "她", "小红", "小明")
+    assert on_smol.token_strings()[found.query].startswith("她")  # byte pieces: "她(1/2)"
+    assert explain.answering_head(trace, text, "he", "Xiaohong") is None  # "he" is not a word of it ("she" is)
+    assert explain.word_tokens(trace, text, "SHE") == [10]

@@ -25,6 +25,24 @@ def _window(n: int) -> tuple[int, int]:
     return start, start + charts.MAX_CELLS
 
 
+def _story(ctx: ui.Context) -> None:
+    """For a text with a question, one line on the head that answers it best (the one the app opened on)."""
+    answer = data.story(ctx.inp)
+    if answer is None:
+        return
+    from ..state import STORIES
+
+    query, said, other = STORIES[ctx.inp.text.strip()]
+    v = ui.view()
+    also = f" ({answer.other_weight:.2f} on “{other}”)" if answer.other_weight is not None else ""
+    line = (f"puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}: of every layer and head of "
+            f"{ui.safe(ctx.model.name)}, the most")
+    if (v.layer, v.head, v.query) == (answer.layer, answer.head, answer.query):
+        st.success(f"Who is “{query}”? This head, {answer.layer}.{answer.head}, {line}.", icon=":material/search:")
+    else:
+        st.caption(f"Who is “{query}”? Head {answer.layer}.{answer.head} (query token {answer.query}) {line}.")
+
+
 UNREADABLE = 0.25  # a text with at least this share of [UNK] tokens gets a warning
 
 
@@ -42,6 +60,7 @@ def render(ctx: ui.Context) -> None:
     st.caption(f"{n} tokens · {m.n_layers} layers × {m.n_heads} heads{shared} · source: {where}. "
                "Rows: the token attending (query); columns: the token attended to (key); each row sums to 1. "
                "Hover a cell for its exact weight.")
+    _story(ctx)
     if info.note:
         st.info(info.note)
     if info.truncated_from:

@@ -50,15 +50,18 @@ def _rerun(at) -> AppTest:
 
 
 # -- the frame, Explore ----------------------------------------------------------------------------
-def test_opens_on_the_offline_default_with_heatmap_query_bars_multiples_and_parity_badge():
+def test_opens_on_the_offline_default_at_she_and_the_head_that_answers_who_she_is():
     at = _app()
     assert at.sidebar.selectbox[0].value == "minilm"
-    assert at.header[0].value == "minilm: layer 0, head 0"
+    # of every layer and head, 1.2 puts the most of "she"'s attention on "xiao ##hong" (0.36; 0.01 on Xiaoming)
+    assert at.header[0].value == "minilm: layer 1, head 2"
+    assert "Who is “she”? This head, 1.2, puts 0.36 of “she”'s attention on “Xiaohong” (0.01 on “Xiaoming”)" in \
+        _texts(at.success)
     assert "Parity PASS" in _texts(at.sidebar.markdown)
     titles = _titles(at)
-    assert "Layer 0, head 0" in titles and "Where '10: she' looks" in titles
+    assert "Layer 1, head 2" in titles and "Where '10: she' looks" in titles
     facet = [s for s in _specs(at) if "facet" in s][0]
-    assert facet["facet"]["sort"][0] == "0.0" and len(facet["facet"]["sort"]) == 12
+    assert facet["facet"]["sort"][0] == "1.0" and len(facet["facet"]["sort"]) == 12
     assert at.query_params["model"] == ["minilm"] or at.query_params["model"] == "minilm"
 
 
@@ -66,8 +69,9 @@ def test_changing_the_head_and_query_changes_the_view_and_the_link():
     at = _app()
     at.sidebar.slider(key="w_head").set_value(7)
     _rerun(at)
-    assert at.header[0].value == "minilm: layer 0, head 7"
-    assert "Layer 0, head 7" in _titles(at)
+    assert at.header[0].value == "minilm: layer 1, head 7"
+    assert "Layer 1, head 7" in _titles(at)
+    assert "Who is “she”? Head 1.2 (query token 10) puts 0.36" in _texts(at.caption)  # still pointed at
     assert at.sidebar.slider(key="w_head").max == 11 and at.sidebar.slider(key="w_layer").max == 5
     at.selectbox(key="w_query").set_value(12)
     _rerun(at)
@@ -181,7 +185,7 @@ def test_bad_text_gets_advice_and_the_app_recovers(text, message):
     assert message in _texts(at.error)
     at.sidebar.text_area[0].set_value("She was hungry.")
     _rerun(at)
-    assert not at.error and at.header[0].value == "minilm: layer 0, head 0"
+    assert not at.error and at.header[0].value == "minilm: layer 1, head 2"
 
 
 def test_a_too_long_text_is_told_what_to_do_in_the_apps_words():
@@ -250,7 +254,7 @@ def test_unknown_and_broken_models_get_advice(tmp_path):
     assert at.error and "Traceback" not in _texts(at.error)
     at.sidebar.selectbox[0].set_value("minilm")
     _rerun(at)
-    assert not at.error and at.header[0].value == "minilm: layer 0, head 0"
+    assert not at.error and at.header[0].value == "minilm: layer 1, head 2"
 
 
 def test_a_bad_link_is_explained_and_clamped():
@@ -268,7 +272,7 @@ def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_
     for name in (str(tmp_path), "dashboard/app.py", "gpt2"):
         at = _app(model=name)
         assert f"model {name!r} is not offered here: showing minilm" in _texts(at.warning)
-        assert at.header[0].value == "minilm: layer 0, head 0"
+        assert at.header[0].value == "minilm: layer 1, head 2"
     at = _app(text="a" * 2500)
     assert "this deployment takes up to 2,000" in _texts(at.error)
 

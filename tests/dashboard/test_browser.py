@@ -68,19 +68,22 @@ def test_open_change_head_and_share_the_link(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(app_url)
         _settle(page)
-        page.get_by_role("heading", name="minilm: layer 0, head 0").wait_for(timeout=60_000)
+        # it lands on "she" and on the head that answers who she is
+        page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=60_000)
+        assert page.get_by_text("Who is “she”? This head, 1.2, puts 0.36").is_visible()
+        assert "layer=1" in page.url and "head=2" in page.url
         assert page.get_by_text("Parity PASS").is_visible()
         # the charts mount after the script has finished (Vega draws in the browser): wait for them
         page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
                                timeout=60_000)
-        page.screenshot(path=SHOTS / "app_explore_head0.png", full_page=True)
+        page.get_by_text("Where '10: she' looks").wait_for(timeout=30_000)  # the query: "she"'s row, as a chart
+        page.screenshot(path=SHOTS / "app_explore_she.png", full_page=True)
 
         head = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")
         head.get_by_role("slider").focus()
-        for _ in range(3):
-            page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
         _settle(page)
-        page.get_by_role("heading", name="minilm: layer 0, head 3").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="minilm: layer 1, head 3").wait_for(timeout=60_000)
         assert "head=3" in page.url
         page.screenshot(path=SHOTS / "app_explore_head3.png", full_page=True)
 
@@ -88,7 +91,7 @@ def test_open_change_head_and_share_the_link(app_url):
         other = browser.new_page(viewport={"width": 1400, "height": 1000})
         other.goto(shared.replace("head=3", "head=5") + "&page=qkv&query=10")
         _settle(other)
-        other.get_by_role("heading", name="Q/K/V step by step: layer 0, head 5").wait_for(timeout=60_000)
+        other.get_by_role("heading", name="Q/K/V step by step: layer 1, head 5").wait_for(timeout=60_000)
         assert other.get_by_text("reproduce the model's own attention row for 10: she").is_visible()
         other.screenshot(path=SHOTS / "app_qkv.png", full_page=True)
 

@@ -36,7 +36,7 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
     warm.wait()  # finished: returns at once
     calls.clear()
     at = open_app()
-    assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
+    assert [h.value for h in at.header][0] == "minilm: layer 1, head 2"
     assert "hf" not in calls  # the page found the trace the warm start made; only the badge's scratch pass ran
     assert calls == ["scratch"]
 
@@ -83,5 +83,5 @@ def test_a_run_that_meets_an_unfinished_warm_start_waits_for_it_and_then_draws_t
     at = open_app()
     timer.join()
     assert not warm.pending()
-    assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
+    assert [h.value for h in at.header][0] == "minilm: layer 1, head 2"
     assert not any("Loading the model" in c.value for c in at.caption)  # the notice is gone once the page draws

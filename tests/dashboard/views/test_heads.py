@@ -89,7 +89,7 @@ def test_the_selected_heads_examples_open_on_explore_at_their_query(corpus_run, 
 
 def test_removing_the_upload_removes_its_examples(corpus_run):
     _, raw = corpus_run
-    at = _uploads(open_app(page="heads"), raw)
+    at = _uploads(open_app(page="heads", layer=0, head=0), raw)
     assert at.subheader[0].value == "Top examples of head 0.0"
     at.file_uploader(key="examples_upload").set_value(None)
     _rerun(at)
