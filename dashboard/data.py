@@ -136,6 +136,18 @@ def story(inp: Input) -> explain.Answer | None:
     return explain.answering_head(trace(inp), inp.text, *words)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def text_words(inp: Input) -> list[tuple[str, list[int]]]:
+    """The words of the text with the tokens each covers (Find heads' key menu)."""
+    return explain.words(trace(inp), inp.text)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def query_weights(inp: Input, query: int, keys: tuple[int, ...]) -> tuple[np.ndarray, float]:
+    """Every layer × head's weight from one query token on some key tokens, and uniform attention's."""
+    return explain.query_weights(trace(inp), query, list(keys))
+
+
 @st.cache_data(max_entries=256, show_spinner=False)
 def head(inp: Input, layer: int, head: int, rows: tuple[int, int] | None = None) -> np.ndarray:
     """One head's probabilities ``[r, n]`` (``rows``: a window of query rows, start and stop)."""

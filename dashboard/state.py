@@ -19,6 +19,7 @@ STORIES = {DEFAULT_TEXT: ("she", "Xiaohong", "Xiaoming"), CHINESE_TEXT: ("她", 
 # the pages, in menu order: url path -> (title, icon); each is dashboard/views/<path>.py, with a render(ctx)
 PAGES = {
     "explore": ("Explore", ":material/grid_on:"),
+    "find": ("Find heads", ":material/manage_search:"),
     "qkv": ("Q/K/V step by step", ":material/calculate:"),
     "generate": ("Generate", ":material/edit_note:"),
     "parity": ("Parity", ":material/rule:"),

@@ -66,6 +66,20 @@ class Context:
         return True
 
 
+def open_clicked_head(key: str, layers: int, heads: int) -> None:
+    """A layers × heads grid's click (the chart's ``head`` selection, under ``key``): open that head on Explore
+    (a head the model does not have is a warning on the page instead)."""
+    picked = st.session_state[key].selection.get("head") or []
+    if not picked:
+        return
+    layer, head = int(picked[0]["layer"]), int(picked[0]["head"])
+    if layer < layers and head < heads:
+        update(layer=layer, head=head)
+        st.session_state["goto"] = "explore"
+    else:
+        st.session_state["heads_problem"] = f"head {layer}.{head} is not in {view().model}"
+
+
 def in_app_words(exc: Exception) -> str:
     """An error as this app says it: what to do names the sidebar's controls, not the library's arguments or
     the CLI's flags (``truncate=True`` / ``--truncate`` is the "Cut to the context window" box here)."""

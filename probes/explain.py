@@ -157,8 +157,31 @@ def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, o
     if not query or not answer:
         return None
     other = word_tokens(trace, text, other_word, item) if other_word else []
-    rows = [trace.attention(layer, item=item, rows=[query[0]])[:, 0].float() for layer in range(trace.n_layers)]
-    on_answer = np.stack([r[:, answer].sum(-1).cpu().numpy() for r in rows])  # [layers, heads]
+    on_answer, _ = query_weights(trace, query[0], answer, item)
     layer, head = np.unravel_index(int(on_answer.argmax()), on_answer.shape)
-    on_other = float(rows[layer][head, other].sum()) if other else None
+    on_other = float(query_weights(trace, query[0], other, item)[0][layer, head]) if other else None
     return Answer(int(layer), int(head), query[0], answer, other, float(on_answer[layer, head]), on_other)
+
+
+def query_weights(trace: Trace, query: int, keys: list[int], item: int = 0) -> tuple[np.ndarray, float]:
+    """Every layer × head's attention from one query token on some key tokens (summed: a word's pieces),
+    ``[layers, heads]``, and what uniform attention over the keys the query may see would put there. Reads one
+    row per layer from the Trace."""
+    rows = [trace.attention(layer, item=item, rows=[query])[:, 0].float() for layer in range(trace.n_layers)]
+    weights = np.stack([r[:, keys].sum(-1).cpu().numpy() for r in rows])
+    n = len(trace.real_tokens(item))
+    seen = query + 1 if trace.is_causal else n
+    uniform = sum(1 for k in keys if k < seen) / seen
+    return weights, uniform
+
+
+def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
+    """The words of ``text`` (``tokens.word_spans``) with the real tokens each covers, in order (words no token
+    covers are left out)."""
+    tokens = trace.real_tokens(item)
+    out = []
+    for lo, hi in word_spans(text):
+        covered = [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+        if covered:
+            out.append((text[lo:hi], covered))
+    return out

@@ -17,19 +17,6 @@ from probes.heads import profile, registry
 from .. import charts, data, ui
 
 
-def _open(key: str, layers: int, heads: int) -> None:
-    """Grid click: open the clicked head on Explore."""
-    picked = st.session_state[key].selection.get("head") or []
-    if not picked:
-        return
-    layer, head = int(picked[0]["layer"]), int(picked[0]["head"])
-    if layer < layers and head < heads:
-        ui.update(layer=layer, head=head)
-        st.session_state["goto"] = "explore"
-    else:
-        st.session_state["heads_problem"] = f"head {layer}.{head} is not in {ui.view().model}"
-
-
 def _run(ctx: ui.Context):
     """A built-in probe on the current model. Probe, items and label are part of the view (and of the link), so
     a run is still there after a visit to another page, and a shared link runs it again when it opens."""
@@ -169,7 +156,7 @@ def _grid(ctx: ui.Context, frame, source):
     if n is not None and n == n and n < FEW:
         st.warning(f"Only {int(n)} examples behind these scores: below {FEW}, a head's score moves by chance more "
                    "than its colour suggests. Run more items before trusting one head over another.")
-    ui.chart(chart, on_select=lambda: _open("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
+    ui.chart(chart, on_select=lambda: ui.open_clicked_head("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)
     return frame[frame["label"].astype(str) == label].sort_values(value, ascending=False), label, value

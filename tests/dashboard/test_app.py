@@ -549,3 +549,18 @@ def test_the_app_sets_torchs_threads_for_an_app(monkeypatch):
             assert in_a_new_thread() == int(asked)
     finally:
         torch.set_num_threads(before)
+
+
+def test_find_heads_grids_one_query_to_one_key_word_over_every_head():
+    at = _app(page="find")
+    assert at.header[0].value == "Find heads: where one token looks, in every layer and head"
+    assert at.selectbox(key="w_query").value == 10 and at.selectbox(key="find_key").value == 5  # she → Xiaohong
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    assert grid["title"].startswith("“she” → “Xiaohong”: score above or below its baseline 0.133")  # 2 of 15 keys
+    rows = _rows(at, "score above or below its baseline 0.133")
+    assert len(rows) == 72 and max(rows, key=lambda r: r["score"])[("layer")] == 1
+    assert "Head 1.2 puts the most of “she”'s attention on “Xiaohong”: 0.36, against 0.13" in _texts(at.caption)
+    assert [p["name"] for p in grid["params"]] == ["head"]  # a click opens the head on Explore
+    at.selectbox(key="find_key").set_value(0)  # "Xiaoming"
+    _rerun(at)
+    assert "on “Xiaoming”" in _texts(at.caption)
