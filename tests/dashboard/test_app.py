@@ -143,12 +143,17 @@ def test_parity_page_shows_the_per_head_grid_and_a_pass():
     assert "python -m probes parity --model minilm" in at.code[0].value
 
 
-def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
+def _run_probe(probe: str, items: int) -> AppTest:
+    """On the Heads page: run a built-in probe over ``items`` items."""
     at = _app(page="heads")
-    at.selectbox(key="w_probe").set_value("positional")
-    at.number_input(key="w_items").set_value(5)
+    at.selectbox(key="w_probe").set_value(probe)
+    at.number_input(key="w_items").set_value(items)
     at.button[0].click()
-    _rerun(at)
+    return _rerun(at)
+
+
+def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
+    at = _run_probe("positional", 5)
     assert "previous" in at.selectbox(key="w_label").options
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].is_monotonic_decreasing
@@ -349,11 +354,7 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
 
 
 def test_a_probe_run_survives_a_visit_to_explore_and_a_link_runs_it_again():
-    at = _app(page="heads")
-    at.selectbox(key="w_probe").set_value("positional")
-    at.number_input(key="w_items").set_value(6)
-    at.button[0].click()
-    _rerun(at)
+    at = _run_probe("positional", 6)
     at.selectbox(key="w_label").set_value("self")
     _rerun(at)
     assert len(at.dataframe[0].value) == 72
