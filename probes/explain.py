@@ -185,3 +185,32 @@ def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]
         if covered:
             out.append((text[lo:hi], covered))
     return out
+
+
+@dataclass
+class KeyWorked:
+    """One key of a query row worked through by hand: q·k as its d products, then × scale, then its share of
+    the softmax (exp of its scaled score over the sum of exp over the allowed keys, both shifted by the row's
+    largest scaled score, which cancels)."""
+
+    key: int
+    products: np.ndarray  # [d] q_i · k_i
+    dot: float  # their sum: q·k
+    scaled: float  # q·k × scale
+    numerator: float  # exp(scaled − max)
+    denominator: float  # Σ_j exp(scaled_j − max) over the allowed keys
+    weight: float  # numerator / denominator: the softmax weight
+
+
+def work_key(steps: QuerySteps, key: int) -> KeyWorked:
+    """``key`` of the row in ``steps`` (:func:`query_steps`) worked through by hand, in float64."""
+    if not 0 <= key < len(steps.tokens):
+        raise IndexError(f"key {key} is outside 0..{len(steps.tokens) - 1}")
+    products = steps.q.astype(np.float64) * steps.k[key].astype(np.float64)
+    dot = float(products.sum())
+    scaled = dot * steps.scale
+    allowed = steps.scaled[steps.allowed].astype(np.float64)
+    top = float(allowed.max())
+    denominator = float(np.exp(allowed - top).sum())
+    numerator = float(np.exp(scaled - top)) if steps.allowed[key] else 0.0
+    return KeyWorked(key, products, dot, scaled, numerator, denominator, numerator / denominator)

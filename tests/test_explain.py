@@ -173,3 +173,20 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     assert on_smol.token_strings()[found.query].startswith("她")  # byte pieces: "她(1/2)"
     assert explain.answering_head(trace, text, "he", "Xiaohong") is None  # "he" is not a word of it ("she" is)
     assert explain.word_tokens(trace, text, "SHE") == [10]
+
+
+def test_one_key_worked_through_by_hand_equals_the_row(gpt2_model):
+    from probes import runner
+
+    trace = runner.run(gpt2_model, "The cat sat on the mat")
+    steps = query_steps(trace, 1, 0, 3)
+    total = 0.0
+    for key in range(len(steps.tokens)):
+        w = explain.work_key(steps, key)
+        assert w.dot == pytest.approx(steps.scores[key], abs=1e-9) and len(w.products) == len(steps.q)
+        assert w.scaled == pytest.approx(steps.scaled[key], abs=1e-9)
+        assert w.weight == pytest.approx(steps.weights[key], abs=1e-12)
+        total += w.weight
+    assert total == pytest.approx(1.0) and explain.work_key(steps, 5).weight == 0.0  # the future: masked
+    with pytest.raises(IndexError, match="outside"):
+        explain.work_key(steps, 99)

@@ -7,9 +7,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from probes import explain
+
 from .. import charts, data, ui
 
 SHOWN_KEYS = 12  # k and v vectors drawn as rows (the table has every key)
+TOP_KEYS = 3  # keys whose first numbers are written out
+FIRST = 6  # numbers of a vector written out
+SHOWN_TERMS = 4  # products of q·k written out
 AGREE = 1e-4  # float32 rounding: a lazy trace recovers weights as exp(score − logsumexp), ~1e-5 off
 
 
@@ -34,6 +39,12 @@ def render(ctx: ui.Context) -> None:
     shown = _nearest(s, query)
     vectors = {f"q  {keys[query]}": s.q, **{f"k  {keys[j]}": s.k[j] for j in shown}}
     ui.chart(charts.vectors_heatmap(vectors, f"q and {len(shown)} of the {len(keys)} k vectors"))
+    top = [j for j in np.argsort(-s.weights)[:TOP_KEYS] if s.allowed[j]]
+    numbers = pd.DataFrame([{"vector": f"q  {keys[query]}", **_first(s.q)}]
+                           + [{"vector": f"k  {keys[j]}", **_first(s.k[j])} for j in top])
+    st.caption(f"The first {FIRST} of the {d} numbers of q and of the {len(top)} most attended keys' k (all of them "
+               "in the colour strips above; hover for a value):")
+    st.dataframe(numbers, hide_index=True)
 
     st.subheader("2 · Raw scores q · k, 3 · ÷ √d_k, 4 · softmax")
     st.markdown(
@@ -53,6 +64,8 @@ def render(ctx: ui.Context) -> None:
     st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
                f"max |Δ| {s.max_abs_diff:.1e}.")
 
+    _worked(s, keys, d)
+
     st.subheader("5 · The weighted sum of v")
     top = np.argsort(-s.weights)[:3]
     st.markdown("The head's output for this token is the value vectors v, mixed by the weights: "
@@ -60,6 +73,32 @@ def render(ctx: ui.Context) -> None:
     rows = {f"{s.weights[j]:.3f} × v  {keys[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
     rows["= output"] = s.output
     ui.chart(charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))
+
+
+def _first(vector: np.ndarray) -> dict[str, str]:
+    """A vector's first numbers as table cells, then "…"."""
+    cells = {f"[{i}]": f"{x:+.3f}" for i, x in enumerate(vector[:FIRST])}
+    cells["…"] = f"({len(vector) - FIRST} more)" if len(vector) > FIRST else ""
+    return cells
+
+
+def _worked(s, keys: list[str], d: int) -> None:
+    """One key worked through by hand: q·k as a sum of products, × scale, and its softmax share."""
+    allowed = [j for j in np.argsort(-s.weights) if s.allowed[j]]
+    key = st.selectbox("Work one key through by hand", allowed, key="qkv_key", format_func=lambda j: keys[j],
+                       help="the most attended key first; any key the query may see")
+    w = explain.work_key(s, int(key))
+    terms = " + ".join(f"({s.q[i]:+.3f})·({s.k[key][i]:+.3f})" for i in range(min(SHOWN_TERMS, d)))
+    more = f" + … ({d - SHOWN_TERMS} more products)" if d > SHOWN_TERMS else ""
+    q_name, k_name = ui.safe(keys[s.query]), ui.safe(keys[key])
+    st.markdown(
+        f"**Worked through: {q_name} → {k_name}**\n\n"
+        f"1. q·k = Σᵢ qᵢ·kᵢ = {terms}{more} = **{w.dot:.4f}**\n"
+        f"2. × scale: {w.dot:.4f} × {s.scale:.6g} (= ÷ √{d} = ÷ {np.sqrt(d):.3f}) = **{w.scaled:.4f}**\n"
+        f"3. softmax share: e^({w.scaled:.4f} − max) ÷ Σⱼ e^(scaledⱼ − max) = {w.numerator:.4f} ÷ {w.denominator:.4f} = "
+        f"**{w.weight:.4f}** (subtracting the row's largest scaled score from every one changes nothing but keeps "
+        f"e^x from overflowing)\n\n"
+        f"The model's own weight for {k_name} is {s.trace_weights[key]:.4f}.")
 
 
 def _nearest(s, query: int) -> list[int]:

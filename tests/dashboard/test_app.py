@@ -123,16 +123,35 @@ def test_bertviz_views_are_embedded_and_capped():
 
 
 # -- the other pages --------------------------------------------------------------------------------
+def _steps_table(at):
+    """The Q/K/V page's table of every key's steps (q·k, × scale, softmax weight…)."""
+    return next(d.value for d in at.dataframe if "softmax weight" in d.value.columns)
+
+
 def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model():
     at = _app(page="qkv", layer=3, head=4, query=10)
     assert at.header[0].value == "Q/K/V step by step: layer 3, head 4"
     assert at.selectbox(key="w_query").value == 10
     steps = [s for s in _specs(at) if "facet" in s][0]
     assert steps["facet"]["row"]["sort"] == ["q·k", "q·k × scale", "softmax weight"]
-    table = at.dataframe[0].value
+    numbers, table = (d.value for d in at.dataframe)
     assert abs(table["softmax weight"].sum() - 1) < 1e-6
     assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-6
     assert "reproduce the model's own attention row for 10: she" in _texts(at.caption)
+    # the numbers written out: q and the three most attended keys, first 6 of 32 numbers, then "…"
+    top = table.sort_values("softmax weight", ascending=False)["key"].head(3).tolist()
+    assert numbers["vector"].tolist() == ["q  10: she"] + [f"k  {k}" for k in top]
+    assert list(numbers.columns) == ["vector", "[0]", "[1]", "[2]", "[3]", "[4]", "[5]", "…"]
+    assert numbers["…"].iloc[0] == "(26 more)"
+    # one key worked through: its products, sum, scale and softmax share equal the table's row
+    worked = _texts(at.markdown)
+    row = table[table["key"] == top[0]].iloc[0]
+    assert f"Worked through: 10: she → {top[0]}" in worked
+    assert f"= **{row['q·k']:.4f}**" in worked and f"= **{row['× scale']:.4f}**" in worked
+    assert f"= **{row['softmax weight']:.4f}**" in worked and "+ … (28 more products)" in worked
+    at.selectbox(key="qkv_key").set_value(int(table.index[table["key"] == "0: [CLS]"][0]))
+    _rerun(at)
+    assert "Worked through: 10: she → 0: [CLS]" in _texts(at.markdown)
 
 
 def test_parity_page_shows_the_per_head_grid_and_a_pass():
@@ -402,7 +421,7 @@ def test_a_deployment_can_offer_only_some_models(monkeypatch):
 
 def test_qkv_on_a_decoder_masks_the_future(gpt2_dir):
     at = _app(model=str(gpt2_dir), text="the cat sat on the mat", page="qkv", query=2)
-    table = at.dataframe[0].value
+    table = _steps_table(at)
     assert list(table["allowed"]) == [True] * 3 + [False] * (len(table) - 3)
     assert (table.loc[~table["allowed"], "softmax weight"] == 0).all()
     assert abs(table["softmax weight"].sum() - 1) < 1e-9
@@ -422,7 +441,7 @@ def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source):
     assert {r["vector"] for r in rows} == {"q  11:  she, before", "q  11:  she, turned"} and len(rows) == 2 * 64
     text = _texts(at.markdown)
     assert "Rotary positions" in text and "head 4 reads key/value head 1, which heads 3, 5 read too" in text
-    table = at.dataframe[0].value
+    table = _steps_table(at)
     assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
     assert "reproduce the model's own attention row" in _texts(at.caption)
 
@@ -436,7 +455,7 @@ def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     path = make_llama(ckpt_dir / "mistral-app", family="mistral", sliding_window=3)
     at = _app(model=str(path), text="the cat sat on the mat because it was warm", page="qkv", query=6,
               source="scratch", backend="sdpa")
-    table = at.dataframe[0].value
+    table = _steps_table(at)
     assert list(table["allowed"][:8]) == [False] * 4 + [True] * 3 + [False]
     assert "outside this layer's sliding window of 3" in _texts(at.markdown)
     assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
