@@ -95,8 +95,8 @@ def _worked(s, keys: list[str], d: int) -> None:
         f"**Worked through: {q_name} → {k_name}**\n\n"
         f"1. q·k = Σᵢ qᵢ·kᵢ = {terms}{more} = **{w.dot:.4f}**\n"
         f"2. × scale: {w.dot:.4f} × {s.scale:.6g} (= ÷ √{d} = ÷ {np.sqrt(d):.3f}) = **{w.scaled:.4f}**\n"
-        f"3. softmax share: e^({w.scaled:.4f} − max) ÷ Σⱼ e^(scaledⱼ − max) = {w.numerator:.4f} ÷ {w.denominator:.4f} = "
-        f"**{w.weight:.4f}** (subtracting the row's largest scaled score from every one changes nothing but keeps "
+        f"3. softmax share: e^({w.scaled:.4f} − max) ÷ Σⱼ e^(scaledⱼ − max) = {w.numerator:.4f} ÷ "
+        f"{w.denominator:.4f} = **{w.weight:.4f}** (subtracting the row's largest scaled score from every one changes nothing but keeps "
         f"e^x from overflowing)\n\n"
         f"The model's own weight for {k_name} is {s.trace_weights[key]:.4f}.")
 
