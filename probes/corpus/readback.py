@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BadData
+from ..heads.profile import check_heads
 from .examples import COLUMNS
 
 WRITTEN_BY = "`python -m probes profile --corpus FILE --out FILE.csv` (its FILE.examples.parquet)"
@@ -28,13 +29,7 @@ def for_model(frame: pd.DataFrame, name: str, model: str, n_layers: int, n_heads
             raise BadData(f"{name}: no rows for {model}; it holds {', '.join(held)}: select {which} in the sidebar, "
                           f"or upload a file written for {model}")
         frame = frame[models == model]
-    for col, n in (("layer", n_layers), ("head", n_heads)):
-        values = frame[col]
-        if (values < 0).any() or (values % 1).any():
-            raise BadData(f"{name}: {col} must be whole numbers from 0")
-        if (values >= n).any():
-            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
-                          "upload a table written for the model selected in the sidebar")
+    check_heads(frame, name, n_layers, n_heads)
     return frame.reset_index(drop=True)
 
 

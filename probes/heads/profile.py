@@ -118,12 +118,7 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
         if not pd.api.types.is_numeric_dtype(frame[col]):
             raise BadData(f"{name}: column {col!r} holds non-numbers")
     frame = frame.dropna(subset=["layer", "head"])
-    if (frame["layer"] < 0).any() or (frame["head"] < 0).any() or (frame["layer"] % 1).any() or (frame["head"] % 1).any():
-        raise BadData(f"{name}: layer and head must be whole numbers from 0")
-    for col, n in (("layer", n_layers), ("head", n_heads)):
-        if n is not None and (frame[col] >= n).any():
-            raise BadData(f"{name}: {col} {int(frame[col].max())} does not exist in this model ({col}s 0–{n - 1}): "
-                          "upload a table written for the model selected in the sidebar")
+    check_heads(frame, name, n_layers, n_heads)
     scores = frame["score"].dropna()
     if scores.empty:
         raise BadData(f"{name}: the score column is empty")
@@ -131,6 +126,18 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
         raise BadData(f"{name}: scores must be finite numbers up to {MAX_SCORE:g} in size")
     frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
     return frame.reset_index(drop=True)
+
+
+def check_heads(frame: pd.DataFrame, name: str, n_layers: int | None = None, n_heads: int | None = None) -> None:
+    """Every ``layer`` and ``head`` of a table is a whole number from 0 and, with ``n_layers``/``n_heads`` (the
+    model it is shown for), one that model has; else ``BadData`` naming the file and what to do."""
+    for col, n in (("layer", n_layers), ("head", n_heads)):
+        values = frame[col]
+        if (values < 0).any() or (values % 1).any():
+            raise BadData(f"{name}: {col} must be whole numbers from 0")
+        if n is not None and (values >= n).any():
+            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
+                          "upload a table written for the model selected in the sidebar")
 
 
 FORMATS = (".csv", ".json", ".parquet")  # what a probe table is written as, by the extension of --out
