@@ -117,19 +117,15 @@ def strongest(frames: list[pd.DataFrame], k: int) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
-    whole = pd.concat(frames, ignore_index=True)
-    whole = whole.sort_values(["layer", "head", *ORDER], ascending=[True, True, False, True, True, True, True],
-                              kind="stable")
-    whole = whole.groupby(["layer", "head"], sort=False).head(k).copy()
-    whole["rank"] = whole.groupby(["layer", "head"], sort=False).cumcount() + 1
-    return whole.reset_index(drop=True)
+    whole = pd.concat(frames, ignore_index=True).drop(columns="rank", errors="ignore")
+    return pd.DataFrame(_top_per_head({col: whole[col].to_numpy() for col in whole.columns}, k))
 
 
 def _top_per_head(cols: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     """The rows of the ``k`` strongest entries of each (layer, head) in flat arrays, in the fixed order
     (:data:`ORDER`), with their ``rank``: numpy's lexsort, no DataFrame per window."""
-    order = np.lexsort((cols["key"], cols["query"], cols["window"], cols["text_id"], -cols["weight"], cols["head"],
-                        cols["layer"]))
+    ties = [cols[name] for name in reversed(ORDER[1:])]  # lexsort: the last key sorts first
+    order = np.lexsort((*ties, -cols["weight"], cols["head"], cols["layer"]))
     cols = {name: values[order] for name, values in cols.items()}
     group = cols["layer"].astype(np.int64) * 1_000_003 + cols["head"]
     starts = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]  # first row of each head
