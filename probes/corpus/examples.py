@@ -4,8 +4,8 @@ Kept sparsely, in two steps: for every query of every window, a head's ``KEYS_PE
 with weight at least ``MIN_WEIGHT``; of those, the ``k`` strongest per head. Special tokens such as
 [CLS]/[SEP]/BOS are neither queries nor keys here, and a window's first token is no key (in a decoder
 without BOS it is the attention sink, and query 0 sees nothing else): how much a head parks on them is the
-``first``/``special`` statistic. Ties are broken by (text id, window, query, key), so the result does not depend on how the corpus was
-split into chunks or which worker ran them.
+``first``/``special`` statistic. Ties are broken by (text id, window, query, key), so the result does not
+depend on how the corpus was split into chunks or which worker ran them.
 
 Each example keeps what a reader needs to see it and to open it again: the query and key tokens, a short
 ``snippet`` (the key marked ⟦…⟧ and the query «…», at most ``SNIPPET_CHARS`` around them), and the

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..datasets.cache import sha256_of
 from ..errors import BadData, BadOption
 from ..models import Piece
 
@@ -58,6 +59,7 @@ class Scan:
     texts: int
     bad: list[str] = field(default_factory=list)
     blank: int = 0
+    digest: str = ""  # the corpus's digest (Corpus.digest), read once for every model of a run
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,7 @@ class Corpus:
 
     def digest(self) -> str:
         """sha256 of the file's bytes (streamed) and of the field read: a checkpoint is valid only for it."""
-        h = hashlib.sha256(f"{self.field}\0".encode())
-        with open(self.path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()[:16]
+        return hashlib.sha256(f"{self.field}\0{sha256_of(Path(self.path))}".encode()).hexdigest()[:16]
 
     # -- one text at a time ------------------------------------------------------------------------------
     def _line(self, number: int, raw: bytes) -> str | None:
@@ -182,7 +180,7 @@ class Corpus:
                     chunks.append(Chunk(len(chunks), number, 0, offset=offset))
                 n += 1
         sized = [Chunk(c.index, c.first, min(size, n - c.index * size), c.offset, c.group, c.row) for c in chunks]
-        return Scan(sized, n, bad, blank)
+        return Scan(sized, n, bad, blank, self.digest())
 
     def read(self, chunk: Chunk) -> list[tuple[int, str]]:
         """The (text id, text) pairs of one chunk, read from where it starts (bad rows skipped as in scan)."""

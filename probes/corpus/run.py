@@ -108,9 +108,11 @@ def corpus_code() -> str:
     return hashlib.sha256(code_version().encode() + b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
-def fingerprint(model, corpus: Corpus, window: int, chunk_size: int, k: int, backend: str) -> dict:
-    options = repr([corpus.field, window, chunk_size, k, backend, ex.KEYS_PER_QUERY, ex.MIN_WEIGHT])
-    return {"data": corpus.digest(), "model": model.fingerprint(), "code": corpus_code(),
+def fingerprint(model, scan, field: str, window: int, chunk_size: int, k: int, backend: str) -> dict:
+    """What a model's checkpoint was computed from: the corpus (its digest, read once by ``scan``), the model,
+    the code and the options."""
+    options = repr([field, window, chunk_size, k, backend, ex.KEYS_PER_QUERY, ex.MIN_WEIGHT])
+    return {"data": scan.digest, "model": model.fingerprint(), "code": corpus_code(),
             "options": hashlib.sha256(options.encode()).hexdigest()[:16]}
 
 
@@ -129,7 +131,7 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
                backend: str, executor: Executor, progress_factory, notify) -> tuple[pd.DataFrame, pd.DataFrame]:
     partial = out.with_name(out.name + ".partial")
     name = f"{PROBE}-{re.sub(r'[^A-Za-z0-9._-]+', '_', model.name)[-60:]}"
-    folder = _checkpoint(partial, name, fingerprint(model, corpus, window, chunk_size, k, backend), notify)
+    folder = _checkpoint(partial, name, fingerprint(model, scan, corpus.field, window, chunk_size, k, backend), notify)
     done = lambda c: folder / f"chunk-{c:05d}.csv"  # noqa: E731  (written last: the chunk is done)
     found = lambda c: folder / f"chunk-{c:05d}.examples.parquet"  # noqa: E731
     jobs = [CorpusJob(corpus, c, window, k, batch_size, backend) for c in scan.chunks if not done(c.index).is_file()]
