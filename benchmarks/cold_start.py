@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 from browser import ARGS, chromium_path  # noqa: E402
 from load_test import start_server  # noqa: E402
@@ -123,10 +124,7 @@ def main() -> None:
         lines.append(f"{title}: first heatmap / library = {ratio:.2f}× (goal ≤ {GOAL}×: "
                      f"{'met' if ratio <= GOAL else 'not met'})")
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "cold_start.txt").write_text(text + "\n")
+    publish(text, args.out, "cold_start.txt")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 
 def ewt(n: int) -> list[str]:
@@ -166,10 +167,7 @@ def main() -> None:
               "## Top-examples store, bytes per head (Parquet, k = 10)", "",
               "| run | window | bytes per head | examples per head |", "|---|---|---|---|"]
     lines += [f"| {m} | {w} | {b:,.0f} | {e:.1f} |" for m, w, b, e in sizes]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "corpus_ray.md").write_text(text)
+    publish("\n".join(lines), args.out, "corpus_ray.md")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 from browser import ARGS, chromium_path  # noqa: E402
 
@@ -170,10 +171,7 @@ def main() -> None:
         notes.append(f"{setting}: head change median {statistics.median(result['head change'][0]):.2f} s "
                      f"(goal < {GOAL_S:.0f} s), {result['missed']} change(s) not drawn within 20 s")
     text = "\n".join(lines + [""] + notes)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "load_test.txt").write_text(text + "\n")
+    publish(text, args.out, "load_test.txt")
 
 
 if __name__ == "__main__":

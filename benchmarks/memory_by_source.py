@@ -35,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 LAYER, HEAD = 5, 3
 MIB = 2**20
@@ -121,10 +122,7 @@ def main() -> None:
                              f"{'0 (the reference)' if name.startswith('Hugging Face, every') else f'{diff:.1e}'} |")
                 print(lines[-1], file=sys.stderr)
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "memory_by_source.txt").write_text(text + "\n")
+    publish(text, args.out, "memory_by_source.txt")
 
 
 if __name__ == "__main__":

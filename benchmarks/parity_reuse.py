@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 import probes  # noqa: E402
 from probes import parity, scratch  # noqa: E402
@@ -77,10 +78,7 @@ def main() -> None:
     lines += ["", "Before, the badge also ran ahead of the page; now it is drawn after it (an empty sidebar slot "
               "filled once the page has run), so it never delays the first chart."]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "parity_reuse.txt").write_text(text + "\n")
+    publish(text, args.out, "parity_reuse.txt")
 
 
 if __name__ == "__main__":
