@@ -157,9 +157,10 @@ def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, o
     if not query or not answer:
         return None
     other = word_tokens(trace, text, other_word, item) if other_word else []
-    on_answer, _ = query_weights(trace, query[0], answer, item)
+    rows = _query_rows(trace, query[0], item)
+    on_answer = _on_keys(rows, answer)
     layer, head = np.unravel_index(int(on_answer.argmax()), on_answer.shape)
-    on_other = float(query_weights(trace, query[0], other, item)[0][layer, head]) if other else None
+    on_other = float(_on_keys(rows, other)[layer, head]) if other else None
     return Answer(int(layer), int(head), query[0], answer, other, float(on_answer[layer, head]), on_other)
 
 
@@ -167,12 +168,21 @@ def query_weights(trace: Trace, query: int, keys: list[int], item: int = 0) -> t
     """Every layer × head's attention from one query token on some key tokens (summed: a word's pieces),
     ``[layers, heads]``, and what uniform attention over the keys the query may see would put there. Reads one
     row per layer from the Trace."""
-    rows = [trace.attention(layer, item=item, rows=[query])[:, 0].float() for layer in range(trace.n_layers)]
-    weights = np.stack([r[:, keys].sum(-1).cpu().numpy() for r in rows])
+    weights = _on_keys(_query_rows(trace, query, item), keys)
     n = len(trace.real_tokens(item))
     seen = query + 1 if trace.is_causal else n
     uniform = sum(1 for k in keys if k < seen) / seen
     return weights, uniform
+
+
+def _query_rows(trace: Trace, query: int, item: int) -> list:
+    """The query token's attention row in every head of every layer: one ``[heads, n]`` tensor per layer."""
+    return [trace.attention(layer, item=item, rows=[query])[:, 0].float() for layer in range(trace.n_layers)]
+
+
+def _on_keys(rows: list, keys: list[int]) -> np.ndarray:
+    """``[layers, heads]``: the rows' weight on ``keys``, summed (a word's pieces)."""
+    return np.stack([r[:, keys].sum(-1).cpu().numpy() for r in rows])
 
 
 def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
