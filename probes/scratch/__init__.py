@@ -13,6 +13,9 @@ Where ``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` say
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from ..errors import UnsupportedModel
@@ -22,7 +25,9 @@ from .attention import BACKENDS, additive_mask, allowed_keys, attention_bytes, r
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "build", "forward", "resolve_backend"]
+__all__ = ["BACKENDS", "Outputs", "build", "forward", "outputs", "resolve_backend"]
+
+Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
 
 
 def build(model):
@@ -38,7 +43,8 @@ def build(model):
     return model._scratch
 
 
-def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None) -> Trace:
+def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None,
+            edit: Edit | None = None) -> Trace:
     """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
 
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
@@ -46,7 +52,10 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     ``logits=False`` skips the language-model head (a long input's logits alone can take GBs).
     ``attention_budget`` (bytes): where eager's probabilities of every head would take more, eager still
     computes each layer (the same numbers, so parity with Hugging Face stays exact), but the Trace keeps one
-    logsumexp per row instead of the probabilities (lazy)."""
+    logsumexp per row instead of the probabilities (lazy).
+    ``edit(layer, z)``: an intervention on each layer's head outputs ``z`` ``[B, H, L, d]`` (the weighted sums
+    of v, before the output projection), returning the ``z`` the layer goes on with (see :mod:`probes.effects`);
+    the Trace then shows the attention of the edited run (layers after the edit see its effect)."""
     net = build(model)
     enc = enc.to(model.device)
     size = attention_bytes(model, enc)
@@ -70,9 +79,10 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
         if keep_lse:  # the layer's probabilities are dropped here: one logsumexp per row is kept instead
             got.probs, got.lse = None, row_logsumexp(q, k, mask, spec)
         (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
+        layer = len(specs)
         specs.append(spec)
         kernels.add(got.kernel)
-        return got.output
+        return got.output if edit is None else edit(layer, got.output)
 
     with torch.inference_mode():
         out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits,
@@ -87,3 +97,60 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
                  attn=probs or None, lse=lse or None, scales=[s.scale for s in specs],
                  windows=[s.window for s in specs], rotary=rotary, n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
+
+
+@dataclass
+class Outputs:
+    """What an edited pass (:func:`outputs`) hands back: no attention, only what effects are measured on."""
+
+    hidden: torch.Tensor  # [B, L, D] the last hidden state (after the final norm, where the model has one)
+    inputs: list[torch.Tensor] | None  # per layer [B, L, D]: each layer's input (``keep_inputs``)
+    logits: torch.Tensor | None  # [B, L, V], or None (no language-model head, or not asked for)
+    residual: torch.Tensor | None  # [B, L, D] the residual stream before the final norm (pre-norm models)
+    z: list[torch.Tensor] | None  # per layer [B, H, L, d]: the head outputs the layer went on with (``keep_z``)
+
+
+def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: bool = False,
+            grad: bool = False, keep_inputs: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Outputs:
+    """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps
+    no probabilities: what interventions run many times, in batches of edited copies.
+
+    ``edit(layer, z)`` as in :func:`forward`; ``keep_z`` keeps every layer's (edited) head outputs (from the
+    first layer run), ``keep_inputs`` every layer's input; ``resume=(layer, x)`` starts at ``layer`` from its
+    input ``x`` ``[B, L, D]`` (a clean pass's ``inputs``, shared by copies edited from that layer on);
+    ``grad`` records the pass for autograd (the attention and activations then work out of place), so a
+    gradient can flow back to whatever ``edit`` multiplied in (head gates)."""
+    net = build(model)
+    net_layers = len(net.layers)
+    enc = enc.to(model.device)
+    mask = enc.attention_mask
+    allowed: dict = {}
+    kept: list[torch.Tensor] = []
+    last: list[torch.Tensor] = []
+    residual: list[torch.Tensor] = []
+
+    def attend(q, k, v, spec):
+        rule = (spec.causal, spec.window)
+        if rule not in allowed:
+            allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
+        z = BACKENDS["eager"](q, k, v, mask, spec, allowed[rule]).output
+        if edit is not None:
+            z = edit(attend.layer, z)
+        attend.layer += 1
+        if keep_z:
+            kept.append(z)
+        return z
+
+    attend.layer = resume[0] if resume else 0
+    layer_inputs: list[torch.Tensor] = []
+
+    def keep_last(x):  # the last hidden state is kept (and every layer's input, when asked)
+        if keep_inputs and len(layer_inputs) < net_layers:
+            layer_inputs.append(x)
+        last[:] = [x]
+
+    with torch.enable_grad() if grad else torch.inference_mode():
+        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=keep_last, logits=logits,
+                  residual=residual.append, resume=resume)
+    return Outputs(hidden=last[-1], logits=out, residual=residual[0] if residual else None,
+                   z=kept if keep_z else None, inputs=layer_inputs if keep_inputs else None)

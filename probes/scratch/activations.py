@@ -18,7 +18,10 @@ def gelu(x):  # exact: x·Φ(x), Φ the standard normal CDF (BERT)
 
 def gelu_new(x):  # tanh approximation (GPT-2, "gelu_new" in configs)
     # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated in place: the same floating-point
-    # operations as Hugging Face's NewGELUActivation, with one temporary instead of six
+    # operations as Hugging Face's NewGELUActivation, with one temporary instead of six (out of place when
+    # autograd records the pass: the in-place steps would overwrite what the backward pass reads)
+    if torch.is_grad_enabled():
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
     inner = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi))
     return inner.tanh_().add_(1.0).mul_(x.mul_(0.5))
 

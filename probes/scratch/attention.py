@@ -117,7 +117,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
     mask = allowed if allowed.is_floating_point() else additive_mask(allowed, scores.dtype)
     scores.add_(mask)  # mask: padding, the future, outside the window (0 where allowed, the lowest value where not)
-    probs = torch.softmax(scores, dim=-1, dtype=scores.dtype, out=scores)  # softmax over keys: each row sums to 1
+    if torch.is_grad_enabled():  # autograd (head gates) keeps the scores: the softmax gets its own tensor
+        probs = torch.softmax(scores, dim=-1)
+    else:
+        probs = torch.softmax(scores, dim=-1, dtype=scores.dtype, out=scores)  # softmax over keys: rows sum to 1
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs
 

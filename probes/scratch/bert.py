@@ -114,16 +114,25 @@ class Bert:
         """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
         return self.layers[layer].qkv(x)
 
+    def head_out(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layer ``layer``'s output projection split by head: ``W_O`` ``[H, d, D]`` (head h adds z_h·W_O[h] before
+        the layer's LayerNorm) and its bias."""
+        weight, bias = self.layers[layer].attn_out  # Linear: [D, H·d]
+        return weight.t().reshape(self.layers[layer].n_heads, -1, weight.shape[0]), bias
+
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None):
-        n = input_ids.shape[1]
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        positions = torch.arange(n, device=input_ids.device)
-        x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
-        x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
-        record(x)
-        for layer in self.layers:
+                 chunk=None, residual=None, resume=None):  # residual: BERT normalises after each layer, no final norm
+        # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
+        first, x = resume or (0, None)
+        if resume is None:
+            n = input_ids.shape[1]
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            positions = torch.arange(n, device=input_ids.device)
+            x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
+            x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
+            record(x)
+        for layer in self.layers[first:]:
             x = layer(x, attend, chunk)
             record(x)
         if self.head is None or not logits:
