@@ -1,0 +1,14 @@
+"""Beyond attention weights: does a head matter, and what does it write into the residual stream?
+
+* :mod:`.ablation`: interventions on head outputs (zero, mean over a reference set, patched from another
+  input), every single-head ablation of a text as batched passes, and what each changed (:mod:`.measures`);
+* :mod:`.importance`: head importance over a data set (Michel et al. 2019: the gradient of the loss with
+  respect to a gate on each head), with the exact ablation effect beside it, as a tidy table;
+* :mod:`.norms`: value-weighted attention norms ‖α_ij·f(x_j)‖ (Kobayashi et al. 2020), read from a Trace;
+* :mod:`.rollout`: attention rollout (Abnar & Zuidema 2020), read from a Trace;
+* :mod:`.attribution`: direct logit attribution of each head (decoders);
+* :mod:`.pairs`: minimal pairs, two texts that differ in a few words, compared head by head.
+
+The interventions run the from-scratch network (:func:`probes.scratch.outputs`, eager attention, the same
+numbers as the Trace's); norms and rollout only read a Trace and the output projection's weights.
+"""

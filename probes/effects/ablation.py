@@ -1,0 +1,212 @@
+"""Interventions on heads: zero-ablation, mean-ablation and activation patching, one head or many at a time.
+
+A head's output at a position is z = Σ_j α_ij·v_j, the weighted sum of the values (``[d]``, before the output
+projection W_O mixes the heads back into the residual stream). An intervention replaces z of some heads at
+every position and lets the rest of the network run on:
+
+* ``zero``: z = 0 (the head writes nothing but the projection's bias);
+* ``mean``: z = the head's mean output over the real tokens of a reference set of texts;
+* ``patch``: z = the head's output on another input of the same length (activation patching).
+
+Every single-head ablation of a text runs as batched passes: row b of a batch is a copy of the text with
+head b ablated (:func:`ablate_each`), which is many times faster than one pass per head
+(``benchmarks/ablation.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+
+from ..errors import BadOption, EmptyInput
+from ..scratch import Outputs, build, outputs
+from .measures import compare
+
+HOWS = ("zero", "mean", "patch")
+LOGIT_BUDGET = 256 * 2**20  # bytes of logits one batch of edited copies may hold
+
+
+def parse_heads(spec: str, model) -> list[tuple[int, int]]:
+    """``"1.2,5.4"`` -> [(1, 2), (5, 4)] (layer.head), checked against the model's size."""
+    heads = []
+    for part in (p.strip() for p in spec.split(",")):
+        try:
+            layer, head = (int(x) for x in part.split("."))
+        except ValueError:
+            raise BadOption(f"heads {spec!r}: write each as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)") from None
+        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
+            raise BadOption(f"head {part} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
+                            f"0–{model.n_heads - 1}")
+        heads.append((layer, head))
+    if not heads:
+        raise BadOption("no heads given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
+    return heads
+
+
+def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tensor:
+    """Each head's mean output z over the real tokens of ``texts`` (each cut to the context window):
+    ``[layers, H, d]`` float32, what mean-ablation writes."""
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise EmptyInput("the reference set for mean-ablation has no text")
+    total, count = None, 0
+    for start in range(0, len(texts), batch_size):
+        enc = model.encode(texts[start:start + batch_size], truncate=True)
+        got = outputs(model, enc, logits=False, keep_z=True)
+        real = enc.attention_mask.to(got.z[0].device).bool()  # [B, L]
+        sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in got.z])  # [layers, H, d]
+        total = sums if total is None else total + sums
+        count += int(real.sum())
+    return (total / count).float()
+
+
+def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
+                  patch: list[torch.Tensor] | None = None) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """The ``edit`` for a batch whose row b ablates the heads ``rows[b]`` (a row may ablate none: the clean
+    copy). ``means``: :func:`head_means`; ``patch``: the other input's z of every layer (``[1, H, L, d]``)."""
+    if how not in HOWS:
+        raise BadOption(f"unknown ablation {how!r}: choose one of {', '.join(HOWS)}")
+    if how == "mean" and means is None or how == "patch" and patch is None:
+        raise ValueError(f"{how}-ablation needs {'means' if how == 'mean' else 'the other input’s z'}")
+    by_layer: dict[int, tuple[list[int], list[int]]] = {}
+    for b, heads in enumerate(rows):
+        for layer, head in heads:
+            batch, which = by_layer.setdefault(layer, ([], []))
+            batch.append(b)
+            which.append(head)
+
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
+        if layer not in by_layer:
+            return z
+        b, h = (torch.tensor(x, device=z.device) for x in by_layer[layer])
+        if how == "zero":
+            z[b, h] = 0.0
+        elif how == "mean":
+            z[b, h] = means[layer, h].to(z)[:, None, :]  # [k, 1, d]: the same mean at every position
+        else:
+            z[b, h] = patch[layer][0, h].to(z)  # [k, L, d]: the other input's output at each position
+        return z
+
+    return edit
+
+
+@dataclass
+class Clean:
+    """One text's clean pass: what every edited copy is compared with."""
+
+    enc: object
+    n: int  # real tokens
+    out: Outputs
+
+
+def clean_pass(model, text: str, keep_z: bool = False, truncate: bool = False) -> Clean:
+    enc = model.encode(text, truncate=truncate)
+    if enc.input_ids.shape[1] == 0:
+        raise EmptyInput("the text has no tokens: type a sentence")
+    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=lm_measures(model), keep_z=keep_z,
+                                                             keep_inputs=True))
+
+
+def lm_measures(model) -> bool:
+    """Loss and prediction measures apply: a decoder with a language-model head the from-scratch path runs."""
+    return bool(model.is_causal and getattr(build(model), "unembedding", None) is not None)
+
+
+def replacements(model, how: str, clean: Clean, other: str | None = None,
+                 reference: Sequence[str] | None = None) -> dict:
+    """What ``how`` writes into an ablated head: ``{"means": …}`` or ``{"patch": …}`` (none for zero)."""
+    if how == "mean":
+        if not reference:
+            raise BadOption("mean-ablation needs a reference set of texts to average each head's output over")
+        return {"means": head_means(model, reference)}
+    if how == "patch":
+        if not other:
+            raise BadOption("patching needs the other text (--other): the heads' outputs are taken from it")
+        enc = model.encode(other)
+        if enc.input_ids.shape[1] != clean.enc.input_ids.shape[1]:
+            raise BadOption(f"patching needs two texts of the same length in tokens: this one has "
+                            f"{clean.enc.input_ids.shape[1]}, the other {enc.input_ids.shape[1]} on {model.name} "
+                            "(change words for words of one token each)")
+        return {"patch": outputs(model, enc, logits=False, keep_z=True).z}
+    if how != "zero":
+        raise BadOption(f"unknown ablation {how!r}: choose one of zero, mean, patch")
+    return {}
+
+
+def _copies(model, clean: Clean) -> int:
+    vocab = clean.out.logits.shape[-1] if clean.out.logits is not None else 0
+    per_row = clean.enc.input_ids.shape[1] * (vocab + 4 * model.config.hidden_size) * 4
+    return max(1, min(64, LOGIT_BUDGET // max(per_row, 1)))
+
+
+def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = "zero", position: int | None = None,
+             targets: tuple[int, int] | None = None, batch: int | None = None, share: bool = True,
+             **writes) -> dict[str, torch.Tensor]:
+    """Measures of each row's ablation (``rows[b]``: the heads ablated together in copy b), in batches of
+    ``batch`` copies (default: as many as ``LOGIT_BUDGET`` allows). Nothing before a row's first ablated layer
+    changes, so a batch starts from the clean pass's input of its first edited layer: rows of one layer run
+    together, and only the layers from it on are computed again (``share=False``: every copy runs every layer)."""
+    size = batch or _copies(model, clean)
+    lm = clean.out.logits is not None
+    parts: dict[str, list[torch.Tensor]] = {}
+    first_layer = [min((layer for layer, _ in heads), default=model.n_layers) for heads in rows]
+    chunks, start = [], 0
+    while start < len(rows):  # consecutive rows that start at the same layer, at most `size` of them
+        end = start + 1
+        while end < len(rows) and end - start < size and first_layer[end] == first_layer[start]:
+            end += 1
+        chunks.append((start, end))
+        start = end
+    for start, end in chunks:
+        chunk = rows[start:end]
+        first = min(first_layer[start:end])
+        enc = clean.enc
+        many = lambda t: None if t is None else t.expand(len(chunk), -1)  # noqa: E731 (copies share memory)
+        copies = replace(enc, input_ids=many(enc.input_ids), attention_mask=many(enc.attention_mask),
+                         token_type_ids=many(enc.token_type_ids))
+        resume = None
+        if share and 0 < first < model.n_layers:
+            resume = (first, clean.out.inputs[first].expand(len(chunk), -1, -1))
+        got = outputs(model, copies, edit=ablation_edit(chunk, how, **writes), logits=lm, resume=resume)
+        measured = compare(clean.out.hidden[0], got.hidden, clean.n, clean.out.logits[0] if lm else None, got.logits,
+                           clean.enc.input_ids[0].to(got.hidden.device), position, targets)
+        for key, value in measured.items():
+            parts.setdefault(key, []).append(value.cpu())
+    return {key: torch.cat(value) for key, value in parts.items()}
+
+
+def ablate(model, text: str, heads: list[tuple[int, int]], how: str = "zero", other: str | None = None,
+           reference: Sequence[str] | None = None, position: int | None = None,
+           targets: tuple[int, int] | None = None) -> dict[str, float]:
+    """Ablate ``heads`` together on ``text``; each measure's change (:mod:`probes.effects.measures`)."""
+    clean = clean_pass(model, text)
+    check_position(position, clean.n)
+    got = run_rows(model, clean, [list(heads)], how, position, targets, **replacements(model, how, clean, other,
+                                                                                         reference))
+    return {key: float(value[0]) for key, value in got.items()}
+
+
+def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
+                reference: Sequence[str] | None = None, position: int | None = None,
+                targets: tuple[int, int] | None = None, batched: bool = True, truncate: bool = False) -> pd.DataFrame:
+    """Every single-head ablation of ``text``: one row per (layer, head) with each measure's change. Batched:
+    row b of each pass ablates head b, from the layer it is in; else one whole pass per head (the same numbers
+    up to float rounding: the naive way, for the benchmark). ``truncate``: cut the text to the context window."""
+    clean = clean_pass(model, text, truncate=truncate)
+    check_position(position, clean.n)
+    writes = replacements(model, how, clean, other, reference)
+    heads = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    got = run_rows(model, clean, [[h] for h in heads], how, position, targets, batch=None if batched else 1,
+                   share=batched, **writes)
+    frame = pd.DataFrame(heads, columns=["layer", "head"])
+    for key, value in got.items():
+        frame[key] = value.numpy()
+    return frame
+
+
+def check_position(position: int | None, n: int) -> None:
+    if position is not None and not 0 <= position < n:
+        raise BadOption(f"token {position} is outside the text's {n} tokens (0–{n - 1})")

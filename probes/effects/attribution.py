@@ -1,0 +1,95 @@
+"""Direct logit attribution (decoders): how much each head's output, written straight into the residual
+stream, adds to one token's logit (or to the difference of two tokens' logits).
+
+The logit of token t at position p is norm(x)·u_t, where x is the residual stream before the final norm and
+u_t the unembedding row of t. x is a sum of parts: the embeddings, every head's output z_h·W_O[h], every
+output projection's bias and every MLP's output. Freezing the final norm's scale at its value in this pass
+(the σ of LayerNorm, the rms of RMSNorm) makes norm linear, so the logit splits exactly into one share per
+part: share(c) = norm_frozen(c)·u_t, plus the norm's own bias·u_t (GPT-2). Each head's share is its direct
+effect; "rest" is everything else (embeddings, MLPs, biases, the norm's bias), so heads + rest = the logit.
+A head's indirect effect (through later layers) is not in its share: ablation measures that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import BadOption, EmptyInput
+from ..scratch import build, outputs
+
+
+@dataclass
+class Attribution:
+    """One position's direct logit attribution."""
+
+    heads: np.ndarray  # [layers, H]: each head's share of the logit (difference)
+    rest: float  # embeddings, MLPs, biases, the final norm's bias
+    logit: float  # the model's own logit (difference) at the position
+    position: int  # the query position (among the real tokens)
+    target: int  # token id
+    other: int | None  # token id of the second token, when a difference was asked for
+    tokens: list[str]  # readable real tokens
+
+    @property
+    def total(self) -> float:
+        """heads + rest: equal to ``logit`` up to float rounding (tested)."""
+        return float(self.heads.sum()) + self.rest
+
+
+def target_id(model, word: str) -> int:
+    """The token id of ``word`` as the model would write it next after a word: with its leading space (" she",
+    where the tokenizer has such a token), else as it is; a word of several tokens is refused, naming them."""
+    tok = model.tokenizer
+    for candidate in (" " + word.lstrip(), word) if not word.startswith(" ") else (word,):
+        ids = tok.encode(candidate, add_special_tokens=False)
+        if len(ids) == 1:
+            return ids[0]
+    pieces = tok.convert_ids_to_tokens(tok.encode(word, add_special_tokens=False))
+    raise BadOption(f"target {word!r} is {len(pieces)} tokens on {model.name} ({' '.join(map(str, pieces))}): choose a "
+                    "word that is one token")
+
+
+def logit_attribution(model, text: str, target: int, other: int | None = None,
+                      position: int | None = None) -> Attribution:
+    """Each head's direct share of token ``target``'s logit (minus ``other``'s) at ``position`` (default: the last
+    token, whose logits predict what comes next)."""
+    net = build(model)
+    if not model.is_causal or getattr(net, "unembedding", None) is None:
+        raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
+                        "ablation effects on its hidden states instead")
+    enc = model.encode(text)
+    n = int(enc.attention_mask.sum())
+    if n == 0:
+        raise EmptyInput("the text has no tokens: type a sentence")
+    position = n - 1 if position is None else position
+    if not 0 <= position < n:
+        raise BadOption(f"token {position} is outside the text's {n} tokens (0–{n - 1})")
+    vocab = net.unembedding.shape[0]
+    for t in (target, other):
+        if t is not None and not 0 <= t < vocab:
+            raise BadOption(f"token id {t} is outside {model.name}'s vocabulary of {vocab}")
+    got = outputs(model, enc, keep_z=True)
+    with torch.inference_mode():
+        u = net.unembedding[target].double()
+        if other is not None:
+            u = u - net.unembedding[other].double()
+        frozen, bias = net.final_norm(got.residual[0, position])
+        shares = []
+        for layer, z in enumerate(got.z):
+            w_o, _b = net.head_out(layer)  # [H, d, D]
+            parts = torch.einsum("hd,hdD->hD", z[0, :, position].double(), w_o.double())  # each head's write
+            shares.append(frozen(parts) @ u)
+        heads = torch.stack(shares)  # [layers, H]
+        rest_part = got.residual[0, position].double() - sum(
+            torch.einsum("hd,hdD->D", z[0, :, position].double(), net.head_out(layer)[0].double())
+            for layer, z in enumerate(got.z))
+        rest = frozen(rest_part) @ u + (bias.double() @ u if bias is not None else 0.0)
+        logit = got.logits[0, position, target].double()
+        if other is not None:
+            logit = logit - got.logits[0, position, other].double()
+    real = enc.attention_mask[0].bool().tolist()
+    return Attribution(heads.cpu().numpy(), float(rest), float(logit), position, target, other,
+                       [t.text for t, keep in zip(enc.tokens[0], real) if keep])

@@ -1,0 +1,42 @@
+"""Value-weighted attention norms (Kobayashi et al. 2020, "Attention is not only a weight").
+
+A head's output at query i is Σ_j α_ij·f(x_j), where f(x_j) = v_j·W_O[h] is what key j's value vector becomes
+once the output projection's slice for this head (W_O[h], ``[d, D]``) maps it into the residual stream
+(v_j already holds the value bias b_V). The weight α_ij alone can be large on a token whose transformed value
+is tiny; the norm ‖α_ij·f(x_j)‖ = α_ij·‖f(x_j)‖ measures what key j actually contributes to query i.
+
+Read from a Trace (its attention and v) and the from-scratch network's output projection, for every family
+the scratch path covers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UnsupportedModel
+from ..scratch import build
+
+
+def value_lengths(trace, model, layer: int, item: int = 0) -> torch.Tensor:
+    """‖f(x_j)‖ = ‖v_j·W_O[h]‖ for every head h and real token j of one item: ``[H, n]`` float32."""
+    if model.family is None:
+        raise UnsupportedModel(f"{model.name}: value-weighted norms need the output projection of a family the "
+                               "from-scratch path covers; attention weights still work")
+    weight, _bias = build(model).head_out(layer)  # [H, d, D]
+    _q, _k, v = trace.layer_qkv(layer)  # v [B, H_kv, L, d]
+    idx = trace._valid(item)
+    with torch.inference_mode():
+        heads = torch.arange(trace.n_heads, device=v.device) // trace.group  # the key/value head each reads
+        values = v[item][heads][:, idx].float()  # [H, n, d]
+        return torch.linalg.vector_norm(values @ weight.float().to(values.device), dim=-1)  # [H, n]
+
+
+def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0,
+                rows: slice | list[int] | None = None) -> torch.Tensor:
+    """‖α_ij·f(x_j)‖ of one head ``[r, n]`` (or every head ``[H, r, n]``), rows and columns as
+    :meth:`Trace.attention` gives them."""
+    lengths = value_lengths(trace, model, layer, item)
+    weights = trace.attention(layer, head, item, rows).float()
+    with torch.inference_mode():
+        scale = lengths[head] if head is not None else lengths[:, None, :]
+        return weights * scale.to(weights.device)

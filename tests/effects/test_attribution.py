@@ -1,0 +1,47 @@
+"""Direct logit attribution: heads + rest equal the model's own logit; one head's share by hand from Hugging
+Face's weights (GPT-2: a LayerNorm with its σ frozen); encoders and multi-token targets refused."""
+
+import pytest
+import torch
+
+from probes.effects.attribution import logit_attribution, target_id
+from probes.errors import BadOption
+
+TEXT = "Xiaoming gave the apple to Xiaohong because"
+
+
+def test_heads_and_rest_sum_to_the_logit(smollm2, gpt2_model):
+    got = logit_attribution(smollm2, TEXT, target_id(smollm2, "she"), target_id(smollm2, "he"))
+    assert got.total == pytest.approx(got.logit, abs=1e-4)
+    assert got.heads.shape == (30, 9) and abs(got.heads).max() > 0.05
+    one = logit_attribution(gpt2_model, "Researchers probe every", 7)
+    assert one.total == pytest.approx(one.logit, abs=1e-4) and one.other is None
+
+
+def test_a_head_share_by_hand(gpt2_model):
+    text, target, layer, head = "Researchers probe every layer", 11, 1, 2
+    enc = gpt2_model.encode(text)
+    hf = gpt2_model.hf.transformer
+    with torch.inference_mode():
+        out = gpt2_model.hf(input_ids=enc.input_ids, output_hidden_states=True, output_attentions=True)
+        block = hf.h[layer]
+        h = block.ln_1(out.hidden_states[layer][0])
+        v = (h @ block.attn.c_attn.weight + block.attn.c_attn.bias)[:, 64:96].view(-1, 4, 8)[:, head]
+        z = out.attentions[layer][0, head][-1] @ v  # the last query's output of this head [d]
+        c = z @ block.attn.c_proj.weight[head * 8:(head + 1) * 8]  # what it writes [D]
+        # the residual before ln_f: the last block's output, recomputed from its input
+        last = hf.h[-1](out.hidden_states[-2])
+        x = (last[0] if isinstance(last, tuple) else last)[0, -1]
+        sigma = torch.sqrt(x.var(unbiased=False) + hf.ln_f.eps)
+        by_hand = ((c - c.mean()) / sigma * hf.ln_f.weight) @ gpt2_model.hf.lm_head.weight[target]
+    got = logit_attribution(gpt2_model, text, target)
+    assert got.heads[layer, head] == pytest.approx(float(by_hand), abs=1e-4)
+
+
+def test_refused_with_advice(minilm, smollm2):
+    with pytest.raises(BadOption, match="no language-model head"):
+        logit_attribution(minilm, "she was hungry", 0)
+    with pytest.raises(BadOption, match="is 2 tokens|tokens on smollm2"):
+        target_id(smollm2, "Xiaohongxyz")
+    with pytest.raises(BadOption, match="outside"):
+        logit_attribution(smollm2, TEXT, 10**7)

@@ -1,0 +1,40 @@
+"""Minimal pairs: word alignment, and each text's weights equal the head's word-level attention."""
+
+import pytest
+
+from probes.effects.pairs import align, changed, minimal_pair
+from probes.errors import BadOption
+from probes.explain import word_level
+
+A = "Xiaoming gave the apple to Xiaohong because she was hungry"
+B = "Xiaoming gave the apple to Xiaohong because he was hungry"
+
+
+def test_alignment():
+    a, b = A.split(), B.split()
+    assert align(a, b) == {i: i for i in range(len(a))}
+    assert changed(a, b) == [("she", "he")]
+    inserted = align(["she", "was", "hungry"], ["she", "was", "very", "hungry"])
+    assert inserted == {0: 0, 1: 1, 2: 3}
+
+
+def test_weights_equal_word_level_attention(minilm):
+    pair = minimal_pair(minilm, A, B, "she", "Xiaohong")
+    assert pair.query == (7, 7) and pair.key == (5, 5) and pair.changed == [("she", "he")]
+    for layer, head in [(1, 2), (4, 7)]:
+        w = pair.weights
+        row = w[(w["layer"] == layer) & (w["head"] == head)].iloc[0]
+        words_a, attn_a = word_level(pair.trace_a, layer, head, A)
+        words_b, attn_b = word_level(pair.trace_b, layer, head, B)
+        assert row["a"] == pytest.approx(float(attn_a[7, 5]), abs=1e-6)
+        assert row["b"] == pytest.approx(float(attn_b[7, 5]), abs=1e-6)
+        assert row["diff"] == pytest.approx(row["b"] - row["a"])
+
+
+def test_refused_with_advice(minilm):
+    with pytest.raises(BadOption, match="the same"):
+        minimal_pair(minilm, A, A, "she", "Xiaohong")
+    with pytest.raises(BadOption, match="not a word"):
+        minimal_pair(minilm, A, B, "they", "Xiaohong")
+    with pytest.raises(BadOption, match="no counterpart"):
+        minimal_pair(minilm, A, "Xiaoming gave it to Xiaohong", "apple", "Xiaoming")
