@@ -11,6 +11,10 @@ statistics of every head over a corpus, and each head's top examples, on this pr
 
 ``python -m probes generate --model MODEL --prompt TEXT --max-new-tokens N [--json]``: write text with the
 from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
+
+``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--json]``: what
+ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
+over a dataset (gradient and exact ablation), checkpointed like ``profile``.
 """
 
 from __future__ import annotations
@@ -334,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
     p.set_defaults(func=cmd_generate)
+
+    from .effects.cli import add_parsers
+
+    add_parsers(sub, dict(default=OFFLINE_DEFAULT, help=f"short name, hub id or local directory (default: "
+                          f"{OFFLINE_DEFAULT})"))
     return parser
 
 
@@ -345,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        resume = " to resume" if args.command == "profile" else ""
+        resume = " to resume" if args.command in ("profile", "importance") else ""
         print(f"\ninterrupted: rerun the same command{resume}", file=sys.stderr)
         return 130
 

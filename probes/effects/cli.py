@@ -1,0 +1,134 @@
+"""``python -m probes ablate`` and ``python -m probes importance``: the head-effect scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from ..errors import BadOption, EmptyInput
+    from ..models import load
+    from .ablation import ablate, lm_measures, parse_heads
+    from .attribution import target_id
+    from .measures import ABOUT
+
+    if not args.text.strip():
+        raise EmptyInput("the text is empty: give a sentence (--text)")
+    if args.how == "patch" and not args.other:
+        raise BadOption("--how patch takes the heads' outputs from another text: give it with --other")
+    if args.other and args.how != "patch":
+        raise BadOption("--other is the text patched from: it goes with --how patch")
+    from ..__main__ import _quiet_transformers
+
+    _quiet_transformers()
+    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    heads = parse_heads(args.heads, model)
+    targets = None
+    if args.target or args.versus:
+        if not lm_measures(model):
+            raise BadOption(f"{model.name} is an encoder without a language-model head: it has no logits for "
+                            "--target; its effects are measured on its hidden states")
+        if not (args.target and args.versus):
+            raise BadOption("a logit difference needs two tokens: --target WORD --versus WORD")
+        targets = (target_id(model, args.target), target_id(model, args.versus))
+    reference = None
+    if args.how == "mean":
+        from ..heads.registry import read_items, texts
+
+        reference = texts(read_items(args.reference))[:args.reference_limit]
+    effect = ablate(model, args.text, heads, args.how, other=args.other, reference=reference,
+                    position=args.position, targets=targets)
+    names = ", ".join(f"{layer}.{head}" for layer, head in heads)
+    if args.json:
+        print(json.dumps(dict(model=model.name, text=args.text, heads=names, how=args.how, other=args.other,
+                              position=args.position, target=args.target, versus=args.versus, effects=effect),
+                         ensure_ascii=False))
+        return 0
+    print(f"{model.name}: {args.how}-ablating head(s) {names}")
+    for key, value in effect.items():
+        print(f"  {key:<17} {value:+.6f}   {ABOUT[key]}")
+    return 0
+
+
+def cmd_importance(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from ..heads.profile import check_out
+    from ..models import load
+    from ..threads import apply
+    from .importance import profile_importance
+
+    check_out(Path(args.out), args.force)
+    threads = apply("profile", args.threads)  # batch work, like profile
+    from ..__main__ import _quiet_transformers
+
+    _quiet_transformers()
+    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    from ..scratch import build
+
+    build(model)  # an architecture the from-scratch path does not cover is refused here, in one line
+    frame = profile_importance(
+        model, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
+        checkpoint_every=args.checkpoint_every, projections=args.projections, ablation=not args.no_ablation,
+        strict=args.strict,
+        notify=lambda message: print(f"note: {message}", file=sys.stderr),
+        progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
+    from .. import __main__ as main
+
+    main._print_top(frame, args.top)
+    print(f"wrote {len(frame)} rows to {args.out} ({threads.describe()})", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub, defaults: dict) -> None:
+    """The ``ablate`` and ``importance`` subcommands (``defaults``: the shared --model default and help)."""
+    from ..heads.registry import BUILTIN
+
+    p = sub.add_parser("ablate", help="ablate heads on a text and say what changed",
+                       description="Zero-, mean-ablate or patch heads on a text with the from-scratch pass and print "
+                       "the change in each measure: next-token loss, top predictions and a logit difference (decoders "
+                       "with a language-model head), and the last hidden states (every model).")
+    p.add_argument("--model", **defaults)
+    p.add_argument("--text", required=True)
+    p.add_argument("--heads", required=True, help="LAYER.HEAD, comma-separated (e.g. 1.2,5.4): ablated together")
+    p.add_argument("--how", choices=("zero", "mean", "patch"), default="zero",
+                   help="zero: the head writes nothing; mean: its mean output over --reference; patch: its output "
+                   "on --other (a text of the same length in tokens)")
+    p.add_argument("--other", help="the text patched from (--how patch)")
+    p.add_argument("--reference", default="ewt-dev", help=f"texts averaged for --how mean: {', '.join(BUILTIN)} or "
+                   "a .txt/.conllu/.jsonl file (default: ewt-dev)")
+    p.add_argument("--reference-limit", type=int, default=64, help="first N reference texts (default: 64)")
+    p.add_argument("--position", type=int, help="token whose change token_change and the logit difference measure "
+                   "(default: the last)")
+    p.add_argument("--target", help="a one-token word: the logit difference is logit(target) − logit(versus)")
+    p.add_argument("--versus", help="the second word of the logit difference")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    p.set_defaults(func=cmd_ablate)
+
+    p = sub.add_parser("importance", help="head importance over a dataset (Michel et al.), with each head's exact "
+                       "ablation effect", description="Gate every head's output and average |∂L/∂gate| over the "
+                       "items (L2-normalised per layer); beside it the exact zero-ablation effect. Decoders: L is the "
+                       "next-token loss; encoders: the last hidden states on random directions.")
+    p.add_argument("--model", **defaults)
+    p.add_argument("--data", default="ewt-dev", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl or .txt file "
+                   "(default: ewt-dev)")
+    p.add_argument("--limit", type=int, help="use only the first N items")
+    p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--checkpoint-every", type=int, default=32, help="items per checkpoint (a rerun resumes)")
+    p.add_argument("--projections", type=int, default=8, help="random directions per item (encoders)")
+    p.add_argument("--no-ablation", action="store_true", help="the gradient only (ablating every head of every "
+                   "item takes layers × heads edited copies)")
+    p.add_argument("--top", type=int, default=3, help="heads to print per label")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--strict", action="store_true", help="stop on any bad item of the data")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    p.set_defaults(func=cmd_importance)
