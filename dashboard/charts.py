@@ -69,11 +69,22 @@ def _step(n: int) -> int:
     return 22 if n <= 40 else max(10, 880 // n)  # one cell per token, labels readable
 
 
+NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their own hue (they are not weights)
+
+
 def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False,
-                      start: int = 0, query: int | None = None) -> alt.Chart:
+                      start: int = 0, query: int | None = None, value: str = "weight",
+                      top: float | None = None) -> alt.Chart:
     """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at); the
-    exact weight in the tooltip. ``query`` (a position) outlines that row."""
+    exact weight in the tooltip. ``query`` (a position) outlines that row. ``value`` names what the cells
+    hold (legend, tooltip and column): probabilities by default, on the fixed 0..1 scale; with ``top``, a
+    value that is not a probability (a value-weighted norm) on its own 0..top scale in another hue."""
     frame = attention_frame(tokens, weights, causal, start)
+    if value != "weight":
+        frame = frame.rename(columns={"weight": value})
+    scale = BLUE
+    if top is not None:
+        scale = alt.Scale(domain=[0, float(top) or 1e-9], range=NORM_RANGE, interpolate="rgb")
     order = labels(tokens, start)
     step = _step(len(tokens))
     outline = alt.Undefined
@@ -85,9 +96,9 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         .encode(
             x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
-            color=alt.Color("weight:Q", scale=BLUE, title="weight"),
+            color=alt.Color(f"{value}:Q", scale=scale, title=value),
             stroke=outline,
-            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip(f"{value}:Q", format=".6f")],
         )
         .properties(width=alt.Step(step), height=alt.Step(step))
     )
@@ -231,6 +242,51 @@ def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, sele
         title = f"{label}: {value} by head, no baseline (click a cell to open it)"
     rect = base.mark_rect(cursor="pointer").encode(
         color=color, tooltip=tooltip, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
+    ).add_params(pick)
+    layers = [rect]
+    if selected is not None:
+        mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
+        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
+                      .encode(x="head:O", y="layer:O"))
+    return alt.layer(*layers, title=title).properties(width=alt.Step(30), height=alt.Step(30))
+
+
+SIGNED = ("loss", "logit_diff", "diff", "share")  # measures that can go below 0: drawn diverging around 0
+EFFECT_RANGE = ["#ffffff", "#a63603"]  # a change ≥ 0: white is no change
+
+
+def effect_grid(frame: pd.DataFrame, value: str, n_layers: int, n_heads: int, title: str,
+                selected: tuple[int, int] | None = None, signed: bool | None = None,
+                extra: tuple[str, ...] = ()) -> alt.Chart:
+    """Layers × heads grid of one number per head (a ``layer, head, <value>`` frame: an ablation's effect, a
+    head's share of a logit, a difference between two texts). A number that can be negative (``signed``, by
+    default: the measure is one of :data:`SIGNED` or a value is below 0) is coloured on a diverging scale
+    centred at 0 and symmetric, so 0 is white whatever the range; a change that is never below 0 on a scale
+    from 0 (white) to its largest value. Clicking a cell selects that (layer, head): the selection is
+    ``head``. ``extra``: more columns for the tooltip."""
+    missing = [c for c in ("layer", "head", value) if c not in frame]
+    if missing:
+        raise ValueError(f"the frame has no {', '.join(missing)} column")
+    rows = frame[["layer", "head", value, *extra]]
+    values = rows[value].astype(float)
+    if signed is None:
+        signed = value in SIGNED or bool((values < 0).any())
+    reach = float(values.abs().max()) if len(values) else 0.0
+    reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
+    if signed:
+        scale = alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach], domainMid=0)
+    else:
+        scale = alt.Scale(domain=[0, reach], range=EFFECT_RANGE, interpolate="rgb")
+    pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
+    base = alt.Chart(rows).encode(
+        x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
+        y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
+    )
+    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".5f")]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".5f") for c in extra]
+    rect = base.mark_rect(cursor="pointer").encode(
+        color=alt.Color(f"{value}:Q", scale=scale, title=value),
+        tooltip=tooltip, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
     ).add_params(pick)
     layers = [rect]
     if selected is not None:

@@ -155,6 +155,23 @@ def head(inp: Input, layer: int, head: int, rows: tuple[int, int] | None = None)
     return trace(inp).attention(layer, head, rows=picked).float().cpu().numpy()
 
 
+@st.cache_data(max_entries=256, show_spinner=False)
+def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None = None) -> np.ndarray:
+    """One head's value-weighted norms ‖α_ij·f(x_j)‖ ``[r, n]`` (Kobayashi et al.), rows as :func:`head`."""
+    from probes.effects.norms import value_norms
+
+    picked = slice(*rows) if rows else None
+    return value_norms(trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def rollout(inp: Input, layer: int) -> np.ndarray:
+    """Attention rollout up to ``layer`` (every head of each layer, with the residual): ``[n, n]``."""
+    from probes.effects.rollout import rollout as roll
+
+    return roll(trace(inp), upto=layer)[layer].numpy()
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def layer(inp: Input, layer: int, window: tuple[int, int]) -> np.ndarray:
     """Every head of one layer over a window of tokens (start, stop): ``[H, w, w]``."""
@@ -202,6 +219,69 @@ def sentence_b_start(inp: Input) -> int | None:
         return None
     segments = [tok.segment for tok in trace(inp).real_tokens()]
     return segments.index(1) if 1 in segments else None
+
+
+# -- Does it matter? -----------------------------------------------------------------------------
+
+REFERENCE = "ewt-dev"  # mean-ablation writes each head's mean output over the first sentences of this set
+REFERENCE_SIZE = 32
+
+
+@st.cache_data(max_entries=1, show_spinner="Reading the reference sentences for mean-ablation…")
+def reference_texts() -> list[str]:
+    from probes.heads import registry
+
+    return registry.texts(registry.read_items(REFERENCE)[:REFERENCE_SIZE])
+
+
+@st.cache_data(max_entries=16, show_spinner="Removing every head in turn and measuring what changed…")
+def ablation(name: str, text: str, how: str, position: int) -> pd.DataFrame:
+    """Every single-head ablation of ``text`` (``how``: zero or mean over :func:`reference_texts`): layer, head and
+    one column per measure, ``position`` the token whose change ``token_change`` measures."""
+    from probes.effects.ablation import ablate_each
+
+    reference = reference_texts() if how == "mean" else None
+    return ablate_each(model_named(name), text, how=how, reference=reference, position=position)
+
+
+@st.cache_data(max_entries=16, show_spinner="Splitting the logit into each head's share…")
+def attribution(name: str, text: str, target: str, other: str | None, position: int):
+    """Direct logit attribution of ``target`` (minus ``other``) at ``position``: an ``Attribution``."""
+    from probes.effects.attribution import logit_attribution, target_id
+
+    model = model_named(name)
+    return logit_attribution(model, text, target_id(model, target), target_id(model, other) if other else None,
+                             position)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running both texts…")
+def minimal_pair(name: str, text_a: str, text_b: str, query: str, key: str):
+    """Attention from the query word to the key word in every head of both texts (a ``Pair``, which holds
+    both texts' traces: a resource, bounded, like :func:`trace`)."""
+    from probes.effects.pairs import minimal_pair as pair
+
+    return pair(model_named(name), text_a, text_b, query, key)
+
+
+@dataclass(frozen=True)
+class PairHead:
+    """One head in both texts of a minimal pair: tokens, attention ``[n, n]`` and the query word's first token."""
+
+    tokens_a: list[str]
+    weights_a: np.ndarray
+    query_a: int
+    tokens_b: list[str]
+    weights_b: np.ndarray
+    query_b: int
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def pair_head(name: str, text_a: str, text_b: str, query: str, key: str, layer: int, head: int) -> PairHead:
+    got = minimal_pair(name, text_a, text_b, query, key)
+    sides = []
+    for t, text, word in ((got.trace_a, text_a, got.query[0]), (got.trace_b, text_b, got.query[1])):
+        sides += [t.token_strings(), t.attention(layer, head).float().cpu().numpy(), explain.words(t, text)[word][1][0]]
+    return PairHead(*sides)
 
 
 # -- Generate ------------------------------------------------------------------------------------
@@ -282,3 +362,30 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
 
 def has_probe_table(name: str, probe: str, limit: int) -> bool:
     return (name, probe, limit) in st.session_state.get("probe_tables", {})
+
+
+IMPORTANCE = "importance"  # its tables sit beside the probes' (no probe has this name: probes.heads.registry)
+
+
+def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
+    """Head importance (the gradient of each head's gate, Michel et al.) over the first ``limit`` sentences of
+    :data:`REFERENCE`, kept like a probe table; ``progress(done, total)`` as sentences finish."""
+    from probes.effects.importance import importance
+    from probes.heads import profile, registry
+
+    tables = st.session_state.setdefault("probe_tables", {})
+    key = (name, IMPORTANCE, limit)
+    if key not in tables:
+        model = model_named(name)
+        texts = registry.texts(registry.read_items(REFERENCE)[:limit])
+        done = [0]
+
+        def step(n: int) -> None:
+            done[0] += n
+            if progress:
+                progress(done[0], len(texts))
+
+        tables[key] = profile.with_model(importance(model, texts, ablation=False, progress=step), model)
+        while len(tables) > PROBE_TABLES_KEPT:
+            tables.pop(next(iter(tables)))
+    return tables[key]

@@ -16,6 +16,8 @@ CHINESE_TEXT = "小明把苹果给了小红，因为她很饿"
 # texts with a question the app opens on: (query word, the word it refers to, the distractor). With one of them
 # (and no layer, head or query in the link) the app opens on the query word and the head that answers it best
 STORIES = {DEFAULT_TEXT: ("she", "Xiaohong", "Xiaoming"), CHINESE_TEXT: ("她", "小红", "小明")}
+# what Explore's heatmap is coloured by: value -> its name in the app
+COLOURS = {"weights": "attention weights", "norms": "value-weighted norms", "rollout": "rollout"}
 # the pages, in menu order: url path -> (title, icon); each is dashboard/views/<path>.py, with a render(ctx)
 PAGES = {
     "explore": ("Explore", ":material/grid_on:"),
@@ -24,6 +26,7 @@ PAGES = {
     "generate": ("Generate", ":material/edit_note:"),
     "parity": ("Parity", ":material/rule:"),
     "heads": ("Heads", ":material/psychology:"),
+    "effects": ("Does it matter?", ":material/science:"),
     "cost": ("Cost", ":material/speed:"),
 }
 
@@ -39,6 +42,7 @@ class ViewState:
     head: int = 0
     query: int = 10  # index among the real tokens: "she" in the default sentence, on the offline default
     words: bool = False  # word-level view (pieces merged)
+    colour: str = "weights"  # Explore's heatmap: attention weights, value-weighted norms or rollout (COLOURS)
     truncate: bool = False  # keep the first tokens of an input longer than the context window
     page: str = "explore"
     prompt: str = DEFAULT_PROMPT  # Generate: the start of the text, what the model writes after
@@ -115,7 +119,7 @@ def _parse(name: str, raw: str, default):
         if value < 0:
             raise ValueError("expected 0 or more")
         return value
-    allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS}.get(name)
+    allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS}.get(name)
     if allowed and raw not in allowed:
         raise ValueError(f"expected one of {', '.join(allowed)}")
     if name == "model" and not raw.strip():

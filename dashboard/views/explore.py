@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from .. import charts, data, ui
+from ..state import COLOURS
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
 
@@ -43,6 +44,44 @@ def _story(ctx: ui.Context) -> None:
         st.caption(f"Who is “{query}”? Head {answer.layer}.{answer.head} (query token {answer.query}) {line}.")
 
 
+def _colour_by(ctx: ui.Context, container) -> str:
+    """What the token heatmap is coloured by: attention weights, value-weighted norms (the from-scratch families
+    only: they need the output projection) or rollout (read from the trace: any model)."""
+    offered = [c for c in COLOURS if c != "norms" or ctx.model.family is not None]
+    if ui.view().colour not in offered:
+        ui.update(colour="weights")
+    why = ("" if "norms" in offered else f" Value-weighted norms are not offered for {ctx.model.name}: they need the "
+           "output projection of a family the from-scratch path covers.")
+    return ui.bound("radio", "colour", "Colour by", container, options=offered, horizontal=True,
+                    format_func=COLOURS.get,
+                    help="attention weights: each row sums to 1. Value-weighted norms ‖α·f(x)‖ (Kobayashi et al. "
+                         "2020): the weight times the length of what the key's value writes into the residual stream, "
+                         "not a probability. Rollout (Abnar & Zuidema 2020): every head of layers 0 to this one, "
+                         "with the residual, multiplied through: one map per layer, not per head." + why)
+
+
+def _shaded(ctx: ui.Context, colour: str, lo: int, hi: int, query: int):
+    """The token heatmap coloured by norms or rollout, and what to say under it."""
+    v, info = ui.view(), ctx.info
+    if colour == "norms":
+        norms = data.head_norms(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
+        chart = charts.attention_heatmap(info.tokens[lo:hi], norms, f"Layer {v.layer}, head {v.head}: value-weighted "
+                                         "norms", causal=info.causal, start=lo, query=query, value="norm",
+                                         top=float(norms.max()) if norms.size else 0.0)
+        note = ("Value-weighted norms ‖α_ij·f(x_j)‖: the weight times the length of what key j's value writes into "
+                "the residual stream (Kobayashi et al. 2020). Not probabilities: rows do not sum to 1, and the colour "
+                f"runs from 0 to this head's largest norm ({float(norms.max()) if norms.size else 0.0:.3g}).")
+        return chart, note
+    flow = data.rollout(ctx.inp, v.layer)[lo:hi, lo:hi]
+    chart = charts.attention_heatmap(info.tokens[lo:hi], flow, f"Layer {v.layer}: rollout through layers 0–{v.layer}",
+                                     causal=info.causal, start=lo, query=query, value="rollout")
+    note = (f"Rollout is per layer, not per head: the same map for every head of layer {v.layer}. Each layer's "
+            "attention, averaged over its heads and mixed half and half with the residual connection, multiplied "
+            f"through layers 0–{v.layer}: row i is how much of what token i holds after this layer came from each "
+            "input token (rows sum to 1; Abnar & Zuidema 2020).")
+    return chart, note
+
+
 UNREADABLE = 0.25  # a text with at least this share of [UNK] tokens gets a warning
 
 
@@ -77,7 +116,10 @@ def render(ctx: ui.Context) -> None:
                           help="attention between words: to a word = sum over its pieces, from a word = their "
                                "mean (Clark et al. 2019); special tokens left out")
     query = ui.query_picker(info, right)
+    colour = _colour_by(ctx, left)
     title = f"Layer {v.layer}, head {v.head}"
+    if word_level and colour != "weights":
+        st.caption(f"{COLOURS[colour].capitalize()} are drawn at token level: the word-level view shows weights.")
     if word_level:
         names, matrix = data.words(ctx.inp, v.layer, v.head)
         chart = charts.attention_heatmap(names[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
@@ -86,13 +128,19 @@ def render(ctx: ui.Context) -> None:
         st.caption(f"{shown}special tokens left out, so a row sums to what that word gives the other words; "
                    "the query bar chart below stays at token level")
         frame = charts.attention_frame(names, matrix, info.causal)
+    elif colour != "weights":
+        lo, hi = _window(n)
+        chart, note = _shaded(ctx, colour, lo, hi, query)
+        st.caption(note + " The bars and the small multiples below are attention weights.")
+        frame = chart.data
     else:
         lo, hi = _window(n)
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query)
         frame = chart.data  # the heatmap's own long table: its numbers, as shown
     ui.chart(chart)
-    ui.downloads(f"attention-L{v.layer}H{v.head}", chart, frame)
+    suffix = "" if colour == "weights" or word_level else f"-{colour}"
+    ui.downloads(f"attention-L{v.layer}H{v.head}{suffix}", chart, frame)
 
     row = data.head(ctx.inp, v.layer, v.head, (query, query + 1))[0]
     ui.chart(charts.query_bars(info.tokens, row, query, info.causal))

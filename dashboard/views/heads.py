@@ -12,6 +12,7 @@ import streamlit as st
 
 import probes
 from probes.corpus import readback
+from probes.effects.ablation import lm_measures
 from probes.heads import profile, registry
 
 from .. import charts, data, ui
@@ -166,9 +167,53 @@ def _table(frame, rows, label: str, value: str) -> None:
     st.subheader(f"Every head: {ui.safe(label)}, by {value}")
     rows = rows.drop(columns=["offset_counts"], errors="ignore").dropna(axis="columns", how="all")
     st.dataframe(rows, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.4f") for c in ("score", "baseline", "mean_attention") if c in rows})
+        c: st.column_config.NumberColumn(format="%.4f") for c in ("score", "baseline", "mean_attention", "importance")
+        if c in rows})
     st.download_button("Whole table (CSV)", frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
                        on_click="ignore", icon=":material/download:")
+
+
+IMPORTANCE_ITEMS = 50  # sentences the in-app importance reads (about 10–15 s on this machine's two CPUs)
+
+
+def _importance(ctx: ui.Context, rows, label: str):
+    """Beside a probe's scores: does the model use these heads? Importance over the built-in sentences (gradient
+    of a gate on each head), as a second grid, and its column in the table. Returns the rows with it joined."""
+    m, v = ctx.model, ui.view()
+    if m.family is None:
+        return rows
+    st.subheader("Does the model use these heads?")
+    args = (m.name, IMPORTANCE_ITEMS)
+    have = data.has_probe_table(m.name, data.IMPORTANCE, IMPORTANCE_ITEMS)
+    moves = "next-token loss moves" if lm_measures(m) else "last hidden states move"
+    st.caption(f"Head importance (Michel et al. 2019): how much the model's {moves} when a gate on the head's output "
+               "is turned, over "
+               f"the first {IMPORTANCE_ITEMS} sentences of {data.REFERENCE}; L2-normalised per layer. A head can score "
+               "high on a probe and matter little, or the reverse.")
+    if not have:
+        if not st.button(f"Compute importance ({IMPORTANCE_ITEMS} sentences)", icon=":material/science:",
+                         key="heads_importance"):
+            return rows
+        bar = st.progress(0.0, text="importance…")
+        try:
+            data.importance_table(*args, progress=lambda done, total: bar.progress(
+                min(1.0, done / max(total, 1)), text=f"importance: {done} of {total} sentences"))
+        except probes.ProbesError as exc:
+            st.error(ui.safe(ui.in_app_words(exc)))
+            return rows
+        finally:
+            bar.empty()
+    table = data.importance_table(*args)
+    gradient = str(table["label"].iloc[0])
+    chart = charts.head_grid(table, gradient, m.n_layers, m.n_heads, selected=(v.layer, v.head))
+    ui.chart(chart, on_select=lambda: ui.open_clicked_head("heads_importance_grid", m.n_layers, m.n_heads),
+             selection_mode="head", key="heads_importance_grid")
+    joined = rows.merge(table[["layer", "head", "score"]].rename(columns={"score": "importance"}),
+                        on=["layer", "head"], how="left")
+    rank = joined[["score", "importance"]].rank().corr().iloc[0, 1]
+    st.caption(f"Across the heads, Spearman's ρ between {ui.safe(label)} and importance: {rank:+.2f} (1: the probe's "
+               "order is the order of what the model uses; 0: unrelated). The table below has both.")
+    return joined
 
 
 def render(ctx: ui.Context) -> None:
@@ -193,4 +238,7 @@ def render(ctx: ui.Context) -> None:
         except probes.ProbesError as exc:
             st.error(ui.safe(ui.in_app_words(exc)))
     if shown is not None:
-        _table(frame, *shown)
+        rows, label, value = shown
+        if frame is not None and "probe" in frame and not (frame["probe"].astype(str) == data.IMPORTANCE).all():
+            rows = _importance(ctx, rows, label)
+        _table(frame, rows, label, value)

@@ -169,3 +169,47 @@ def test_cache_growth_draws_both_caches_and_marks_the_step():
     assert lines["encoding"]["color"]["scale"]["domain"] == ["3 kv heads", "9 kv heads"]
     marked = spec["datasets"][rule["data"]["name"]]
     assert marked == [{"step": 1, "tokens cached": 6, "bytes": 12, "cache": "3 kv heads"}]
+
+
+def test_heatmap_of_norms_says_norm_and_runs_from_zero_to_its_largest():
+    w = np.array([[0.5, 2.0], [1.0, 3.0]])
+    spec = charts.attention_heatmap(["a", "b"], w, "norms", value="norm", top=3.0).to_dict()
+    colour = spec["encoding"]["color"]
+    assert colour["field"] == "norm" and colour["title"] == "norm"
+    assert colour["scale"]["domain"] == [0, 3.0] and colour["scale"]["range"] == charts.NORM_RANGE
+    assert sorted(r["norm"] for r in _rows(spec)) == [0.5, 1.0, 2.0, 3.0] and "weight" not in _rows(spec)[0]
+    assert spec["encoding"]["tooltip"][2]["field"] == "norm"
+    # named otherwise but without a top: the weights' fixed 0..1 scale
+    assert charts.attention_heatmap(["a", "b"], w / 4, value="rollout").to_dict()["encoding"]["color"]["scale"][
+        "domain"] == [0, 1]
+
+
+def _effects(values) -> pd.DataFrame:
+    values = np.asarray(values, dtype=float)
+    layers, heads = values.shape
+    return pd.DataFrame([dict(layer=layer, head=head, effect=values[layer, head], loss=values[layer, head])
+                         for layer in range(layers) for head in range(heads)])
+
+
+def test_effect_grid_starts_at_zero_for_changes_and_is_diverging_for_signed_measures():
+    spec = charts.effect_grid(_effects([[0.1, 0.4], [0.2, 0.0]]), "effect", 2, 2, "changes").to_dict()
+    rect = spec["layer"][0]
+    assert rect["encoding"]["color"]["scale"]["domain"] == [0, 0.4]
+    assert rect["encoding"]["color"]["scale"]["range"] == charts.EFFECT_RANGE
+    assert [p["name"] for p in spec["params"]] == ["head"] and spec["title"] == "changes"
+    signed = charts.effect_grid(_effects([[0.1, -0.4], [0.2, 0.0]]), "effect", 2, 2, "t").to_dict()
+    scale = signed["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domain"] == [-0.4, 0.4] and scale["domainMid"] == 0
+    # a loss is diverging even when every value happens to be ≥ 0; an all-zero grid still has a scale
+    assert "domainMid" in charts.effect_grid(_effects([[0.1]]), "loss", 1, 1, "t").to_dict()["layer"][0][
+        "encoding"]["color"]["scale"]
+    assert charts.effect_grid(_effects([[0.0]]), "effect", 1, 1, "t").to_dict()["layer"][0]["encoding"]["color"][
+        "scale"]["domain"][1] > 0
+
+
+def test_effect_grid_marks_the_selected_head_and_refuses_a_missing_column():
+    spec = charts.effect_grid(_effects([[0.1, 0.4]]), "effect", 1, 2, "t", selected=(0, 1), extra=("loss",)).to_dict()
+    assert len(spec["layer"]) == 2
+    assert [t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]] == ["layer", "head", "effect", "loss"]
+    with pytest.raises(ValueError, match="no share column"):
+        charts.effect_grid(_effects([[0.1]]), "share", 1, 1, "t")

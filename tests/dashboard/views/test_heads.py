@@ -109,7 +109,7 @@ def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examp
     assert set(whole["model"]) == {"minilm"} and whole["layer"].max() == 5  # only the selected model's rows
     best = at.selectbox(key="w_label").value
     assert best == charts.best_label(stats) and best in ("previous", "offset-1")  # the label that gains most
-    assert [s.value for s in at.subheader] == ["Top examples of head 0.7",
+    assert [s.value for s in at.subheader] == ["Top examples of head 0.7", "Does the model use these heads?",
                                                f"Every head: {best.replace('-', chr(92) + '-')}, by score"]
     assert "The head is the one selected in the sidebar" not in texts(at.caption)  # the grid is there
     assert len(_examples_table(at)) == 3
@@ -137,3 +137,30 @@ def test_bad_examples_are_messages_not_tracebacks(corpus_run):
     at = _uploads(at, _parquet(no_head), name="some.parquet")
     assert not at.error
     assert "Head 1.2 has no examples in some.parquet." in texts(at.info)
+
+
+def test_importance_beside_a_probe_grid(minilm, monkeypatch):
+    """Run a probe, then "Compute importance": a second grid with the library's importance of every head over the
+    same sentences, and an importance column in the table."""
+    import numpy as np
+
+    from dashboard.views import heads
+    from probes.effects.importance import importance
+    from probes.heads import registry
+
+    monkeypatch.setattr(heads, "IMPORTANCE_ITEMS", 4)
+    at = open_app(page="heads")
+    at.selectbox(key="w_probe").set_value("positional")
+    at.number_input(key="w_items").set_value(5)
+    at.button[0].click()
+    _rerun(at)
+    assert "Does the model use these heads?" in [s.value for s in at.subheader]
+    at.button(key="heads_importance").click()
+    _rerun(at)
+    expected = importance(minilm, registry.texts(registry.read_items("ewt-dev")[:4]), ablation=False)
+    grid = [c for c in at.get("vega_lite_chart") if "gradient: hidden" in c.proto.spec]
+    assert grid, "no importance grid"
+    table = at.dataframe[0].value
+    joined = table.merge(expected, on=["layer", "head"], suffixes=("", "_lib"))
+    assert len(joined) == 72 and np.allclose(joined["importance"], joined["score_lib"], atol=1e-9)
+    assert "Spearman" in texts(at.caption)

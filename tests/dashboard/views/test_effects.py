@@ -1,0 +1,216 @@
+"""Does it matter? (and Explore's colour control), driven headless by AppTest: the grids hold the library's own
+numbers (single-head ablation, direct logit attribution, a minimal pair's difference), Explore's heatmap coloured by
+value-weighted norms or rollout holds those, and bad input is a message, never an exception."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from apptest import open_app, texts
+
+from dashboard.state import DEFAULT_TEXT
+from probes.effects import ablation, attribution, norms, pairs, rollout
+
+
+def _rerun(at):
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+
+
+def _title(spec: dict) -> str:
+    title = spec.get("title")
+    return title if isinstance(title, str) else (title or {}).get("text", "")
+
+
+def _spec(at, title: str) -> dict:
+    found = [s for s in _specs(at) if title in _title(s)]
+    assert found, f"no chart titled {title!r} among {[_title(s) for s in _specs(at)]}"
+    return found[0]
+
+
+def _rows(at, title: str):
+    """The data of the chart with this title (its first layer's: a highlight layer has its own)."""
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    charts = [c for c in at.get("vega_lite_chart") if title in _title(json.loads(c.proto.spec))]
+    assert charts, f"no chart titled {title!r}"
+    return convert_arrow_bytes_to_pandas_df(charts[0].proto.datasets[0].data.data)
+
+
+def _grid(frame, value: str) -> np.ndarray:
+    out = np.full((int(frame["layer"].max()) + 1, int(frame["head"].max()) + 1), np.nan)
+    out[frame["layer"].to_numpy(int), frame["head"].to_numpy(int)] = frame[value].to_numpy(float)
+    return out
+
+
+def _heat(frame, value: str, n: int) -> np.ndarray:
+    out = np.zeros((n, n))
+    out[frame["query_pos"].to_numpy(int), frame["key_pos"].to_numpy(int)] = frame[value].to_numpy(float)
+    return out
+
+
+# -- Explore: colour by weights, norms or rollout ---------------------------------------------------
+def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
+    import probes
+
+    at = open_app(layer=2, head=5)
+    assert at.radio(key="w_colour").value == "weights"
+    assert list(at.radio(key="w_colour").options) == ["attention weights", "value-weighted norms", "rollout"]
+    trace = probes.run(minilm, DEFAULT_TEXT)
+    n = len(trace.token_strings())
+    weights = _heat(_rows(at, "Layer 2, head 5"), "weight", n)
+    assert np.abs(weights - trace.attention(2, 5).numpy()).max() < 1e-6
+
+    at.radio(key="w_colour").set_value("norms")
+    _rerun(at)
+    assert at.query_params["colour"] in ("norms", ["norms"])  # part of the link
+    spec = _spec(at, "Layer 2, head 5: value-weighted norms")
+    expected = norms.value_norms(trace, minilm, 2, 5).numpy()
+    got = _heat(_rows(at, "value-weighted norms"), "norm", n)
+    assert np.abs(got - expected).max() < 1e-5 and not np.allclose(expected.sum(-1), 1)  # not probabilities
+    colour = spec["encoding"]["color"]
+    assert colour["title"] == "norm" and colour["scale"]["domain"] == pytest.approx([0, float(expected.max())])
+    assert "Not probabilities" in texts(at.caption)
+
+    at.radio(key="w_colour").set_value("rollout")
+    _rerun(at)
+    spec = _spec(at, "Layer 2: rollout through layers 0–2")
+    got = _heat(_rows(at, "rollout through"), "rollout", n)
+    assert np.abs(got - rollout.rollout(trace)[2].numpy()).max() < 1e-6
+    assert spec["encoding"]["color"]["scale"]["domain"] == [0, 1]
+    assert "Rollout is per layer, not per head" in texts(at.caption)
+
+    at.radio(key="w_colour").set_value("weights")  # and back: the weights heatmap as before
+    _rerun(at)
+    assert np.abs(_heat(_rows(at, "Layer 2, head 5"), "weight", n) - weights).max() == 0
+
+
+def test_a_model_outside_the_scratch_families_is_not_offered_norms(neox_dir):
+    at = open_app(model=str(neox_dir), colour="norms")
+    assert list(at.radio(key="w_colour").options) == ["attention weights", "rollout"]
+    assert at.radio(key="w_colour").value == "weights"
+    assert "Value-weighted norms are not offered" in at.radio(key="w_colour").help
+    at = open_app(model=str(neox_dir), page="effects")
+    assert "does not cover" in texts(at.info) and not at.error
+
+
+# -- Does it matter? on an encoder -------------------------------------------------------------------
+def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(minilm):
+    at = open_app(page="effects")
+    assert at.header[0].value == "Does it matter? What each head changes"
+    assert [s.value for s in at.subheader] == ["Take one head out: what changes?",
+                                               "Minimal pair: change a word, see which heads move"]  # no LM head
+    assert at.selectbox(key="effects_measure").value == "token_change" and at.selectbox(key="w_query").value == 10
+    expected = ablation.ablate_each(minilm, DEFAULT_TEXT, position=10)
+    title = "token_change when one head is zeroed"
+    got = _grid(_rows(at, title), "token_change")
+    assert np.abs(got - _grid(expected, "token_change")).max() < 1e-6
+    top = expected.loc[expected["token_change"].idxmax()]
+    assert f"Taking out head {int(top['layer'])}.{int(top['head'])} changes token_change the most" in \
+        texts(at.markdown)
+    spec = _spec(at, title)
+    rect = spec["layer"][0]
+    assert rect["encoding"]["color"]["scale"]["domain"][0] == 0  # a change ≥ 0: from 0 (white)
+    assert [p["name"] for p in spec["params"]] == ["head"]  # a click opens the head on Explore
+
+    at.selectbox(key="effects_measure").set_value("embedding_change")
+    at.radio(key="effects_how").set_value("mean")
+    _rerun(at)
+    from probes.heads import registry
+
+    reference = registry.texts(registry.read_items("ewt-dev")[:32])
+    expected = ablation.ablate_each(minilm, DEFAULT_TEXT, how="mean", reference=reference, position=10)
+    got = _grid(_rows(at, "embedding_change when one head is mean-ablated"), "embedding_change")
+    assert np.abs(got - _grid(expected, "embedding_change")).max() < 1e-6
+
+
+def test_the_minimal_pair_grid_and_both_texts_of_the_selected_head(minilm):
+    at = open_app(page="effects")
+    assert at.text_input(key="effects_b").value == DEFAULT_TEXT.replace("she", "he")
+    assert (at.selectbox(key="effects_qword").value, at.selectbox(key="effects_kword").value) == ("she", "Xiaohong")
+    expected = pairs.minimal_pair(minilm, DEFAULT_TEXT, DEFAULT_TEXT.replace("she", "he"), "she", "Xiaohong").weights
+    got = _rows(at, "“she” → “Xiaohong”: second text − first")
+    assert np.abs(_grid(got, "diff") - _grid(expected, "diff")).max() < 1e-6
+    assert "Changed: “she” → “he”." in texts(at.caption)
+    scale = _spec(at, "second text − first")["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domainMid"] == 0 and scale["domain"][0] == -scale["domain"][1]  # diverging, centred at 0
+    # the sidebar's head (1.2, the one the app opens on) in both texts, side by side
+    assert {"First text: layer 1, head 2", "Second text: layer 1, head 2"} <= {_title(s) for s in _specs(at)}
+
+
+@pytest.mark.parametrize("second, message, kind", [
+    ("Xiaoming gave the apple to Xiaohong because was hungry.", "has no counterpart in the second text", "error"),
+    (DEFAULT_TEXT, "The second text is the same as the sidebar's", "info"),
+    ("   ", "Type a second text", "info"),
+])
+def test_a_bad_minimal_pair_is_a_message_not_an_exception(second, message, kind):
+    at = open_app(page="effects")
+    at.text_input(key="effects_b").set_value(second)
+    _rerun(at)
+    assert message in texts(getattr(at, kind))
+    assert not any("second text − first" in _title(s) for s in _specs(at))
+    assert "Take one head out: what changes?" in [s.value for s in at.subheader]  # the rest of the page stays
+
+
+def test_user_text_on_the_page_is_escaped():
+    at = open_app(page="effects", text="a *b* she [c](d) was.", query=2)  # query: the first "*"
+    raw = "\n".join(e.value for e in at.caption)
+    assert "at “\\*” (token 2)" in raw  # shown as typed, never as markdown
+    assert at.text_input(key="effects_b").value == "a *b* he [c](d) was."
+    assert "Changed: “she” → “he”." in texts(at.caption)
+
+
+# -- Does it matter? on a decoder --------------------------------------------------------------------
+def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
+    at = open_app(page="effects", model="smollm2")
+    assert at.selectbox(key="effects_measure").value == "loss"
+    query = at.selectbox(key="w_query").value
+    expected = ablation.ablate_each(smollm2, DEFAULT_TEXT, position=query)
+    got = _grid(_rows(at, "loss when one head is zeroed"), "loss")
+    assert np.abs(got - _grid(expected, "loss")).max() < 1e-5
+    top = expected.loc[expected["loss"].idxmax()]
+    assert f"Taking out head {int(top['layer'])}.{int(top['head'])} raises the loss the most" in texts(at.markdown)
+    scale = _spec(at, "loss when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domainMid"] == 0  # a loss can fall: diverging
+
+    # " she" against " he", predicted at "because" (the token before "she")
+    assert (at.text_input(key="effects_target").value, at.text_input(key="effects_other").value) == (" she", " he")
+    position = at.selectbox(key="effects_at").value
+    assert smollm2.encode(DEFAULT_TEXT).tokens[0][position].text.strip() == "because"
+    want = attribution.logit_attribution(smollm2, DEFAULT_TEXT, attribution.target_id(smollm2, " she"),
+                                         attribution.target_id(smollm2, " he"), position)
+    got = _grid(_rows(at, "each head's direct share of logit(␣she) − logit(␣he)"), "share")
+    assert np.abs(got - want.heads).max() < 1e-6
+    assert f"heads {want.heads.sum():+.3f} + rest {want.rest:+.3f} = {want.total:+.3f}" in texts(at.markdown)
+
+    at.text_input(key="effects_target").set_value("Xiaohong")  # several tokens: refused, with the reason
+    _rerun(at)
+    assert "is 4 tokens on smollm2" in texts(at.error)
+    assert "Minimal pair: change a word, see which heads move" in [s.value for s in at.subheader]
+
+
+def test_an_importance_table_uploads_on_the_heads_page():
+    """A table as ``python -m probes importance --out F.csv`` writes it (probe, label gradient/ablation, layer, head,
+    score, baseline, n, model, n_layers, n_heads) shows on Heads like a probe's."""
+    import pandas as pd
+
+    rows = [dict(probe="importance", label=label, layer=layer, head=head, score=(layer * 12 + head) / 72 * scale,
+                 baseline=0.5 * scale, n=40, model="minilm", n_layers=6, n_heads=12)
+            for label, scale in (("gradient: hidden", 2.0), ("ablation: hidden_change", 0.01))
+            for layer in range(6) for head in range(12)]
+    at = open_app(page="heads")
+    at.segmented_control(key="heads_how").set_value("Upload a table")
+    _rerun(at)
+    at.file_uploader(key="probe_upload").set_value(("importance.csv", pd.DataFrame(rows).to_csv(index=False).encode(),
+                                                   "text/csv"))
+    _rerun(at)
+    assert not at.error
+    assert set(at.selectbox(key="w_label").options) == {"gradient: hidden", "ablation: hidden_change"}
+    assert any("score above or below its baseline" in _title(s) for s in _specs(at))
