@@ -27,6 +27,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/memory_by_source.py --out benchmarks/results
 	$(BIN)/python benchmarks/parity_reuse.py --out benchmarks/results
 	$(BIN)/python benchmarks/corpus_ray.py --out benchmarks/results
+	$(BIN)/python benchmarks/ablation.py --out benchmarks/results
+	$(BIN)/python benchmarks/effects_checks.py --out benchmarks/results
 
 install: $(STAMP)
 
