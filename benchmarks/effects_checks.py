@@ -63,7 +63,8 @@ def induction_check(lines: list[str]) -> None:
               f"- loss on the repeated half of {n_seq} random sequences of {length} tokens (seed 1): {base:.3f} nats",
               f"- mean-ablating {top[0]}.{top[1]}: +{rise_top:.3f} nats",
               f"- mean-ablating each of 20 random heads (seed 0): +{mean_rise:.3f} nats on average "
-              f"(largest +{max(rises):.3f})",
+              f"(largest +{max(rises):.3f}, head {picked[rises.index(max(rises))][0]}."
+              f"{picked[rises.index(max(rises))][1]})",
               f"- check {'PASSED' if rise_top > mean_rise else 'FAILED'}: the induction head's rise "
               f"{'>' if rise_top > mean_rise else '≤'} the random heads' average", ""]
 

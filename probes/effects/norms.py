@@ -40,3 +40,27 @@ def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0
     with torch.inference_mode():
         scale = lengths[head] if head is not None else lengths[:, None, :]
         return weights * scale.to(weights.device)
+
+
+def query_norms(trace, model, query: int, keys: list[int], item: int = 0):
+    """Every layer × head's value-weighted norm from one query token on some key tokens (a word's pieces: the
+    vectors α_ij·f(x_j) summed over them before the length is taken), ``[layers, heads]`` numpy float64."""
+    import numpy as np
+
+    if model.family is None:
+        raise UnsupportedModel(f"{model.name}: value-weighted norms need the output projection of a family the "
+                               "from-scratch path covers; attention weights still work")
+    net = build(model)
+    idx = trace._valid(item)
+    out = np.zeros((trace.n_layers, trace.n_heads))
+    with torch.inference_mode():
+        for layer in range(trace.n_layers):
+            weight, _bias = net.head_out(layer)  # [H, d, D]
+            v = trace.layer_qkv(layer)[2]
+            heads = torch.arange(trace.n_heads, device=v.device) // trace.group
+            values = v[item][heads][:, idx[keys]].float()  # [H, k, d]
+            alpha = trace.attention(layer, None, item, [query])[:, 0, keys].float()  # [H, k]
+            written = (alpha[..., None] * values).sum(1)  # [H, d]: Σ_j α_ij·v_j over the key's pieces
+            out[layer] = torch.linalg.vector_norm(
+                torch.einsum("hd,hdD->hD", written, weight.float().to(written.device)), dim=-1).double().cpu().numpy()
+    return out

@@ -1,6 +1,7 @@
 """Value-weighted norms equal a hand computation from Hugging Face's own weights (GPT-2, and Llama with grouped
 key/value heads)."""
 
+import pytest
 import torch
 
 from probes import runner
@@ -41,3 +42,13 @@ def test_llama_grouped_query_norms_by_hand(llama_dir):
         w_o = attn.o_proj.weight[:, head * 8:(head + 1) * 8].t()
         by_hand = out.attentions[layer][0, head] * torch.linalg.vector_norm(v @ w_o, dim=-1)[None, :]
     assert torch.allclose(norms.value_norms(trace, model, layer, head), by_hand, atol=1e-5)
+
+
+def test_a_query_on_one_key_token_equals_the_heads_norm(minilm):
+    text = "Xiaoming gave the apple to Xiaohong because she was hungry"
+    trace = runner.run(minilm, text, source="scratch")
+    got = norms.query_norms(trace, minilm, 10, [7])
+    for layer, head in [(1, 2), (5, 5)]:
+        assert got[layer, head] == pytest.approx(float(norms.value_norms(trace, minilm, layer, head)[10, 7]), rel=1e-5)
+    pieces = norms.query_norms(trace, minilm, 10, [7, 8])  # "xiao ##hong": the two vectors add before the length
+    assert (pieces <= got + norms.query_norms(trace, minilm, 10, [8]) + 1e-6).all()
