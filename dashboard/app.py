@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 
 from dashboard import warm  # noqa: E402
 
-st.set_page_config(page_title="Attention workbench", page_icon=":material/visibility:", layout="wide")
+FAVICON = str(Path(__file__).parent / "static" / "favicon.png")  # served by this app: no request leaves the machine
+st.set_page_config(page_title="Attention workbench", page_icon=FAVICON, layout="wide")
 warm.wait_in_page()  # served by dashboard/serve.py: the warm start imports and loads the default view first
 
 import probes  # noqa: E402
@@ -65,22 +66,32 @@ def pick_model(sidebar) -> None:
     if st.session_state.get("w_model_pick") not in choices:  # first run (or the list changed): from the view
         st.session_state["w_model_pick"] = current if current in choices else CUSTOM
 
-    def picked():
-        choice = st.session_state["w_model_pick"]
-        if choice != CUSTOM:
-            ui.update(model=choice)
-
     from probes.models import in_local_cache
 
+    def unreachable(choice: str) -> bool:  # a hub model this server can neither find in its cache nor download
+        return choice != CUSTOM and not in_local_cache(choice) and not data.hub_reachable()
+
+    def picked():
+        choice = st.session_state["w_model_pick"]
+        if unreachable(choice):  # not loadable here: keep the model shown, and say why
+            st.session_state["link_problems"].append(
+                f"{choice} needs the Hugging Face hub, which this server cannot reach (no network), and it is not in "
+                f"the local cache: staying on {ui.view().model}. minilm and smollm2 work offline.")
+            st.session_state["w_model_pick"] = ui.view().model if ui.view().model in choices else CUSTOM
+        elif choice != CUSTOM:
+            ui.update(model=choice)
+
     def named(choice: str) -> str:  # a hub model that is not cached here loads only where the hub is reachable
-        return choice if choice == CUSTOM or in_local_cache(choice) else f"{choice} · needs download"
+        if choice == CUSTOM or in_local_cache(choice):
+            return choice
+        return f"{choice} · hub unreachable: cannot load" if unreachable(choice) else f"{choice} · needs download"
 
     sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked, format_func=named,
                       help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT encoder) and 'smollm2' is "
                            "SmolLM2-135M (a Llama decoder), both shipped as Python packages: no network. Hub ids need "
                            "the Hugging Face hub (\"needs download\": not in this machine's cache, so it loads only "
-                           f"where the hub is reachable); {families.coverage()}, other architectures show the Hugging "
-                           "Face view only")
+                           "where the hub is reachable; \"hub unreachable\": this server has no network, so it cannot "
+                           f"load them); {families.coverage()}, other architectures show the Hugging Face view only")
     if st.session_state["w_model_pick"] == CUSTOM:
         hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
         st.session_state.setdefault("w_model_custom", "" if current in choices else current)
@@ -181,6 +192,10 @@ def main() -> None:
         st.error(ui.safe(ui.in_app_words(exc)))
         st.query_params.from_dict(ui.view().to_query())
         return
+    if inp.pair and model.family is not None and not model.family.pairs:  # a decoder reads one text
+        st.sidebar.info(f"{model.name} ({model.family.title}) reads one text, not sentence pairs: the second sentence "
+                        "is left out. To read both, put them one after the other in Text.")
+        inp = data.Input(inp.model, inp.text, None, inp.source, inp.backend, inp.truncate)
     open_on_the_story(inp)
     sidebar_model(model)
     show_link_problems()

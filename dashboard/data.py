@@ -54,6 +54,14 @@ def allowed_models() -> list[str] | None:
     return names or None
 
 
+@st.cache_data(ttl=60, show_spinner=False)
+def hub_reachable() -> bool:
+    """Whether the Hugging Face hub can be reached from this server (asked at most once a minute)."""
+    from probes.models import hub_reachable as reachable
+
+    return reachable(timeout=1.5)
+
+
 def offered_models() -> list[str]:
     """The built-in models a visitor can pick here (all of them, unless ``PROBES_MODELS`` says otherwise)."""
     allowed = allowed_models()
@@ -146,6 +154,14 @@ def text_words(inp: Input) -> list[tuple[str, list[int]]]:
 def query_weights(inp: Input, query: int, keys: tuple[int, ...]) -> tuple[np.ndarray, float]:
     """Every layer × head's weight from one query token on some key tokens, and uniform attention's."""
     return explain.query_weights(trace(inp), query, list(keys))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def query_norms(inp: Input, query: int, keys: tuple[int, ...]) -> np.ndarray:
+    """Every layer × head's value-weighted norm from one query token on some key tokens ``[layers, heads]``."""
+    from probes.effects.norms import query_norms as norms
+
+    return norms(trace(inp), model_of(inp), query, list(keys))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)

@@ -13,7 +13,7 @@ import streamlit as st
 import probes
 from probes.models import OFFLINE_DEFAULT, USE_OFFLINE_DEFAULT
 
-from . import data
+from . import data, fonts
 from .charts import labels
 from .state import ViewState
 
@@ -125,6 +125,7 @@ def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
 def _png(chart: alt.TopLevelMixin) -> bytes:
     import vl_convert
 
+    fonts.register()  # CJK tokens drawn, not boxes, where the server has no CJK font of its own
     with alt.data_transformers.disable_max_rows():  # a 64×64 window or 12 small multiples pass 5,000 rows
         return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
 
@@ -132,6 +133,7 @@ def _png(chart: alt.TopLevelMixin) -> bytes:
 def _svg(chart: alt.TopLevelMixin) -> bytes:
     import vl_convert
 
+    fonts.register()  # label widths measured with a CJK font (the SVG's text is drawn by the reader's viewer)
     with alt.data_transformers.disable_max_rows():
         return vl_convert.vegalite_to_svg(chart.to_json()).encode()
 

@@ -416,6 +416,11 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers (a TCP connect; True behind a proxy, where we cannot tell)."""
+    return _hub_reachable(timeout)
+
+
 def in_local_cache(name: str) -> bool:
     """Whether a hub model is in the local Hugging Face cache already (its config, at least): loading it needs
     no network. Built-in short names are always there; nothing is downloaded or contacted to find out."""

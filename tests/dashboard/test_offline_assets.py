@@ -1,0 +1,89 @@
+"""The app opened in a real browser asks only its own server for everything it draws: fonts, icons, the favicon,
+scripts. On a machine without internet (or a reader behind a strict firewall) anything fetched from outside is
+missing, and every outside request tells a third party who opened the app. Started the way test_browser.py
+starts it (``streamlit run dashboard/serve.py`` on a free port); skips without Chromium unless
+PROBES_REQUIRE_BROWSER=1."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from browser import launch, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+LOCAL_SCHEMES = {"data", "blob", "about"}  # inline images and fonts, never a request on the network
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "serve.py"), "--server.port", str(port),
+             "--server.headless", "true", "--server.address", "127.0.0.1"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def outside(urls: list[str]) -> list[str]:
+    """The requests that left this machine: any address that is not the loopback."""
+    return [u for u in urls if urlparse(u).scheme not in LOCAL_SCHEMES and urlparse(u).hostname not in LOOPBACK]
+
+
+def test_outside_means_anything_but_the_loopback():
+    assert outside(["http://127.0.0.1:8501/static/x.js", "http://localhost:1/", "http://[::1]:2/a", "data:image/png;x",
+                    "blob:http://127.0.0.1:1/abc"]) == []
+    assert outside(["https://fonts.gstatic.com/s/i/x/visibility/default/24px.svg", "http://127.0.0.1.example.com/"]) \
+        == ["https://fonts.gstatic.com/s/i/x/visibility/default/24px.svg", "http://127.0.0.1.example.com/"]
+
+
+def test_the_opened_app_requests_nothing_outside_this_machine(app_url):
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url))
+        for path in ("/", "/qkv"):  # the landing page with its charts, and one more page through a link
+            page.goto(app_url + path)
+            page.wait_for_timeout(300)
+            page.wait_for_selector(IDLE, timeout=180_000)
+            page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 2",
+                                   timeout=60_000)
+            page.wait_for_load_state("networkidle")
+        icons = page.evaluate("Array.from(document.querySelectorAll('link[rel*=icon]'), l => l.href)")
+        browser.close()
+    far = sorted(set(outside(asked)))
+    assert asked and icons
+    assert not far, f"the app asked outside this machine for: {far}"
+    assert not outside(icons), f"the favicon is fetched from outside: {icons}"
