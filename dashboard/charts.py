@@ -210,12 +210,14 @@ def best_label(frame: pd.DataFrame, value: str = "score") -> str:
 
 
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
-              value: str = "score") -> alt.Chart:
+              value: str = "score", reach: float | None = None) -> alt.Chart:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
     that (layer, head): the selection is named ``head``. Where the rows have a baseline the colour is the
     gain over it, on a diverging scale centred at 0 and symmetric (so noise around the baseline stays pale,
     never stretched over the whole palette), with the raw value, the baseline and the gain in the tooltip and
-    the baseline in the title; without one (or coloured by another value than the score), the raw value."""
+    the baseline in the title; without one (or coloured by another value than the score), the raw value.
+    ``reach``: the largest |gain| the scale spans (default: this grid's own), so grids of several models can share
+    one scale and their colours compare."""
     rows = frame[frame["label"] == label]
     if rows.empty:
         raise ValueError(f"no rows for label {label!r}")
@@ -231,7 +233,7 @@ def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, sele
         y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
     )
     if relative:
-        reach = float(rows["gain"].abs().max()) or 1e-9
+        reach = float(reach if reach is not None else rows["gain"].abs().max()) or 1e-9
         color = alt.Color("gain:Q", title=[f"{value} −", "baseline"],
                           scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach], domainMid=0))
         baselines = rows["baseline"].dropna().unique()

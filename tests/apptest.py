@@ -3,6 +3,7 @@ its messages as a reader sees them."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,3 +25,58 @@ def open_app(**params) -> AppTest:
 def texts(elements) -> str:
     """The text of messages as a reader sees it (the app escapes user text as markdown: unescaped here)."""
     return re.sub(r"\\(.)", r"\1", "\n".join(e.value for e in elements)).replace("\u2060", "")
+
+
+def rerun(at: AppTest) -> AppTest:
+    """Run the app again after a widget changed (which must not raise)."""
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def specs(at: AppTest) -> list[dict]:
+    """The vega-lite specs of every chart on the page, in order."""
+    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+
+
+def titles(at: AppTest) -> list[str]:
+    """Every chart's title as text (a title given as ``{"text": ...}`` too)."""
+    return [s.get("title") if isinstance(s.get("title"), str) else (s.get("title") or {}).get("text")
+            for s in specs(at)]
+
+
+def rows(at: AppTest, title: str) -> list[dict]:
+    """The data rows of the chart with this title (Streamlit ships chart data as Arrow, beside the spec)."""
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec]
+    assert charts, f"no chart titled {title!r}"
+    main = charts[0].proto.datasets[0]  # the first layer's data (a highlight layer has its own)
+    return convert_arrow_bytes_to_pandas_df(main.data.data).to_dict("records")
+
+
+def model_options(at: AppTest) -> list[str]:
+    """The sidebar's Model menu."""
+    return list(at.sidebar.selectbox[0].options)
+
+
+def upload(at: AppTest, name: str, csv: bytes) -> AppTest:
+    """On the Heads page: switch to "Upload a table" and upload ``csv``."""
+    at.segmented_control(key="heads_how").set_value("Upload a table")
+    rerun(at)
+    at.file_uploader(key="probe_upload").set_value((name, csv, "text/csv"))
+    return rerun(at)
+
+
+def run_probe(probe: str, items: int) -> AppTest:
+    """On the Heads page: run a built-in probe over ``items`` items."""
+    at = open_app(page="heads")
+    at.selectbox(key="w_probe").set_value(probe)
+    at.number_input(key="w_items").set_value(items)
+    at.button[0].click()
+    return rerun(at)
+
+
+def steps_table(at: AppTest):
+    """The Q/K/V page's table of every key's steps (q·k, × scale, softmax weight…)."""
+    return next(d.value for d in at.dataframe if "softmax weight" in d.value.columns)

@@ -81,9 +81,35 @@ def _kept_upload(container, label: str, key: str, **kwargs) -> Upload | None:
 
 
 def _read_table(upload: Upload, model):
-    """An uploaded probe table: a corpus run's statistics may hold several models, of which the sidebar's is shown."""
+    """An uploaded probe table: a corpus run's statistics may hold several models, of which the sidebar's is shown
+    (the others only share their colour scale with it)."""
     frame = profile.read_table(upload.raw, upload.name)
     return readback.for_model(frame, upload.name, model.name, model.n_layers, model.n_heads), upload.name
+
+
+def _others(ctx: ui.Context, how: str, upload: Upload | None) -> dict:
+    """The same scores for other models, by model name: the rest of a several-model upload, or this session's runs
+    of the same probe on other models. Their grids share one colour scale with this one."""
+    name = ctx.model.name
+    if how == "Upload a table":
+        if upload is None:
+            return {}
+        frame = profile.read_table(upload.raw, upload.name)
+        if "model" not in frame:
+            return {}
+        return {str(m): part for m, part in frame.groupby("model", sort=False) if str(m) != name}
+    probe = ui.view().probe
+    return {model: table for (model, kind, _), table in st.session_state.get("probe_tables", {}).items()
+            if kind == probe and model != name}
+
+
+def shared_reach(frame, others: dict, label: str) -> float | None:
+    """The largest |score − baseline| of ``label`` over this table and the other models' (None: no other model)."""
+    parts = [t for t in others.values() if "label" in t and (t["label"].astype(str) == label).any()]
+    if not parts:
+        return None
+    rows = [t[t["label"].astype(str) == label] for t in [frame, *parts]]
+    return max(float(charts.gains(r).abs().max()) for r in rows if "baseline" in r) or None
 
 
 def _uploaders() -> tuple[Upload | None, Upload | None]:
@@ -133,7 +159,7 @@ def _examples(ctx: ui.Context, upload: Upload, alone: bool) -> None:
 FEW = 30  # examples behind a score below which the grid warns
 
 
-def _grid(ctx: ui.Context, frame, source):
+def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     """The layers × heads grid of one label; returns the label's rows, the label and the value coloured, for the
     table below."""
     problem = st.session_state.pop("heads_problem", None)
@@ -150,9 +176,12 @@ def _grid(ctx: ui.Context, frame, source):
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)
     heads = max(int(frame["head"].max()) + 1, ctx.model.n_heads)
     v = ui.view()
+    reach = shared_reach(frame, others or {}, label) if value == "score" else None
     chart = charts.head_grid(frame.assign(label=frame["label"].astype(str)), label, layers, heads,
-                             selected=(v.layer, v.head), value=value)
-    st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.")
+                             selected=(v.layer, v.head), value=value, reach=reach)
+    shared = (f" One colour scale (gain ±{reach:.3g}) with {', '.join(ui.safe(m) for m in others)}: switch the "
+              "sidebar's model to compare, the colours mean the same." if reach else "")
+    st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.{shared}")
     n = frame.loc[frame["label"].astype(str) == label, "n"].min() if "n" in frame else None
     if n is not None and n == n and n < FEW:
         st.warning(f"Only {int(n)} examples behind these scores: below {FEW}, a head's score moves by chance more "
@@ -231,7 +260,13 @@ def render(ctx: ui.Context) -> None:
             frame, source = _read_table(upload, ctx.model)
     except probes.ProbesError as exc:
         st.error(ui.safe(ui.in_app_words(exc)))
-    shown = _grid(ctx, frame, source) if frame is not None else None
+    shown = None
+    if frame is not None:
+        try:
+            others = _others(ctx, how, upload)
+        except probes.ProbesError:
+            others = {}
+        shown = _grid(ctx, frame, source, others)
     if found is not None:
         try:
             _examples(ctx, found, alone=frame is None)

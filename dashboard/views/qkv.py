@@ -9,7 +9,7 @@ import streamlit as st
 
 from probes import explain
 
-from .. import charts, data, ui
+from .. import charts, data, qkv_charts, ui
 
 SHOWN_KEYS = 12  # k and v vectors drawn as rows (the table has every key)
 TOP_KEYS = 3  # keys whose first numbers are written out
@@ -27,18 +27,19 @@ def render(ctx: ui.Context) -> None:
     query = ui.query_picker(info)
     s = data.steps(ctx.inp, v.layer, v.head, query)
     keys = charts.labels(s.tokens)
+    names = [qkv_charts.short(k) for k in keys]  # in the charts: a long token shortened with "…"
     d = len(s.q)
     st.latex(r"\text{output}_i = \sum_j \operatorname{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}}\right) v_j"
              rf"\qquad d_k = {d}")
 
     st.subheader("1 · The query vector q and the key vectors k")
-    st.markdown(f"q is **{ui.safe(keys[query])}**'s vector for this head ({d} numbers); every token has a key vector k. "
-                "Each is one slice of a linear map of the layer's input." + _sharing(s, ctx.model.n_heads))
+    st.markdown(f"q is **{ui.safe(keys[query])}**'s vector for this head ({d} numbers); every token has a key "
+                "vector k. Each is one slice of a linear map of the layer's input." + _sharing(s, ctx.model.n_heads))
     if s.q_unrotated is not None:
-        _rotation(s, keys[query])
+        _rotation(s, names[query])
     shown = _nearest(s, query)
-    vectors = {f"q  {keys[query]}": s.q, **{f"k  {keys[j]}": s.k[j] for j in shown}}
-    ui.chart(charts.vectors_heatmap(vectors, f"q and {len(shown)} of the {len(keys)} k vectors"))
+    vectors = {f"q  {names[query]}": s.q, **{f"k  {names[j]}": s.k[j] for j in shown}}
+    ui.chart(qkv_charts.vectors_heatmap(vectors, f"q and {len(shown)} of the {len(keys)} k vectors"))
     top = [j for j in np.argsort(-s.weights)[:TOP_KEYS] if s.allowed[j]]
     numbers = pd.DataFrame([{"vector": f"q  {keys[query]}", **_first(s.q)}]
                            + [{"vector": f"k  {keys[j]}", **_first(s.k[j])} for j in top])
@@ -55,10 +56,11 @@ def render(ctx: ui.Context) -> None:
                           "softmax weight": s.weights, "model's weight": s.trace_weights})
     bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
             "softmax weight": np.where(s.allowed, s.weights, np.nan)}
-    chart = charts.step_bars(s.tokens, bars, query)
+    chart = qkv_charts.step_bars(s.tokens, bars, query)
     ui.chart(chart)
     st.dataframe(table, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.6f") for c in ("q·k", "× scale", "softmax weight", "model's weight")})
+        c: st.column_config.NumberColumn(format="%.6f")
+        for c in ("q·k", "× scale", "softmax weight", "model's weight")})
     ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
     check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
     st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
@@ -70,9 +72,9 @@ def render(ctx: ui.Context) -> None:
     top = np.argsort(-s.weights)[:3]
     st.markdown("The head's output for this token is the value vectors v, mixed by the weights: "
                 + ", ".join(f"{s.weights[j]:.3f} × v({ui.safe(keys[j])})" for j in top) + " + …")
-    rows = {f"{s.weights[j]:.3f} × v  {keys[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
+    rows = {f"{s.weights[j]:.3f} × v  {names[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
     rows["= output"] = s.output
-    ui.chart(charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))
+    ui.chart(qkv_charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))
 
 
 def _first(vector: np.ndarray) -> dict[str, str]:
@@ -96,8 +98,8 @@ def _worked(s, keys: list[str], d: int) -> None:
         f"1. q·k = Σᵢ qᵢ·kᵢ = {terms}{more} = **{w.dot:.4f}**\n"
         f"2. × scale: {w.dot:.4f} × {s.scale:.6g} (= ÷ √{d} = ÷ {np.sqrt(d):.3f}) = **{w.scaled:.4f}**\n"
         f"3. softmax share: e^({w.scaled:.4f} − max) ÷ Σⱼ e^(scaledⱼ − max) = {w.numerator:.4f} ÷ "
-        f"{w.denominator:.4f} = **{w.weight:.4f}** (subtracting the row's largest scaled score from every one changes nothing but keeps "
-        f"e^x from overflowing)\n\n"
+        f"{w.denominator:.4f} = **{w.weight:.4f}** (subtracting the row's largest scaled score from every one "
+        f"changes nothing but keeps e^x from overflowing)\n\n"
         f"The model's own weight for {k_name} is {s.trace_weights[key]:.4f}.")
 
 
@@ -131,8 +133,8 @@ def _rotation(s, token: str) -> None:
         f"{np.linalg.norm(s.q_unrotated):.3f} before, {np.linalg.norm(s.q):.3f} after) and changes only its "
         "direction. Because every k is turned by its own position too, q·k depends on how far apart the two "
         "tokens are. The k vectors below are already turned.")
-    ui.chart(charts.vectors_heatmap({f"q  {token}, before": s.q_unrotated, f"q  {token}, turned": s.q},
-                                    "q before and after the rotary turn"))
+    ui.chart(qkv_charts.vectors_heatmap({f"q  {token}, before": s.q_unrotated, f"q  {token}, turned": s.q},
+                                        "q before and after the rotary turn"))
 
 
 def _masked(s) -> str:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 from apptest import open_app as _app
+from apptest import rerun as _rerun
+from apptest import specs as _specs
+from apptest import titles as _titles
 
 from probes.cost import CACHED, RECOMPUTE
-
-
-def _titles(at) -> list[str]:
-    return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
 
 
 def test_a_decoder_measures_its_cache_against_the_formula(smollm2):
@@ -34,3 +33,14 @@ def test_an_encoder_gets_a_note_instead_of_a_cache():
     at = _app(page="cost")
     assert any("does not write text" in i.value for i in at.info) and not at.error
     assert "Time per new token (s), CPU" in _titles(at)  # the saved benchmark is still drawn
+
+
+def test_cost_page_draws_the_saved_benchmark_and_measures_live():
+    at = _app(page="cost")
+    specs = _specs(at)
+    assert any("c·L² (quadratic)" in json.dumps(s, ensure_ascii=False) for s in specs)
+    at.multiselect(key="cost_lengths").set_value([16, 32])
+    at.button[0].click()
+    _rerun(at)
+    live = at.dataframe[0].value
+    assert sorted(live["tokens"].unique()) == [16, 32] and (live["seconds"] > 0).all()

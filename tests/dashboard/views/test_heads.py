@@ -5,11 +5,15 @@ several-model table, and bad uploads answered with a message."""
 from __future__ import annotations
 
 import io
-import json
 
 import pandas as pd
 import pytest
 from apptest import open_app, texts
+from apptest import rerun as _rerun
+from apptest import run_probe as _run_probe
+from apptest import specs as _specs
+from apptest import titles as _titles
+from apptest import upload as _upload
 
 from dashboard import charts
 from probes.corpus import readback
@@ -19,12 +23,6 @@ def _parquet(frame: pd.DataFrame) -> bytes:
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     return buf.getvalue()
-
-
-def _rerun(at):
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def _uploads(at, examples: bytes | None = None, table: bytes | None = None, name: str = "stats.examples.parquet"):
@@ -43,10 +41,6 @@ def _examples_table(at) -> pd.DataFrame:
     tables = [d for d in at.dataframe if d.key == "heads_examples"]
     assert len(tables) == 1, "no table of top examples"
     return tables[0].value
-
-
-def _titles(at) -> list[str]:
-    return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
 
 
 def test_the_selected_heads_examples_open_on_explore_at_their_query(corpus_run, minilm):
@@ -164,3 +158,87 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     joined = table.merge(expected, on=["layer", "head"], suffixes=("", "_lib"))
     assert len(joined) == 72 and np.allclose(joined["importance"], joined["score_lib"], atol=1e-9)
     assert "Spearman" in texts(at.caption)
+
+
+def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
+    at = _run_probe("positional", 5)
+    assert "previous" in at.selectbox(key="w_label").options
+    table = at.dataframe[0].value
+    assert len(table) == 72 and table["score"].is_monotonic_decreasing
+    at = _upload(open_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,nsubj,0,0,0.1\n")
+    assert list(at.dataframe[0].value["score"]) == [0.9, 0.1]
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    assert [p["name"] for p in grid["params"]] == ["head"] and grid["params"][0]["select"]["on"] == "click"
+    at.file_uploader(key="probe_upload").set_value(("bad.csv", b"a,b\n1,2\n", "text/csv"))
+    _rerun(at)
+    assert "missing column(s) label, layer, head, score" in texts(at.error)
+
+
+def test_a_probe_run_survives_a_visit_to_explore_and_a_link_runs_it_again():
+    at = _run_probe("positional", 6)
+    at.selectbox(key="w_label").set_value("self")
+    _rerun(at)
+    assert len(at.dataframe[0].value) == 72
+    link = {k: v for k, v in at.query_params.items()}
+    assert (link["items"], link["label"]) in (("6", "self"), (["6"], ["self"]))
+    at.session_state["goto"] = "explore"  # a grid click, or the menu, opens another page…
+    _rerun(at)
+    assert at.header[0].value.startswith("minilm: layer")
+    at.session_state["goto"] = "heads"  # …and back: the same probe, items, label and table, no rerun asked for
+    _rerun(at)
+    assert at.number_input(key="w_items").value == 6 and at.selectbox(key="w_label").value == "self"
+    assert len(at.dataframe[0].value) == 72 and "self: score above or below" in " ".join(_titles(at))
+    shared = open_app(page="heads", probe="positional", items=6, label="self")  # the link, in a new session
+    assert shared.selectbox(key="w_label").value == "self" and len(shared.dataframe[0].value) == 72
+    bad = open_app(page="heads", probe="nonsense", items=99999)
+    assert "There is no probe 'nonsense' here" in texts(bad.warning)
+    assert bad.selectbox(key="w_probe").value == "positional" and bad.number_input(key="w_items").value == 2000
+
+
+def test_a_probe_table_written_for_another_model_is_refused(minilm, tmp_path):
+    from probes.heads import profile
+
+    profile.profile(minilm, ["positional"], "ewt-dev", 5, tmp_path / "minilm.csv")
+    at = _upload(open_app(page="heads", model="smollm2"), "minilm.csv", (tmp_path / "minilm.csv").read_bytes())
+    assert "minilm.csv: no rows for smollm2; it holds minilm: select it in the sidebar" in texts(at.error)
+    assert not [s for s in _specs(at) if "click a cell" in str(s.get("title"))]  # nothing drawn in the wrong frame
+
+
+def test_heads_grid_opens_on_the_label_that_gains_most_and_warns_on_few_examples():
+    at = _upload(open_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score,baseline,n\nsyntactic,acl,0,0,0.9,0.85,12\n"
+                 b"syntactic,nsubj,0,1,0.8,0.3,12\nsyntactic,nsubj,1,0,0.35,0.3,12\n")
+    assert at.selectbox(key="w_label").value == "nsubj"  # 0.5 above its baseline; acl only 0.05
+    assert "nsubj: score above or below its baseline 0.3 (click a cell to open it)" in _titles(at)
+    assert "Only 12 examples behind these scores" in texts(at.warning)
+
+
+def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
+    import time
+
+    at = open_app(page="heads")
+    started = time.perf_counter()
+    _upload(at, "huge.csv", b"label,layer,head,score\nx,1000000,0,0.5\n")
+    assert time.perf_counter() - started < 30  # (it used to build a million-row grid for minutes)
+    assert "layer 1000000 does not exist in this model (layers 0–5)" in texts(at.error)
+    assert not at.get("vega_lite_chart")
+
+
+def test_several_models_share_one_colour_scale(corpus_run):
+    """A table of two models: the sidebar's grid spans the larger reach of the two, and says so."""
+    table, _ = corpus_run
+    stats = pd.read_csv(io.BytesIO(table))
+    other = stats.assign(model="gpt2", score=stats["baseline"] + 3 * (stats["score"] - stats["baseline"]))
+    both = pd.concat([stats, other]).to_csv(index=False).encode()
+    at = _uploads(open_app(page="heads"), table=both)
+    label = at.selectbox(key="w_label").value
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    domain = grid["layer"][0]["encoding"]["color"]["scale"]["domain"]
+    rows = stats[stats["label"] == label]
+    mine = float((rows["score"] - rows["baseline"]).abs().max())
+    assert domain[1] == pytest.approx(3 * mine, rel=1e-6) and domain[0] == -domain[1]
+    assert "One colour scale" in texts(at.caption) and "gpt2" in texts(at.caption)
+    alone = _uploads(open_app(page="heads"), table=table)
+    grid = [s for s in _specs(alone) if "click a cell" in str(s.get("title"))][0]
+    assert grid["layer"][0]["encoding"]["color"]["scale"]["domain"][1] == pytest.approx(mine, rel=1e-6)

@@ -1,0 +1,57 @@
+"""The Find heads page, driven headless by AppTest: one query token to one key word, over every layer
+and head."""
+
+from __future__ import annotations
+
+from apptest import open_app as _app
+from apptest import rerun as _rerun
+from apptest import rows as _rows
+from apptest import specs as _specs
+from apptest import texts as _texts
+
+
+def test_find_heads_grids_one_query_to_one_key_word_over_every_head():
+    at = _app(page="find")
+    assert at.header[0].value == "Find heads: where one token looks, in every layer and head"
+    assert at.selectbox(key="w_query").value == 10 and at.selectbox(key="find_key").value == 5  # she → Xiaohong
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    assert grid["title"].startswith("“she” → “Xiaohong”: score above or below its baseline 0.133")  # 2 of 15 keys
+    rows = _rows(at, "score above or below its baseline 0.133")
+    assert len(rows) == 72 and max(rows, key=lambda r: r["score"])[("layer")] == 1
+    assert "Head 1.2 puts the most of “she”'s attention on “Xiaohong”: 0.36, against 0.13" in _texts(at.caption)
+    assert [p["name"] for p in grid["params"]] == ["head"]  # a click opens the head on Explore
+    at.selectbox(key="find_key").set_value(0)  # "Xiaoming"
+    _rerun(at)
+    assert "on “Xiaoming”" in _texts(at.caption)
+
+
+def test_find_heads_coloured_by_value_weighted_norm_and_ablation_effect(minilm):
+    """The grid's other colourings equal the library: query_norms on "she" → "Xiaohong", and the zero-ablation
+    change of "she"'s last hidden state; the weight stays in the tooltip."""
+    import numpy as np
+    import pytest
+
+    from probes import runner
+    from probes.effects.ablation import ablate_each
+    from probes.effects.norms import query_norms
+
+    at = _app(page="find")
+    at.radio(key="find_measure").set_value("norm")
+    at.run()
+    assert not at.exception and not at.error
+    rows = _rows(at, "value-weighted norm (click")
+    got = np.zeros((6, 12))
+    for r in rows:
+        got[r["layer"], r["head"]] = r["norm"]
+    trace = runner.run(minilm, "Xiaoming gave the apple to Xiaohong because she was hungry.")
+    assert np.allclose(got, query_norms(trace, minilm, 10, [7, 8]), atol=1e-6)  # "xiao ##hong"
+    assert all("weight" in r for r in rows)
+    at.radio(key="find_measure").set_value("ablation")
+    at.run()
+    assert not at.exception and not at.error
+    rows = _rows(at, "is zeroed")
+    frame = ablate_each(minilm, "Xiaoming gave the apple to Xiaohong because she was hungry.", position=10)
+    best = frame.loc[frame["token_change"].idxmax()]
+    top = max(rows, key=lambda r: r["token_change"])
+    assert (top["layer"], top["head"]) == (best["layer"], best["head"])
+    assert top["token_change"] == pytest.approx(best["token_change"], abs=1e-9)

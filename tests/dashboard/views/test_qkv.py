@@ -1,0 +1,160 @@
+"""The Q/K/V page, driven headless by AppTest: each step of softmax(q·Kᵀ/√d_k)·V from a link, reproducing
+the model's own row, on an encoder, a decoder (the future masked), a rotary grouped-query model (smollm2)
+and a sliding-window layer; and its charts (dashboard/qkv_charts.py): labels at a legible size, never cut, long
+tokens shortened with "…"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from apptest import open_app as _app
+from apptest import rerun as _rerun
+from apptest import rows as _rows
+from apptest import specs as _specs
+from apptest import steps_table as _steps_table
+from apptest import texts as _texts
+from apptest import titles as _titles
+
+from dashboard import qkv_charts
+
+
+def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model():
+    at = _app(page="qkv", layer=3, head=4, query=10)
+    assert at.header[0].value == "Q/K/V step by step: layer 3, head 4"
+    assert at.selectbox(key="w_query").value == 10
+    steps = [s for s in _specs(at) if "facet" in s][0]
+    assert steps["facet"]["row"]["sort"] == ["q·k", "q·k × scale", "softmax weight"]
+    numbers, table = (d.value for d in at.dataframe)
+    assert abs(table["softmax weight"].sum() - 1) < 1e-6
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-6
+    assert "reproduce the model's own attention row for 10: she" in _texts(at.caption)
+    # the numbers written out: q and the three most attended keys, first 6 of 32 numbers, then "…"
+    top = table.sort_values("softmax weight", ascending=False)["key"].head(3).tolist()
+    assert numbers["vector"].tolist() == ["q  10: she"] + [f"k  {k}" for k in top]
+    assert list(numbers.columns) == ["vector", "[0]", "[1]", "[2]", "[3]", "[4]", "[5]", "…"]
+    assert numbers["…"].iloc[0] == "(26 more)"
+    # one key worked through: its products, sum, scale and softmax share equal the table's row
+    worked = _texts(at.markdown)
+    row = table[table["key"] == top[0]].iloc[0]
+    assert f"Worked through: 10: she → {top[0]}" in worked
+    assert f"= **{row['q·k']:.4f}**" in worked and f"= **{row['× scale']:.4f}**" in worked
+    assert f"= **{row['softmax weight']:.4f}**" in worked and "+ … (28 more products)" in worked
+    at.selectbox(key="qkv_key").set_value(int(table.index[table["key"] == "0: [CLS]"][0]))
+    _rerun(at)
+    assert "Worked through: 10: she → 0: [CLS]" in _texts(at.markdown)
+
+
+def test_qkv_on_a_decoder_masks_the_future(gpt2_dir):
+    at = _app(model=str(gpt2_dir), text="the cat sat on the mat", page="qkv", query=2)
+    table = _steps_table(at)
+    assert list(table["allowed"]) == [True] * 3 + [False] * (len(table) - 3)
+    assert (table.loc[~table["allowed"], "softmax weight"] == 0).all()
+    assert abs(table["softmax weight"].sum() - 1) < 1e-9
+    assert "future tokens are masked out" in _texts(at.markdown)
+
+
+@pytest.mark.parametrize("source", ["hf", "scratch"])
+def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source):
+    """The offline decoder (Llama architecture: rotary positions, 9 query heads reading 3 key/value heads),
+    from either source: q before and after its turn, which key/value head it shares, and weights that
+    reproduce the model's own row."""
+    at = _app(model="smollm2", text="Xiaoming gave the apple to Xiaohong because she was hungry.", page="qkv",
+              layer=12, head=4, query=11, source=source)
+    assert at.sidebar.radio(key="w_source").options == ["Hugging Face", "From scratch"]
+    assert "q before and after the rotary turn" in _titles(at)
+    rows = _rows(at, "q before and after the rotary turn")
+    assert {r["vector"] for r in rows} == {"q  11:  she, before", "q  11:  she, turned"} and len(rows) == 2 * 64
+    text = _texts(at.markdown)
+    assert "Rotary positions" in text and "head 4 reads key/value head 1, which heads 3, 5 read too" in text
+    table = _steps_table(at)
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+    assert "reproduce the model's own attention row" in _texts(at.caption)
+
+
+def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from checkpoints import make_llama
+
+    path = make_llama(ckpt_dir / "mistral-app", family="mistral", sliding_window=3)
+    at = _app(model=str(path), text="the cat sat on the mat because it was warm", page="qkv", query=6,
+              source="scratch", backend="sdpa")
+    table = _steps_table(at)
+    assert list(table["allowed"][:8]) == [False] * 4 + [True] * 3 + [False]
+    assert "outside this layer's sliding window of 3" in _texts(at.markdown)
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+
+
+# -- the charts' labels: legible, never cut, long tokens shortened --------------------------------------------
+LONG = "She saw " + "🙂" * 30 + " today."  # minilm reads the emoji run as one unknown word: a 38-character token
+
+
+def _readable(axis: dict) -> None:
+    """An axis (or header) whose labels are at least 11 px and which Vega never cuts: its pixel limit holds the
+    longest label the page sends, in wide (CJK) characters."""
+    assert axis["labelFontSize"] >= 11
+    assert axis["labelLimit"] >= qkv_charts.LABEL_CHARS * axis["labelFontSize"]
+
+
+def test_a_long_token_is_shortened_with_an_ellipsis_and_labels_stay_distinct():
+    assert qkv_charts.short("3: she") == "3: she"
+    long = [f"{i}: " + "supercalifragilistic" * 2 for i in range(12)]
+    shown = [qkv_charts.short(k) for k in long]
+    assert all(len(s) == qkv_charts.LABEL_CHARS and s.endswith("…") for s in shown)
+    assert len(set(shown)) == len(long)  # each still starts with its position
+
+
+def test_vector_strips_have_legible_labels():
+    rows = {"q  10: she": np.ones(32), f"k  3: {qkv_charts.short('x' * 40)}": -np.ones(32)}
+    spec = qkv_charts.vectors_heatmap(rows, "q and k").to_dict()
+    enc = spec["encoding"]
+    _readable(enc["y"]["axis"])
+    assert enc["y"]["sort"] == list(rows) and enc["y"]["axis"]["labelOverlap"] is False  # every row named
+    assert enc["x"]["axis"]["titleFontSize"] >= 11
+    assert enc["color"]["legend"]["labelFontSize"] >= 11 and enc["color"]["legend"]["titleFontSize"] >= 11
+    assert spec["height"]["step"] >= enc["y"]["axis"]["labelFontSize"] + 4  # a strip is as tall as its label
+
+
+def test_step_bars_have_legible_labels_and_keep_the_whole_token_in_the_tooltip():
+    tokens = ["[CLS]", "she", "supercalifragilisticexpialidocious", "[SEP]"]
+    values = np.array([0.1, 0.2, 0.3, 0.4])
+    chart = qkv_charts.step_bars(tokens, {"q·k": values, "softmax weight": values}, 1)
+    spec = chart.to_dict()
+    x = spec["spec"]["encoding"]["x"]
+    _readable(x["axis"])
+    _readable(spec["spec"]["encoding"]["y"]["axis"])
+    _readable(spec["facet"]["row"]["header"])
+    assert x["sort"] == ["0: [CLS]", "1: she", "2: supercalifragilist…", "3: [SEP]"]
+    assert spec["spec"]["width"]["step"] >= 2 * x["axis"]["labelFontSize"]  # turned labels do not overlap
+    assert "2: supercalifragilisticexpialidocious" in set(chart.data["key"])  # hover shows it whole
+
+
+def test_the_qkv_page_draws_its_charts_with_these_labels():
+    at = _app(page="qkv", text=LONG, query=1)
+    strips = [s for s in _specs(at) if "k vectors" in str(s.get("title"))][0]
+    _readable(strips["encoding"]["y"]["axis"])
+    names = {r["vector"] for r in _rows(at, "k vectors")}
+    assert all(len(n) <= len("k  ") + qkv_charts.LABEL_CHARS for n in names)
+    assert any(n.startswith("k  3: [UNK:🙂") and n.endswith("…") for n in names), names
+    steps = [s for s in _specs(at) if "facet" in s][0]
+    _readable(steps["spec"]["encoding"]["x"]["axis"])
+    assert any(k.startswith("3: [UNK:🙂") and k.endswith("…") for k in steps["spec"]["encoding"]["x"]["sort"])
+    assert "3: [UNK:" + "🙂" * 30 + "]" in _steps_table(at)["key"].tolist()  # the table keeps it whole
+
+
+def test_step_bars_leave_masked_keys_out_and_highlight_the_query():
+    steps = {"q·k": np.array([1.0, 2.0, np.nan]), "softmax weight": np.array([0.27, 0.73, np.nan])}
+    chart = qkv_charts.step_bars(["a", "b", "c"], steps, query=1)
+    spec = chart.to_dict()
+    assert len(chart.data) == 4 and set(chart.data["key"]) == {"0: a", "1: b"}
+    assert spec["facet"]["row"]["sort"] == ["q·k", "softmax weight"] and spec["resolve"]["scale"]["y"] == "independent"
+    assert spec["spec"]["encoding"]["color"]["condition"]["test"] == "(datum.key_pos === 1)"
+
+
+def test_vector_strips_are_coloured_symmetrically_around_zero():
+    spec = qkv_charts.vectors_heatmap({"q": np.array([1.0, -3.0]), "k": np.array([0.5, 2.0])}, "vectors").to_dict()
+    assert spec["encoding"]["color"]["scale"]["domain"] == [-3.0, 3.0]
+    assert spec["encoding"]["y"]["sort"] == ["q", "k"]
