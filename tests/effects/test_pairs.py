@@ -38,3 +38,15 @@ def test_refused_with_advice(minilm):
         minimal_pair(minilm, A, B, "they", "Xiaohong")
     with pytest.raises(BadOption, match="no counterpart"):
         minimal_pair(minilm, A, "Xiaoming gave it to Xiaohong", "apple", "Xiaoming")
+
+
+def test_effect_difference_is_the_two_ablation_grids_apart(minilm):
+    from probes.effects.ablation import ablate_each
+    from probes.effects.pairs import effect_difference
+
+    got = effect_difference(minilm, A, B, "hidden_change")
+    a, b = ablate_each(minilm, A), ablate_each(minilm, B)
+    assert got["diff"].to_numpy() == pytest.approx((b["hidden_change"] - a["hidden_change"]).to_numpy(), abs=1e-12)
+    assert got["diff"].abs().max() > 1e-4
+    with pytest.raises(BadOption, match="unknown measure 'loss' for minilm"):
+        effect_difference(minilm, A, B, "loss")
