@@ -12,6 +12,9 @@ HIGHLIGHT = "#e6550d"  # the selected query token / head
 PALETTE = ["#08519c", "#e6550d", "#31a354", "#756bb1"]
 QUADRATIC = "c·L² (quadratic)"
 MAX_CELLS = 64  # a heatmap wider than this is windowed by the caller: never ship L² cells for long inputs
+# drawn on a canvas: Streamlit draws a chart of up to 2,000 rows as SVG, one element a cell, and a 40×40 heatmap's
+# 1,600 elements were most of the browser's time on a head change
+CANVAS = {"embedOptions": {"renderer": "canvas"}}
 
 
 def compact(frame: pd.DataFrame) -> pd.DataFrame:
@@ -74,11 +77,12 @@ NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their o
 
 def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False,
                       start: int = 0, query: int | None = None, value: str = "weight",
-                      top: float | None = None) -> alt.Chart:
+                      top: float | None = None, clickable: bool = False) -> alt.Chart:
     """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at); the
     exact weight in the tooltip. ``query`` (a position) outlines that row. ``value`` names what the cells
     hold (legend, tooltip and column): probabilities by default, on the fixed 0..1 scale; with ``top``, a
-    value that is not a probability (a value-weighted norm) on its own 0..top scale in another hue."""
+    value that is not a probability (a value-weighted norm) on its own 0..top scale in another hue.
+    ``clickable``: a click on a cell selects its ``query_pos`` and ``key_pos`` (the selection ``cell``)."""
     frame = attention_frame(tokens, weights, causal, start)
     if value != "weight":
         frame = frame.rename(columns={"weight": value})
@@ -90,9 +94,9 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     outline = alt.Undefined
     if query is not None:
         outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
-    return (
+    chart = (
         alt.Chart(compact(frame), title=title)
-        .mark_rect(strokeWidth=1.5)
+        .mark_rect(strokeWidth=1.5, cursor="pointer" if clickable else alt.Undefined)
         .encode(
             x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
@@ -102,52 +106,128 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         )
         .properties(width=alt.Step(step), height=alt.Step(step))
     )
+    if clickable:
+        chart = chart.add_params(alt.selection_point(name="cell", fields=["query_pos", "key_pos"], on="click",
+                                                     clear=False))
+    return chart.properties(usermeta=CANVAS)
 
 
-def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False) -> alt.Chart:
-    """Where one query token looks: one bar per key token, in text order."""
+def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False, start: int = 0,
+               name: str | None = None, key: int | None = None, clickable: bool = False) -> alt.Chart:
+    """Where one query token looks: one bar per key token, in text order. ``tokens``/``row``: the keys shown,
+    from position ``start`` (a window of a long input); ``name``: the query's label (default: its own, from
+    ``tokens``); ``key`` (a position) is drawn in the highlight colour; ``clickable``: a click on a bar selects
+    its ``key_pos`` (the selection ``key``)."""
     if len(row) != len(tokens):
         raise ValueError(f"{len(row)} weights for {len(tokens)} tokens")
-    keys = labels(tokens)
-    frame = pd.DataFrame({"key_pos": np.arange(len(tokens)), "key": keys, "weight": np.asarray(row, dtype=float)})
+    keys = labels(tokens, start)
+    frame = pd.DataFrame({"key_pos": np.arange(len(tokens)) + start, "key": keys,
+                          "weight": np.asarray(row, dtype=float)})
     if causal:
         frame = frame[frame["key_pos"] <= query]
-    return (
-        alt.Chart(compact(frame), title=f"Where {keys[query]!r} looks")
-        .mark_bar(color="#08519c")
+    name = keys[query - start] if name is None else name
+    return _bars(frame, "key", keys, f"Where {name!r} looks", "key (attended to)", key, clickable)
+
+
+def key_bars(tokens: list[str], column: np.ndarray, key: int, causal: bool = False, start: int = 0,
+             name: str | None = None, query: int | None = None, clickable: bool = False) -> alt.Chart:
+    """Who attends to one key token: the heatmap's column as bars, every query token's weight on ``key``, in text
+    order. ``tokens``/``column``: the queries shown, from position ``start``; a decoder's queries before the key
+    cannot see it and are left out (not drawn as 0). ``name``: the key's label (default: its own, from
+    ``tokens``); ``query`` (a position) is drawn in the highlight colour; ``clickable``: a click on a bar selects
+    its ``query_pos`` (the selection ``query``)."""
+    if len(column) != len(tokens):
+        raise ValueError(f"{len(column)} weights for {len(tokens)} tokens")
+    queries = labels(tokens, start)
+    frame = pd.DataFrame({"query_pos": np.arange(len(tokens)) + start, "query": queries,
+                          "weight": np.asarray(column, dtype=float)})
+    if causal:
+        frame = frame[frame["query_pos"] >= key]
+    name = queries[key - start] if name is None else name
+    return _bars(frame, "query", queries, f"Who attends to {name!r}", "query (attending)", query, clickable)
+
+
+def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: str, marked: int | None,
+          clickable: bool) -> alt.Chart:
+    """One bar per token (``field``: key or query, with its ``<field>_pos``), weights on a fixed 0..1 scale."""
+    pos = f"{field}_pos"
+    colour = alt.value("#08519c")
+    if marked is not None:
+        colour = alt.condition(alt.datum[pos] == marked, alt.value(HIGHLIGHT), alt.value("#08519c"))
+    chart = (
+        alt.Chart(compact(frame), title=title)
+        .mark_bar(cursor="pointer" if clickable else alt.Undefined)
         .encode(
-            x=alt.X("key:N", sort=keys, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            x=alt.X(f"{field}:N", sort=order, title=axis, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("weight:Q", scale=alt.Scale(domain=[0, 1]), title="attention weight"),
-            tooltip=[alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
+            color=colour,
+            tooltip=[alt.Tooltip(f"{field}:N"), alt.Tooltip("weight:Q", format=".6f")],
         )
-        .properties(width=alt.Step(_step(len(tokens))), height=180)
+        .properties(width=alt.Step(_step(len(order))), height=180)
     )
+    if clickable:
+        chart = chart.add_params(alt.selection_point(name=field, fields=[pos], on="click", clear=False))
+    return chart
 
 
-def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, columns: int = 6) -> alt.Chart:
-    """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``), to spot the patterns
-    side by side, titled ``layer.head``."""
+MULTIPLES_FLOOR = 0.01  # small multiples: cells under this weight are not drawn (1 % of the darkest blue: white)
+
+
+def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, columns: int = 6, start: int = 0,
+                    selected: int | None = None) -> alt.Chart:
+    """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``: tokens ``start`` to ``start + n``
+    of the text, a window of a long input), to spot the patterns side by side, titled ``layer.head``; head
+    ``selected`` is outlined, and a click on a head selects it (the selection ``head``, its ``layer.head`` name).
+
+    Every cell travels, but Vega draws only those of weight at least :data:`MULTIPLES_FLOOR` (a lighter cell is
+    white to the eye anyway, on white): that is most of the drawing a layer change costs the browser, and a head
+    of a few cells each row draws in a fraction of the time."""
     h, n, _ = weights.shape
     names = [f"{layer}.{head}" for head in range(h)]
     hh, q, k = np.meshgrid(np.arange(h), np.arange(n), np.arange(n), indexing="ij")
-    frame = pd.DataFrame({"head": np.asarray(names, dtype=object)[hh.ravel()], "query_pos": q.ravel(),
-                          "key_pos": k.ravel(), "weight": weights.astype(float).ravel()})
+    frame = pd.DataFrame({"head": np.asarray(names, dtype=object)[hh.ravel()], "query_pos": q.ravel() + start,
+                          "key_pos": k.ravel() + start, "weight": weights.astype(float).ravel()})
     if causal:
         frame = frame[frame["key_pos"] <= frame["query_pos"]]
     cell = max(1, 96 // n)
-    return (
-        alt.Chart(compact(frame))
+    positions = list(range(start, start + n))  # fixed: the cells not drawn do not shift the others
+    pick = alt.selection_point(name="head", fields=["head"], on="click", clear=False)
+    edge = n * cell
+    panel = (  # one clear rectangle a head, over its cells: it takes the click wherever it lands in the panel
+        alt.Chart()
+        .transform_aggregate(cells="count()", groupby=["head"])
+        .mark_rect(fill="transparent", cursor="pointer")
+        .encode(x=alt.value(0), x2=alt.value(edge), y=alt.value(0), y2=alt.value(edge))
+        .add_params(pick)
+    )
+    cells = (
+        alt.Chart()
+        .transform_filter(alt.datum.weight >= MULTIPLES_FLOOR)
         .mark_rect()
         .encode(
-            x=alt.X("key_pos:O", axis=None),
-            y=alt.Y("query_pos:O", axis=None),
+            x=alt.X("key_pos:O", axis=None, scale=alt.Scale(domain=positions)),
+            y=alt.Y("query_pos:O", axis=None, scale=alt.Scale(domain=positions)),
             color=alt.Color("weight:Q", scale=BLUE, legend=None),
-            tooltip=[alt.Tooltip("head:N"), alt.Tooltip("query_pos:O"), alt.Tooltip("key_pos:O"),
-                     alt.Tooltip("weight:Q", format=".4f")],
+            # no tooltip (each panel is titled with its head): Streamlit evaluates Vega's expressions with an
+            # interpreter (no eval), per cell, and a tooltip of four formatted fields was a third of what a layer
+            # change cost the browser
         )
+    )
+    layers = [cells, panel]
+    if selected is not None:  # one rectangle around the selected head's panel
+        layers.append(
+            alt.Chart()
+            .transform_filter(alt.datum.head == names[selected])
+            .transform_aggregate(cells="count()", groupby=["head"])
+            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
+            .encode(x=alt.value(-2), x2=alt.value(edge + 2), y=alt.value(-2), y2=alt.value(edge + 2))
+        )
+    return (
+        alt.layer(*layers, data=compact(frame))
         .properties(width=alt.Step(cell), height=alt.Step(cell))
         .facet(facet=alt.Facet("head:N", sort=names, title=None, header=alt.Header(labelFontSize=12)),
                columns=columns)
+        .properties(usermeta=CANVAS)
     )
 
 

@@ -80,6 +80,16 @@ def open_clicked_head(key: str, layers: int, heads: int) -> None:
         st.session_state["heads_problem"] = f"head {layer}.{head} is not in {view().model}"
 
 
+def clicked(key: str, name: str) -> dict | None:
+    """The point a click selected in the chart under ``key`` (its selection ``name``: a dict of the selection's
+    fields), or None. Read from the session, so a page can act on a click before it draws anything."""
+    state = st.session_state.get(key)
+    if not state:
+        return None
+    points = state["selection"].get(name) or []
+    return dict(points[0]) if points else None
+
+
 def in_app_words(exc: Exception) -> str:
     """An error as this app says it: what to do names the sidebar's controls, not the library's arguments or
     the CLI's flags (``truncate=True`` / ``--truncate`` is the "Cut to the context window" box here)."""
@@ -97,7 +107,8 @@ def query_picker(info: data.RunInfo, container=st) -> int:
         update(query=n - 1)
     names = labels(info.tokens)
     return bound("selectbox", "query", "Query token", container, options=list(range(n)),
-                 format_func=names.__getitem__, help="the token whose attention you follow")
+                 format_func=names.__getitem__,
+                 help="the token whose attention you follow, as index: token (type to search)")
 
 
 def parity_badge(inp: data.Input, container=st) -> None:

@@ -1,20 +1,43 @@
-"""Explore: the selected head as a heatmap, where one query token looks, every head of the layer side by
-side, a word-level view, and bertviz's head and model views."""
+"""Explore: the selected head as a heatmap, where one query token looks and who looks at one key token,
+every head of the layer side by side, a word-level view, and bertviz's head and model views.
+
+The charts answer clicks: a cell of the heatmap makes its row the query and shows its column (who attends to
+that key); a bar of either bar chart picks that token the same way; a small multiple opens its head. What
+depends on the query (the heatmap, both bar charts, the story line) is one ``st.fragment``: a query change, by
+click or by the picker, reruns that part only, and the small multiples below it are not sent again."""
 
 from __future__ import annotations
 
+import logging
+
 import streamlit as st
+
+import probes
 
 from .. import charts, data, ui
 from ..state import COLOURS
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
+CLICKS = "explore_clicks"  # clicks taken so far, per chart: each chart that answers clicks is keyed by it (_key)
+KEY = "explore_key"  # the key token whose column is drawn as bars (session only; default: the query)
+log = logging.getLogger("dashboard")
+
+
+def _key(name: str) -> str:
+    """The widget key of the chart ``name`` (cell, keybar, querybar, heads). It changes after every click on
+    that chart, so a chart holds at most one click (the one being acted on), never a stale selection."""
+    return f"explore_{name}_{st.session_state.get(f'{CLICKS}_{name}', 0)}"
+
+
+def _took_click(name: str) -> None:
+    st.session_state[f"{CLICKS}_{name}"] = st.session_state.get(f"{CLICKS}_{name}", 0) + 1
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _multiples(inp: data.Input, layer: int, hi: int, causal: bool):
-    """The layer's small multiples: the same chart whichever head is selected, so built once a layer."""
-    return charts.layer_multiples(data.layer(inp, layer, (0, hi)), layer, causal)
+def _multiples(inp: data.Input, layer: int, window: tuple[int, int], causal: bool):
+    """The layer's small multiples over the heatmap's window: the same chart whichever head is selected (so a head
+    change sends it as a cached reference and the browser does not draw it again), built once a layer."""
+    return charts.layer_multiples(data.layer(inp, layer, window), layer, causal, start=window[0])
 
 
 def _window(n: int) -> tuple[int, int]:
@@ -67,14 +90,14 @@ def _shaded(ctx: ui.Context, colour: str, lo: int, hi: int, query: int):
         norms = data.head_norms(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], norms, f"Layer {v.layer}, head {v.head}: value-weighted "
                                          "norms", causal=info.causal, start=lo, query=query, value="norm",
-                                         top=float(norms.max()) if norms.size else 0.0)
+                                         top=float(norms.max()) if norms.size else 0.0, clickable=True)
         note = ("Value-weighted norms ‖α_ij·f(x_j)‖: the weight times the length of what key j's value writes into "
                 "the residual stream (Kobayashi et al. 2020). Not probabilities: rows do not sum to 1, and the colour "
                 f"runs from 0 to this head's largest norm ({float(norms.max()) if norms.size else 0.0:.3g}).")
         return chart, note
     flow = data.rollout(ctx.inp, v.layer)[lo:hi, lo:hi]
     chart = charts.attention_heatmap(info.tokens[lo:hi], flow, f"Layer {v.layer}: rollout through layers 0–{v.layer}",
-                                     causal=info.causal, start=lo, query=query, value="rollout")
+                                     causal=info.causal, start=lo, query=query, value="rollout", clickable=True)
     note = (f"Rollout is per layer, not per head: the same map for every head of layer {v.layer}. Each layer's "
             "attention, averaged over its heads and mixed half and half with the residual connection, multiplied "
             f"through layers 0–{v.layer}: row i is how much of what token i holds after this layer came from each "
@@ -98,8 +121,7 @@ def render(ctx: ui.Context) -> None:
     shared = f" reading {m.n_kv_heads} key/value heads" if m.n_kv_heads < m.n_heads else ""
     st.caption(f"{n} tokens · {m.n_layers} layers × {m.n_heads} heads{shared} · source: {where}. "
                "Rows: the token attending (query); columns: the token attended to (key); each row sums to 1. "
-               "Hover a cell for its exact weight.")
-    _story(ctx)
+               "Hover a cell for its exact weight; click it to follow its row (the query) and its column.")
     if info.note:
         st.info(info.note)
     if info.truncated_from:
@@ -111,6 +133,90 @@ def render(ctx: ui.Context) -> None:
                    + (f" {reader} reads every character (its byte-level tokenizer has no unknown token): pick it in "
                       "the sidebar's Model menu." if reader else ""))
 
+    lo, hi = _window(n)
+    _focus(ctx, lo, hi)
+
+    st.subheader(f"Every head of layer {v.layer}")
+    shown = f" Tokens {lo}–{hi - 1} of {n}, the heatmap's window." if hi - lo < n else ""
+    st.caption(f"Head {v.layer}.{v.head} is the one above; click another to open it." + shown)
+    picked = ui.chart(_multiples(ctx.inp, v.layer, (lo, hi), info.causal), on_select=_open_head,
+                      selection_mode="head", key=_key("heads"))
+    if _open_head(picked):  # a selection the callback has not taken (AppTest sets one without a click)
+        st.rerun()
+
+    st.subheader("bertviz")
+    if st.toggle("Show bertviz's head view and model view", key="bertviz"):
+        _bertviz(ctx, info)
+
+
+def _open_head(picked=None) -> bool:
+    """A click on a small multiple (the callback, before the script reruns, so the sidebar shows the new head;
+    or ``picked``, the chart's state): open that head. True if the view changed."""
+    if picked is None:
+        point = ui.clicked(_key("heads"), "head")
+    else:
+        points = picked["selection"].get("head") or []
+        point = dict(points[0]) if points else None
+    if not point:
+        return False
+    layer, head = (int(part) for part in str(point["head"]).split("."))
+    _took_click("heads")
+    v = ui.view()
+    if (layer, head) == (v.layer, v.head):
+        return False
+    ui.update(layer=layer, head=head)
+    return True
+
+
+@st.fragment
+def _focus(ctx: ui.Context, lo: int, hi: int) -> None:
+    """Everything that follows the query token: a query change (a click, the picker) reruns only this."""
+    try:
+        _follow_clicks(ctx, lo)
+        _story(ctx)
+        _heatmap_and_bars(ctx, lo, hi)
+    except (probes.ProbesError, ValueError) as exc:
+        st.error(ui.safe(ui.in_app_words(exc)))
+    except Exception as exc:  # noqa: BLE001 - as the app's frame does: the details go to the server log
+        log.exception("Explore failed")
+        st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
+                 "work; if it happens again, please report it with this page's link.")
+    st.query_params.from_dict(ui.view().to_query())  # a rerun of this part alone keeps the link right too
+
+
+def _word_tokens(ctx: ui.Context) -> list[list[int]]:
+    """For the word-level view: the tokens of each of its words (the text's words; a pair's are not mapped)."""
+    return [tokens for _, tokens in data.text_words(ctx.inp)]
+
+
+def _follow_clicks(ctx: ui.Context, lo: int) -> None:
+    """Act on a click in the heatmap or a bar chart before anything is drawn: a cell sets the query (its row)
+    and the key (its column); a bar of "Where … looks" the key; a bar of "Who attends to …" the query. In the
+    word-level view a word stands for its first token."""
+    n = len(ctx.info.tokens)
+    cell, key, query = ui.clicked(_key("cell"), "cell"), ui.clicked(_key("keybar"), "key"), \
+        ui.clicked(_key("querybar"), "query")
+    for name, point in (("cell", cell), ("keybar", key), ("querybar", query)):
+        if point:
+            _took_click(name)
+    if cell and ui.view().words:
+        words = _word_tokens(ctx)
+        row, col = int(cell["query_pos"]), int(cell["key_pos"])
+        if row >= len(words) or col >= len(words):
+            return
+        cell = {"query_pos": words[row][0], "key_pos": words[col][0]}
+    if cell:
+        ui.update(query=min(int(cell["query_pos"]), n - 1))
+        st.session_state[KEY] = min(int(cell["key_pos"]), n - 1)
+    if key:
+        st.session_state[KEY] = min(int(key["key_pos"]), n - 1)
+    if query:
+        ui.update(query=min(int(query["query_pos"]), n - 1))
+
+
+def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
+    v, info = ui.view(), ctx.info
+    n = len(info.tokens)
     left, right = st.columns([1, 2])
     word_level = ui.bound("toggle", "words", "Word level (pieces merged)", left,
                           help="attention between words: to a word = sum over its pieces, from a word = their "
@@ -122,37 +228,42 @@ def render(ctx: ui.Context) -> None:
         st.caption(f"{COLOURS[colour].capitalize()} are drawn at token level: the word-level view shows weights.")
     if word_level:
         names, matrix = data.words(ctx.inp, v.layer, v.head)
+        words = _word_tokens(ctx)
+        mapped = len(words) <= len(names)
+        row = next((i for i, tokens in enumerate(words) if query in tokens), None) if mapped else None
         chart = charts.attention_heatmap(names[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
-                                         title + " (words)", causal=info.causal)
+                                         title + " (words)", causal=info.causal, query=row, clickable=mapped)
         shown = f"the first {charts.MAX_CELLS} of {len(names)} words · " if len(names) > charts.MAX_CELLS else ""
-        st.caption(f"{shown}special tokens left out, so a row sums to what that word gives the other words; "
-                   "the query bar chart below stays at token level")
+        where = (f"the query token's word, {row}: {ui.safe(names[row])}, is outlined; click a word to follow it · "
+                 if row is not None else "")
+        st.caption(f"{shown}{where}special tokens left out, so a row sums to what that word gives the other words; "
+                   "the bar charts below stay at token level")
         frame = charts.attention_frame(names, matrix, info.causal)
     elif colour != "weights":
-        lo, hi = _window(n)
         chart, note = _shaded(ctx, colour, lo, hi, query)
         st.caption(note + " The bars and the small multiples below are attention weights.")
         frame = chart.data
     else:
-        lo, hi = _window(n)
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
-        chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query)
+        chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query,
+                                         clickable=True)
         frame = chart.data  # the heatmap's own long table: its numbers, as shown
-    ui.chart(chart)
+    ui.chart(chart, on_select="rerun", selection_mode="cell", key=_key("cell"))
     suffix = "" if colour == "weights" or word_level else f"-{colour}"
     ui.downloads(f"attention-L{v.layer}H{v.head}{suffix}", chart, frame)
 
+    names = charts.labels(info.tokens)
+    key = st.session_state.get(KEY)
+    key = query if key is None or key >= n else key
     row = data.head(ctx.inp, v.layer, v.head, (query, query + 1))[0]
-    ui.chart(charts.query_bars(info.tokens, row, query, info.causal))
-
-    st.subheader(f"Every head of layer {v.layer}")
-    hi = min(n, charts.MAX_CELLS)
-    st.caption(f"Head {v.layer}.{v.head} is the one above." + (f" The first {hi} tokens of {n}." if hi < n else ""))
-    ui.chart(_multiples(ctx.inp, v.layer, hi, info.causal))
-
-    st.subheader("bertviz")
-    if st.toggle("Show bertviz's head view and model view", key="bertviz"):
-        _bertviz(ctx, info)
+    ui.chart(charts.query_bars(info.tokens[lo:hi], row[lo:hi], query, info.causal, start=lo, name=names[query],
+                               key=key, clickable=True), on_select="rerun", selection_mode="key", key=_key("keybar"))
+    column = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, key]  # (the heatmap's window: cached already)
+    ui.chart(charts.key_bars(info.tokens[lo:hi], column, key, info.causal, start=lo, name=names[key], query=query,
+                             clickable=True), on_select="rerun", selection_mode="query", key=_key("querybar"))
+    window = f" (tokens {lo}–{hi - 1} of {n})" if hi - lo < n else ""
+    st.caption(f"The column of {ui.safe(names[key])} in the heatmap: every query's weight on it{window}. Click a bar "
+               "of either chart to follow that token (the orange bar is the other chart's token).")
 
 
 def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:

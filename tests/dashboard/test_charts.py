@@ -213,3 +213,47 @@ def test_effect_grid_marks_the_selected_head_and_refuses_a_missing_column():
     assert [t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]] == ["layer", "head", "effect", "loss"]
     with pytest.raises(ValueError, match="no share column"):
         charts.effect_grid(_effects([[0.1]]), "share", 1, 1, "t")
+
+
+def test_a_clickable_heatmap_selects_a_cell_and_draws_on_a_canvas():
+    spec = charts.attention_heatmap(["a", "b"], np.full((2, 2), 0.5), "L0 H0", query=1, clickable=True).to_dict()
+    assert spec["params"] == [{"name": "cell", "select": {"type": "point", "clear": False,
+                                                          "fields": ["query_pos", "key_pos"], "on": "click"}}]
+    assert spec["mark"]["cursor"] == "pointer" and spec["usermeta"]["embedOptions"]["renderer"] == "canvas"
+    assert "params" not in charts.attention_heatmap(["a"], np.ones((1, 1))).to_dict()
+
+
+def test_key_bars_are_the_heatmaps_column_and_hide_queries_before_the_key():
+    w = np.tril(np.random.default_rng(2).random((4, 4)))
+    w /= w.sum(1, keepdims=True)
+    spec = charts.key_bars(["a", "b", "c", "d"], w[:, 1], key=1, causal=True, query=3, clickable=True).to_dict()
+    assert spec["title"] == "Who attends to '1: b'"
+    assert [(r["query_pos"], r["weight"]) for r in _rows(spec)] == [(q, pytest.approx(w[q, 1])) for q in (1, 2, 3)]
+    assert spec["encoding"]["color"]["condition"] == {"test": "(datum['query_pos'] === 3)", "value": "#e6550d"}
+    assert [p["name"] for p in spec["params"]] == ["query"]
+    with pytest.raises(ValueError, match="3 weights for 2 tokens"):
+        charts.key_bars(["a", "b"], np.ones(3), 0)
+
+
+def test_query_bars_of_a_window_keep_positions_and_the_querys_name():
+    spec = charts.query_bars(["x", "y"], np.array([0.4, 0.6]), query=30, start=10, name="30: she", key=11,
+                             clickable=True).to_dict()
+    assert spec["title"] == "Where '30: she' looks"
+    assert [(r["key_pos"], r["key"]) for r in _rows(spec)] == [(10, "10: x"), (11, "11: y")]
+    assert spec["encoding"]["color"]["condition"]["test"] == "(datum['key_pos'] === 11)"
+    assert [p["name"] for p in spec["params"]] == ["key"]
+
+
+def test_layer_multiples_outline_the_selected_head_and_answer_clicks():
+    w = np.full((3, 4, 4), 0.25)
+    w[1, :, 0] = 0.001  # under the floor: shipped, not drawn
+    spec = charts.layer_multiples(w, layer=5, start=20, selected=1).to_dict()
+    assert [p["name"] for p in spec["params"]] == ["head"] and spec["usermeta"]["embedOptions"]["renderer"] == "canvas"
+    cells, panel, outline = spec["spec"]["layer"]
+    assert panel["mark"] == {"type": "rect", "fill": "transparent", "cursor": "pointer"}  # over the cells: the click
+    assert cells["transform"] == [{"filter": f"(datum.weight >= {charts.MULTIPLES_FLOOR})"}]
+    assert cells["encoding"]["x"]["scale"]["domain"] == [20, 21, 22, 23]  # fixed: cells left out do not shift
+    assert outline["transform"][0] == {"filter": "(datum.head === '5.1')"} and outline["mark"]["stroke"] == "#e6550d"
+    rows = _rows(spec)
+    assert len(rows) == 3 * 16 and {r["query_pos"] for r in rows} == {20, 21, 22, 23}
+    assert len(charts.layer_multiples(w, layer=5).to_dict()["spec"]["layer"]) == 2  # no head selected: no outline

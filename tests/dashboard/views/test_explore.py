@@ -1,0 +1,99 @@
+"""Explore answers clicks (AppTest cannot click inside a chart: a click is the chart's selection state, set
+under the chart's key as the browser would): a heatmap cell sets the query and draws its column as bars, a
+bar of either bar chart follows its token, a small multiple opens its head (outlined among the others), and
+every secondary chart of a long input is windowed like the heatmap."""
+
+from __future__ import annotations
+
+import numpy as np
+from apptest import open_app, rerun, rows, specs, titles
+
+import probes
+
+LONG = "the cat sat on the mat " * 20  # 122 tokens on minilm
+
+
+def _click(at, chart: str, selection: str, **point):
+    """What the browser sends when a point of chart ``chart`` is clicked (its key counts the clicks taken)."""
+    taken = at.session_state[f"explore_clicks_{chart}"] if f"explore_clicks_{chart}" in at.session_state else 0
+    at.session_state[f"explore_{chart}_{taken}"] = {"selection": {selection: [point]}}
+    return rerun(at)
+
+
+def _link(at, name: str) -> str:
+    value = at.query_params[name]
+    return value[0] if isinstance(value, list) else value
+
+
+def test_a_cell_click_sets_the_query_and_draws_the_column_who_attends_to_its_key(minilm):
+    at = open_app(layer=2, head=5, query=3)
+    tokens = at.selectbox(key="w_query").options
+    assert tokens[10] == "10: she"  # the picker reads "index: token" (and is searchable: a select box)
+    assert "Who attends to '3: gave'" in titles(at)  # before any click the column is the query's own
+    _click(at, "cell", "cell", query_pos=7, key_pos=5)
+    assert at.session_state["view"].query == 7 and _link(at, "query") == "7"  # the link follows
+    assert at.selectbox(key="w_query").value == 7
+    assert "Where '7: xiao' looks" in titles(at) and "Who attends to '5: apple'" in titles(at)
+    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(2, 5).numpy()
+    column = {r["query_pos"]: r["weight"] for r in rows(at, "Who attends to")}
+    assert sorted(column) == list(range(len(tokens)))
+    assert np.abs(np.array([column[q] for q in sorted(column)]) - reference[:, 5]).max() < 1e-6
+    heatmap = [s for s in specs(at) if s.get("title") == "Layer 2, head 5"][0]
+    assert heatmap["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 7)"  # the row outlined
+    assert [p["name"] for p in heatmap["params"]] == ["cell"]
+
+
+def test_a_bar_click_follows_its_token(minilm):
+    at = open_app(layer=0, head=1, query=10)
+    _click(at, "keybar", "key", key_pos=5)  # a bar of "Where '10: she' looks": that key's column
+    assert "Who attends to '5: apple'" in titles(at) and at.session_state["view"].query == 10
+    _click(at, "querybar", "query", query_pos=12)  # a bar of "Who attends to …": that query
+    assert at.session_state["view"].query == 12 and "Where '12: hungry' looks" in titles(at)
+    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(0, 1).numpy()
+    where = {r["key_pos"]: r["weight"] for r in rows(at, "Where '12: hungry' looks")}
+    assert np.abs(np.array([where[k] for k in sorted(where)]) - reference[12]).max() < 1e-6
+
+
+def test_a_small_multiple_click_opens_its_head():
+    at = open_app(layer=1, head=2, query=10)
+    spec = [s for s in specs(at) if "facet" in s][0]
+    assert [p["name"] for p in spec["params"]] == ["head"]  # a click selects the panel's head
+    _click(at, "heads", "head", head="1.7")
+    assert at.header[0].value == "minilm: layer 1, head 7" and at.sidebar.slider(key="w_head").value == 7
+    assert "Layer 1, head 7" in titles(at) and _link(at, "head") == "7"  # the heatmap and the link follow
+    _click(at, "heads", "head", head="1.3")  # the next click, on the chart drawn after the first
+    assert at.header[0].value == "minilm: layer 1, head 3"
+
+
+def test_a_long_input_windows_every_chart():
+    at = open_app(text=LONG, query=100)
+    assert at.slider(key="window").value == 58  # the heatmap's window: tokens 58..121
+    keys = [r["key_pos"] for r in rows(at, "Where '100: ")]
+    queries = [r["query_pos"] for r in rows(at, "Who attends to '100: ")]
+    multiples = [r for r in rows(at, '"facet"') if "head" in r]
+    assert (min(keys), max(keys), len(keys)) == (58, 121, 64)
+    assert (min(queries), max(queries), len(queries)) == (58, 121, 64)
+    assert len(multiples) == 12 * 64 * 64 and min(r["query_pos"] for r in multiples) == 58
+    assert "Tokens 58–121 of 122, the heatmap's window" in "\n".join(c.value for c in at.caption)
+    _click(at, "cell", "cell", query_pos=70, key_pos=61)  # a click inside the window
+    assert at.session_state["view"].query == 70 and "Who attends to '61: the'" in titles(at)
+
+
+def test_word_level_keeps_the_query_outlined_and_a_word_click_sets_its_first_token():
+    at = open_app(text="Xiaohong was hungry", query=4)  # [CLS] xiao ##hong was hungry [SEP]: 4 is "hungry"
+    at.toggle(key="w_words").set_value(True)
+    rerun(at)
+    spec = [s for s in specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
+    assert spec["encoding"]["y"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
+    assert spec["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 2)"
+    _click(at, "cell", "cell", query_pos=0, key_pos=1)  # the word "Xiaohong" (tokens 1, 2) on "was" (3)
+    assert at.session_state["view"].query == 1 and "Who attends to '3: was'" in titles(at)
+    spec = [s for s in specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
+    assert spec["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 0)"
+
+
+def test_a_decoder_column_leaves_out_the_queries_before_the_key():
+    at = open_app(model="smollm2", text="one two three four five", layer=0, head=0, query=4)
+    _click(at, "cell", "cell", query_pos=4, key_pos=2)
+    column = rows(at, "Who attends to '2: ")
+    assert sorted(r["query_pos"] for r in column) == [2, 3, 4]  # queries 0, 1 cannot see key 2: not drawn as 0
