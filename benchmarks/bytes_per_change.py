@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import re
 import statistics
 import subprocess
 import sys
@@ -123,12 +124,15 @@ def measure(browser, url: str, text: str, changes: int, detail: bool) -> tuple[d
     out = {kind: [] for kind in KINDS}
 
     page.goto(f"{url}/?text={urllib.parse.quote(text)}")
-    settle(page, frames, 0, "minilm: layer 1, head 2")
+    settle(page, frames, 0, None)
     page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3", timeout=60_000)
     out["open page"].append((frames.received, frames.sent))
 
     sidebar = page.locator("[data-testid=stSidebar] [data-testid=stSlider]")
-    layer, head = 0, 0
+    # where the page opened (a text with a question opens on the head that answers it)
+    title = page.get_by_role("heading", name=re.compile(r"^minilm: layer \d+, head \d+$")).first.inner_text()
+    opened = re.fullmatch(r"minilm: layer (\d+), head (\d+)", title.strip())
+    layer, head = int(opened.group(1)), int(opened.group(2))
     for kind, steps in (("head change", changes), ("layer change", min(changes, 5))):
         slider = sidebar.filter(has_text=kind.split()[0].title()).get_by_role("slider")
         for _ in range(steps):

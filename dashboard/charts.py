@@ -170,7 +170,40 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
     return chart
 
 
-MULTIPLES_FLOOR = 0.01  # small multiples: cells under this weight are not drawn (1 % of the darkest blue: white)
+MULTIPLES_PX = 96  # a small multiple's side, about: each token's cell is 96 // n pixels (at least 1)
+WHITE, DARK = np.array([255.0, 255.0, 255.0]), np.array([8.0, 81.0, 156.0])  # the ends of BLUE
+
+
+def weight_image(weights: np.ndarray, causal: bool = False, cell: int = 1) -> str:
+    """One head's ``[n, n]`` weights as a PNG data URL: each weight a ``cell``-pixel square on :data:`BLUE`'s scale
+    (white 0 to dark blue 1, as the heatmap), a decoder's future left white. What a small multiple draws."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    w = np.clip(np.nan_to_num(weights.astype(np.float64)), 0.0, 1.0)
+    if causal:
+        w = np.tril(w)
+    levels = np.rint(w * 255).astype(np.uint8)  # 256 steps of the ramp: a palette image, one byte a pixel
+    picture = Image.fromarray(np.repeat(np.repeat(levels, cell, axis=0), cell, axis=1), "P")
+    ramp = WHITE + np.linspace(0.0, 1.0, 256)[:, None] * (DARK - WHITE)  # the same linear rgb ramp as BLUE
+    picture.putpalette(np.rint(ramp).astype(np.uint8).ravel().tolist())
+    buf = io.BytesIO()
+    picture.save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def image_weights(url: str, cell: int = 1) -> np.ndarray:
+    """The weights a :func:`weight_image` shows, read back from its pixels (to 1/255 of the colour ramp)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"), dtype=float)
+    red = pixels[::cell, ::cell, 0]
+    return (WHITE[0] - red) / (WHITE[0] - DARK[0])
 
 
 def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, columns: int = 6, start: int = 0,
@@ -179,55 +212,37 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, colum
     of the text, a window of a long input), to spot the patterns side by side, titled ``layer.head``; head
     ``selected`` is outlined, and a click on a head selects it (the selection ``head``, its ``layer.head`` name).
 
-    Every cell travels, but Vega draws only those of weight at least :data:`MULTIPLES_FLOOR` (a lighter cell is
-    white to the eye anyway, on white): that is most of the drawing a layer change costs the browser, and a head
-    of a few cells each row draws in a fraction of the time."""
+    Each head travels and is drawn as one small picture (:func:`weight_image`, the heatmap's colours), not as n²
+    marks: twelve images are a few kilobytes and draw at once, where 12·n² rectangles took the browser most of a
+    layer change; the exact weights are in the heatmap above (hover) and in its CSV."""
     h, n, _ = weights.shape
     names = [f"{layer}.{head}" for head in range(h)]
-    hh, q, k = np.meshgrid(np.arange(h), np.arange(n), np.arange(n), indexing="ij")
-    frame = pd.DataFrame({"head": np.asarray(names, dtype=object)[hh.ravel()], "query_pos": q.ravel() + start,
-                          "key_pos": k.ravel() + start, "weight": weights.astype(float).ravel()})
-    if causal:
-        frame = frame[frame["key_pos"] <= frame["query_pos"]]
-    cell = max(1, 96 // n)
-    positions = list(range(start, start + n))  # fixed: the cells not drawn do not shift the others
-    pick = alt.selection_point(name="head", fields=["head"], on="click", clear=False)
+    cell = max(1, MULTIPLES_PX // n)
     edge = n * cell
-    panel = (  # one clear rectangle a head, over its cells: it takes the click wherever it lands in the panel
+    frame = pd.DataFrame({"head": names, "url": [weight_image(weights[i], causal, cell) for i in range(h)],
+                          "tokens": f"{start}–{start + n - 1}", "peak": weights.reshape(h, -1).max(1).astype(float)})
+    pick = alt.selection_point(name="head", fields=["head"], on="click", clear=False)
+    image = (
         alt.Chart()
-        .transform_aggregate(cells="count()", groupby=["head"])
-        .mark_rect(fill="transparent", cursor="pointer")
-        .encode(x=alt.value(0), x2=alt.value(edge), y=alt.value(0), y2=alt.value(edge))
+        .mark_image(width=edge, height=edge, align="left", baseline="top", cursor="pointer")
+        .encode(x=alt.value(0), y=alt.value(0), url="url:N",
+                tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"), alt.Tooltip("peak:Q", format=".3f")])
         .add_params(pick)
     )
-    cells = (
-        alt.Chart()
-        .transform_filter(alt.datum.weight >= MULTIPLES_FLOOR)
-        .mark_rect()
-        .encode(
-            x=alt.X("key_pos:O", axis=None, scale=alt.Scale(domain=positions)),
-            y=alt.Y("query_pos:O", axis=None, scale=alt.Scale(domain=positions)),
-            color=alt.Color("weight:Q", scale=BLUE, legend=None),
-            # no tooltip (each panel is titled with its head): Streamlit evaluates Vega's expressions with an
-            # interpreter (no eval), per cell, and a tooltip of four formatted fields was a third of what a layer
-            # change cost the browser
-        )
-    )
-    layers = [cells, panel]
-    if selected is not None:  # one rectangle around the selected head's panel
+    layers = [image]
+    if selected is not None:  # one rectangle along the edge of the selected head's picture
         layers.append(
             alt.Chart()
             .transform_filter(alt.datum.head == names[selected])
-            .transform_aggregate(cells="count()", groupby=["head"])
-            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
-            .encode(x=alt.value(-2), x2=alt.value(edge + 2), y=alt.value(-2), y2=alt.value(edge + 2))
+            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3)
+            .encode(x=alt.value(1.5), x2=alt.value(edge - 1.5), y=alt.value(1.5), y2=alt.value(edge - 1.5))
         )
     return (
-        alt.layer(*layers, data=compact(frame))
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        alt.layer(*layers, data=frame)
+        .properties(width=edge, height=edge)
         .facet(facet=alt.Facet("head:N", sort=names, title=None, header=alt.Header(labelFontSize=12)),
                columns=columns)
-        .properties(usermeta=CANVAS)
+        .configure_view(stroke="#dddddd")
     )
 
 

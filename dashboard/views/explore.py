@@ -33,11 +33,11 @@ def _took_click(name: str) -> None:
     st.session_state[f"{CLICKS}_{name}"] = st.session_state.get(f"{CLICKS}_{name}", 0) + 1
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _multiples(inp: data.Input, layer: int, window: tuple[int, int], causal: bool):
-    """The layer's small multiples over the heatmap's window: the same chart whichever head is selected (so a head
-    change sends it as a cached reference and the browser does not draw it again), built once a layer."""
-    return charts.layer_multiples(data.layer(inp, layer, window), layer, causal, start=window[0])
+@st.cache_data(max_entries=32, show_spinner=False)
+def _multiples(inp: data.Input, layer: int, window: tuple[int, int], causal: bool, head: int):
+    """The layer's small multiples over the heatmap's window, the selected head outlined: twelve small pictures, a
+    few kilobytes, so a head change sends them again at little cost."""
+    return charts.layer_multiples(data.layer(inp, layer, window), layer, causal, start=window[0], selected=head)
 
 
 def _window(n: int) -> tuple[int, int]:
@@ -138,8 +138,8 @@ def render(ctx: ui.Context) -> None:
 
     st.subheader(f"Every head of layer {v.layer}")
     shown = f" Tokens {lo}–{hi - 1} of {n}, the heatmap's window." if hi - lo < n else ""
-    st.caption(f"Head {v.layer}.{v.head} is the one above; click another to open it." + shown)
-    picked = ui.chart(_multiples(ctx.inp, v.layer, (lo, hi), info.causal), on_select=_open_head,
+    st.caption(f"Head {v.layer}.{v.head}, outlined, is the one above; click another to open it." + shown)
+    picked = ui.chart(_multiples(ctx.inp, v.layer, (lo, hi), info.causal, v.head), on_select=_open_head,
                       selection_mode="head", key=_key("heads"))
     if _open_head(picked):  # a selection the callback has not taken (AppTest sets one without a click)
         st.rerun()

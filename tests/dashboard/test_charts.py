@@ -53,14 +53,16 @@ def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
     assert spec["encoding"]["x"]["sort"] == ["0: a", "1: b", "2: c"]
 
 
-def test_layer_multiples_facet_every_head():
+def test_layer_multiples_facet_every_head_as_a_picture_of_its_weights():
     w = np.random.default_rng(0).random((4, 3, 3))
     spec = charts.layer_multiples(w, layer=2, causal=True).to_dict()
     assert spec["facet"]["sort"] == ["2.0", "2.1", "2.2", "2.3"]
     rows = _rows(spec)
-    assert len(rows) == 4 * 6  # the causal future left out
-    got = {(r["head"], r["query_pos"], r["key_pos"]): r["weight"] for r in rows}
-    assert got[("2.3", 2, 1)] == pytest.approx(w[3, 2, 1])
+    assert [r["head"] for r in rows] == ["2.0", "2.1", "2.2", "2.3"]  # one picture a head, not n² cells
+    shown = charts.image_weights(rows[3]["url"], cell=32)  # 96 // 3 pixels a token
+    assert np.abs(shown - np.tril(w[3])).max() <= 1 / 240  # the heatmap's colours, to one step of 8 bits
+    assert shown[0, 2] == 0.0  # the causal future is white
+    assert rows[3]["peak"] == pytest.approx(w[3].max())
 
 
 def test_parity_heatmap_outlines_heads_over_tolerance():
@@ -246,14 +248,11 @@ def test_query_bars_of_a_window_keep_positions_and_the_querys_name():
 
 def test_layer_multiples_outline_the_selected_head_and_answer_clicks():
     w = np.full((3, 4, 4), 0.25)
-    w[1, :, 0] = 0.001  # under the floor: shipped, not drawn
     spec = charts.layer_multiples(w, layer=5, start=20, selected=1).to_dict()
-    assert [p["name"] for p in spec["params"]] == ["head"] and spec["usermeta"]["embedOptions"]["renderer"] == "canvas"
-    cells, panel, outline = spec["spec"]["layer"]
-    assert panel["mark"] == {"type": "rect", "fill": "transparent", "cursor": "pointer"}  # over the cells: the click
-    assert cells["transform"] == [{"filter": f"(datum.weight >= {charts.MULTIPLES_FLOOR})"}]
-    assert cells["encoding"]["x"]["scale"]["domain"] == [20, 21, 22, 23]  # fixed: cells left out do not shift
+    assert [p["name"] for p in spec["params"]] == ["head"]
+    assert spec["params"][0]["select"] == {"type": "point", "fields": ["head"], "on": "click", "clear": False}
+    image, outline = spec["spec"]["layer"]
+    assert image["mark"]["type"] == "image" and spec["params"][0]["views"] == [image["name"]]  # a click on a picture
     assert outline["transform"][0] == {"filter": "(datum.head === '5.1')"} and outline["mark"]["stroke"] == "#e6550d"
-    rows = _rows(spec)
-    assert len(rows) == 3 * 16 and {r["query_pos"] for r in rows} == {20, 21, 22, 23}
-    assert len(charts.layer_multiples(w, layer=5).to_dict()["spec"]["layer"]) == 2  # no head selected: no outline
+    assert {r["tokens"] for r in _rows(spec)} == {"20–23"}
+    assert len(charts.layer_multiples(w, layer=5).to_dict()["spec"]["layer"]) == 1  # no head selected: no outline
