@@ -418,47 +418,6 @@ def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None 
     )
 
 
-def step_bars(tokens: list[str], steps: dict[str, np.ndarray], query: int) -> alt.Chart:
-    """The Q/K/V steps for one query: one bar chart per step (raw score, scaled, softmax weight), keys
-    in text order, masked keys left out."""
-    keys = labels(tokens)
-    frames = [pd.DataFrame({"step": name, "key": keys, "key_pos": np.arange(len(keys)), "value": np.asarray(v, float)})
-              for name, v in steps.items()]
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame[np.isfinite(frame["value"])]
-    return (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("key:N", sort=keys, title=None, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
-            y=alt.Y("value:Q", title=None),
-            color=alt.condition(alt.datum.key_pos == query, alt.value(HIGHLIGHT), alt.value("#08519c")),
-            tooltip=[alt.Tooltip("step:N"), alt.Tooltip("key:N"), alt.Tooltip("value:Q", format=".6f")],
-        )
-        .properties(width=alt.Step(_step(len(tokens))), height=140)
-        .facet(row=alt.Row("step:N", sort=list(steps), title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
-        .resolve_scale(y="independent")
-    )
-
-
-def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
-    """Vectors as rows of coloured cells (q, and each k or v), diverging around 0."""
-    frame = pd.concat([pd.DataFrame({"vector": name, "dim": np.arange(len(v)), "value": np.asarray(v, float)})
-                       for name, v in rows.items()], ignore_index=True)
-    top = float(np.abs(frame["value"]).max()) or 1.0
-    return (
-        alt.Chart(frame, title=title)
-        .mark_rect()
-        .encode(
-            x=alt.X("dim:O", title="dimension", axis=alt.Axis(labels=False, ticks=False)),
-            y=alt.Y("vector:N", sort=list(rows), title=None, axis=alt.Axis(labelOverlap=False)),
-            color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", domain=[-top, top], reverse=True), title="value"),
-            tooltip=[alt.Tooltip("vector:N"), alt.Tooltip("dim:O"), alt.Tooltip("value:Q", format=".5f")],
-        )
-        .properties(width=alt.Step(8), height=alt.Step(16))
-    )
-
-
 def generation_band(queries: list[str], keys: list[str], band: np.ndarray, step: int, start: int = 0) -> alt.Chart:
     """One head through a generation: row s is the attention of the token step s fed (``queries[s]``) over
     the text's tokens (``keys``, from position ``start``), ``band`` ``[steps, len(keys)]``; keys a step

@@ -135,21 +135,6 @@ def test_cost_chart_draws_the_quadratic_curve():
     assert spec["encoding"]["x"]["scale"]["type"] == "log"
 
 
-def test_step_bars_leave_masked_keys_out_and_highlight_the_query():
-    steps = {"q·k": np.array([1.0, 2.0, np.nan]), "softmax weight": np.array([0.27, 0.73, np.nan])}
-    spec = charts.step_bars(["a", "b", "c"], steps, query=1).to_dict()
-    rows = _rows(spec)
-    assert len(rows) == 4 and {r["key"] for r in rows} == {"0: a", "1: b"}
-    assert spec["facet"]["row"]["sort"] == ["q·k", "softmax weight"]
-    assert spec["resolve"]["scale"]["y"] == "independent"
-
-
-def test_vectors_heatmap_is_symmetric_around_zero():
-    spec = charts.vectors_heatmap({"q": np.array([1.0, -3.0]), "k": np.array([0.5, 2.0])}, "vectors").to_dict()
-    assert spec["encoding"]["color"]["scale"]["domain"] == [-3.0, 3.0]
-    assert spec["encoding"]["y"]["sort"] == ["q", "k"]
-
-
 def test_generation_band_blanks_what_a_step_could_not_see_and_outlines_the_step():
     band = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # step 0 saw 2 tokens, step 1 saw 3
     spec = charts.generation_band(["was", " the"], ["she", " was", " the"], band, step=1).to_dict()
