@@ -232,6 +232,7 @@ def _importance(ctx: ui.Context, rows, label: str):
             return rows
         finally:
             bar.empty()
+        st.rerun()  # drawn again without the button
     table = data.importance_table(*args)
     gradient = str(table["label"].iloc[0])
     chart = charts.head_grid(table, gradient, m.n_layers, m.n_heads, selected=(v.layer, v.head))
