@@ -231,11 +231,14 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
         words = _word_tokens(ctx)
         mapped = len(words) <= len(names)
         row = next((i for i, tokens in enumerate(words) if query in tokens), None) if mapped else None
-        chart = charts.attention_heatmap(names[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
+        # each word also carries the number the query picker gives its first token: "7: she (10)"
+        numbered = [f"{name} ({words[i][0]})" if mapped and i < len(words) else name for i, name in enumerate(names)]
+        chart = charts.attention_heatmap(numbered[: charts.MAX_CELLS], matrix[: charts.MAX_CELLS, : charts.MAX_CELLS],
                                          title + " (words)", causal=info.causal, query=row, clickable=mapped)
         shown = f"the first {charts.MAX_CELLS} of {len(names)} words · " if len(names) > charts.MAX_CELLS else ""
-        where = (f"the query token's word, {row}: {ui.safe(names[row])}, is outlined; click a word to follow it · "
-                 if row is not None else "")
+        where = (f"the query token's word, {row}: {ui.safe(names[row])} (token {query} in the query picker), is "
+                 "outlined; words are numbered in order, with their first token's number in brackets; click a word "
+                 "to follow it · " if row is not None else "")
         st.caption(f"{shown}{where}special tokens left out, so a row sums to what that word gives the other words; "
                    "the bar charts below stay at token level")
         frame = charts.attention_frame(names, matrix, info.causal)

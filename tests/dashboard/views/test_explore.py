@@ -87,7 +87,7 @@ def test_word_level_keeps_the_query_outlined_and_a_word_click_sets_its_first_tok
     at.toggle(key="w_words").set_value(True)
     rerun(at)
     spec = [s for s in specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
-    assert spec["encoding"]["y"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
+    assert spec["encoding"]["y"]["sort"] == ["0: Xiaohong (1)", "1: was (3)", "2: hungry (4)"]  # picker's numbers
     assert spec["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 2)"
     _click(at, "cell", "cell", query_pos=0, key_pos=1)  # the word "Xiaohong" (tokens 1, 2) on "was" (3)
     assert at.session_state["view"].query == 1 and "Who attends to '3: was'" in titles(at)

@@ -52,7 +52,7 @@ def test_word_level_toggle_merges_pieces():
     at.toggle(key="w_words").set_value(True)
     _rerun(at)
     spec = [s for s in _specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
-    assert spec["encoding"]["x"]["sort"] == ["0: Xiaohong", "1: was", "2: hungry"]
+    assert spec["encoding"]["x"]["sort"] == ["0: Xiaohong (1)", "1: was (3)", "2: hungry (4)"]  # (the picker's token)
 
 
 def test_bertviz_views_are_embedded_and_capped():
