@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,3 +58,40 @@ def offline_page(browser):
     page = browser.new_page()
     page.route("**/*", lambda r: r.abort() if r.request.url.startswith("http") else r.continue_())
     return page
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def app_server(log_dir: Path):
+    """``streamlit run dashboard/serve.py`` (what ``make app`` runs) on a free loopback port, offline; yields its
+    URL once the health check answers, and stops the server after (its output in ``log_dir/server.log``)."""
+    port = free_port()
+    log = log_dir / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "serve.py"), "--server.port", str(port),
+             "--server.headless", "true", "--server.address", "127.0.0.1"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

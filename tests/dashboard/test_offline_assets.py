@@ -6,17 +6,11 @@ PROBES_REQUIRE_BROWSER=1."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import launch, sync_playwright
+from browser import app_server, launch, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
@@ -24,36 +18,10 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 LOCAL_SCHEMES = {"data", "blob", "about"}  # inline images and fonts, never a request on the network
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "serve.py"), "--server.port", str(port),
-             "--server.headless", "true", "--server.address", "127.0.0.1"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def outside(urls: list[str]) -> list[str]:
