@@ -139,7 +139,7 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
     computed from the same sentences, model, options and code), written atomically with the model's name."""
     from pathlib import Path
 
-    from ..heads.profile import _check_format, _checkpoint, _digest, _write, report_bad, with_model, write_table
+    from ..heads.profile import _check_format, _checkpoint, _digest, checkpointed, report_bad, with_model, write_table
     from ..heads.registry import read_items
     from ..heads.registry import texts as texts_of
 
@@ -152,22 +152,8 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
               "options": _digest(["importance", checkpoint_every, projections, ablation])}
     folder = _checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
     bar = progress_factory(len(texts), "importance") if progress_factory else None
-    parts = []
-    try:
-        for index, start in enumerate(range(0, len(texts), checkpoint_every)):
-            chunk = texts[start:start + checkpoint_every]
-            path = folder / f"chunk-{index:05d}.csv"
-            if path.is_file():  # done before an interruption: not recomputed
-                parts.append(pd.read_csv(path))
-                if bar:
-                    bar.update(len(chunk))
-                continue
-            part = importance_sums(model, chunk, batch_size, projections, ablation, bar.update if bar else None)
-            _write(path, part.to_csv(index=False).encode())
-            parts.append(part)
-    finally:
-        if bar:
-            bar.close()
+    parts = checkpointed(folder, texts, checkpoint_every, lambda chunk, step: importance_sums(
+        model, chunk, batch_size, projections, ablation, step), bar)
     frame = with_model(finish(parts), model)
     write_table(frame, out)
     import shutil

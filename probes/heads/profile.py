@@ -250,6 +250,29 @@ def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: 
                    f"instead):\n{shown}{more}")
 
 
+def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None) -> list[pd.DataFrame]:
+    """Each chunk of ``every`` items through ``compute(chunk, step)`` (``step(n)``: n items done) -> a DataFrame,
+    written atomically to ``folder/chunk-NNNNN.csv``; a chunk whose file is there already (a run that was
+    interrupted) is read back, not recomputed. ``bar`` (tqdm-like: update, close) counts the items."""
+    parts = []
+    try:
+        for index, start in enumerate(range(0, len(items), every)):
+            chunk = items[start:start + every]
+            path = folder / f"chunk-{index:05d}.csv"
+            if path.is_file():  # done before an interruption: not recomputed
+                parts.append(pd.read_csv(path))
+                if bar:
+                    bar.update(len(chunk))
+                continue
+            part = compute(chunk, bar.update if bar else None)
+            _write(path, part.to_csv(index=False).encode())
+            parts.append(part)
+    finally:
+        if bar:  # closed before any error is printed, so the message starts its own line
+            bar.close()
+    return parts
+
+
 def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
                  notify, strict) -> pd.DataFrame:
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint),
@@ -258,23 +281,9 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     items = probe.items(data, limit)
     _bad_items(name, data or probe.default_data, items, out, strict, notify)
     folder = _checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
-    chunks = [items[i:i + checkpoint_every] for i in range(0, len(items), checkpoint_every)]
     bar = progress_factory(len(items), name) if progress_factory else None
-    parts = []
-    try:
-        for index, chunk in enumerate(chunks):
-            path = folder / f"chunk-{index:05d}.csv"
-            if path.is_file():  # done before an interruption: not recomputed
-                parts.append(pd.read_csv(path))
-                if bar:
-                    bar.update(len(chunk))
-                continue
-            part = run_chunk(probe, model, chunk, batch_size, backend, bar.update if bar else None)
-            _write(path, part.to_csv(index=False).encode())
-            parts.append(part)
-    finally:
-        if bar:  # closed before any error is printed, so the message starts its own line
-            bar.close()
+    parts = checkpointed(folder, items, checkpoint_every,
+                         lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar)
     result = probe.combine(parts, items)
     if result.empty:
         raise NothingToScore(f"{name}: nothing to score in the {len(items)} usable item(s) of "
