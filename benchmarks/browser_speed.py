@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from browser import ARGS, chromium_path  # noqa: E402  (tests/browser.py: the system Chromium)
 from load_test import TEXT, start_server  # noqa: E402
-from report import publish  # noqa: E402
+from report import publish, section  # noqa: E402
 
 GOAL_MS = 300.0
 KINDS = ("head", "layer", "query")
@@ -223,16 +223,6 @@ def table(results: dict[str, list[dict]]) -> list[str]:
                      f"{statistics.median(r['idle'] for r in got):.0f} | "
                      f"{statistics.median(r['charts'] for r in got):.0f} |")
     return lines
-
-
-def section(text: str, label: str) -> list[str]:
-    """The lines of the block that starts with ``label:`` in a saved result (up to a blank line), or []."""
-    lines = text.splitlines()
-    begin = next((i for i, line in enumerate(lines) if line.startswith(f"{label}:")), None)
-    if begin is None:
-        return []
-    end = next((i for i in range(begin, len(lines)) if not lines[i].strip()), len(lines))
-    return lines[begin:end]
 
 
 def side_by_side(before: list[str], after: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from load_test import IDLE, TEXT as TEXT_40, start_server  # noqa: E402  (load_test puts tests/ on the path)
 from browser import ARGS, chromium_path  # noqa: E402
+from report import section  # noqa: E402
 
 TEXT_116 = TEXT_40 + (
     " When they reached the village, the baker was closing his shop, so Xiaohong bought the last two loaves of "
@@ -180,16 +181,6 @@ def table(results: dict[int, dict]) -> list[str]:
             lines.append(f"| {tokens} | {kind} | {len(got)} | {kb(statistics.median(received))} | "
                          f"{kb(max(received))} | {kb(statistics.median(s for _, s in got))} |")
     return lines
-
-
-def section(text: str, label: str) -> list[str]:
-    """The lines of the block that starts with ``label:`` in a saved result (up to a blank line), or []."""
-    lines = text.splitlines()
-    begin = next((i for i, line in enumerate(lines) if line.startswith(f"{label}:")), None)
-    if begin is None:
-        return []
-    end = next((i for i in range(begin, len(lines)) if not lines[i].strip()), len(lines))
-    return lines[begin:end]
 
 
 def side_by_side(before: list[str], after: list[str]) -> list[str]:
