@@ -21,7 +21,9 @@ Chunks of items give sums (:func:`importance_sums`) that add up exactly; :func:`
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -124,8 +126,6 @@ def importance(model, texts: Sequence[str], batch_size: int = 8, projections: in
 def code_version() -> str:
     """A digest of the code importance is computed by (this package, the from-scratch networks): a checkpoint
     written by other code is not reused."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parent.parent
     files = sorted((root / "effects").glob("*.py")) + sorted((root / "scratch").glob("*.py"))
     return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:16]
@@ -137,8 +137,6 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
     """``python -m probes importance``: the table over ``data``'s sentences (the first ``limit``), checkpointed
     every ``checkpoint_every`` items under ``OUT.partial/`` like ``profile`` (a rerun resumes from the chunks
     computed from the same sentences, model, options and code), written atomically with the model's name."""
-    from pathlib import Path
-
     from ..heads.profile import _check_format, _checkpoint, _digest, checkpointed, report_bad, with_model, write_table
     from ..heads.registry import read_items
     from ..heads.registry import texts as texts_of
@@ -156,7 +154,5 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
         model, chunk, batch_size, projections, ablation, step), bar)
     frame = with_model(finish(parts), model)
     write_table(frame, out)
-    import shutil
-
     shutil.rmtree(out.with_name(out.name + ".partial"), ignore_errors=True)
     return frame
