@@ -102,12 +102,9 @@ class Clean:
     out: Outputs
 
 
-def clean_pass(model, text: str, keep_z: bool = False, truncate: bool = False) -> Clean:
-    enc = model.encode(text, truncate=truncate)
-    if enc.input_ids.shape[1] == 0:
-        raise EmptyInput("the text has no tokens: type a sentence")
-    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=lm_measures(model), keep_z=keep_z,
-                                                             keep_inputs=True))
+def clean_pass(model, text: str, truncate: bool = False) -> Clean:
+    enc = model.encode(text, truncate=truncate)  # an empty text is refused here (EmptyInput)
+    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=lm_measures(model), keep_inputs=True))
 
 
 def lm_measures(model) -> bool:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import BadOption, EmptyInput
+from ..errors import BadOption
 from ..scratch import build, outputs
+from .ablation import check_position, lm_measures
 
 
 @dataclass
@@ -56,17 +57,14 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
                       position: int | None = None) -> Attribution:
     """Each head's direct share of token ``target``'s logit (minus ``other``'s) at ``position`` (default: the last
     token, whose logits predict what comes next)."""
-    net = build(model)
-    if not model.is_causal or getattr(net, "unembedding", None) is None:
+    if not lm_measures(model):
         raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
                         "ablation effects on its hidden states instead")
-    enc = model.encode(text)
+    net = build(model)
+    enc = model.encode(text)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
-    if n == 0:
-        raise EmptyInput("the text has no tokens: type a sentence")
+    check_position(position, n)
     position = n - 1 if position is None else position
-    if not 0 <= position < n:
-        raise BadOption(f"token {position} is outside the text's {n} tokens (0–{n - 1})")
     vocab = net.unembedding.shape[0]
     for t in (target, other):
         if t is not None and not 0 <= t < vocab:
@@ -78,14 +76,13 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
             u = u - net.unembedding[other].double()
         frozen, bias = net.final_norm(got.residual[0, position])
         shares = []
+        rest_part = got.residual[0, position].double()  # the residual, less every head's write below
         for layer, z in enumerate(got.z):
             w_o, _b = net.head_out(layer)  # [H, d, D]
             parts = torch.einsum("hd,hdD->hD", z[0, :, position].double(), w_o.double())  # each head's write
             shares.append(frozen(parts) @ u)
+            rest_part = rest_part - parts.sum(0)
         heads = torch.stack(shares)  # [layers, H]
-        rest_part = got.residual[0, position].double() - sum(
-            torch.einsum("hd,hdD->D", z[0, :, position].double(), net.head_out(layer)[0].double())
-            for layer, z in enumerate(got.z))
         rest = frozen(rest_part) @ u + (bias.double() @ u if bias is not None else 0.0)
         logit = got.logits[0, position, target].double()
         if other is not None:
