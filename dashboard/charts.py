@@ -266,12 +266,12 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     ticks = sorted({low, 1e-7, 1e-5, high, tolerance})
     rect = base.mark_rect().encode(
         color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[low, high], scheme="orangered", clamp=True),
-                        legend=alt.Legend(values=ticks, format=".0e", title=["max |Δ|", f"tolerance {tolerance:.0e}"])),
+                        legend=alt.Legend(values=ticks, format=".2~e", title=["max |Δ|", f"tolerance {tolerance:.2g}"])),
         tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("difference:N", title="max |Δ|"),
                  alt.Tooltip("within:N", title="within tolerance")],
     )
     failed = base.transform_filter("!datum.within").mark_rect(fill=None, stroke="#cb181d", strokeWidth=2)
-    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.0e}; red outline: "
+    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.2g}; red outline: "
                      "above it)").properties(width=alt.Step(28), height=alt.Step(28))
 
 

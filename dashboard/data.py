@@ -25,6 +25,7 @@ from probes.tokens import unknown_tokens
 MODELS_LOADED = 2
 TRACES_KEPT = 6
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
+PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)
 
 
 def setting(name: str) -> str:
@@ -224,9 +225,49 @@ def parity_report(inp: Input) -> parity.ParityReport:
     """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
     with the chosen backend (eager when the page shows Hugging Face). Both are the traces the pages
     use (``trace``, cached), so the one the page already made is not run again."""
-    backend = inp.backend if inp.source == "scratch" else "eager"
     return parity.compare(trace(replace(inp, source="hf", backend="eager")),
-                          trace(replace(inp, source="scratch", backend=backend)))
+                          trace(replace(inp, source="scratch", backend=parity_backend(inp))))
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A float64 parity check of one input: our pass and Hugging Face's, both on a float64 copy of the model."""
+
+    passed: bool
+    backend: str  # the kernel that ran on our side
+    attention_max_abs_diff: float
+    hidden_max_rel_diff: float
+    logits_max_rel_diff: float | None
+    tolerance: dict
+
+
+PROOFS = "float64_proofs"  # session key: the inputs proven in float64 this session (the badge reads it)
+
+
+def parity_backend(inp: Input) -> str:
+    """The backend parity checks on our side: the chosen one when the page shows our pass, else eager."""
+    return inp.backend if inp.source == "scratch" else "eager"
+
+
+def prove_parity(inp: Input) -> Proof:
+    """Run the float64 check of this input (a float64 copy of the model, built and dropped: 1 GiB for SmolLM2;
+    a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session."""
+    r = parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
+                     dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+    proof = Proof(r.passed, r.backend, r.attention_max_abs_diff, r.hidden_max_rel_diff, r.logits_max_rel_diff,
+                  r.tolerance)
+    st.session_state.setdefault(PROOFS, {})[_checked(inp)] = proof
+    return proof
+
+
+def proof_of(inp: Input) -> Proof | None:
+    """This input's float64 check, if it was run this session."""
+    return st.session_state.get(PROOFS, {}).get(_checked(inp))
+
+
+def _checked(inp: Input) -> Input:
+    """What a parity check of ``inp`` runs on our side (the key of its proof)."""
+    return replace(inp, source="scratch", backend=parity_backend(inp))
 
 
 def sentence_b_start(inp: Input) -> int | None:
@@ -303,7 +344,6 @@ def pair_head(name: str, text_a: str, text_b: str, query: str, key: str, layer: 
 # -- Generate ------------------------------------------------------------------------------------
 
 GENERATIONS_KEPT = 4
-PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make the proof's float64 copy of SmolLM2 (1 GiB)
 
 
 @dataclass(frozen=True)

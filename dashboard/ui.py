@@ -118,10 +118,14 @@ def parity_badge(inp: data.Input, container=st) -> None:
     except probes.ProbesError:
         return
     worst = report.attention_max_abs_diff
-    if report.passed:
-        container.badge(f"Parity PASS · max |Δ| {worst:.1e}", icon=":material/check_circle:", color="green")
+    proof = data.proof_of(inp)  # the float64 check, when it was run on this input
+    proven = "" if proof is None else " · proven in float64" if proof.passed else " · float64 FAIL"
+    if report.passed and (proof is None or proof.passed):  # the verdict reads the scaled figures, never a raw one
+        icon = ":material/verified:" if proof else ":material/check_circle:"
+        container.badge(f"Parity PASS · max |Δ| {worst:.1e}{proven}", icon=icon, color="green")
     else:
-        container.badge(f"Parity FAIL · max |Δ| {worst:.1e}", icon=":material/error:", color="red")
+        verdict = "PASS" if report.passed else "FAIL"
+        container.badge(f"Parity {verdict} · max |Δ| {worst:.1e}{proven}", icon=":material/error:", color="red")
 
 
 def chart(chart: alt.TopLevelMixin, container=st, **kwargs):

@@ -14,6 +14,7 @@ import numpy as np
 
 from .heads.engine import word_attention
 from .models import Model
+from .precision import upcast
 from .tokens import align_to_words, word_spans
 from .trace import Trace
 
@@ -177,7 +178,7 @@ def query_weights(trace: Trace, query: int, keys: list[int], item: int = 0) -> t
 
 def _query_rows(trace: Trace, query: int, item: int) -> list:
     """The query token's attention row in every head of every layer: one ``[heads, n]`` tensor per layer."""
-    return [trace.attention(layer, item=item, rows=[query])[:, 0].float() for layer in range(trace.n_layers)]
+    return [upcast(trace.attention(layer, item=item, rows=[query])[:, 0]) for layer in range(trace.n_layers)]
 
 
 def _on_keys(rows: list, keys: list[int]) -> np.ndarray:

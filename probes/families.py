@@ -63,6 +63,8 @@ class Family:
     pairs: bool = False  # takes a second sentence
     positions: str = "absolute"  # "absolute" (learned table) or "rotary"
     refuse_at_load: Callable[[object, str], None] | None = None  # options even the HF view gets wrong
+    # why Hugging Face's code for this config cannot run in float64 (None: it can), for the float64 proof
+    float64_refused: Callable[[object], str | None] = lambda config: None
     implemented: str = ""  # README: the config options the network implements
     refused: str = ""  # README: the ones it refuses by name
     examples: tuple[str, ...] = field(default=())  # hub ids, for the model menu and README

@@ -14,15 +14,40 @@ keeps: Hugging Face's own q, k and v and one logsumexp per query row, and any he
 back as exp(q·kᵀ·scale − lse) from Hugging Face's q and k: the same numbers up to float32 rounding (a
 few 1e-6 at most in the tests, under the parity tolerance of 1e-5; the Trace's note says so). Without a
 budget (the default) every probability is kept, as before.
+
+**float64.** A model cast to float64 (:meth:`probes.models.Model.cast`) is the proof that our pass is the
+same function as Hugging Face's. Some of Hugging Face's code pins a step to float32 whatever the model's
+dtype (Llama's RMSNorm variance, its rotary angles, its eager softmax): those steps would round a float64
+pass to float32 and hide any difference below ~1e-7. :class:`KeepFloat64` runs the same code with a float64
+tensor never cast down to float32, so every step of the reference is float64.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .families import Capture
 from .scratch.attention import Spec, attention_bytes, row_logsumexp
 from .trace import Trace
+
+
+class KeepFloat64(TorchFunctionMode):
+    """Within it nothing becomes float32: ``.float()``, ``.to(torch.float32)``, ``.type(torch.float32)`` and a
+    ``dtype=torch.float32`` argument (``softmax``'s, a buffer made with ``torch.empty``) give float64 instead;
+    everything else runs as written."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.float:
+            func = torch.Tensor.double
+        elif func in (torch.Tensor.to, torch.Tensor.type):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        if kwargs.get("dtype") is torch.float32:
+            kwargs["dtype"] = torch.float64
+        return func(*args, **kwargs)
 
 
 def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None) -> Trace:
@@ -40,7 +65,8 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     size = attention_bytes(model, enc)
     # over the budget, and with the family's hooks (without them there is no q and k to recover from)
     lazy = attention_budget is not None and size > attention_budget and family is not None
-    with Capture() as cap, torch.inference_mode():
+    precise = KeepFloat64() if model.dtype == torch.float64 else contextlib.nullcontext()
+    with Capture() as cap, torch.inference_mode(), precise:
         if family:
             family.capture(model.hf, config, cap)
         # an encoder-decoder (T5, BART…): the encoder's self-attention over the text is the view

@@ -177,6 +177,26 @@ class Model:
         return next(self.hf.parameters()).device
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The precision the weights are held and both passes compute in (fp32 unless :meth:`cast`)."""
+        return next(self.hf.parameters()).dtype
+
+    def weight_bytes(self, dtype: torch.dtype | None = None) -> int:
+        """What the weights take in ``dtype`` (default: as held)."""
+        return sum(p.numel() for p in self.hf.parameters()) * (dtype or self.dtype).itemsize
+
+    def cast(self, dtype: torch.dtype) -> Model:
+        """A copy of this model whose weights (and both passes) are in ``dtype``: ``torch.float64`` is the proof
+        that two computations are the same function (:func:`probes.parity.check`). The weights are this
+        model's own values, so exactly the same numbers; the copy is not kept (a float64 SmolLM2 is 1 GiB)."""
+        if dtype == self.dtype:
+            return self
+        import copy
+
+        hf = copy.deepcopy(self.hf).to(dtype)  # tied weights stay tied; buffers (rotary frequencies) cast too
+        return replace(self, hf=hf, config=hf.config, _scratch=None, _scratch_problem=None, _fingerprint=None)
+
+    @property
     def scratch_problem(self) -> str | None:
         """Why the from-scratch path cannot run this model (None: it can). Decided once, when the model is
         loaded: the family has no record, or its network refuses a config option or leaves a weight unused."""

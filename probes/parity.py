@@ -3,14 +3,21 @@
 Two Traces of the same encoding are compared over real tokens only (padding rows and columns are
 left out): max |Δ| of the attention probabilities per layer and head, of the hidden states per
 layer, and of the logits. A lazy Trace (scratch ``sdpa``/``flash``) is compared through the
-probabilities it recovers from its logsumexp. The tolerances (fp32) live here and nowhere else.
+probabilities it recovers from its logsumexp. The tolerances live here and nowhere else.
 
-Hidden states are held to their tolerance *in units of the layer's scale*: max |Δ| divided by the
-largest |value| of that layer's reference hidden state when it exceeds 1 (so for states within ±1 it
-is the plain max |Δ|). Modern decoders carry a few "massive activations" in their residual stream
-(SmolLM2 reaches 27,000, where one fp32 step is 0.002): no kernel that sums in another order than
-Hugging Face's can match them to an absolute 1e-4, while a wrong layer is off by far more than 1e-4
-of the scale. ``hidden_max_abs_diff`` is reported beside it.
+**Two verdicts.** In float64 (``check(..., dtype="float64")``: Hugging Face's model cast, and ours) the two
+passes are the same function when they agree to ≤ 1e-10: no CPU's summation order moves a float64 result
+by more than ~1e-14, so this verdict holds on every machine. In fp32 (what the app shows) they differ by
+rounding, which depends on the CPU's vector kernels and thread count; each fp32 figure is judged against
+an error model, ``eps`` × the longest sum the figure went through, in units of the figure's own scale.
+
+**Scaled figures.** Hidden states and logits are held to their tolerance *in units of their scale*: max |Δ|
+divided by the largest |value| of the reference (that layer's hidden state; the logits) when it exceeds 1
+(so for values within ±1 it is the plain max |Δ|). Modern decoders carry "massive activations" in their
+residual stream (SmolLM2 reaches 27,000, where one fp32 step is 0.002) and logits in the tens: no kernel
+that sums in another order can match them to an absolute 1e-4, while a wrong layer is off by far more than
+1e-4 of the scale. The raw max |Δ| is reported beside each; the verdict reads only the scaled figure.
+Probabilities lie in [0, 1]: their scale is 1.
 """
 
 from __future__ import annotations
@@ -20,9 +27,51 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .errors import BadOption, UnsupportedModel
+from .precision import upcast
 from .trace import Trace
 
-TOLERANCES = {"attention": 1e-5, "hidden": 1e-4, "logits": 1e-4}
+EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7: one fp32 rounding, relative
+
+# fp32: two correct passes differ only where they sum in another order (another kernel, vector width or thread
+# count). Measured on minilm and SmolLM2, 42-261 tokens, ATEN_CPU_CAPABILITY default/avx2/avx512, 1-2 threads:
+# attention ≤ 7.7e-6 (≤ 0.3 of its bound), hidden ≤ 2.8e-6 and logits ≤ 3.0e-6 of their scale (≤ 0.03).
+TOLERANCES = {
+    # a probability (scale 1) is exp(s − lse), and lse sums the row's L keys: eps × L, never under eps × 128
+    # (1.5e-5, what the d_k ≤ 128 products of one score can round to): `attention_tolerance(L)`
+    "attention": EPS32 * 128,
+    # of the layer's scale: a layer's output sums up to ~840 products (D, d_mlp) per number: eps × 840 ≈ 1e-4
+    "hidden": 1e-4,
+    # of the logits' scale: a logit is one D-long dot product of the last hidden state, as above
+    "logits": 1e-4,
+}
+# float64: the same function computes the same numbers up to float64 rounding (measured ≤ 1.2e-14 on SmolLM2's
+# 30 layers, ≤ 2.5e-13 of the logits' scale); 1e-10 leaves 10⁴ of room and is still 10³ below fp32's 1.2e-7,
+# so a single fp32 step anywhere (a cast down, a table in fp32) fails it.
+FLOAT64_TOLERANCES = {"attention": 1e-10, "hidden": 1e-10, "logits": 1e-9}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+FLOAT64_MAX_BYTES = 4 * 2**30  # a model whose float64 copy would take more is not proven here (SmolLM2: 1 GiB)
+
+
+def attention_tolerance(length: int) -> float:
+    """fp32 attention tolerance for rows of ``length`` keys: eps × max(length, 128) (see ``TOLERANCES``)."""
+    return EPS32 * max(length, 128)
+
+
+def tolerances(dtype: torch.dtype, length: int) -> dict[str, float]:
+    """The tolerances for two passes computed in ``dtype`` over ``length`` tokens."""
+    if dtype == torch.float64:
+        return dict(FLOAT64_TOLERANCES)
+    return dict(TOLERANCES, attention=attention_tolerance(length))
+
+
+def dtype_of(name: str | torch.dtype) -> torch.dtype:
+    """``"float32"`` or ``"float64"`` (or the torch dtype) -> the torch dtype; anything else is refused."""
+    if isinstance(name, torch.dtype) and name in DTYPES.values():
+        return name
+    if name not in DTYPES:
+        raise BadOption(f"unknown dtype {name!r}: choose float32 (what the app shows) or float64 (the proof)")
+    return DTYPES[name]
 
 
 @dataclass
@@ -42,14 +91,21 @@ class ParityReport:
     backend: str  # the kernel that ran on the candidate side
     note: str  # e.g. why the backend asked for did not run
     tokens: list[str]
-    passed: bool
+    passed: bool  # every scaled figure within its tolerance
+    dtype: str  # "float32" (rounding judged by the error model) or "float64" (the proof)
     tolerance: dict[str, float]
-    attention_max_abs_diff: float
+    attention_max_abs_diff: float  # probabilities: their scale is 1
     hidden_max_abs_diff: float
-    hidden_max_rel_diff: float
+    hidden_max_rel_diff: float  # ÷ max(1, max |reference|) of each layer (the verdict reads this)
     logits_max_abs_diff: float | None
-    qkv_max_abs_diff: float | None
+    logits_max_rel_diff: float | None  # ÷ max(1, max |reference logit|) (the verdict reads this)
+    qkv_max_abs_diff: float | None  # reported, not judged: q, k and v differ where the attention does
     per_layer: list[LayerParity]
+
+    @property
+    def proven(self) -> bool:
+        """A float64 pass: the two computations are the same function, on any machine."""
+        return self.passed and self.dtype == "float64"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,16 +122,20 @@ class ParityReport:
         tol = self.tolerance
         verdict = "PASS" if self.passed else "FAIL"
         layer, head, worst = self.worst_head()
-        logits = "n/a (no LM head)" if self.logits_max_abs_diff is None else f"{self.logits_max_abs_diff:.2e}"
+        logits = ("n/a (no LM head)" if self.logits_max_abs_diff is None else
+                  f"{self.logits_max_abs_diff:.2e}, {self.logits_max_rel_diff:.2e} of their scale  "
+                  f"(tolerance {tol['logits']:.0e} of the scale)")
+        what = ("float64: proven the same function" if self.proven else "float64" if self.dtype == "float64"
+                else "float32: within rounding" if self.passed else "float32")
         lines = [
-            f"{verdict}  {self.reference} vs {self.candidate} on {self.model}, {len(self.tokens)} tokens"
+            f"{verdict}  {self.reference} vs {self.candidate} on {self.model}, {len(self.tokens)} tokens, {what}"
             + (f" (kernel: {self.backend})" if self.backend not in ("", "eager") else ""),
             *([f"  note: {self.note}"] if self.note else []),
-            f"  attention max |Δ| {self.attention_max_abs_diff:.2e}  (tolerance {tol['attention']:.0e}; "
+            f"  attention max |Δ| {self.attention_max_abs_diff:.2e}  (tolerance {tol['attention']:.1e}; "
             f"worst head {layer}.{head})",
             f"  hidden    max |Δ| {self.hidden_max_abs_diff:.2e}, {self.hidden_max_rel_diff:.2e} of the layer's "
             f"scale  (tolerance {tol['hidden']:.0e} of the scale)",
-            f"  logits    max |Δ| {logits}  (tolerance {tol['logits']:.0e})",
+            f"  logits    max |Δ| {logits}",
             "  layer  attention   hidden  (of the scale)",
         ]
         for lp in self.per_layer:
@@ -88,15 +148,19 @@ def _max(x: torch.Tensor) -> float:
     return float(x.max()) if x.numel() else 0.0
 
 
-def _hidden_diff(reference: torch.Tensor, candidate: torch.Tensor, real: torch.Tensor) -> tuple[float, float]:
-    """max |Δ| over the real tokens, and the same divided by the layer's scale, max(1, max |reference|)."""
+def _scaled_diff(reference: torch.Tensor, candidate: torch.Tensor, real: torch.Tensor) -> tuple[float, float]:
+    """max |Δ| over the real tokens, and the same divided by the reference's scale, max(1, max |reference|)."""
     diff = _max((reference - candidate).abs()[real])
     return diff, diff / max(1.0, _max(reference.abs()[real]))
 
 
 def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | None = None) -> ParityReport:
-    """Compare two Traces of the same input, layer by layer and head by head."""
-    tol = dict(TOLERANCES, **(tolerance or {}))
+    """Compare two Traces of the same input, layer by layer and head by head. The tolerances follow the
+    traces' precision (:func:`tolerances`); ``tolerance`` overrides some of them."""
+    dtype = reference.hidden_states[0].dtype
+    if candidate.hidden_states[0].dtype != dtype:
+        raise ValueError(f"the two traces were computed in different precisions ({dtype} and "
+                         f"{candidate.hidden_states[0].dtype})")
     if not torch.equal(reference.input_ids, candidate.input_ids):
         raise ValueError("the two traces were run on different inputs")
     if reference.n_layers != candidate.n_layers or reference.n_heads != candidate.n_heads:
@@ -105,21 +169,22 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
             f"{candidate.n_layers}×{candidate.n_heads} layers × heads"
         )
     real = reference.attention_mask  # [B, L]
+    tol = dict(tolerances(dtype, int(real.sum(-1).max())), **(tolerance or {}))
     pairs = (real[:, :, None] & real[:, None, :])[:, None]  # [B, 1, L, L]: real query and real key
 
     per_layer = []
     for layer in range(reference.n_layers):  # a lazy trace recovers each layer from its logsumexp
-        diff = (reference.layer_attention(layer).float() - candidate.layer_attention(layer).float()).abs()
+        diff = (upcast(reference.layer_attention(layer)) - upcast(candidate.layer_attention(layer))).abs()
         diff = diff.masked_fill(~pairs, 0.0)
         per_head = diff.amax(dim=(0, 2, 3)).tolist()
-        hidden = _hidden_diff(reference.hidden_states[layer + 1], candidate.hidden_states[layer + 1], real)
+        hidden = _scaled_diff(reference.hidden_states[layer + 1], candidate.hidden_states[layer + 1], real)
         per_layer.append(LayerParity(layer, max(per_head), per_head, *hidden))
 
-    hidden_all = [_hidden_diff(a, b, real) for a, b in zip(reference.hidden_states, candidate.hidden_states)]
+    hidden_all = [_scaled_diff(a, b, real) for a, b in zip(reference.hidden_states, candidate.hidden_states)]
     hidden_abs, hidden_rel = max(h[0] for h in hidden_all), max(h[1] for h in hidden_all)
-    logits = None
+    logits = logits_rel = None
     if reference.logits is not None and candidate.logits is not None:
-        logits = _max((reference.logits - candidate.logits).abs()[real])
+        logits, logits_rel = _scaled_diff(reference.logits, candidate.logits, real)
     qkv = None
     if reference.q is not None or reference.qkv_of is not None:
         qkv = max(
@@ -129,7 +194,7 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         )
     attention = max(lp.attention_max_abs_diff for lp in per_layer)
     passed = attention <= tol["attention"] and hidden_rel <= tol["hidden"] and (
-        logits is None or logits <= tol["logits"])
+        logits_rel is None or logits_rel <= tol["logits"])
     if (reference.logits is None) != (candidate.logits is None):
         passed = False  # one path has an LM head and the other does not: not the same model
     return ParityReport(
@@ -140,20 +205,44 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         note=candidate.note,
         tokens=reference.token_strings(0),
         passed=bool(passed),
+        dtype=str(dtype).removeprefix("torch."),
         tolerance=tol,
         attention_max_abs_diff=attention,
         hidden_max_abs_diff=hidden_abs,
         hidden_max_rel_diff=hidden_rel,
         logits_max_abs_diff=logits,
+        logits_max_rel_diff=logits_rel,
         qkv_max_abs_diff=qkv,
         per_layer=per_layer,
     )
 
 
-def check(model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager") -> ParityReport:
-    """Encode ``text``, run both paths, compare: the one-call parity check."""
-    from . import runner, scratch
+def in_dtype(model, dtype: str | torch.dtype = "float32", backend: str = "eager", float64_limit: int | None = None):
+    """``model`` ready for a parity check in ``dtype``: itself for float32; for float64 a float64 copy (refused,
+    with the reason, for a backend that cannot compute in float64 or a copy over ``float64_limit`` bytes)."""
+    from .scratch import resolve_backend
 
-    scratch.build(model)  # refuse an unsupported model before spending a forward pass on it
+    dtype = dtype_of(dtype)
+    if dtype == model.dtype:
+        return model
+    resolve_backend(backend, model.device, dtype)  # flash cannot run in float64: said before the copy is made
+    if dtype == torch.float64 and model.family and (why := model.family.float64_refused(model.config)):
+        raise UnsupportedModel(f"{model.name!r} cannot be proven in float64 ({why}): check it in float32")
+    limit = FLOAT64_MAX_BYTES if float64_limit is None else float64_limit
+    if dtype == torch.float64 and (size := model.weight_bytes(dtype)) > limit:
+        raise BadOption(f"a float64 copy of {model.name} would take {size / 2**30:.1f} GiB, over the "
+                        f"{limit / 2**30:.1f} GiB allowed here: check it in float32, or on a machine with more memory")
+    return model.cast(dtype)
+
+
+def check(model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
+          dtype: str | torch.dtype = "float32", float64_limit: int | None = None) -> ParityReport:
+    """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a
+    float64 copy of the model: the proof that the two are the same function (≤ 1e-10), on any machine."""
+    from . import runner
+
+    if model.scratch_problem:  # refuse an unsupported model before spending a forward pass on it
+        raise UnsupportedModel(model.scratch_problem)
+    model = in_dtype(model, dtype, backend, float64_limit)
     enc = model.encode(text, pair, truncate=truncate)
     return compare(runner.forward(model, enc, "hf"), runner.forward(model, enc, "scratch", backend))

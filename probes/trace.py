@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .precision import upcast, working_dtype
 from .tokens import Token
 
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
@@ -141,7 +142,7 @@ class Trace:
         q = q[item, heads][..., rows, :]
         k = k[..., idx, :]
         lse = self.lse[layer][item, heads][..., rows]
-        scores = (q.float() @ k.float().transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
+        scores = (upcast(q) @ upcast(k).transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
         probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
         if self.is_causal:
             probs.masked_fill_(idx[None, :] > rows[:, None], 0.0)  # the future stays at zero
@@ -181,7 +182,7 @@ class Trace:
         if not self.lazy:
             return self.attn[layer]
         b, h, n = self.lse[layer].shape
-        out = torch.zeros(b, h, n, n, device=self.lse[layer].device)
+        out = torch.zeros(b, h, n, n, dtype=self.lse[layer].dtype, device=self.lse[layer].device)
         for item in range(b):
             idx = self._valid(item)
             out[item][:, idx[:, None], idx[None, :]] = self.attention(layer, item=item)
@@ -200,11 +201,12 @@ class Trace:
         n = len(self._valid(item))
         h = self.n_heads
         dev = self.attention_mask.device
-        entropy, previous = torch.zeros(h, n, device=dev), torch.zeros(h, n, device=dev)
-        received, argmax = torch.zeros(h, n, device=dev), torch.zeros(h, n, dtype=torch.long, device=dev)
+        kind = dict(dtype=working_dtype(self.hidden_states[0].dtype), device=dev)
+        entropy, previous, received = torch.zeros(h, n, **kind), torch.zeros(h, n, **kind), torch.zeros(h, n, **kind)
+        argmax = torch.zeros(h, n, dtype=torch.long, device=dev)
         for start in range(0, n, block):
             rows = slice(start, min(n, start + block))
-            p = self.attention(layer, None, item, rows).float()  # [H, r, n]
+            p = upcast(self.attention(layer, None, item, rows))  # [H, r, n]
             entropy[:, rows] = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
             received += p.sum(1)
             argmax[:, rows] = p.argmax(-1)

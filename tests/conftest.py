@@ -69,6 +69,12 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
+def minilm64(minilm):
+    """The offline default in float64 (a copy): where a test checks arithmetic, not fp32 rounding."""
+    return minilm.cast(torch.float64)
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     import probes
 

@@ -4,9 +4,14 @@ and say where it is."""
 import json
 
 import pytest
+import torch
+from numeric import F64, fp32
 
 from probes import hf, parity, scratch
-from probes.parity import TOLERANCES
+from probes.errors import BadOption
+from probes.parity import EPS32, FLOAT64_TOLERANCES, TOLERANCES
+
+pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
 
 SENTENCE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 
@@ -87,3 +92,69 @@ def test_hidden_states_are_held_to_their_layer_scale(minilm):
     candidate.hidden_states[3][0, 2, 5] += 2e-4
     report = parity.compare(reference, candidate)
     assert not report.passed and report.hidden_max_rel_diff == pytest.approx(2e-4, rel=1e-3)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_float64_proves_the_offline_default_the_same_function(minilm, backend):
+    report = parity.check(minilm, SENTENCE, "She ate it.", backend=backend, dtype="float64")
+    assert report.passed and report.proven and report.dtype == "float64", report.to_text()
+    assert report.tolerance == FLOAT64_TOLERANCES
+    assert report.attention_max_abs_diff <= 1e-10 and report.hidden_max_rel_diff <= 1e-10
+    assert "float64: proven the same function" in report.to_text()
+    assert minilm.dtype == torch.float32  # the proof ran on a copy: the model the app shows is untouched
+
+
+def test_a_float64_copy_holds_exactly_the_models_weights(minilm):
+    copy = minilm.cast(torch.float64)
+    assert copy is not minilm and copy.dtype == torch.float64 and minilm.cast(torch.float32) is minilm
+    for (name, a), (_, b) in zip(minilm.hf.state_dict().items(), copy.hf.state_dict().items()):
+        assert torch.equal(a.double(), b), name  # every fp32 value is exactly a float64 value
+    assert copy.weight_bytes() == 2 * minilm.weight_bytes() == minilm.weight_bytes(torch.float64)
+
+
+def test_one_fp32_rounding_fails_the_float64_proof(minilm):
+    """The proof has teeth: attention that went through float32 once (what an fp32 step hidden in a float64
+    pass does) is 1e-8 off, 100× over the float64 tolerance, while fp32 would call it a pass."""
+    m = minilm.cast(torch.float64)
+    enc = m.encode(SENTENCE)
+    reference, candidate = hf.forward(m, enc), scratch.forward(m, enc)
+    candidate.attn = [a.float().double() for a in candidate.attn]
+    report = parity.compare(reference, candidate)
+    assert not report.passed and 1e-10 < report.attention_max_abs_diff < 1e-7
+    assert "FAIL" in report.to_text()
+
+
+def test_flash_and_an_oversized_copy_are_refused_with_what_to_do(minilm):
+    with pytest.raises(BadOption, match="fp32, fp16 and bf16 only.*prove eager or sdpa in float64"):
+        parity.check(minilm, SENTENCE, backend="flash", dtype="float64")
+    with pytest.raises(BadOption, match="float64 copy of minilm would take 0.2 GiB.*check it in float32"):
+        parity.check(minilm, SENTENCE, dtype="float64", float64_limit=2**20)
+    with pytest.raises(BadOption, match="unknown dtype 'float16'"):
+        parity.check(minilm, SENTENCE, dtype="float16")
+    a, b = hf.forward(minilm, minilm.encode(SENTENCE)), scratch.forward(minilm.cast(torch.float64),
+                                                                        minilm.encode(SENTENCE))
+    with pytest.raises(ValueError, match="different precisions"):
+        parity.compare(a, b)
+
+
+def test_logits_are_held_to_their_scale(minilm):
+    """Logits in the tens (SmolLM2's) differ by 1e-4 between correct fp32 kernels: judged in units of their
+    largest |value|, that passes; the same absolute difference on logits within ±1 fails."""
+    enc = minilm.encode(SENTENCE)
+    reference, candidate = hf.forward(minilm, enc), scratch.forward(minilm, enc)
+    logits = torch.linspace(-30, 30, 7 * enc.input_ids.shape[1]).view(1, -1, 7)
+    reference.logits, candidate.logits = logits, logits.clone()
+    candidate.logits[0, 3, 2] += 1.06e-4  # what one machine's kernels gave on SmolLM2 (the issue's failure)
+    report = parity.compare(reference, candidate)
+    assert report.passed and report.logits_max_abs_diff == pytest.approx(1.06e-4, rel=1e-2)
+    assert report.logits_max_rel_diff == pytest.approx(1.06e-4 / 30, rel=1e-2)
+    reference.logits, candidate.logits = logits / 60, logits / 60
+    candidate.logits[0, 3, 2] += 1.06e-4
+    assert not parity.compare(reference, candidate).passed
+
+
+def test_the_fp32_attention_tolerance_grows_with_the_row_length():
+    """A probability is exp(s − lse) and lse sums the row's keys: fp32 rounding grows with the length."""
+    assert parity.tolerances(torch.float32, 40)["attention"] == EPS32 * 128
+    assert parity.tolerances(torch.float32, 1000)["attention"] == EPS32 * 1000
+    assert parity.tolerances(torch.float64, 1000) == FLOAT64_TOLERANCES

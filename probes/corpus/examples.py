@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..precision import upcast
 from ..tokens import Token
 from .reader import Window
 
@@ -44,7 +45,7 @@ def candidates(attn: torch.Tensor, tokens: list[Token], k: int) -> dict[str, np.
     ``MIN_WEIGHT``)."""
     ly, h, n, _ = attn.shape
     special = torch.tensor([t.special for t in tokens], dtype=torch.bool)
-    weights = attn.float().masked_fill(special, 0.0)  # special tokens are neither candidate keys…
+    weights = upcast(attn).masked_fill(special, 0.0)  # special tokens are neither candidate keys…
     weights = weights.masked_fill(special[:, None], 0.0)  # …nor queries: an example is between two pieces of text
     weights[..., 0] = 0.0  # nor is a window's first token a key: the attention sink (the ``first`` statistic); in a
     # decoder, query 0 sees only key 0 (weight 1, whatever the head does), and every head would list that

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from ..errors import BadOption, EmptyInput
+from ..precision import working_dtype
 from ..scratch import Outputs, build, outputs
 from .measures import compare
 
@@ -48,7 +49,8 @@ def parse_heads(spec: str, model) -> list[tuple[int, int]]:
 
 def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tensor:
     """Each head's mean output z over the real tokens of ``texts`` (each cut to the context window):
-    ``[layers, H, d]`` float32, what mean-ablation writes."""
+    ``[layers, H, d]`` in the model's working precision (fp32; float64 for a float64 model), what mean-ablation
+    writes."""
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise EmptyInput("the reference set for mean-ablation has no text")
@@ -60,7 +62,7 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
         sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in got.z])  # [layers, H, d]
         total = sums if total is None else total + sums
         count += int(real.sum())
-    return (total / count).float()
+    return (total / count).to(working_dtype(model.dtype))
 
 
 def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,

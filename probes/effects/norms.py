@@ -14,11 +14,13 @@ from __future__ import annotations
 import torch
 
 from ..errors import UnsupportedModel
+from ..precision import upcast
 from ..scratch import build
 
 
 def value_lengths(trace, model, layer: int, item: int = 0) -> torch.Tensor:
-    """‖f(x_j)‖ = ‖v_j·W_O[h]‖ for every head h and real token j of one item: ``[H, n]`` float32."""
+    """‖f(x_j)‖ = ‖v_j·W_O[h]‖ for every head h and real token j of one item: ``[H, n]`` (fp32, float64 for a
+    float64 model)."""
     if model.family is None:
         raise UnsupportedModel(f"{model.name}: value-weighted norms need the output projection of a family the "
                                "from-scratch path covers; attention weights still work")
@@ -27,8 +29,8 @@ def value_lengths(trace, model, layer: int, item: int = 0) -> torch.Tensor:
     idx = trace._valid(item)
     with torch.inference_mode():
         heads = torch.arange(trace.n_heads, device=v.device) // trace.group  # the key/value head each reads
-        values = v[item][heads][:, idx].float()  # [H, n, d]
-        return torch.linalg.vector_norm(values @ weight.float().to(values.device), dim=-1)  # [H, n]
+        values = upcast(v[item][heads][:, idx])  # [H, n, d]
+        return torch.linalg.vector_norm(values @ upcast(weight).to(values.device), dim=-1)  # [H, n]
 
 
 def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0,
@@ -36,7 +38,7 @@ def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0
     """‖α_ij·f(x_j)‖ of one head ``[r, n]`` (or every head ``[H, r, n]``), rows and columns as
     :meth:`Trace.attention` gives them."""
     lengths = value_lengths(trace, model, layer, item)
-    weights = trace.attention(layer, head, item, rows).float()
+    weights = upcast(trace.attention(layer, head, item, rows))
     with torch.inference_mode():
         scale = lengths[head] if head is not None else lengths[:, None, :]
         return weights * scale.to(weights.device)
@@ -58,9 +60,9 @@ def query_norms(trace, model, query: int, keys: list[int], item: int = 0):
             weight, _bias = net.head_out(layer)  # [H, d, D]
             v = trace.layer_qkv(layer)[2]
             heads = torch.arange(trace.n_heads, device=v.device) // trace.group
-            values = v[item][heads][:, idx[keys]].float()  # [H, k, d]
-            alpha = trace.attention(layer, None, item, [query])[:, 0, keys].float()  # [H, k]
+            values = upcast(v[item][heads][:, idx[keys]])  # [H, k, d]
+            alpha = upcast(trace.attention(layer, None, item, [query])[:, 0, keys])  # [H, k]
             written = (alpha[..., None] * values).sum(1)  # [H, d]: Σ_j α_ij·v_j over the key's pieces
             out[layer] = torch.linalg.vector_norm(
-                torch.einsum("hd,hdD->hD", written, weight.float().to(written.device)), dim=-1).double().cpu().numpy()
+                torch.einsum("hd,hdD->hD", written, upcast(weight).to(written.device)), dim=-1).double().cpu().numpy()
     return out

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from ..precision import upcast
 from ..tokens import Token, align_to_words
 from ..trace import Trace
 
@@ -55,11 +56,12 @@ class Sentence:
         return " ".join(self.words), spans
 
 
-def word_matrices(word_of: Sequence[int], n_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+def word_matrices(word_of: Sequence[int], n_words: int,
+                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """``to`` ``[n, W]``: 1 where a token is a piece of a word (summing pieces as targets);
     ``frm`` ``[W, n]``: 1/pieces where a token is a piece of a word (averaging pieces as sources)."""
     n = len(word_of)
-    to = torch.zeros(n, n_words)
+    to = torch.zeros(n, n_words, dtype=dtype)
     for t, w in enumerate(word_of):
         if w >= 0:
             to[t, w] = 1.0
@@ -70,8 +72,9 @@ def word_matrices(word_of: Sequence[int], n_words: int) -> tuple[torch.Tensor, t
 def word_attention(attn: torch.Tensor, word_of: Sequence[int], n_words: int) -> torch.Tensor:
     """Token attention ``[..., n, n]`` (any leading dims, e.g. layers × heads) to word attention
     ``[..., W, W]``: rows averaged over a source word's pieces, columns summed over a target's."""
-    to, frm = word_matrices(word_of, n_words)
-    return frm @ attn.float() @ to
+    attn = upcast(attn)
+    to, frm = word_matrices(word_of, n_words, attn.dtype)
+    return frm @ attn @ to
 
 
 def _baseline(pairs: list[Pair], kind: str) -> float:

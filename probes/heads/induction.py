@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
+from ..precision import upcast
 from ..trace import Trace
 from .combine import carry, mean
 from .engine import COLUMNS
@@ -53,7 +54,7 @@ def detection_patterns(ids: torch.Tensor, bidirectional: bool) -> dict[str, torc
 
 def mul_score(attn: torch.Tensor, pattern: torch.Tensor, exclude_bos: bool, exclude_current: bool) -> torch.Tensor:
     """TransformerLens's "mul" measure for every head at once: ``attn`` ``[..., n, n]`` -> ``[...]``."""
-    attn = attn.float().clone()
+    attn = upcast(attn).clone()
     if exclude_bos:
         attn[..., :, 0] = 0.0
     if exclude_current:

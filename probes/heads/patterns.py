@@ -29,6 +29,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
+from ..precision import upcast
 from .combine import mean
 from .engine import COLUMNS, token_attention
 from .registry import Probe, loader
@@ -40,7 +41,7 @@ MIXED_PART = 0.2
 
 def shares(attn: torch.Tensor, segments: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Diagonal, vertical and block shares of ``attn`` ``[..., n, n]`` (``segments`` ``[n]``: 0/1)."""
-    attn = attn.float()
+    attn = upcast(attn)
     n = attn.shape[-1]
     q = torch.arange(n)
     band = ((q[None, :] - q[:, None]).abs() <= 1)  # [n, n]

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
+from ..precision import upcast
 from .combine import KEYS, mean
 from .engine import COLUMNS, peek_causal, token_attention
 from .registry import Probe, loader
@@ -71,12 +72,13 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
     chance = 0.0
     n_queries = 0
     for tokens, attn in token_attention(data):
-        attn = attn.float()
+        attn = upcast(attn)
         ly, h, n, _ = attn.shape
         if hist is None:
             hist = torch.zeros(ly, h, 2 * MAX_OFFSET + 1)
         q = torch.arange(n)
-        seen = (q + 1).float() if causal else torch.full((n,), float(n))  # keys each query may see
+        # keys each query may see (the baselines in float64: exact for any count)
+        seen = (q + 1).double() if causal else torch.full((n,), float(n), dtype=torch.float64)
         allowed = (q[None, :] <= q[:, None]) if causal else torch.ones(n, n, dtype=torch.bool)
 
         def add(name, per_query, uniform):
@@ -87,7 +89,7 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
             if len(rows) == 0:
                 continue
             per = attn[:, :, rows, rows + offset]
-            uniform = allowed[rows, rows + offset].float() / seen[rows]
+            uniform = allowed[rows, rows + offset].double() / seen[rows]
             label = {-1: "previous", 0: "self", 1: "next"}.get(offset)
             if label:
                 add(label, per, uniform)
@@ -95,12 +97,12 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
                 add(f"offset{offset:+d}", per, uniform)
         add("first", attn[:, :, :, 0], 1.0 / seen)
         add("entropy", -(attn * torch.log(attn.clamp_min(1e-30))).sum(-1), torch.log(seen))
-        gap = (q[:, None] - q[None, :]).abs().float()  # |i − j|
-        add("distance", (attn * gap).sum(-1), (allowed * gap).sum(-1) / seen)
+        gap = (q[:, None] - q[None, :]).abs().to(attn.dtype)  # |i − j|
+        add("distance", (attn * gap).sum(-1), (allowed * gap).double().sum(-1) / seen)
         for name, keys in (("special", [t.special for t in tokens]),
                            ("punctuation", [not t.special and is_punctuation(t.text) for t in tokens])):
             mask = torch.tensor(keys, dtype=torch.bool)
-            add(name, attn[:, :, :, mask].sum(-1), (allowed & mask[None, :]).sum(-1).float() / seen)
+            add(name, attn[:, :, :, mask].sum(-1), (allowed & mask[None, :]).sum(-1).double() / seen)
         offsets = (attn.argmax(-1) - q).clamp(-MAX_OFFSET, MAX_OFFSET) + MAX_OFFSET  # [Ly, H, n]
         hist += torch.nn.functional.one_hot(offsets, 2 * MAX_OFFSET + 1).sum(-2).float()
         chance += float((1.0 / seen).sum())

@@ -21,11 +21,11 @@ import torch
 from ..errors import UnsupportedModel
 from ..families import coverage
 from ..trace import Trace
-from .attention import BACKENDS, additive_mask, allowed_keys, attention_bytes, resolve_backend, row_logsumexp
+from .attention import BACKENDS, FLOAT64_BACKENDS, additive_mask, allowed_keys, attention_bytes, resolve_backend, row_logsumexp
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "Outputs", "build", "forward", "outputs", "resolve_backend"]
+__all__ = ["BACKENDS", "FLOAT64_BACKENDS", "Outputs", "build", "forward", "outputs", "resolve_backend"]
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
 
@@ -59,7 +59,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     net = build(model)
     enc = enc.to(model.device)
     size = attention_bytes(model, enc)
-    ran, note = resolve_backend(backend, enc.input_ids.device)
+    ran, note = resolve_backend(backend, enc.input_ids.device, model.dtype)
     keep_lse = ran == "eager" and attention_budget is not None and size > attention_budget
     if keep_lse:
         note = (f"every probability would take {size / 2**20:,.0f} MiB at this length (over the "

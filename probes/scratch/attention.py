@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import BadOption
+from ..precision import upcast, working_dtype
 from . import flash as flash_kernel
 
 
@@ -163,12 +165,12 @@ def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor
     ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get −inf."""
     n = q.shape[-2]
     k = repeat_kv(k, group_of(q, k))
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=working_dtype(q.dtype), device=q.device)  # fp32, or float64 for float64
     for start in range(0, n, block):
         rows = slice(start, min(n, start + block))
         scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(spec.scale)
         scores.masked_fill_(~allowed_keys(attention_mask, spec.causal, rows, spec.window), float("-inf"))
-        lse[..., rows] = torch.logsumexp(scores.float(), dim=-1)
+        lse[..., rows] = torch.logsumexp(upcast(scores), dim=-1)
     return lse
 
 
@@ -236,10 +238,19 @@ def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: tor
 BACKENDS = {"eager": eager, "sdpa": sdpa, "flash": flash}
 
 
-def resolve_backend(backend: str, device: torch.device | str = "cpu") -> tuple[str, str]:
-    """The backend that will run for the one asked for, and a note when they differ."""
+FLOAT64_BACKENDS = ("eager", "sdpa")  # the Triton kernel computes in fp32, fp16 and bf16 only
+
+
+def resolve_backend(backend: str, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+    """The backend that will run for the one asked for, and a note when they differ. A float64 pass (the
+    proof) refuses ``flash``: running sdpa in its place would prove another kernel than the one asked for."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if dtype == torch.float64 and backend not in FLOAT64_BACKENDS:
+        raise BadOption(f"the {backend} backend (our Triton FlashAttention kernel) computes in fp32, fp16 and bf16 "
+                        f"only, so it cannot be proven in float64: prove {' or '.join(FLOAT64_BACKENDS)} in float64, "
+                        f"and check {backend} in float32")
     if backend == "flash" and not (flash_kernel.available() and (torch.device(device).type == "cuda"
                                                                   or flash_kernel.interpreting())):
         return "sdpa", "flash needs CUDA and Triton; ran sdpa instead (same attention, torch's fused kernel)"

@@ -158,4 +158,6 @@ FAMILIES = (Family(
                 "fp32), `activation_function` (every name in `activations.py`), `n_inner`, `layer_norm_epsilon`",
     refused="other activations, `add_cross_attention`",
     examples=("gpt2", "distilgpt2", "gpt2-medium"),
+    float64_refused=lambda config: ("reorder_and_upcast_attn=True: Hugging Face's GPT-2 then computes its scores in "
+                                    "float32 by design" if getattr(config, "reorder_and_upcast_attn", False) else None),
 ),)

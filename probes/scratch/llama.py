@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
 from ..families import Capture, Family
+from ..precision import upcast, working_dtype
 from .activations import ACTIVATIONS
 from .attention import Spec, by_rows, merge_heads, split_heads
 from .weights import Weights
@@ -106,10 +107,13 @@ def inverse_frequencies(config, length: int) -> torch.Tensor:
     return omega
 
 
-def rotary_tables(config, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every angle p·ω_i, ``[1, length, d]`` (each ω_i twice: once per half of the head)."""
-    omega = inverse_frequencies(config, length).to(device)
-    angles = torch.arange(length, device=device)[None, :, None].float() * omega  # p·ω_i  [1, L, d/2]
+def rotary_tables(config, length: int, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every angle p·ω_i, ``[1, length, d]`` (each ω_i twice: once per half of the head). The
+    frequencies ω are the model's constants, computed in fp32 as Hugging Face computes them; the angles and
+    their cos and sin in ``dtype`` (a float64 pass turns q and k by float64 angles, as the reference does)."""
+    omega = inverse_frequencies(config, length).to(device=device, dtype=dtype)
+    angles = torch.arange(length, device=device)[None, :, None].to(dtype) * omega  # p·ω_i  [1, L, d/2]
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 
@@ -132,7 +136,7 @@ def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x ÷ √(mean(x²) + ε), times a learned gain: LayerNorm without subtracting the mean, and no bias."""
-    h = x if x.dtype == torch.float64 else x.float()  # half precision is normalised in fp32, as in HF
+    h = upcast(x)  # half precision is normalised in fp32, as in HF
     variance = h.pow(2).mean(-1, keepdim=True)
     return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
 
@@ -191,7 +195,7 @@ class Llama:
         w.check_all_used(name)
 
     def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        return rotary_tables(self.config, length, device)
+        return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
 
     def qkv(self, layer: int, x: torch.Tensor):
         """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
@@ -210,7 +214,7 @@ class Llama:
     def final_norm(self, x: torch.Tensor):
         """The final RMSNorm with its scale frozen at ``x`` (the residual before it): a linear map of any part c
         of the residual, c ÷ rms(x) · g, whose sum over the parts is the normed x (no bias)."""
-        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        scale = torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + self.eps)
         return (lambda c: self.norm * (c * scale)), None
 
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,

@@ -79,6 +79,7 @@ def test_parity_heatmap_has_one_fixed_scale_and_says_bit_identical_in_words():
     color = spec["layer"][0]["encoding"]["color"]
     assert color["scale"]["domain"] == [1e-9, 1e-3]  # never fitted to the data: zeros do not look like a signal
     assert 1e-5 in color["legend"]["values"] and "tolerance 1e-05" in color["legend"]["title"]
+    assert "tolerance 1.5e-05" in charts.parity_heatmap(np.zeros((1, 1)), 1.5e-5).to_dict()["title"]  # not rounded to 2e-05
     assert {r["difference"] for r in _rows(spec)} == {"0 (bit-identical)"}
     assert all(r["shown"] == 1e-9 for r in _rows(spec))
     big = _rows(charts.parity_heatmap(np.array([[3e-2, 2e-6]]), 1e-5).to_dict())

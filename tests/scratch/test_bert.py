@@ -3,20 +3,27 @@ each config option."""
 
 import pytest
 import torch
+from numeric import F64, fp32
 
 import probes
 from checkpoints import make_bert
 from probes import hf, parity, scratch
 from probes.errors import UnsupportedModel
 
+pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
+
 TEXTS = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红", "Short."]
 PAIRS = ["She was hungry.", "因为她饿了", "And a much longer second sentence than the first one."]
 
 
 def _parity(path, texts=TEXTS, pairs=None):
+    """The fp32 report (what the app shows), after proving the same input in float64 (≤ 1e-10)."""
     model = probes.load(str(path))
-    enc = model.encode(texts, pairs)
-    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc))
+    for m in (model.cast(torch.float64), model):
+        enc = m.encode(texts, pairs)
+        report = parity.compare(hf.forward(m, enc), scratch.forward(m, enc))
+        assert report.passed and (m is model or report.proven), report.to_text()
+    return report
 
 
 @pytest.mark.parametrize("shape", [
