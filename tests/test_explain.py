@@ -2,11 +2,15 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from checkpoints import make_gpt2, make_llama
+from numeric import EPS64, F64, fp32, rounded
 
 import probes
-from probes import explain
+from probes import explain, hf
 from probes.explain import query_steps, word_level
+
+pytestmark = pytest.mark.numeric
 
 TEXT = "The cat sat on the mat, unbelievably."
 
@@ -24,33 +28,45 @@ def models(gpt2_model, bert_dir, ckpt_dir):
     }
 
 
+@pytest.fixture(scope="module")
+def models64(models):
+    """The same models in float64: the steps redo the model's own row, so they must agree to float64 rounding."""
+    return {name: model.cast(torch.float64) for name, model in models.items()}
+
+
 def numpy(t):
     return t.detach().cpu().double().numpy()
 
 
+def fp32_row(steps) -> float:
+    """How far a float32 row of the model can be from the float64 steps redone from its own q and k: each score
+    sums d products in fp32 (eps × d × Σ|q_t·k_t| × scale), a probability moves by at most its scores' error,
+    and the softmax sums n exponentials (eps × n)."""
+    magnitude = float((np.abs(steps.k) @ np.abs(steps.q)).max()) * abs(steps.scale)
+    return fp32(len(steps.q), magnitude) + fp32(len(steps.k))
+
+
 @pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
 @pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window"])
-def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
-    model = models[name]
+def test_steps_reproduce_every_row_of_every_head(models, models64, name, source, backend):
+    """In float64 the steps are the model's row (≤ 1e-10); in float32, the model's row is within its own rounding."""
+    model = models64[name]
     trace = probes.run(model, TEXT, source=source, backend=backend)
     n = len(trace.token_strings())
-    # the lazy trace recovers rows in fp32 from the logsumexp: its own error grows with the weight
-    rtol = 0.0 if source == "hf" else 1e-6
     for layer in range(model.n_layers):
         for head in range(model.n_heads):
             attn = numpy(trace.attention(layer, head))
             q, k, v = (numpy(t) for t in trace.qkv(layer, head))
             for query in range(n):
                 s = query_steps(trace, layer, head, query)
-                np.testing.assert_allclose(s.weights, attn[query], rtol=rtol, atol=1e-6)
-                # float64 weights against the trace's float32 ones: the error scales with the values mixed
-                np.testing.assert_allclose(s.output, attn[query] @ v, rtol=rtol, atol=1e-6 * max(1, np.abs(v).max()))
-                np.testing.assert_allclose(s.trace_weights, attn[query], rtol=rtol, atol=1e-6)
+                np.testing.assert_allclose(s.weights, attn[query], rtol=0, atol=F64)
+                np.testing.assert_allclose(s.output, attn[query] @ v, rtol=0, atol=F64 * max(1, np.abs(v).max()))
+                np.testing.assert_allclose(s.trace_weights, attn[query], rtol=0, atol=F64)  # one row or all, recovered
                 assert s.max_abs_diff == np.abs(s.weights - s.trace_weights).max()
                 np.testing.assert_array_equal(s.q, q[query])
                 np.testing.assert_array_equal(s.scores, k @ q[query])
                 np.testing.assert_array_equal(s.scaled, s.scores * s.scale)
-                assert s.weights.sum() == pytest.approx(1.0, abs=1e-12)
+                assert s.weights.sum() == pytest.approx(1.0, abs=F64, rel=0)
                 if model.is_causal:
                     window = trace.window(layer) or n
                     np.testing.assert_array_equal(s.allowed, (np.arange(n) <= query) & (np.arange(n) > query - window))
@@ -58,18 +74,24 @@ def test_steps_reproduce_every_row_of_every_head(models, name, source, backend):
                 else:
                     assert s.allowed.all()
     assert s.tokens == trace.token_strings()
+    fp32_trace = probes.run(models[name], TEXT, source=source, backend=backend)
+    for layer in range(model.n_layers):
+        for query in range(n):
+            s = query_steps(fp32_trace, layer, 1, query)
+            assert 0 <= s.max_abs_diff <= fp32_row(s), (layer, query)
 
 
-def test_the_scale_follows_the_config(models):
-    bert, inverse = models["bert"], models["gpt2-inverse-layer"]
+def test_the_scale_follows_the_config(models, models64):
+    bert, inverse = models["bert"], models64["gpt2-inverse-layer"]
     bert_trace, inverse_trace = probes.run(bert, TEXT), probes.run(inverse, TEXT)
-    for layer in range(2):
-        assert query_steps(bert_trace, layer, 0, 3).scale == pytest.approx(1 / math.sqrt(bert.d_head))
+    for layer in range(2):  # a scale is d^-½ in one order of operations or another: a few float64 roundings
+        assert query_steps(bert_trace, layer, 0, 3).scale == pytest.approx(1 / math.sqrt(bert.d_head), rel=4 * EPS64,
+                                                                           abs=0)
         steps = query_steps(inverse_trace, layer, 0, 3)
-        assert steps.scale == pytest.approx(1 / math.sqrt(inverse.d_head) / (layer + 1))
-        assert steps.max_abs_diff < 1e-6  # and Hugging Face scaled the same way
+        assert steps.scale == pytest.approx(1 / math.sqrt(inverse.d_head) / (layer + 1), rel=4 * EPS64, abs=0)
+        assert steps.max_abs_diff <= F64  # and Hugging Face scaled the same way (float64: a wrong scale is 1e-2 off)
     lazy = probes.run(inverse, TEXT, source="scratch", backend="sdpa")
-    assert lazy.scales == pytest.approx([query_steps(lazy, layer, 0, 0).scale for layer in range(2)])
+    assert lazy.scales == [query_steps(lazy, layer, 0, 0).scale for layer in range(2)]
 
 
 def test_out_of_range_is_refused_by_name(models):
@@ -85,9 +107,9 @@ def test_out_of_range_is_refused_by_name(models):
         query_steps(trace, 0, 4, 0)
 
 
-def test_word_level_merges_pieces_as_clark_et_al(minilm):
+def test_word_level_merges_pieces_as_clark_et_al(minilm64):
     text = "The cat sat unbelievably."
-    trace = probes.run(minilm, text)
+    trace = probes.run(minilm64, text)
     assert trace.token_strings() == ["[CLS]", "the", "cat", "sat", "un", "##bel", "##ie", "##va", "##bly", ".",
                                      "[SEP]"]
     words, m = word_level(trace, 2, 5, text)
@@ -96,21 +118,21 @@ def test_word_level_merges_pieces_as_clark_et_al(minilm):
     pieces = [[1], [2], [3], [4, 5, 6, 7, 8], [9]]
     # from a word: the mean over its pieces; to a word: the sum over its pieces
     expected = np.array([[a[np.ix_(src, dst)].sum(1).mean() for dst in pieces] for src in pieces])
-    np.testing.assert_allclose(m, expected, atol=1e-6)
+    np.testing.assert_allclose(m, expected, atol=F64, rtol=0)
     # [CLS] and [SEP] are left out: a row sums to what the word does not give them
-    np.testing.assert_allclose(m.sum(1), [1 - a[src][:, [0, 10]].sum(1).mean() for src in pieces], atol=1e-6)
+    np.testing.assert_allclose(m.sum(1), [1 - a[src][:, [0, 10]].sum(1).mean() for src in pieces], atol=F64, rtol=0)
 
 
-def test_word_level_of_a_pair_keeps_both_sentences_in_order(models):
-    model = models["bert"]
+def test_word_level_of_a_pair_keeps_both_sentences_in_order(models64):
+    model = models64["bert"]
     trace = probes.run(model, "The cat sat.", pair="It was tokenization.")
     words, m = word_level(trace, 1, 2, "The cat sat.", "It was tokenization.")
     assert words == ["The", "cat", "sat", ".", "It", "was", "tokenization", "."]
     tokens = trace.token_strings()
     assert tokens[8:10] == ["token", "##ization"]  # [CLS] the cat sat . [SEP] it was token ##ization . [SEP]
     a = numpy(trace.attention(1, 2))
-    assert m[2, 6] == pytest.approx(a[3, 8] + a[3, 9], abs=1e-6)  # "sat" -> "tokenization"
-    assert m[6, 2] == pytest.approx((a[8, 3] + a[9, 3]) / 2, abs=1e-6)  # "tokenization" -> "sat"
+    assert m[2, 6] == pytest.approx(a[3, 8] + a[3, 9], abs=F64, rel=0)  # "sat" -> "tokenization"
+    assert m[6, 2] == pytest.approx((a[8, 3] + a[9, 3]) / 2, abs=F64, rel=0)  # "tokenization" -> "sat"
     with pytest.raises(ValueError, match="text 2"):
         word_level(trace, 1, 2, "The cat sat.")
 
@@ -121,38 +143,39 @@ def test_word_level_leaves_out_gpt2_whitespace_tokens(gpt2_model):
     words, m = word_level(trace, 0, 1, text)
     assert words == ["Xiaoming", "gave", "the", "apple", "to", "Xiaohong", ",", "unbelievably", "."]
     assert m.shape == (9, 9)
-    assert np.allclose(np.triu(m, 1), 0)  # causal: no word looks at a later one
+    assert (np.triu(m, 1) == 0).all()  # causal: no word looks at a later one (masked weights are exactly 0)
 
 
-def test_rotary_steps_turn_the_projected_q_by_its_position(models):
+def test_rotary_steps_turn_the_projected_q_by_its_position(models, models64):
     """For a rotary model the page shows q before and after the turn: 'before' is the layer's own q_proj
     output, and turning it pair by pair by position·ω gives the q the scores use."""
-    import torch
-
-    model = models["llama-grouped"]
+    model = models64["llama-grouped"]
     trace = probes.run(model, TEXT)
     attn = model.hf.model.layers[1].self_attn
-    h = model.hf.model.layers[1].input_layernorm(trace.hidden_states[1])
+    with hf.KeepFloat64():  # Hugging Face's RMSNorm would round to fp32 otherwise
+        h = model.hf.model.layers[1].input_layernorm(trace.hidden_states[1])
     projected = attn.q_proj(h).view(1, -1, 6, 8).transpose(1, 2)  # [1, H, L, d] before rotation
     for query in (0, 3, 7):
         s = query_steps(trace, 1, 4, query)
-        np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=1e-5)
+        scale = np.abs(s.q).max()
+        np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=F64 * scale, rtol=0)
         half = len(s.q) // 2
         omega = 1.0 / (10000.0 ** (np.arange(0, 8, 2) / 8))
-        np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=1e-5)  # position × ω_i
+        # position × ω_i, where ω is the model's own fp32 constant: p × (its rounding, eps × ω ≤ eps)
+        np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=fp32(query + 1), rtol=0)
         turned = np.concatenate([-s.q_unrotated[half:], s.q_unrotated[:half]])
         c, sn = np.cos(np.tile(s.angles, 2)), np.sin(np.tile(s.angles, 2))
-        np.testing.assert_allclose(s.q_unrotated * c + turned * sn, s.q, atol=1e-5)
+        np.testing.assert_allclose(s.q_unrotated * c + turned * sn, s.q, atol=F64 * scale, rtol=0)
         assert (s.kv_head, s.kv_group, s.window) == (1, (3, 4, 5), None)  # 6 query heads read 2 k/v heads
     assert query_steps(probes.run(models["gpt2"], TEXT), 0, 0, 2).q_unrotated is None
     assert torch.is_tensor(trace.rotary[0])
 
 
-def test_window_steps_mask_what_the_window_leaves_out(models):
-    trace = probes.run(models["mistral-window"], TEXT)
+def test_window_steps_mask_what_the_window_leaves_out(models64):
+    trace = probes.run(models64["mistral-window"], TEXT)
     s = query_steps(trace, 0, 2, 6)
     assert s.window == 3 and s.allowed.tolist() == [False] * 4 + [True] * 3 + [False] * (len(s.allowed) - 7)
-    assert s.max_abs_diff < 1e-6 and (s.weights[~s.allowed] == 0).all()
+    assert s.max_abs_diff <= F64 and (s.weights[~s.allowed] == 0).all()
 
 
 def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer(minilm, smollm2):
@@ -165,8 +188,10 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     assert [trace.token_strings()[i] for i in answer.answer] == ["xiao", "##hong"]
     brute = max((float(trace.attention(layer, head)[10, answer.answer].sum()), layer, head)
                 for layer in range(6) for head in range(12))
-    assert brute == (pytest.approx(answer.weight), 1, 2)  # the argmax over every layer and head, by hand
-    assert answer.weight == pytest.approx(0.36, abs=0.005) and answer.other_weight == pytest.approx(0.011, abs=0.002)
+    assert brute == (pytest.approx(answer.weight, abs=fp32(2), rel=0), 1, 2)  # the argmax over every head, by hand
+    # the figures README prints, to their last digit
+    assert answer.weight == pytest.approx(0.36, abs=rounded(0.01), rel=0)
+    assert answer.other_weight == pytest.approx(0.011, abs=rounded(0.001), rel=0)
     chinese = "小明把苹果给了小红，因为她很饿"
     on_smol = runner.run(smollm2, chinese)
     found = explain.answering_head(on_smol, chinese, "她", "小红", "小明")
@@ -183,10 +208,11 @@ def test_one_key_worked_through_by_hand_equals_the_row(gpt2_model):
     total = 0.0
     for key in range(len(steps.tokens)):
         w = explain.work_key(steps, key)
-        assert w.dot == pytest.approx(steps.scores[key], abs=1e-9) and len(w.products) == len(steps.q)
-        assert w.scaled == pytest.approx(steps.scaled[key], abs=1e-9)
-        assert w.weight == pytest.approx(steps.weights[key], abs=1e-12)
+        # float64 sums of the same d products in another order
+        assert w.dot == pytest.approx(steps.scores[key], abs=F64, rel=0) and len(w.products) == len(steps.q)
+        assert w.scaled == pytest.approx(steps.scaled[key], abs=F64, rel=0)
+        assert w.weight == pytest.approx(steps.weights[key], abs=F64, rel=0)
         total += w.weight
-    assert total == pytest.approx(1.0) and explain.work_key(steps, 5).weight == 0.0  # the future: masked
+    assert total == pytest.approx(1.0, abs=F64, rel=0) and explain.work_key(steps, 5).weight == 0.0  # the future
     with pytest.raises(IndexError, match="outside"):
         explain.work_key(steps, 99)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from numeric import F64, fp32
 
 import probes
 from checkpoints import make_llama
 from probes.errors import BadOption, EmptyInput, InputTooLong, UnsupportedModel
+from probes.parity import TOLERANCES
 from probes.scratch import generate as g
+
+pytestmark = pytest.mark.numeric  # cached rows against full passes: CI runs these again under another CPU's kernels
 
 PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
 
@@ -39,13 +43,14 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     for reference in ("scratch", "hf"):
         proof = g.prove(model, gen, reference)
         assert proof.passed, proof.to_text()
-        assert proof.exact_attention_max_abs_diff <= 1e-12 and proof.exact_logits_max_rel_diff <= 1e-12  # float64
-        assert proof.attention_max_abs_diff <= 1e-5 and proof.logits_max_rel_diff <= 1e-5  # fp32, small model
+        assert proof.exact_attention_max_abs_diff <= F64 and proof.exact_logits_max_rel_diff <= F64  # float64
+        # fp32 on a 2-layer model, rows of ≤ 64 keys: eps × 128, parity's own floor (not generate's 30-layer bound)
+        assert proof.attention_max_abs_diff <= fp32(128) and proof.logits_max_rel_diff <= fp32(128)
     # each row is a distribution over the context the step could see
     for s in range(gen.n_steps):
         row = gen.row(s, 0)
         assert row.shape == (model.n_heads, gen.query_position(s) + 1)
-        torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads))
+        torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
 @pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral"])
@@ -112,7 +117,7 @@ def test_smollm2_rounding_stays_inside_the_fp32_bound_and_float64_is_exact(smoll
     gen = g.generate(smollm2, "<b>Xiaoming</b> gave", max_new_tokens=4)
     proof = g.prove(smollm2, gen)
     assert proof.passed, proof.to_text()
-    assert proof.exact_attention_max_abs_diff <= 1e-12
+    assert proof.exact_attention_max_abs_diff <= F64
     assert 1e-7 < proof.attention_max_abs_diff <= g.FP32_TOLERANCES["attention"]
 
 
@@ -143,7 +148,7 @@ def test_filtered_logits_keep_the_top_k_and_the_nucleus():
     nucleus = g.filtered_logits(logits, g.Sampling(sample=True, top_p=0.81))  # needs the third
     assert torch.isfinite(nucleus[:3]).all() and torch.isinf(nucleus[3])
     hot = g.filtered_logits(logits, g.Sampling(sample=True, temperature=2.0))
-    torch.testing.assert_close(hot, logits / 2)
+    assert torch.equal(hot, logits / 2)  # a division by 2 is exact
 
 
 @pytest.mark.parametrize("bad", [dict(temperature=0.0), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5)])
@@ -171,13 +176,14 @@ def test_the_generation_trace_reads_like_a_table(llama):
     band = gen.rows_matrix(1, 2)
     assert band.shape == (4, gen.prompt_length + 3)
     for s in range(4):
-        torch.testing.assert_close(band[s, : gen.query_position(s) + 1], gen.row(s, 1, 2))
+        assert torch.equal(band[s, : gen.query_position(s) + 1], gen.row(s, 1, 2))  # the same numbers, copied
         assert (band[s, gen.query_position(s) + 1:] == 0).all()  # the future of that step
     top = gen.top_keys(3, 1, 2, k=2)
     assert top[0][2] >= top[1][2] and top[0][1] == gen.tokens[top[0][0]].text
     frame = gen.frame(1, 2)
     assert len(frame) == sum(gen.query_position(s) + 1 for s in range(4))
-    assert frame.groupby("step")["weight"].sum().round(5).eq(1).all()
+    sums = frame.groupby("step")["weight"].sum()  # fp32 weights of ≤ 64 keys, summed: eps × 64
+    assert (sums - 1).abs().max() <= fp32(64)
     with pytest.raises(IndexError):
         gen.row(4, 0)
 
@@ -192,9 +198,10 @@ def test_the_flash_kernel_runs_each_step(name, request):
     flash = g.generate(model, PROMPT, max_new_tokens=6, stop_at_eos=False, backend="flash")
     assert flash.backend == "flash" and flash.note == ""
     assert flash.new_ids == eager.new_ids
-    for s in range(6):
-        torch.testing.assert_close(flash.rows[s], eager.rows[s], atol=1e-5, rtol=0)
-    torch.testing.assert_close(flash.logits, eager.logits, atol=1e-4, rtol=1e-5)
+    for s in range(6):  # fp32 rows of ≤ 64 keys through 2 layers, summed in the kernel's order: parity's floor
+        torch.testing.assert_close(flash.rows[s], eager.rows[s], atol=fp32(128), rtol=0)
+    scale = max(1.0, float(eager.logits.abs().max()))  # logits in units of their scale, as parity holds them
+    torch.testing.assert_close(flash.logits, eager.logits, atol=TOLERANCES["logits"] * scale, rtol=0)
     assert g.prove(model, flash).passed
 
 

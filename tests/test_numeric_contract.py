@@ -1,0 +1,95 @@
+"""The contract every numeric assertion of the suite keeps (read from the tests' source, not run):
+
+* a float comparison (``approx``, ``allclose``, ``isclose``, ``assert_close``, ``assert_allclose``) states its
+  tolerance, and states it with a name from ``tests/numeric.py`` (or 0), never a bare number: each tolerance
+  has its reason written there once;
+* an assertion that a value is below a small number (``x <= 1e-6``) is a tolerance too: the same rule;
+* every test that compares floats carries the ``numeric`` marker, so CI runs it again under another CPU's
+  kernels (``ATEN_CPU_CAPABILITY=default``, one thread).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+CLOSE = {"approx": ("abs", "rel"), "allclose": ("atol", "rtol"), "isclose": ("atol", "rtol"),
+         "assert_close": ("atol", "rtol"), "assert_allclose": ("atol", "rtol")}
+SMALL = 1e-2  # "x < 0.001" is a tolerance; "x > 1e-3" (an effect is there) is not
+
+
+def _name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _bare(node: ast.AST | None) -> bool:
+    """A tolerance written as a literal other than 0 (``1e-6``, ``-1e-6``)."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and node.value != 0
+
+
+def _small_literal(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, float) and 0 < abs(node.value) < SMALL
+
+
+def _marked(decorators: list[ast.expr]) -> bool:
+    return any("numeric" in ast.unparse(d) for d in decorators)
+
+
+def problems(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                        and "numeric" in ast.unparse(n.value) for n in tree.body)
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        compares = False
+        for node in ast.walk(fn):
+            where = f"{path.relative_to(TESTS.parent)}:{getattr(node, 'lineno', fn.lineno)}"
+            if isinstance(node, ast.Call) and _name(node) in CLOSE:
+                compares = True
+                given = {k.arg: k.value for k in node.keywords}
+                for arg in CLOSE[_name(node)]:
+                    if arg not in given:
+                        found.append(f"{where}: {_name(node)} without {arg}= (its default is a tolerance with no "
+                                     "reason: take one from tests/numeric.py, or 0)")
+                    elif _bare(given[arg]):
+                        found.append(f"{where}: {arg}={ast.unparse(given[arg])} is a bare number: take it from "
+                                     "tests/numeric.py")
+            elif isinstance(node, ast.Compare):
+                pairs = zip([node.left, *node.comparators], node.ops, node.comparators)
+                for left, op, right in pairs:
+                    if (isinstance(op, (ast.Lt, ast.LtE)) and _small_literal(right)) or (
+                            isinstance(op, (ast.Gt, ast.GtE)) and _small_literal(left)):
+                        compares = True
+                        found.append(f"{where}: `{ast.unparse(node)}` is a tolerance written as a bare number: take "
+                                     "it from tests/numeric.py")
+            elif isinstance(node, ast.Name) and node.id in ("F64", "fp32", "f64", "EPS32", "EPS64"):
+                compares = True
+        if compares and fn.name.startswith("test") and not (module_marked or _marked(fn.decorator_list)):
+            found.append(f"{path.relative_to(TESTS.parent)}:{fn.lineno}: {fn.name} compares floats without the "
+                         "numeric marker")
+    return found
+
+
+def test_every_tolerance_has_its_reason_and_every_float_comparison_its_marker():
+    found = [p for path in sorted(TESTS.rglob("*.py")) if path.name != "numeric.py" for p in problems(path)]
+    assert not found, f"{len(found)} numeric assertions break the contract:\n" + "\n".join(found)
+
+
+def test_the_contract_catches_what_it_says(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import pytest\n\ndef test_a(x):\n    assert x == pytest.approx(1.0)\n    assert x < 1e-6\n"
+                   "    assert torch.allclose(x, x, atol=1e-5, rtol=0)\n\ndef test_effect(x):\n    assert x > 1e-3\n")
+    global TESTS
+    saved, TESTS = TESTS, tmp_path
+    try:
+        found = problems(bad)
+    finally:
+        TESTS = saved
+    assert len(found) == 5, found  # approx's abs= and rel=, the bare 1e-6, atol=1e-5, and the missing marker
+    assert all("test_effect" not in f for f in found)
