@@ -20,6 +20,9 @@ import pickle
 from collections.abc import Iterator
 
 
+WAIT_FOR_WORKERS_S = 600
+
+
 class ChunkWorker:
     """A Ray actor: loads the model once, then runs chunk after chunk on it."""
 
@@ -96,6 +99,10 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
         import ray.data
 
         device = "cuda" if gpus_per_worker else "cpu"
+        # the pool starts work once every worker has loaded its model, so the chunks are spread over all of them
+        # (otherwise the first worker up takes every chunk of a short run while the others still load); a
+        # cluster that cannot place them all fails after this long with Ray's own message
+        ray.data.DataContext.get_current().wait_for_min_actors_s = WAIT_FOR_WORKERS_S
         rows = [{"job": pickle.dumps(job)} for job in jobs]
         ds = ray.data.from_items(rows, override_num_blocks=len(rows))  # one chunk a block: streamed one by one
         ds = ds.map_batches(
