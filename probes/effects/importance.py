@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..precision import working_dtype
 from ..scratch import outputs
 from .ablation import ablate_each, lm_measures
 
@@ -52,7 +53,7 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
     copies = 1 if lm else projections
     enc = model.encode([t for t in texts for _ in range(copies)], truncate=True)
     gates = torch.ones(enc.input_ids.shape[0], model.n_layers, model.n_heads, device=model.device,
-                       requires_grad=True)
+                       dtype=working_dtype(model.dtype), requires_grad=True)
     got = outputs(model, enc, edit=lambda layer, z: z * gates[:, layer, :, None, None], logits=lm, grad=True)
     mask = enc.attention_mask.to(got.hidden.device).bool()
     if lm:

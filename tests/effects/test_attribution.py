@@ -3,26 +3,33 @@ Face's weights (GPT-2: a LayerNorm with its σ frozen); encoders and multi-token
 
 import pytest
 import torch
+from numeric import F64
 
 from probes.effects.attribution import logit_attribution, target_id
 from probes.errors import BadOption
+from probes.hf import KeepFloat64
 
 TEXT = "Xiaoming gave the apple to Xiaohong because"
 
 
-def test_heads_and_rest_sum_to_the_logit(smollm2, gpt2_model):
-    got = logit_attribution(smollm2, TEXT, target_id(smollm2, "she"), target_id(smollm2, "he"))
-    assert got.total == pytest.approx(got.logit, abs=1e-4)
+@pytest.mark.numeric
+def test_heads_and_rest_sum_to_the_logit(smollm2, gpt2_model64):
+    # float64 (a copy, ~3 s): the parts and the model's own logit, from one pass, agree to float64 rounding
+    smollm64 = smollm2.cast(torch.float64)
+    got = logit_attribution(smollm64, TEXT, target_id(smollm2, "she"), target_id(smollm2, "he"))
+    assert got.total == pytest.approx(got.logit, abs=F64, rel=0)
     assert got.heads.shape == (30, 9) and abs(got.heads).max() > 0.05
-    one = logit_attribution(gpt2_model, "Researchers probe every", 7)
-    assert one.total == pytest.approx(one.logit, abs=1e-4) and one.other is None
+    one = logit_attribution(gpt2_model64, "Researchers probe every", 7)
+    assert one.total == pytest.approx(one.logit, abs=F64, rel=0) and one.other is None
 
 
-def test_a_head_share_by_hand(gpt2_model):
+@pytest.mark.numeric
+def test_a_head_share_by_hand(gpt2_model64):
+    gpt2_model = gpt2_model64  # float64: Hugging Face's pieces and the library's share agree to float64 rounding
     text, target, layer, head = "Researchers probe every layer", 11, 1, 2
     enc = gpt2_model.encode(text)
     hf = gpt2_model.hf.transformer
-    with torch.inference_mode():
+    with torch.inference_mode(), KeepFloat64():
         out = gpt2_model.hf(input_ids=enc.input_ids, output_hidden_states=True, output_attentions=True)
         block = hf.h[layer]
         h = block.ln_1(out.hidden_states[layer][0])
@@ -35,7 +42,8 @@ def test_a_head_share_by_hand(gpt2_model):
         sigma = torch.sqrt(x.var(unbiased=False) + hf.ln_f.eps)
         by_hand = ((c - c.mean()) / sigma * hf.ln_f.weight) @ gpt2_model.hf.lm_head.weight[target]
     got = logit_attribution(gpt2_model, text, target)
-    assert got.heads[layer, head] == pytest.approx(float(by_hand), abs=1e-4)
+    assert by_hand.dtype == torch.float64
+    assert got.heads[layer, head] == pytest.approx(float(by_hand), abs=F64, rel=0)
 
 
 def test_refused_with_advice(minilm, smollm2):

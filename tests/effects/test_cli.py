@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 import pytest
+from numeric import F64
 
 from probes.__main__ import main
 from probes.effects import ablation, importance
@@ -12,11 +13,13 @@ from tests.effects.conftest import ALTERNATING
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry"
 
 
+@pytest.mark.numeric
 def test_ablate_prints_the_library_numbers(minilm, capsys):
     assert main(["ablate", "--text", SHE, "--heads", "1.2,5.5", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     expected = ablation.ablate(minilm, SHE, [(1, 2), (5, 5)])
-    assert data["heads"] == "1.2, 5.5" and data["effects"] == pytest.approx(expected, abs=1e-12)
+    # the same computation on the same weights: the same floats, and JSON writes a float back exactly
+    assert data["heads"] == "1.2, 5.5" and data["effects"] == expected
     assert main(["ablate", "--text", SHE, "--heads", "5.5"]) == 0
     assert "token_change" in capsys.readouterr().out
 
@@ -40,7 +43,10 @@ def test_patching_needs_texts_of_one_length(gpt2_dir, capsys):
     assert "same length in tokens" in capsys.readouterr().err
 
 
-def test_importance_writes_the_table_and_resumes(copy_model, tmp_path, monkeypatch, capsys):
+@pytest.mark.numeric
+def test_importance_writes_the_table_and_resumes(copy_model64, tmp_path, monkeypatch, capsys):
+    copy_model = copy_model64  # float64: the resumed chunks batch the texts otherwise than one go, which sums in
+    # another order (fp32: 4e-8 apart on some CPUs); in float64 that is rounding under F64
     data = tmp_path / "texts.txt"
     data.write_text("\n".join([ALTERNATING, "he the he the he the", "the head the head", "head the head"]) + "\n")
     out = tmp_path / "imp.csv"
@@ -63,7 +69,7 @@ def test_importance_writes_the_table_and_resumes(copy_model, tmp_path, monkeypat
     monkeypatch.setattr(importance, "importance_sums", real)
     fresh = importance.importance(copy_model, [ALTERNATING, "he the he the he the", "the head the head",
                                                "head the head"])
-    assert frame["score"].to_numpy() == pytest.approx(fresh["score"].to_numpy(), abs=1e-9)
+    assert frame["score"].to_numpy() == pytest.approx(fresh["score"].to_numpy(), abs=F64, rel=0)
     written = pd.read_csv(out)
     assert {"model", "n_layers", "n_heads", "probe"} <= set(written.columns) and (written.probe == "importance").all()
     assert not (tmp_path / "imp.csv.partial").exists()

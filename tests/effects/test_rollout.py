@@ -1,11 +1,15 @@
 """Attention rollout: identity attention rolls out to the identity; rows sum to 1; two layers by hand."""
 
+import pytest
 import torch
+from numeric import F64
 
 from probes import runner
 from probes.effects import rollout
 from probes.tokens import Token
 from probes.trace import Trace
+
+pytestmark = pytest.mark.numeric  # rollout is float64: its identities hold to float64 rounding
 
 
 def _trace(attn):
@@ -24,14 +28,15 @@ def test_identity_attention_rolls_out_to_the_identity():
 
 def test_two_layers_by_hand():
     gen = torch.Generator().manual_seed(0)
-    attn = [torch.softmax(torch.randn(1, 2, 4, 4, generator=gen), -1) for _ in range(2)]
-    mixed = [0.5 * a[0].double().mean(0) + 0.5 * torch.eye(4, dtype=torch.float64) for a in attn]
+    attn = [torch.softmax(torch.randn(1, 2, 4, 4, generator=gen, dtype=torch.float64), -1) for _ in range(2)]
+    mixed = [0.5 * a[0].mean(0) + 0.5 * torch.eye(4, dtype=torch.float64) for a in attn]  # rows sum to 1 already
     got = rollout.rollout(_trace(attn))
-    assert torch.allclose(got[0], mixed[0]) and torch.allclose(got[1], mixed[1] @ mixed[0])
+    assert torch.allclose(got[0], mixed[0], atol=F64, rtol=0)
+    assert torch.allclose(got[1], mixed[1] @ mixed[0], atol=F64, rtol=0)
 
 
 def test_every_row_sums_to_one(minilm, smollm2):
     for model in (minilm, smollm2):
         got = rollout.rollout(runner.run(model, "Xiaoming gave the apple to Xiaohong because she was hungry"))
-        assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1], dtype=torch.float64))
+        assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1], dtype=torch.float64), atol=F64, rtol=0)
         assert got.shape[0] == model.n_layers
