@@ -6,13 +6,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: app test bench install clean
+.PHONY: app test test-numeric bench install clean
 
 app: $(STAMP)
 	$(BIN)/streamlit run dashboard/serve.py --server.port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
+
+# The tests that compare floating results (marker `numeric`) again under another CPU's kernels: the portable
+# ones (no AVX) and one thread, another reduction order and vector width. CI runs it after `make test`.
+test-numeric: $(STAMP)
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 PROBES_THREADS=1 $(BIN)/python -m pytest -m numeric --durations=5
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py

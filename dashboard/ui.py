@@ -119,13 +119,18 @@ def parity_badge(inp: data.Input, container=st) -> None:
         return
     worst = report.attention_max_abs_diff
     proof = data.proof_of(inp)  # the float64 check, when it was run on this input
-    proven = "" if proof is None else " · proven in float64" if proof.passed else " · float64 FAIL"
-    if report.passed and (proof is None or proof.passed):  # the verdict reads the scaled figures, never a raw one
-        icon = ":material/verified:" if proof else ":material/check_circle:"
-        container.badge(f"Parity PASS · max |Δ| {worst:.1e}{proven}", icon=icon, color="green")
+    figures = (f"float32: attention max |Δ| {worst:.1e} (tolerance {report.tolerance['attention']:.1e}), every "
+               "figure judged in units of its scale")
+    if proof is not None:  # short enough for the sidebar: the figures are in its help
+        figures += (f"; float64: attention max |Δ| {proof.attention_max_abs_diff:.0e} (tolerance "
+                    f"{proof.tolerance['attention']:.0e})")
+        label = "proven in float64" if proof.passed else "float64 FAIL"
     else:
-        verdict = "PASS" if report.passed else "FAIL"
-        container.badge(f"Parity {verdict} · max |Δ| {worst:.1e}{proven}", icon=":material/error:", color="red")
+        label = f"max |Δ| {worst:.1e}"
+    verdict = "PASS" if report.passed else "FAIL"  # the verdict reads the scaled figures, never a raw one
+    good = report.passed and (proof is None or proof.passed)
+    icon = ":material/verified:" if good and proof else ":material/check_circle:" if good else ":material/error:"
+    container.badge(f"Parity {verdict} · {label}", icon=icon, color="green" if good else "red", help=figures)
 
 
 def chart(chart: alt.TopLevelMixin, container=st, **kwargs):

@@ -175,17 +175,21 @@ def test_ctrl_c_is_one_line_and_exit_130(gpt2_dir, monkeypatch, capsys, tmp_path
 
 
 @pytest.mark.numeric
-def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir, tmp_path):
+def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir, tmp_path, capsys):
     import pandas as pd
+    import torch
 
     corpus = tmp_path / "c.jsonl"
     lines = [json.dumps({"text": f"Sentence {i}: Xiaoming gave the apple to Xiaohong because she was hungry."})
              for i in range(10)]
     corpus.write_text("\n".join(lines[:3] + ["{broken"] + lines[3:]) + "\n")
     models = f"minilm,{gpt2_dir}"
-    one = run("profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "one.csv"),
-              "--window", "16", "--checkpoint-every", "3")
-    assert one.returncode == 0, one.stderr
+    threads = torch.get_num_threads()
+    try:  # one process: this one (the command line's own entry point, without a second interpreter to start)
+        assert main(["profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "one.csv"),
+                     "--window", "16", "--checkpoint-every", "3"]) == 0, capsys.readouterr().err
+    finally:
+        torch.set_num_threads(threads)  # the command chose its own: the rest of the session keeps the suite's
     on_ray = run("profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "ray.csv"),
                  "--window", "16", "--checkpoint-every", "3", "--ray", "--workers", "2")
     assert on_ray.returncode == 0, on_ray.stderr

@@ -14,6 +14,7 @@ from numeric import fp32
 
 import probes
 from probes import hf, models, parity, scratch
+from probes.__main__ import main
 from probes.errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
 
 
@@ -198,7 +199,7 @@ def test_hub_id_from_the_local_cache_needs_no_network(gpt2_dir, tmp_path):
     assert '"passed": true' in out.stdout and '"model": "tiny-org/tiny-gpt2"' in out.stdout
 
 
-def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path):
+def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path, capsys):
     import shutil
 
     trunc = tmp_path / "trunc"
@@ -213,11 +214,11 @@ def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path):
     state["payload"] = _Payload()
     torch.save(state, evil / "pytorch_model.bin")
     for path, says in ((trunc, "the file may be truncated or damaged"), (header_only, "as GGUF"),
-                       (evil, "it is refused")):
-        out = subprocess.run([sys.executable, "-m", "probes", "parity", "--model", str(path), "--text", "hi"],
-                             capture_output=True, text=True, timeout=120)
-        lines = out.stderr.strip().splitlines()
-        assert out.returncode == 2 and len(lines) == 1 and says in lines[0], (path, out.stderr[-800:])
+                       (evil, "it is refused")):  # the command line's own entry point, in this process
+        code = main(["parity", "--model", str(path), "--text", "hi"])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and says in lines[0], (path, err[-800:])
     assert not _Payload.marker.exists()
 
 

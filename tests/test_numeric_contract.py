@@ -43,6 +43,8 @@ def problems(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
     module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
                         and "numeric" in ast.unparse(n.value) for n in tree.body)
+    tolerances = {alias.asname or alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                  and n.module == "numeric" for alias in n.names}  # a test that uses them compares floats
     found = []
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -68,7 +70,7 @@ def problems(path: Path) -> list[str]:
                         compares = True
                         found.append(f"{where}: `{ast.unparse(node)}` is a tolerance written as a bare number: take "
                                      "it from tests/numeric.py")
-            elif isinstance(node, ast.Name) and node.id in ("F64", "fp32", "f64", "EPS32", "EPS64"):
+            elif isinstance(node, ast.Name) and node.id in tolerances:
                 compares = True
         if compares and fn.name.startswith("test") and not (module_marked or _marked(fn.decorator_list)):
             found.append(f"{path.relative_to(TESTS.parent)}:{fn.lineno}: {fn.name} compares floats without the "

@@ -98,11 +98,11 @@ def _float64(inp: data.Input) -> None:
     backend = data.parity_backend(inp)
     proof = data.proof_of(inp)
     if proof is None:
-        left, right = st.columns([1, 3], vertical_alignment="center")
         if backend not in FLOAT64_BACKENDS:
-            right.caption(f"The {backend} kernel computes in fp32, fp16 and bf16 only, so it cannot be proven in "
-                          "float64: pick the eager or sdpa backend in the sidebar to prove our pass.")
+            st.caption(f"The {backend} kernel computes in fp32, fp16 and bf16 only, so it cannot be proven in "
+                       "float64: pick the eager or sdpa backend in the sidebar to prove our pass.")
             return
+        left, right = st.columns([1, 3], vertical_alignment="center")
         right.caption("float32 figures move with the CPU's vector kernels. In float64 two passes of the same "
                       "function agree to within 1e-10 on every machine: that is the proof.")
         if not left.button("Prove in float64", icon=":material/verified:"):
