@@ -152,7 +152,8 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
         on_gold = rows.gather(-1, tgt.expand(*shape, -1)[..., None]).squeeze(-1)
         for e, p in enumerate(pairs):
             if p.label not in by_label:
-                correct[p.label], mass[p.label], by_label[p.label] = torch.zeros(shape), torch.zeros(shape), []
+                correct[p.label], mass[p.label], by_label[p.label] = (torch.zeros(shape, dtype=words.dtype),
+                                                                      torch.zeros(shape, dtype=words.dtype), [])
             correct[p.label] += hit[:, :, e]
             mass[p.label] += on_gold[:, :, e]
             by_label[p.label].append(p)

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
-from ..precision import upcast
+from ..precision import upcast, working_dtype
 from .combine import mean
 from .engine import COLUMNS, token_attention
 from .registry import Probe, loader
@@ -82,7 +82,7 @@ def pattern_classes(data: Iterable, probe: str = "patterns") -> pd.DataFrame:
         segments = torch.tensor([t.segment for t in tokens])
         is_pair = bool(segments.max() > 0)
         cls = classify(shares(attn, segments), is_pair)  # [Ly, H]
-        one_hot = torch.nn.functional.one_hot(cls, len(CLASSES)).float()
+        one_hot = torch.nn.functional.one_hot(cls, len(CLASSES)).to(working_dtype(attn.dtype))
         counts = one_hot if counts is None else counts + one_hot
         total += 1
     if counts is None:

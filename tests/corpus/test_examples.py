@@ -2,7 +2,9 @@
 was split, and bounded in size."""
 
 import pandas as pd
+import pytest
 import torch
+from numeric import F64
 
 from probes.corpus import examples as ex
 from probes.corpus.reader import Window
@@ -23,13 +25,14 @@ def _window(text_id=1):
 def _planted():
     """Layer 0 head 0 copies the previous word with decreasing confidence; head 1 parks on [CLS]."""
     n = 8
-    attn = torch.full((1, 2, n, n), 0.001)
+    attn = torch.full((1, 2, n, n), 0.001, dtype=torch.float64)  # float64: the weights read back as written
     for i in range(2, 7):
         attn[0, 0, i, i - 1] = 1.0 - 0.1 * i
     attn[0, 1, :, 0] = 0.99
     return attn
 
 
+@pytest.mark.numeric
 def test_the_strongest_non_special_keys_of_a_head_are_kept_and_described():
     window, tokens = _window()
     found = ex.Collector(k=3)
@@ -48,9 +51,7 @@ def test_the_strongest_non_special_keys_of_a_head_are_kept_and_described():
 
 
 def pytest_approx(values):
-    import pytest
-
-    return pytest.approx(values, abs=1e-6)
+    return pytest.approx(values, abs=F64, rel=0)  # float64 attention, copied through
 
 
 def test_the_ranking_does_not_depend_on_how_windows_are_grouped():
@@ -84,12 +85,13 @@ def test_a_long_window_keeps_a_bounded_context_around_the_pair():
     assert len(frame[ex.COLUMNS].to_csv(index=False, header=False).encode()) <= ex.BYTES_PER_EXAMPLE
 
 
+@pytest.mark.numeric
 def test_a_decoders_first_token_is_no_example_however_much_it_is_attended():
     """Without a BOS token the first token is the sink (query 0 sees only it, with weight 1): not an example."""
     spans = [(0, 3), (4, 7), (8, 11), (12, 14), (15, 18), (19, 22)]
     tokens = [Token(TEXT[a:b], a, b, False) for a, b in spans]
     window = Window(1, 0, TEXT, Piece([0] * 6, spans, [0] * 6), 0, len(TEXT))
-    attn = torch.zeros(1, 1, 6, 6)
+    attn = torch.zeros(1, 1, 6, 6, dtype=torch.float64)
     attn[0, 0, :, 0] = 0.9  # every query parks on the first token…
     attn[0, 0, 0, 0] = 1.0
     attn[0, 0, torch.arange(1, 6), torch.arange(1, 6)] = 0.1  # …and keeps a little for itself

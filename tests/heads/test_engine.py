@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from numeric import F64
 
 from probes import runner
 from probes.heads.registry import texts
@@ -9,6 +10,7 @@ from probes.heads.engine import (Pair, Sentence, _baseline, score_pairs, sentenc
                                 word_attention)
 
 
+@pytest.mark.numeric
 def test_pieces_are_summed_as_targets_and_averaged_as_sources():
     # tokens: [CLS] xiao ##ming gave [SEP]  ->  words: 0 = Xiaoming (2 pieces), 1 = gave
     word_of = [-1, 0, 0, 1, -1]
@@ -18,10 +20,11 @@ def test_pieces_are_summed_as_targets_and_averaged_as_sources():
         [0.0, 0.5, 0.1, 0.2, 0.2],  # ##ming
         [0.3, 0.3, 0.3, 0.0, 0.1],  # gave
         [0.2, 0.2, 0.2, 0.2, 0.2],
-    ])
+    ], dtype=torch.float64)
     w = word_attention(a, word_of, 2)
     # from "Xiaoming" = mean of its two rows; to "Xiaoming" = sum of its two columns; specials dropped
-    assert torch.allclose(w, torch.tensor([[(0.4 + 0.6) / 2, (0.4 + 0.2) / 2], [0.6, 0.0]]))
+    expected = torch.tensor([[(0.4 + 0.6) / 2, (0.4 + 0.2) / 2], [0.6, 0.0]], dtype=torch.float64)
+    assert torch.allclose(w, expected, atol=F64, rtol=0)
 
 
 def _planted(sentence, word_of, layers=2, heads=4, plant=(1, 3), seed=0):
@@ -57,17 +60,19 @@ def test_planted_dependency_head_ranks_first():
 
 
 def test_baselines():
-    assert _baseline([Pair(3, 1, "x"), Pair(5, 3, "x"), Pair(2, 3, "x")], "offset") == pytest.approx(2 / 3)
+    assert _baseline([Pair(3, 1, "x"), Pair(5, 3, "x"), Pair(2, 3, "x")], "offset") == 2 / 3  # a count over 3
     coref = [Pair(6, 4, "c", candidates=(0, 4)), Pair(6, 0, "c", candidates=(0, 4))]
     assert _baseline(coref, "nearest_candidate") == 0.5
 
 
-def test_real_model_word_attention_rows_sum_to_one(minilm):
+@pytest.mark.numeric
+def test_real_model_word_attention_rows_sum_to_one(minilm64):
     sentence = Sentence(["Xiaoming", "gave", "the", "apple", "to", "Xiaohong"], [Pair(0, 1, "nsubj")])
-    (got, layers, word_of), = list(sentence_attention([sentence], runner.batches(minilm, texts([sentence]))))
+    (got, layers, word_of), = list(sentence_attention([sentence], runner.batches(minilm64, texts([sentence]))))
     assert got is sentence and layers.shape[:2] == (6, 12)
     assert word_of[0] == -1 and word_of[1] == word_of[2] == 0  # [CLS], xiao, ##ming
     words = word_attention(layers, word_of, 6)
     special = layers[..., [0, -1]].sum(-1)  # what [CLS] and [SEP] receive is not in any word
     special_rows = torch.stack([special[..., [t for t, w in enumerate(word_of) if w == i]].mean(-1) for i in range(6)], -1)
-    assert torch.allclose(words.sum(-1) + special_rows, torch.ones(6, 12, 6), atol=1e-5)
+    ones = torch.ones(6, 12, 6, dtype=torch.float64)
+    assert layers.dtype == torch.float64 and torch.allclose(words.sum(-1) + special_rows, ones, atol=F64, rtol=0)

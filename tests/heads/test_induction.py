@@ -1,5 +1,6 @@
 import pytest
 import torch
+from numeric import F64
 
 from probes import runner
 from probes.heads.induction import detection_patterns, induction_scores, mul_score, repeated_tokens
@@ -20,14 +21,15 @@ def test_patterns_on_a_repeated_sequence():
     assert set(detection_patterns(ids, bidirectional=True)) >= {"next_token", "induction_bidirectional"}
 
 
+@pytest.mark.numeric
 def test_mul_score_follows_transformerlens():
-    attn = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.6, 0.2]])
-    prev = torch.diag(torch.ones(2), -1)
-    assert mul_score(attn, prev, False, False) == pytest.approx((0.5 + 0.6) / 3)
+    attn = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.6, 0.2]], dtype=torch.float64)
+    prev = torch.diag(torch.ones(2, dtype=torch.float64), -1)
+    assert mul_score(attn, prev, False, False) == pytest.approx((0.5 + 0.6) / 3, abs=F64, rel=0)
     # exclude BOS: the first column is zeroed before measuring (the 0.5 on it counts no more)
-    assert mul_score(attn, prev, True, False) == pytest.approx(0.6 / (0.5 + 0.6 + 0.2))
+    assert mul_score(attn, prev, True, False) == pytest.approx(0.6 / (0.5 + 0.6 + 0.2), abs=F64, rel=0)
     # exclude current token: the diagonal is zeroed
-    assert mul_score(attn, prev, False, True) == pytest.approx((0.5 + 0.6) / (0.5 + 0.2 + 0.6))
+    assert mul_score(attn, prev, False, True) == pytest.approx((0.5 + 0.6) / (0.5 + 0.2 + 0.6), abs=F64, rel=0)
 
 
 def test_real_offline_default(minilm):

@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 import torch
+from numeric import F64
 
 from probes import runner
 from probes.heads.positional import is_punctuation, positional_scores
@@ -11,12 +12,13 @@ def _tokens(texts, special=()):
     return [Token(t, 0, 0, i in special) for i, t in enumerate(texts)]
 
 
+@pytest.mark.numeric
 def test_planted_previous_token_head_is_positional():
     n = 7
     tokens = _tokens(["<s>", "a", ",", "b", "c", ".", "d"], special=(0,))
     g = torch.Generator().manual_seed(0)
-    attn = torch.softmax(torch.randn(2, 3, n, n, generator=g), dim=-1)
-    prev = torch.zeros(n, n)
+    attn = torch.softmax(torch.randn(2, 3, n, n, generator=g).double(), dim=-1)
+    prev = torch.zeros(n, n, dtype=torch.float64)
     prev[0, 0] = 1.0
     prev[torch.arange(1, n), torch.arange(n - 1)] = 1.0
     attn[1, 2] = prev
@@ -25,10 +27,11 @@ def test_planted_previous_token_head_is_positional():
     assert by.loc[("previous", 1, 2), "score"] == 1.0
     assert by.loc[("offset-1", 1, 2), "score"] == 1.0
     assert by.loc[("positional", 1, 2), "offset"] == -1
-    assert abs(by.loc[("positional", 1, 2), "score"] - 6 / 7) < 1e-6  # the first token has no previous one
+    # the first token has no previous one
+    assert by.loc[("positional", 1, 2), "score"] == pytest.approx(6 / 7, abs=F64, rel=0)
     assert not by.loc[("positional", 1, 2), "positional"]  # 0.86 < 0.9
-    assert by.loc[("previous", 0, 0), "baseline"] == pytest.approx(1 / 7)  # uniform over 7 keys
-    assert frame[frame.label == "punctuation"]["baseline"].iloc[0] == pytest.approx(2 / 7)
+    assert by.loc[("previous", 0, 0), "baseline"] == pytest.approx(1 / 7, abs=F64, rel=0)  # uniform over 7 keys
+    assert frame[frame.label == "punctuation"]["baseline"].iloc[0] == pytest.approx(2 / 7, abs=F64, rel=0)
     assert set(frame.columns) >= {"probe", "label", "layer", "head", "score", "baseline", "n"}
 
 
@@ -52,17 +55,18 @@ def test_real_offline_default_has_a_previous_token_head(minilm):
     assert isinstance(frame, pd.DataFrame) and len(prev) == 6 * 12
 
 
-def test_scores_read_from_a_lazy_sdpa_trace_equal_the_eager_ones(minilm):
+@pytest.mark.numeric
+def test_scores_read_from_a_lazy_sdpa_trace_equal_the_eager_ones(minilm64):
     texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.",
              "The cat sat on the mat, and the dog watched it from the door.",
              "Researchers probe every layer and every head."]
-    eager = list(runner.batches(minilm, texts, backend="eager"))
-    sdpa = list(runner.batches(minilm, texts, backend="sdpa"))
+    eager = list(runner.batches(minilm64, texts, backend="eager"))
+    sdpa = list(runner.batches(minilm64, texts, backend="sdpa"))
     assert not eager[0].lazy and sdpa[0].lazy  # sdpa keeps only the logsumexp: attention is recovered from it
     a, b = positional_scores(eager), positional_scores(sdpa)  # causal or not: the Traces say
     assert a[["label", "layer", "head"]].equals(b[["label", "layer", "head"]])
-    for col in ("score", "baseline", "mean_attention"):
-        assert ((a[col] - b[col]).abs().fillna(0) < 1e-5).all(), col
+    for col in ("score", "baseline", "mean_attention"):  # in float64; distances count tokens, not fractions
+        assert ((a[col] - b[col]).abs().fillna(0) <= F64 * max(1.0, a[col].abs().max())).all(), col
     assert (a["n"] == b["n"]).all()
     pos = a.label == "positional"
     assert (a.loc[pos, "offset"] == b.loc[pos, "offset"]).all()
@@ -76,17 +80,19 @@ def test_attention_without_a_trace_needs_causal():
         positional_scores([(_tokens(["a", "b"]), torch.full((1, 1, 2, 2), 0.5))])
 
 
+@pytest.mark.numeric
 def test_entropy_and_distance_match_a_hand_computation():
     import math
 
     tokens = _tokens(["a", "b", "c"])
-    attn = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])[None, None]
+    attn = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]], dtype=torch.float64)[None, None]
     by = positional_scores([(tokens, attn)], causal=False).set_index("label")
-    assert by.loc["entropy", "score"] == pytest.approx((math.log(3) + 0 + math.log(2)) / 3)
-    assert by.loc["entropy", "baseline"] == pytest.approx(math.log(3))  # uniform over the three keys
-    assert by.loc["distance", "score"] == pytest.approx((1 + 1 + 1.5) / 3)  # Σ a_ij·|i − j| per query
-    assert by.loc["distance", "baseline"] == pytest.approx((1 + 2 / 3 + 1) / 3)
-    causal = positional_scores([(tokens, torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0, 0, 1.0]])[None, None])],
-                               causal=True).set_index("label")
-    assert causal.loc["distance", "score"] == pytest.approx(0.5 / 3)
-    assert causal.loc["distance", "baseline"] == pytest.approx((0 + 0.5 + 1) / 3)  # uniform over the past
+    assert by.loc["entropy", "score"] == pytest.approx((math.log(3) + 0 + math.log(2)) / 3, abs=F64, rel=0)
+    assert by.loc["entropy", "baseline"] == pytest.approx(math.log(3), abs=F64, rel=0)  # uniform over the three keys
+    assert by.loc["distance", "score"] == pytest.approx((1 + 1 + 1.5) / 3, abs=F64, rel=0)  # Σ a_ij·|i − j| per query
+    assert by.loc["distance", "baseline"] == pytest.approx((1 + 2 / 3 + 1) / 3, abs=F64, rel=0)
+    causal_attn = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0, 0, 1.0]], dtype=torch.float64)[None, None]
+    causal = positional_scores([(tokens, causal_attn)], causal=True).set_index("label")
+    assert causal.loc["distance", "score"] == pytest.approx(0.5 / 3, abs=F64, rel=0)
+    uniform_past = (0 + 0.5 + 1) / 3  # uniform over the past
+    assert causal.loc["distance", "baseline"] == pytest.approx(uniform_past, abs=F64, rel=0)
