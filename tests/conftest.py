@@ -18,6 +18,11 @@ if not torch.cuda.is_available():
     # tests run compiled on the GPU (benchmarks/gpu_check.py)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The app, which AppTest runs in this process, chooses its own thread count (probes.threads) for its script's
+# thread; the tests compare its numbers with the library's computed on this thread. One count for both, so
+# their sums run in one order on any machine (CI's second run sets 1).
+os.environ.setdefault("PROBES_THREADS", str(torch.get_num_threads()))
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 

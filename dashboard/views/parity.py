@@ -109,10 +109,11 @@ def _float64(inp: data.Input) -> None:
             return
         try:
             with st.spinner("Running both passes on a float64 copy of the model…"):
-                proof = data.prove_parity(inp)
+                data.prove_parity(inp)
         except probes.ProbesError as exc:
             st.warning(f"The float64 proof could not run: {ui.safe(ui.in_app_words(exc))}")
             return
+        st.rerun()  # the page again, proven: the badge above it and the command below it say so
     logits = "" if proof.logits_max_rel_diff is None else f", logits {proof.logits_max_rel_diff:.0e} of their scale"
     figures = (f"attention max |Δ| {proof.attention_max_abs_diff:.0e}, hidden states "
                f"{proof.hidden_max_rel_diff:.0e} of their scale{logits} (tolerance {proof.tolerance['attention']:.0e})")

@@ -4,6 +4,7 @@ marks), validated against the Vega-Lite schema by ``to_dict``."""
 import numpy as np
 import pandas as pd
 import pytest
+from numeric import F64
 
 from dashboard import charts
 
@@ -53,6 +54,7 @@ def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
     assert spec["encoding"]["x"]["sort"] == ["0: a", "1: b", "2: c"]
 
 
+@pytest.mark.numeric
 def test_layer_multiples_facet_every_head_as_a_picture_of_its_weights():
     w = np.random.default_rng(0).random((4, 3, 3))
     spec = charts.layer_multiples(w, layer=2, causal=True).to_dict()
@@ -62,7 +64,7 @@ def test_layer_multiples_facet_every_head_as_a_picture_of_its_weights():
     shown = charts.image_weights(rows[3]["url"], cell=32)  # 96 // 3 pixels a token
     assert np.abs(shown - np.tril(w[3])).max() <= 1 / 240  # the heatmap's colours, to one step of 8 bits
     assert shown[0, 2] == 0.0  # the causal future is white
-    assert rows[3]["peak"] == pytest.approx(w[3].max())
+    assert rows[3]["peak"] == w[3].max()  # the weight itself, not a rounding of it
 
 
 def test_parity_heatmap_outlines_heads_over_tolerance():
@@ -87,6 +89,7 @@ def test_parity_heatmap_has_one_fixed_scale_and_says_bit_identical_in_words():
     assert color["scale"]["scheme"] == "orangered" and not color["scale"].get("reverse")  # zeros are pale
 
 
+@pytest.mark.numeric
 def test_head_grid_colours_the_gain_over_the_baseline_centred_at_zero():
     frame = pd.DataFrame({"label": ["induction"] * 4, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
                           "score": [0.0093, 0.0100, 0.0089, 0.0095], "baseline": [0.0093] * 4, "n": [10] * 4})
@@ -94,9 +97,10 @@ def test_head_grid_colours_the_gain_over_the_baseline_centred_at_zero():
     color = spec["layer"][0]["encoding"]["color"]
     assert color["field"] == "gain" and color["scale"]["domainMid"] == 0
     low, high = color["scale"]["domain"]
-    assert low == -high and high == pytest.approx(0.0007)  # symmetric: noise around the baseline stays pale
+    # symmetric: noise around the baseline stays pale (gains: float64 differences of 4-decimal figures)
+    assert low == -high and high == pytest.approx(0.0007, abs=F64, rel=0)
     gains = {(r["layer"], r["head"]): r["gain"] for r in _rows(spec)}
-    assert gains[(0, 0)] == pytest.approx(0.0) and gains[(1, 0)] == pytest.approx(-0.0004)
+    assert gains[(0, 0)] == 0.0 and gains[(1, 0)] == pytest.approx(-0.0004, abs=F64, rel=0)
     assert "baseline 0.0093" in spec["title"]
     assert {t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]} >= {"score", "baseline", "gain", "n"}
     no_base = charts.head_grid(frame.drop(columns="baseline"), "induction", 2, 2).to_dict()
@@ -211,12 +215,13 @@ def test_a_clickable_heatmap_selects_a_cell_and_draws_on_a_canvas():
     assert "params" not in charts.attention_heatmap(["a"], np.ones((1, 1))).to_dict()
 
 
+@pytest.mark.numeric
 def test_key_bars_are_the_heatmaps_column_and_hide_queries_before_the_key():
     w = np.tril(np.random.default_rng(2).random((4, 4)))
     w /= w.sum(1, keepdims=True)
     spec = charts.key_bars(["a", "b", "c", "d"], w[:, 1], key=1, causal=True, query=3, clickable=True).to_dict()
     assert spec["title"] == "Who attends to '1: b'"
-    assert [(r["query_pos"], r["weight"]) for r in _rows(spec)] == [(q, pytest.approx(w[q, 1])) for q in (1, 2, 3)]
+    assert [(r["query_pos"], r["weight"]) for r in _rows(spec)] == [(q, w[q, 1]) for q in (1, 2, 3)]  # exact
     assert spec["encoding"]["color"]["condition"] == {"test": "(datum['query_pos'] === 3)", "value": "#e6550d"}
     assert [p["name"] for p in spec["params"]] == ["query"]
     with pytest.raises(ValueError, match="3 weights for 2 tokens"):

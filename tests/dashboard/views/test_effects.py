@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 from apptest import open_app, texts
+from numeric import fp32
 
 from dashboard.state import DEFAULT_TEXT
 from probes.effects import ablation, attribution, norms, pairs, rollout
@@ -57,6 +58,8 @@ def _heat(frame, value: str, n: int) -> np.ndarray:
 
 
 # -- Explore: colour by weights, norms or rollout ---------------------------------------------------
+# The grids are the library's numbers: the test makes the app's call again, so they are equal, not close.
+@pytest.mark.numeric
 def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     import probes
 
@@ -66,7 +69,7 @@ def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     trace = probes.run(minilm, DEFAULT_TEXT)
     n = len(trace.token_strings())
     weights = _heat(_rows(at, "Layer 2, head 5"), "weight", n)
-    assert np.abs(weights - trace.attention(2, 5).numpy()).max() < 1e-6
+    assert np.array_equal(weights, trace.attention(2, 5).numpy())
 
     at.radio(key="w_colour").set_value("norms")
     _rerun(at)
@@ -74,16 +77,17 @@ def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     spec = _spec(at, "Layer 2, head 5: value-weighted norms")
     expected = norms.value_norms(trace, minilm, 2, 5).numpy()
     got = _heat(_rows(at, "value-weighted norms"), "norm", n)
-    assert np.abs(got - expected).max() < 1e-5 and not np.allclose(expected.sum(-1), 1)  # not probabilities
+    # not probabilities: a row of n probabilities sums to 1 within eps × n
+    assert np.array_equal(got, expected) and not np.allclose(expected.sum(-1), 1, atol=fp32(n), rtol=0)
     colour = spec["encoding"]["color"]
-    assert colour["title"] == "norm" and colour["scale"]["domain"] == pytest.approx([0, float(expected.max())])
+    assert colour["title"] == "norm" and colour["scale"]["domain"] == [0, float(expected.max())]
     assert "Not probabilities" in texts(at.caption)
 
     at.radio(key="w_colour").set_value("rollout")
     _rerun(at)
     spec = _spec(at, "Layer 2: rollout through layers 0–2")
     got = _heat(_rows(at, "rollout through"), "rollout", n)
-    assert np.abs(got - rollout.rollout(trace)[2].numpy()).max() < 1e-6
+    assert np.array_equal(got, rollout.rollout(trace)[2].numpy())
     assert spec["encoding"]["color"]["scale"]["domain"] == [0, 1]
     assert "Rollout is per layer, not per head" in texts(at.caption)
 
@@ -102,6 +106,7 @@ def test_a_model_outside_the_scratch_families_is_not_offered_norms(neox_dir):
 
 
 # -- Does it matter? on an encoder -------------------------------------------------------------------
+@pytest.mark.numeric
 def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(minilm):
     at = open_app(page="effects")
     assert at.header[0].value == "Does it matter? What each head changes"
@@ -111,7 +116,7 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, position=10)
     title = "token_change when one head is zeroed"
     got = _grid(_rows(at, title), "token_change")
-    assert np.abs(got - _grid(expected, "token_change")).max() < 1e-6
+    assert np.array_equal(got, _grid(expected, "token_change"))  # the same call: the same numbers
     top = expected.loc[expected["token_change"].idxmax()]
     assert f"Taking out head {int(top['layer'])}.{int(top['head'])} changes token_change the most" in \
         texts(at.markdown)
@@ -128,16 +133,17 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     reference = registry.texts(registry.read_items("ewt-dev")[:32])
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, how="mean", reference=reference, position=10)
     got = _grid(_rows(at, "embedding_change when one head is mean-ablated"), "embedding_change")
-    assert np.abs(got - _grid(expected, "embedding_change")).max() < 1e-6
+    assert np.array_equal(got, _grid(expected, "embedding_change"))
 
 
+@pytest.mark.numeric
 def test_the_minimal_pair_grid_and_both_texts_of_the_selected_head(minilm):
     at = open_app(page="effects")
     assert at.text_input(key="effects_b").value == DEFAULT_TEXT.replace("she", "he")
     assert (at.selectbox(key="effects_qword").value, at.selectbox(key="effects_kword").value) == ("she", "Xiaohong")
     expected = pairs.minimal_pair(minilm, DEFAULT_TEXT, DEFAULT_TEXT.replace("she", "he"), "she", "Xiaohong").weights
     got = _rows(at, "“she” → “Xiaohong”: second text − first")
-    assert np.abs(_grid(got, "diff") - _grid(expected, "diff")).max() < 1e-6
+    assert np.array_equal(_grid(got, "diff"), _grid(expected, "diff"))  # the same call: the same numbers
     assert "Changed: “she” → “he”." in texts(at.caption)
     scale = _spec(at, "second text − first")["layer"][0]["encoding"]["color"]["scale"]
     assert scale["domainMid"] == 0 and scale["domain"][0] == -scale["domain"][1]  # diverging, centred at 0
@@ -168,13 +174,14 @@ def test_user_text_on_the_page_is_escaped():
 
 
 # -- Does it matter? on a decoder --------------------------------------------------------------------
+@pytest.mark.numeric
 def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
     at = open_app(page="effects", model="smollm2")
     assert at.selectbox(key="effects_measure").value == "loss"
     query = at.selectbox(key="w_query").value
     expected = ablation.ablate_each(smollm2, DEFAULT_TEXT, position=query)
     got = _grid(_rows(at, "loss when one head is zeroed"), "loss")
-    assert np.abs(got - _grid(expected, "loss")).max() < 1e-5
+    assert np.array_equal(got, _grid(expected, "loss"))  # the same call: the same numbers
     top = expected.loc[expected["loss"].idxmax()]
     assert f"Taking out head {int(top['layer'])}.{int(top['head'])} raises the loss the most" in texts(at.markdown)
     scale = _spec(at, "loss when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
@@ -187,7 +194,7 @@ def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2
     want = attribution.logit_attribution(smollm2, DEFAULT_TEXT, attribution.target_id(smollm2, " she"),
                                          attribution.target_id(smollm2, " he"), position)
     got = _grid(_rows(at, "each head's direct share of logit(␣she) − logit(␣he)"), "share")
-    assert np.abs(got - want.heads).max() < 1e-6
+    assert np.array_equal(got, want.heads)
     assert f"heads {want.heads.sum():+.3f} + rest {want.rest:+.3f} = {want.total:+.3f}" in texts(at.markdown)
 
     at.text_input(key="effects_target").set_value("Xiaohong")  # several tokens: refused, with the reason

@@ -6,6 +6,7 @@ every secondary chart of a long input is windowed like the heatmap."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from apptest import open_app, rerun, rows, specs, titles
 
 import probes
@@ -26,6 +27,7 @@ def _link(at, name: str) -> str:
     return value[0] if isinstance(value, list) else value
 
 
+@pytest.mark.numeric
 def test_a_cell_click_sets_the_query_and_draws_the_column_who_attends_to_its_key(minilm):
     at = open_app(layer=2, head=5, query=3)
     tokens = at.selectbox(key="w_query").options
@@ -38,12 +40,13 @@ def test_a_cell_click_sets_the_query_and_draws_the_column_who_attends_to_its_key
     reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(2, 5).numpy()
     column = {r["query_pos"]: r["weight"] for r in rows(at, "Who attends to")}
     assert sorted(column) == list(range(len(tokens)))
-    assert np.abs(np.array([column[q] for q in sorted(column)]) - reference[:, 5]).max() < 1e-6
+    assert np.array_equal([column[q] for q in sorted(column)], reference[:, 5])  # the model's weights, exactly
     heatmap = [s for s in specs(at) if s.get("title") == "Layer 2, head 5"][0]
     assert heatmap["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 7)"  # the row outlined
     assert [p["name"] for p in heatmap["params"]] == ["cell"]
 
 
+@pytest.mark.numeric
 def test_a_bar_click_follows_its_token(minilm):
     at = open_app(layer=0, head=1, query=10)
     _click(at, "keybar", "key", key_pos=5)  # a bar of "Where '10: she' looks": that key's column
@@ -52,7 +55,7 @@ def test_a_bar_click_follows_its_token(minilm):
     assert at.session_state["view"].query == 12 and "Where '12: hungry' looks" in titles(at)
     reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(0, 1).numpy()
     where = {r["key_pos"]: r["weight"] for r in rows(at, "Where '12: hungry' looks")}
-    assert np.abs(np.array([where[k] for k in sorted(where)]) - reference[12]).max() < 1e-6
+    assert np.array_equal([where[k] for k in sorted(where)], reference[12])
 
 
 def test_a_small_multiple_click_opens_its_head():

@@ -3,6 +3,7 @@ and head."""
 
 from __future__ import annotations
 
+import pytest
 from apptest import open_app as _app
 from apptest import rerun as _rerun
 from apptest import rows as _rows
@@ -25,11 +26,11 @@ def test_find_heads_grids_one_query_to_one_key_word_over_every_head():
     assert "on “Xiaoming”" in _texts(at.caption)
 
 
+@pytest.mark.numeric
 def test_find_heads_coloured_by_value_weighted_norm_and_ablation_effect(minilm):
     """The grid's other colourings equal the library: query_norms on "she" → "Xiaohong", and the zero-ablation
     change of "she"'s last hidden state; the weight stays in the tooltip."""
     import numpy as np
-    import pytest
 
     from probes import runner
     from probes.effects.ablation import ablate_each
@@ -44,7 +45,7 @@ def test_find_heads_coloured_by_value_weighted_norm_and_ablation_effect(minilm):
     for r in rows:
         got[r["layer"], r["head"]] = r["norm"]
     trace = runner.run(minilm, "Xiaoming gave the apple to Xiaohong because she was hungry.")
-    assert np.allclose(got, query_norms(trace, minilm, 10, [7, 8]), atol=1e-6)  # "xiao ##hong"
+    assert np.array_equal(got, query_norms(trace, minilm, 10, [7, 8]))  # "xiao ##hong": the app's call, its numbers
     assert all("weight" in r for r in rows)
     at.radio(key="find_measure").set_value("ablation")
     at.run()
@@ -54,4 +55,4 @@ def test_find_heads_coloured_by_value_weighted_norm_and_ablation_effect(minilm):
     best = frame.loc[frame["token_change"].idxmax()]
     top = max(rows, key=lambda r: r["token_change"])
     assert (top["layer"], top["head"]) == (best["layer"], best["head"])
-    assert top["token_change"] == pytest.approx(best["token_change"], abs=1e-9)
+    assert top["token_change"] == best["token_change"]

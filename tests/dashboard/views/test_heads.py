@@ -14,6 +14,7 @@ from apptest import run_probe as _run_probe
 from apptest import specs as _specs
 from apptest import titles as _titles
 from apptest import upload as _upload
+from numeric import F64, fp32
 
 from dashboard import charts
 from probes.corpus import readback
@@ -43,6 +44,7 @@ def _examples_table(at) -> pd.DataFrame:
     return tables[0].value
 
 
+@pytest.mark.numeric
 def test_the_selected_heads_examples_open_on_explore_at_their_query(corpus_run, minilm):
     _, raw = corpus_run
     expected = readback.read_examples(raw, "x", "minilm", 6, 12)
@@ -53,7 +55,7 @@ def test_the_selected_heads_examples_open_on_explore_at_their_query(corpus_run, 
     shown = _examples_table(at)
     assert list(shown.columns) == ["rank", "weight", "query_token", "key_token", "snippet"]
     assert shown["rank"].tolist() == [1, 2, 3] and shown["snippet"].tolist() == expected["snippet"].tolist()
-    assert shown["weight"].tolist() == pytest.approx(expected["weight"].tolist())
+    assert shown["weight"].tolist() == expected["weight"].tolist()  # read from the same Parquet file
 
     # a click on a row (AppTest sets the dataframe's selection state) opens its context on Explore; the row
     # picked has its query inside a word of several pieces (e.g. "##ie" of "Unbelievably")
@@ -133,6 +135,7 @@ def test_bad_examples_are_messages_not_tracebacks(corpus_run):
     assert "Head 1.2 has no examples in some.parquet." in texts(at.info)
 
 
+@pytest.mark.numeric
 def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     """Run a probe, then "Compute importance": a second grid with the library's importance of every head over the
     same sentences, and an importance column in the table."""
@@ -151,12 +154,16 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     assert "Does the model use these heads?" in [s.value for s in at.subheader]
     at.button(key="heads_importance").click()
     _rerun(at)
-    expected = importance(minilm, registry.texts(registry.read_items("ewt-dev")[:4]), ablation=False)
+    sentences = registry.texts(registry.read_items("ewt-dev")[:4])
+    expected = importance(minilm, sentences, ablation=False)
     grid = [c for c in at.get("vega_lite_chart") if "gradient: hidden" in c.proto.spec]
     assert grid, "no importance grid"
     table = at.dataframe[0].value
     joined = table.merge(expected, on=["layer", "head"], suffixes=("", "_lib"))
-    assert len(joined) == 72 and np.allclose(joined["importance"], joined["score_lib"], atol=1e-9)
+    # the app runs with fewer threads (probes.threads): each gate's gradient, a sum of tokens × d_head products, is
+    # summed in another order; importances are normalised to ≤ 1 in each layer
+    terms = minilm.encode(sentences, truncate=True).input_ids.shape[1] * minilm.d_head
+    assert len(joined) == 72 and np.allclose(joined["importance"], joined["score_lib"], atol=fp32(terms), rtol=0)
     assert "Spearman" in texts(at.caption)
 
 
@@ -225,6 +232,7 @@ def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
     assert not at.get("vega_lite_chart")
 
 
+@pytest.mark.numeric
 def test_several_models_share_one_colour_scale(corpus_run):
     """A table of two models: the sidebar's grid spans the larger reach of the two, and says so."""
     table, _ = corpus_run
@@ -237,8 +245,9 @@ def test_several_models_share_one_colour_scale(corpus_run):
     domain = grid["layer"][0]["encoding"]["color"]["scale"]["domain"]
     rows = stats[stats["label"] == label]
     mine = float((rows["score"] - rows["baseline"]).abs().max())
-    assert domain[1] == pytest.approx(3 * mine, rel=1e-6) and domain[0] == -domain[1]
+    # float64: the app's (b + 3(s − b)) − b, read back from CSV, against 3(s − b): a few roundings of values ≤ 3
+    assert domain[1] == pytest.approx(3 * mine, abs=F64, rel=0) and domain[0] == -domain[1]
     assert "One colour scale" in texts(at.caption) and "gpt2" in texts(at.caption)
     alone = _uploads(open_app(page="heads"), table=table)
     grid = [s for s in _specs(alone) if "click a cell" in str(s.get("title"))][0]
-    assert grid["layer"][0]["encoding"]["color"]["scale"]["domain"][1] == pytest.approx(mine, rel=1e-6)
+    assert grid["layer"][0]["encoding"]["color"]["scale"]["domain"][1] == mine  # the same arithmetic on the same CSV

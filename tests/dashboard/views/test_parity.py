@@ -3,12 +3,20 @@ sidebar's source and backend, on the offline encoder and on smollm2."""
 
 from __future__ import annotations
 
+import pytest
 from apptest import open_app as _app
 from apptest import rerun as _rerun
 from apptest import rows as _rows
 from apptest import texts as _texts
 from apptest import titles as _titles
 from apptest import upload as _upload
+
+from numeric import F64
+
+from probes import parity
+from probes.parity import TOLERANCES
+
+from dashboard.state import DEFAULT_TEXT as DEFAULT  # the app's opening text
 
 
 def test_parity_page_shows_the_per_head_grid_and_a_pass():
@@ -19,12 +27,13 @@ def test_parity_page_shows_the_per_head_grid_and_a_pass():
     assert "python -m probes parity --model minilm" in at.code[0].value
 
 
+@pytest.mark.numeric
 def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     at = _app(page="parity", source="scratch", backend="sdpa")
     verdict = _texts(at.success)
     assert "hf vs scratch/sdpa" in verdict and "identical to the last bit" not in verdict
     diffs = [r["max_abs_diff"] for r in _rows(at, "per head")]
-    assert 0 < max(diffs) <= 1e-5
+    assert 0 < max(diffs) <= TOLERANCES["attention"]  # fp32 rounding of a row of under 128 keys: eps × 128
     at = _upload(_app(page="heads"), "mine.csv",
                  b"probe,label,layer,head,score\nsyntactic,nsubj,1,2,0.9\nsyntactic,obj,0,3,0.4\n")
     at.selectbox(key="w_label").set_value("obj")
@@ -39,3 +48,45 @@ def test_parity_page_and_badge_on_smollm2():
     cells = [r for r in _rows(at, "per head") if "max_abs_diff" in r]
     assert len(cells) == 30 * 9 and all(r["within"] for r in cells)
     assert "--backend sdpa" in at.code[0].value
+
+
+def _prove(at):
+    """Click "Prove in float64" (there is one such button, or none)."""
+    buttons = [b for b in at.button if b.label == "Prove in float64"]
+    assert len(buttons) == 1, [b.label for b in at.button]
+    buttons[0].click()
+    return _rerun(at)
+
+
+@pytest.mark.numeric
+def test_prove_in_float64_shows_the_proof_and_the_badge_says_so_for_that_input(minilm):
+    at = _app(page="parity", source="scratch", backend="sdpa")
+    assert "Parity PASS · max |Δ|" in _texts(at.sidebar.markdown)
+    at = _prove(at)
+    proof = next(s for s in _texts(at.success).splitlines() if s.startswith("Proven in float64"))
+    assert "our pass (sdpa) and Hugging Face's compute the same function" in proof and "(tolerance 1e-10)" in proof
+    want = parity.check(minilm, DEFAULT, backend="sdpa", dtype="float64")  # the figures the page shows
+    assert want.proven and want.attention_max_abs_diff <= F64
+    assert f"attention max |Δ| {want.attention_max_abs_diff:.0e}" in proof
+    assert "Parity PASS · proven in float64" in _texts(at.sidebar.markdown)
+    assert "--dtype float64" in at.code[0].value and not [b for b in at.button if b.label == "Prove in float64"]
+    at.session_state["goto"] = "explore"  # the badge follows the input to every page
+    _rerun(at)
+    assert "Parity PASS · proven in float64" in _texts(at.sidebar.markdown)
+    at.radio(key="w_backend").set_value("eager")  # another input: not proven until asked
+    _rerun(at)
+    assert "Parity PASS · max |Δ|" in _texts(at.sidebar.markdown) and "proven" not in _texts(at.sidebar.markdown)
+
+
+def test_flash_cannot_be_proven_in_float64_and_the_page_says_what_to_do():
+    at = _app(page="parity", source="scratch", backend="flash")
+    assert "cannot be proven in float64: pick the eager or sdpa backend in the sidebar" in _texts(at.caption)
+    assert not [b for b in at.button if b.label == "Prove in float64"]
+
+
+def test_a_public_deployment_does_not_make_a_float64_copy_of_smollm2(monkeypatch):
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    at = _prove(_app(page="parity", model="smollm2", source="scratch", backend="eager"))
+    assert ("The float64 proof could not run: a float64 copy of smollm2 would take 1.0 GiB, over the 0.5 GiB "
+            "allowed here") in _texts(at.warning)
+    assert "proven" not in _texts(at.sidebar.markdown) and not at.exception

@@ -16,19 +16,36 @@ from apptest import specs as _specs
 from apptest import steps_table as _steps_table
 from apptest import texts as _texts
 from apptest import titles as _titles
+from numeric import F64, fp32
 
+import probes
 from dashboard import qkv_charts
+from probes import explain
 
 
-def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model():
+def _same_steps(at, model, table, **run) -> None:
+    """The table is the library's steps of the page's head and query, on the page's text (the same call: the
+    same numbers), and its float64 weights reproduce the model's fp32 row: each score sums d products in fp32
+    (eps × d × Σ|q_t·k_t| × scale), and the softmax sums n exponentials (eps × n)."""
+    v = at.session_state["view"]
+    steps = explain.query_steps(probes.run(model, at.sidebar.text_area[0].value, **run), v.layer, v.head, v.query)
+    assert np.array_equal(table["softmax weight"], steps.weights)
+    assert np.array_equal(table["model's weight"], steps.trace_weights)
+    magnitude = float((np.abs(steps.k) @ np.abs(steps.q)).max()) * abs(steps.scale)
+    within = fp32(len(steps.q), magnitude) + fp32(len(steps.k))
+    assert (table["softmax weight"] - table["model's weight"]).abs().max() <= within
+
+
+@pytest.mark.numeric
+def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model(minilm):
     at = _app(page="qkv", layer=3, head=4, query=10)
     assert at.header[0].value == "Q/K/V step by step: layer 3, head 4"
     assert at.selectbox(key="w_query").value == 10
     steps = [s for s in _specs(at) if "facet" in s][0]
     assert steps["facet"]["row"]["sort"] == ["q·k", "q·k × scale", "softmax weight"]
     numbers, table = (d.value for d in at.dataframe)
-    assert abs(table["softmax weight"].sum() - 1) < 1e-6
-    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-6
+    assert table["softmax weight"].sum() == pytest.approx(1, abs=F64, rel=0)  # float64 weights
+    _same_steps(at, minilm, table)
     assert "reproduce the model's own attention row for 10: she" in _texts(at.caption)
     # the numbers written out: q and the three most attended keys, first 6 of 32 numbers, then "…"
     top = table.sort_values("softmax weight", ascending=False)["key"].head(3).tolist()
@@ -46,17 +63,19 @@ def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model():
     assert "Worked through: 10: she → 0: [CLS]" in _texts(at.markdown)
 
 
+@pytest.mark.numeric
 def test_qkv_on_a_decoder_masks_the_future(gpt2_dir):
     at = _app(model=str(gpt2_dir), text="the cat sat on the mat", page="qkv", query=2)
     table = _steps_table(at)
     assert list(table["allowed"]) == [True] * 3 + [False] * (len(table) - 3)
     assert (table.loc[~table["allowed"], "softmax weight"] == 0).all()
-    assert abs(table["softmax weight"].sum() - 1) < 1e-9
+    assert table["softmax weight"].sum() == pytest.approx(1, abs=F64, rel=0)
     assert "future tokens are masked out" in _texts(at.markdown)
 
 
+@pytest.mark.numeric
 @pytest.mark.parametrize("source", ["hf", "scratch"])
-def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source):
+def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source, smollm2):
     """The offline decoder (Llama architecture: rotary positions, 9 query heads reading 3 key/value heads),
     from either source: q before and after its turn, which key/value head it shares, and weights that
     reproduce the model's own row."""
@@ -68,11 +87,11 @@ def test_qkv_on_smollm2_shows_the_rotation_and_the_shared_heads(source):
     assert {r["vector"] for r in rows} == {"q  11:  she, before", "q  11:  she, turned"} and len(rows) == 2 * 64
     text = _texts(at.markdown)
     assert "Rotary positions" in text and "head 4 reads key/value head 1, which heads 3, 5 read too" in text
-    table = _steps_table(at)
-    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+    _same_steps(at, smollm2, _steps_table(at), source=source)
     assert "reproduce the model's own attention row" in _texts(at.caption)
 
 
+@pytest.mark.numeric
 def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     import sys
 
@@ -85,7 +104,7 @@ def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     table = _steps_table(at)
     assert list(table["allowed"][:8]) == [False] * 4 + [True] * 3 + [False]
     assert "outside this layer's sliding window of 3" in _texts(at.markdown)
-    assert (table["softmax weight"] - table["model's weight"]).abs().max() < 1e-5
+    _same_steps(at, probes.load(str(path)), table, source="scratch", backend="sdpa")
 
 
 # -- the charts' labels: legible, never cut, long tokens shortened --------------------------------------------
