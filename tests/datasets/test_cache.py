@@ -58,11 +58,9 @@ def own_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_truncated_caches_of_the_real_data_are_rebuilt(smollm2, own_cache):
-    import shutil
-
+def test_truncated_caches_of_the_real_data_are_rebuilt(own_cache):
+    """The converted EWT sentences and the WordNet database (SmolLM2's GGUF and fp32 copy: tests/test_models.py)."""
     from probes.datasets import dependencies, wordnet
-    from probes.models import _smollm2_path
 
     assert len(dependencies.ewt("dev")) == 2002
     converted = own_cache / "ewt-dev.v2.jsonl"
@@ -73,19 +71,3 @@ def test_truncated_caches_of_the_real_data_are_rebuilt(smollm2, own_cache):
     index = folder / "index.noun"
     index.write_bytes(index.read_bytes()[:1000])
     assert wordnet.data_dir() == folder and index.stat().st_size > 1000
-
-    # SmolLM2's extracted GGUF and its fp32 copy, as the shared cache made them (the session's smollm2 loaded
-    # from there), with their records: verified as they are, each rebuilt when damaged
-    shutil.copytree(type(own_cache)(smollm2.source).parent, own_cache / "smollm2")
-    saved = type(own_cache)(_smollm2_path())
-    gguf = own_cache / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    stamp = (saved / "model.safetensors").stat().st_mtime_ns
-    assert saved == own_cache / "smollm2" / "fp32"  # the copies pass their checks: nothing was rebuilt
-    good, good_fp32 = cache.sha256_of(gguf), cache.sha256_of(saved / "model.safetensors")
-    with open(gguf, "r+b") as f:
-        f.truncate(1000)
-    assert type(own_cache)(_smollm2_path()) == saved and cache.sha256_of(gguf) == good  # extracted again
-    assert (saved / "model.safetensors").stat().st_mtime_ns == stamp  # the fp32 copy was still good: kept
-    with open(saved / "model.safetensors", "r+b") as f:
-        f.truncate(1000)
-    assert cache.sha256_of(type(own_cache)(_smollm2_path()) / "model.safetensors") == good_fp32  # saved again

@@ -11,8 +11,10 @@ import pytest
 from apptest import open_app, texts
 from numeric import fp32
 
+import probes
 from dashboard.state import DEFAULT_TEXT
 from probes.effects import ablation, attribution, norms, pairs, rollout
+from probes.parity import TOLERANCES
 
 
 def _rerun(at):
@@ -179,11 +181,17 @@ def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2
     at = open_app(page="effects", model="smollm2")
     assert at.selectbox(key="effects_measure").value == "loss"
     query = at.selectbox(key="w_query").value
-    expected = ablation.ablate_each(smollm2, DEFAULT_TEXT, position=query)
     got = _grid(_rows(at, "loss when one head is zeroed"), "loss")
-    assert np.array_equal(got, _grid(expected, "loss"))  # the same call: the same numbers
-    top = expected.loc[expected["loss"].idxmax()]
-    assert f"Taking out head {int(top['layer'])}.{int(top['head'])} raises the loss the most" in texts(at.markdown)
+    assert got.shape == (30, 9)
+    top = np.unravel_index(int(got.argmax()), got.shape)
+    assert f"Taking out head {top[0]}.{top[1]} raises the loss the most" in texts(at.markdown)
+    # a few cells, each head ablated on its own (the page ablates all 270 in batches: the same function in
+    # another batch composition). A loss moves by at most twice the largest change of a logit, and two fp32
+    # passes' logits agree within parity's error model (TOLERANCES["logits"] of their scale)
+    scale = max(1.0, float(probes.run(smollm2, DEFAULT_TEXT, source="scratch").logits.abs().max()))
+    for layer, head in {top, (0, 0), (15, 4), (29, 8)}:
+        want = ablation.ablate(smollm2, DEFAULT_TEXT, [(layer, head)], position=query)["loss"]
+        assert got[layer, head] == pytest.approx(want, abs=2 * TOLERANCES["logits"] * scale, rel=0), (layer, head)
     scale = _spec(at, "loss when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
     assert scale["domainMid"] == 0  # a loss can fall: diverging
 

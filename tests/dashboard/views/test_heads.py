@@ -200,7 +200,9 @@ def test_a_probe_run_survives_a_visit_to_explore_and_a_link_runs_it_again():
     assert shared.selectbox(key="w_label").value == "self" and len(shared.dataframe[0].value) == 72
     bad = open_app(page="heads", probe="nonsense", items=99999)
     assert "There is no probe 'nonsense' here" in texts(bad.warning)
+    assert "The link asks for 99,999 items; this app runs 5 to 2,000: set to 2,000" in texts(bad.warning)
     assert bad.selectbox(key="w_probe").value == "positional" and bad.number_input(key="w_items").value == 2000
+    assert not bad.dataframe  # what the link asked for is not here: nothing else is run in its name
 
 
 def test_a_probe_table_written_for_another_model_is_refused(minilm, tmp_path):
