@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .heads.engine import word_attention
-from .models import Model
 from .precision import upcast
 from .tokens import align_to_words, word_spans
 from .trace import Trace

@@ -2,10 +2,8 @@
 unsupported architectures, and the input checks of ``encode``."""
 
 import os
-import pickle
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,6 @@ each config option."""
 
 import pytest
 import torch
-from numeric import F64, fp32
 
 import probes
 from checkpoints import make_bert

@@ -3,7 +3,7 @@ config option that changes the math (implemented ones pass parity, refused ones 
 
 import pytest
 import torch
-from numeric import F64, fp32
+from numeric import fp32
 
 import probes
 from checkpoints import make_gpt2
