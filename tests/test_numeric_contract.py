@@ -15,7 +15,9 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 CLOSE = {"approx": ("abs", "rel"), "allclose": ("atol", "rtol"), "isclose": ("atol", "rtol"),
-         "assert_close": ("atol", "rtol"), "assert_allclose": ("atol", "rtol")}
+         "assert_close": ("atol", "rtol"), "assert_allclose": ("atol", "rtol"),
+         # pandas compares float columns with rtol=1e-5 unless told check_exact=True
+         "assert_frame_equal": ("atol", "rtol"), "assert_series_equal": ("atol", "rtol")}
 SMALL = 1e-2  # "x < 0.001" is a tolerance; "x > 1e-3" (an effect is there) is not
 
 
@@ -55,6 +57,8 @@ def problems(path: Path) -> list[str]:
             if isinstance(node, ast.Call) and _name(node) in CLOSE:
                 compares = True
                 given = {k.arg: k.value for k in node.keywords}
+                if "check_exact" in given and ast.unparse(given["check_exact"]) == "True":
+                    continue  # exact: no tolerance to give a reason for
                 for arg in CLOSE[_name(node)]:
                     if arg not in given:
                         found.append(f"{where}: {_name(node)} without {arg}= (its default is a tolerance with no "
@@ -94,4 +98,13 @@ def test_the_contract_catches_what_it_says(tmp_path):
     finally:
         TESTS = saved
     assert len(found) == 5, found  # approx's abs= and rel=, the bare 1e-6, atol=1e-5, and the missing marker
+    frames = tmp_path / "test_frames.py"
+    frames.write_text("import pytest\n\n@pytest.mark.numeric\ndef test_f(a, b):\n    assert_frame_equal(a, b)\n"
+                      "    assert_frame_equal(a, b, check_exact=True)\n")
+    TESTS = tmp_path
+    try:
+        found = problems(frames)
+    finally:
+        TESTS = saved
+    assert len(found) == 2, found  # pandas' own rtol=1e-5 and atol=1e-8, unless exact
     assert all("test_effect" not in f for f in found)
