@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .errors import BadOption, UnsupportedModel
-from .precision import upcast
+from .precision import FLOAT64_MAX_BYTES, upcast
 from .trace import Trace
 
 EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7: one fp32 rounding, relative
@@ -50,7 +50,6 @@ TOLERANCES = {
 # so a single fp32 step anywhere (a cast down, a table in fp32) fails it.
 FLOAT64_TOLERANCES = {"attention": 1e-10, "hidden": 1e-10, "logits": 1e-9}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-FLOAT64_MAX_BYTES = 4 * 2**30  # a model whose float64 copy would take more is not proven here (SmolLM2: 1 GiB)
 
 
 def attention_tolerance(length: int) -> float:

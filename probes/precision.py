@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+FLOAT64_MAX_BYTES = 4 * 2**30  # the largest float64 copy of a model a proof makes (SmolLM2's is 1 GiB)
+
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
     """float64 stays float64; anything narrower computes in fp32."""

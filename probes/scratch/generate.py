@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BadOption, InputTooLong, UnsupportedModel
+from ..precision import FLOAT64_MAX_BYTES  # a bigger model's float64 copy is not made: the fp32 check alone runs
 from ..tokens import readable_tokens
 from ..trace import GenerationTrace
 from . import build
@@ -41,7 +42,6 @@ from .attention import allowed_keys, attention, group_of, repeat_kv
 # (when above 1). In fp32 a one-row product and a whole-matrix product sum in different orders; through 30
 # layers those 1e-7 differences reach ~2e-5 in a probability (SmolLM2, measured), hence fp32's own bound.
 TOLERANCES = {"attention": 1e-10, "logits": 1e-10}  # float64: measured ~1e-14 (SmolLM2)
-FLOAT64_MAX_BYTES = 4 * 2**30  # a bigger model's float64 copy is not made: the fp32 comparison alone is reported
 FP32_TOLERANCES = {"attention": 1e-4, "logits": 1e-4}
 BYTES = 4  # fp32
 
@@ -395,7 +395,7 @@ def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int
     decoder(model)
     fed = gen.input_ids[: gen.prompt_length + gen.n_steps - 1][None].to(model.device)
     first = gen.prompt_length - 1
-    size = sum(p.numel() for p in model.hf.parameters()) * 8
+    size = model.weight_bytes(torch.float64)
     limit = FLOAT64_MAX_BYTES if float64_limit is None else float64_limit
     exact, exact_logits, note = [None], None, ""
     if size <= limit:
