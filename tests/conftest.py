@@ -21,6 +21,11 @@ if not torch.cuda.is_available():
 # The app, which AppTest runs in this process, chooses its own thread count (probes.threads) for its script's
 # thread; the tests compare its numbers with the library's computed on this thread. One count for both, so
 # their sums run in one order on any machine (CI's second run sets 1).
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist's workers: one thread each (make test also sets
+    # OMP_NUM_THREADS=1, for every thread and process they start): OpenMP threads busy-wait, and two workers of two
+    # threads on two cores spend more CPU time waiting than computing
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 os.environ.setdefault("PROBES_THREADS", str(torch.get_num_threads()))
 os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model the tests open: loaded once each
 

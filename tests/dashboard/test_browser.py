@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from browser import app_server, launch, sync_playwright
 
+pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
+
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"
 IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"

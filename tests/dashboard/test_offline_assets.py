@@ -12,6 +12,8 @@ from urllib.parse import urlparse
 import pytest
 from browser import app_server, launch, sync_playwright
 
+pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
+
 ROOT = Path(__file__).resolve().parents[2]
 IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}

@@ -47,6 +47,33 @@ def test_a_derived_folder_is_rebuilt_whole_when_one_file_differs(tmp_path):
     assert (folder / "b").read_text() == "b" * 1000
 
 
+def test_two_processes_wanting_one_derived_file_make_it_once(tmp_path):
+    """A second test worker, a Ray worker or another app on the machine that needs the same cache file while the
+    first one makes it waits, then finds it made (a lock file beside it), instead of making it again over it."""
+    import threading
+    import time
+
+    built = []
+
+    def build(out):
+        built.append(threading.get_ident())
+        time.sleep(0.3)  # long enough for the other one to arrive while this one builds
+        if out.is_dir():
+            (out / "a").write_text("a" * 1000)
+        else:
+            out.write_bytes(b"derived content\n" * 100)
+
+    for make, path in ((cache.derived, tmp_path / "x.jsonl"), (cache.derived_folder, tmp_path / "wordnet")):
+        built.clear()
+        workers = [threading.Thread(target=make, args=(path, build)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert len(built) == 1, make.__name__
+        assert make(path, build) == path and len(built) == 1  # verified, kept
+
+
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch):
     """A cache folder of its own, holding links to the verified archives of the shared one."""
