@@ -39,9 +39,9 @@ def main() -> None:
 
     from report import publish
 
+    from probes.datasets.catalog import read_items, texts
     from probes.effects.ablation import ablate_each
     from probes.effects.importance import importance
-    from probes.heads.registry import read_items, texts
     from probes.models import load
     from probes.threads import apply
 

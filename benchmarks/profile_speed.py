@@ -51,9 +51,9 @@ def naive_syntactic(model, sentences) -> dict:
             for head in range(model.n_heads):
                 words = frm @ trace.attention(layer, head).float() @ to
                 for p in sentence.pairs:
-                    if p.source in present and p.target in present:
+                    if p.query in present and p.target in present:
                         key = (p.label, layer, head)
-                        hits[key] = hits.get(key, 0) + int(words[p.source].argmax() == p.target)
+                        hits[key] = hits.get(key, 0) + int(words[p.query].argmax() == p.target)
     return hits
 
 
@@ -68,9 +68,9 @@ def engine_parts(model, subset) -> dict[str, float]:
     """Where the engine's time goes on ``subset``, part by part (each timed on its own, in the order
     ``run_chunk`` runs them)."""
     from probes import runner
+    from probes.datasets.catalog import texts
     from probes.heads.engine import score_pairs, sentence_attention
     from probes.heads.profile import shortest_first
-    from probes.heads.registry import texts
     from probes.heads.syntactic import dependency_sentence
 
     t0 = time.perf_counter()

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import streamlit as st
 
 import probes
+from probes import jobs
 from probes.corpus import readback
 from probes.effects.ablation import lm_measures
-from probes.heads import profile, registry
+from probes.heads import registry
 
 from .. import charts, data, ui
 
@@ -89,7 +90,7 @@ def _kept_upload(container, label: str, key: str, **kwargs) -> Upload | None:
 def _read_table(upload: Upload, model):
     """An uploaded probe table: a corpus run's statistics may hold several models, of which the sidebar's is shown
     (the others only share their colour scale with it)."""
-    frame = profile.read_table(upload.raw, upload.name)
+    frame = jobs.read_table(upload.raw, upload.name)
     return readback.for_model(frame, upload.name, model.name, model.n_layers, model.n_heads), upload.name
 
 
@@ -100,7 +101,7 @@ def _others(ctx: ui.Context, how: str, upload: Upload | None) -> dict:
     if how == "Upload a table":
         if upload is None:
             return {}
-        frame = profile.read_table(upload.raw, upload.name)
+        frame = jobs.read_table(upload.raw, upload.name)
         if "model" not in frame:
             return {}
         return {str(m): part for m, part in frame.groupby("model", sort=False) if str(m) != name}

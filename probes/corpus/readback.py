@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BadData
-from ..heads.profile import check_heads
+from ..jobs import check_heads
 from .examples import COLUMNS
 
 WRITTEN_BY = "`python -m probes profile --corpus FILE --out FILE.csv` (its FILE.examples.parquet)"

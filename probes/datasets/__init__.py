@@ -10,12 +10,12 @@ from dataclasses import dataclass
 class BadItem:
     """One item of a data file that cannot be used: where it is (file and line) and why."""
 
-    source: str
+    file: str  # the data file (or built-in name) it came from
     line: int
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.reason}"
+        return f"{self.file}:{self.line}: {self.reason}"
 
 
 class Items(list):

@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..datasets.catalog import read_items, texts as texts_of
+from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
 from ..scratch import outputs
 from .ablation import ablate_each, lm_measures
@@ -138,18 +140,14 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
     """``python -m probes importance``: the table over ``data``'s sentences (the first ``limit``), checkpointed
     every ``checkpoint_every`` items under ``OUT.partial/`` like ``profile`` (a rerun resumes from the chunks
     computed from the same sentences, model, options and code), written atomically with the model's name."""
-    from ..heads.profile import _check_format, _checkpoint, _digest, checkpointed, report_bad, with_model, write_table
-    from ..heads.registry import read_items
-    from ..heads.registry import texts as texts_of
-
     out = Path(out)
-    _check_format(out)
+    check_format(out)
     items = read_items(data)
     report_bad("importance", data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
     texts = [t for t in texts_of(items) if t.strip()][:limit]
-    print_ = {"data": _digest(texts), "model": model.fingerprint(), "code": code_version(),
-              "options": _digest(["importance", checkpoint_every, projections, ablation])}
-    folder = _checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
+    print_ = {"data": digest(texts), "model": model.fingerprint(), "code": code_version(),
+              "options": digest(["importance", checkpoint_every, projections, ablation])}
+    folder = checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
     bar = progress_factory(len(texts), "importance") if progress_factory else None
     parts = checkpointed(folder, texts, checkpoint_every, lambda chunk, step: importance_sums(
         model, chunk, batch_size, projections, ablation, step), bar)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from .engine import COLUMNS, Pair, _baseline
+from .engine import COLUMNS, Pair, pair_set_baseline
 
 KEYS = ["probe", "label", "layer", "head"]
 MEANS = ("score", "mean_attention", "baseline")
@@ -78,7 +78,7 @@ def pair_baseline(pairs: Callable[[list], list[Pair]], kind: str) -> Finish:
         for p in pairs(items):
             by_label.setdefault(p.label, []).append(p)
         frame = frame.copy()
-        base = {label: _baseline(by_label.get(label, []), kind) for label in frame["label"].unique()}
+        base = {label: pair_set_baseline(by_label.get(label, []), kind) for label in frame["label"].unique()}
         frame["baseline"] = frame["label"].map(base)  # once per label, not per (label, layer, head) row
         return frame
     return finish

@@ -1,14 +1,14 @@
 """The one engine behind the word-pair probes (syntax, coreference, lexical relations).
 
-An example is (sentence as words, source word, gold target word, label). Attention is turned into
+An example is (sentence as words, query word, gold target word, label). Attention is turned into
 word-level attention the way Clark et al. 2019 did: attention *to* a word split into several pieces
 is the sum over its pieces, attention *from* such a word is the mean over its pieces; special tokens
 belong to no word and drop out (what they receive is reported by the positional probe). Every layer
 and head is scored at once from the Traces of batched forward passes (the probes read Traces; the
 runner in :mod:`probes.heads.profile` makes them), vectorised over layers and heads:
 
-* ``score``: accuracy, the share of examples whose source word attends most to the gold target;
-* ``mean_attention``: the mean word-level attention from the source to the gold target;
+* ``score``: accuracy, the share of examples whose query word attends most to the gold target;
+* ``mean_attention``: the mean word-level attention from the query word to the gold target;
 * ``baseline``: a head-free predictor on the same examples: the best fixed relative offset
   (``"offset"``; syntax) or the nearest preceding candidate (``"nearest_candidate"``; coreference);
 * ``n``: how many examples the label has.
@@ -36,7 +36,7 @@ COLUMNS = ["probe", "label", "layer", "head", "score", "baseline", "n", "mean_at
 
 @dataclass(frozen=True)
 class Pair:
-    source: int  # index of the source word
+    query: int  # index of the query word (the word whose attention is read)
     target: int  # index of the gold target word
     label: str
     candidates: tuple[int, ...] = ()  # words the target is chosen among (nearest-candidate baseline)
@@ -59,7 +59,7 @@ class Sentence:
 def word_matrices(word_of: Sequence[int], n_words: int,
                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """``to`` ``[n, W]``: 1 where a token is a piece of a word (summing pieces as targets);
-    ``frm`` ``[W, n]``: 1/pieces where a token is a piece of a word (averaging pieces as sources)."""
+    ``frm`` ``[W, n]``: 1/pieces where a token is a piece of a word (averaging pieces as queries)."""
     n = len(word_of)
     to = torch.zeros(n, n_words, dtype=dtype)
     for t, w in enumerate(word_of):
@@ -71,21 +71,23 @@ def word_matrices(word_of: Sequence[int], n_words: int,
 
 def word_attention(attn: torch.Tensor, word_of: Sequence[int], n_words: int) -> torch.Tensor:
     """Token attention ``[..., n, n]`` (any leading dims, e.g. layers × heads) to word attention
-    ``[..., W, W]``: rows averaged over a source word's pieces, columns summed over a target's."""
+    ``[..., W, W]``: rows averaged over a query word's pieces, columns summed over a target's."""
     attn = upcast(attn)
     to, frm = word_matrices(word_of, n_words, attn.dtype)
     return frm @ attn @ to
 
 
-def _baseline(pairs: list[Pair], kind: str) -> float:
+def pair_set_baseline(pairs: list[Pair], kind: str) -> float:
+    """What a set of gold pairs scores without reading attention: ``offset``, the share the best fixed offset
+    gets right; ``nearest_candidate``, the share where the nearest earlier candidate is the target."""
     if not pairs:
         return float("nan")
     if kind == "offset":
-        return max(sum(p.target - p.source == o for p in pairs) for o in OFFSETS) / len(pairs)
+        return max(sum(p.target - p.query == o for p in pairs) for o in OFFSETS) / len(pairs)
     if kind == "nearest_candidate":
         hits = 0
         for p in pairs:
-            before = [c for c in p.candidates if c < p.source]
+            before = [c for c in p.candidates if c < p.query]
             hits += bool(before) and max(before) == p.target
         return hits / len(pairs)
     raise ValueError(f"unknown baseline {kind!r}")
@@ -142,12 +144,12 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
         shape = layers.shape[:2]
         words = word_attention(layers, word_of, len(sentence.words))  # [Ly, H, W, W]
         present = set(word_of)
-        pairs = [p for p in sentence.pairs if p.source in present and p.target in present]  # not truncated
+        pairs = [p for p in sentence.pairs if p.query in present and p.target in present]  # not truncated
         if not pairs:
             continue
-        src = torch.tensor([p.source for p in pairs])
+        src = torch.tensor([p.query for p in pairs])
         tgt = torch.tensor([p.target for p in pairs])
-        rows = words[:, :, src, :]  # [Ly, H, E, W]: where each source word looks
+        rows = words[:, :, src, :]  # [Ly, H, E, W]: where each query word looks
         hit = (rows.argmax(-1) == tgt).float()  # the most attended word is the gold one
         on_gold = rows.gather(-1, tgt.expand(*shape, -1)[..., None]).squeeze(-1)
         for e, p in enumerate(pairs):
@@ -161,7 +163,7 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
     out = []
     for label, pairs in by_label.items():
         n = len(pairs)
-        base = _baseline(pairs, baseline)
+        base = pair_set_baseline(pairs, baseline)
         acc, mean = (correct[label] / n).tolist(), (mass[label] / n).tolist()
         for layer, (acc_row, mean_row) in enumerate(zip(acc, mean)):
             for head, (a, m) in enumerate(zip(acc_row, mean_row)):

@@ -10,7 +10,7 @@ skips the chunks already there, so an interrupted run resumes without recomputin
 computed from the same inputs: each probe's checkpoint folder is named by, and holds a manifest of, a
 fingerprint of the items (their content, not the file name), the model's weights, the options that
 change scores and the probes' code; a checkpoint from other inputs is removed, saying which of them
-changed, and the run starts afresh. The chunks are
+changed, and the run starts afresh (checkpoints, digests and writes: :mod:`probes.jobs`). The chunks are
 then combined exactly by the probe's ``combine`` (:mod:`probes.heads.combine`). The final file (CSV,
 JSON or Parquet, by extension) is written through a temporary file and a rename, so an interrupted run
 never leaves a truncated output.
@@ -18,20 +18,15 @@ never leaves a truncated output.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .. import runner
-from ..datasets.cache import write_atomic
-from ..errors import BadData, CannotWrite, NothingToScore
+from ..errors import NothingToScore
+from ..jobs import bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_table
 from ..trace import Trace
 from .registry import Probe, get
 
@@ -90,187 +85,18 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     return with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
 
 
-def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
-    """A probe table that knows its model: its name and its layer and head counts, in every row (so a table
-    shown beside another model is refused, not drawn in the wrong frame)."""
-    return frame.assign(model=model.name, n_layers=model.n_layers, n_heads=model.n_heads)
-
-
-MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
-
-
-def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int | None = None) -> pd.DataFrame:
-    """A probe table as ``profile`` writes it (CSV), read back and checked: it needs the columns
-    ``label, layer, head, score`` with finite scores; with ``n_layers``/``n_heads`` (the model it is shown
-    for), every layer and head must exist in that model. Anything else is ``BadData`` naming the file and
-    what is wrong, before anything is built from it."""
-    try:
-        frame = pd.read_csv(io.BytesIO(raw))
-    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise BadData(f"{name}: not a CSV table ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in ("label", "layer", "head", "score") if c not in frame.columns]
-    if missing:
-        raise BadData(f"{name}: missing column(s) {', '.join(missing)}: upload a table written by "
-                      "`python -m probes profile --out FILE.csv`")
-    if frame.empty:
-        raise BadData(f"{name}: no rows")
-    for col in ("layer", "head", "score"):
-        if not pd.api.types.is_numeric_dtype(frame[col]):
-            raise BadData(f"{name}: column {col!r} holds non-numbers")
-    frame = frame.dropna(subset=["layer", "head"])
-    check_heads(frame, name, n_layers, n_heads)
-    scores = frame["score"].dropna()
-    if scores.empty:
-        raise BadData(f"{name}: the score column is empty")
-    if not np.isfinite(scores).all() or (scores.abs() > MAX_SCORE).any():
-        raise BadData(f"{name}: scores must be finite numbers up to {MAX_SCORE:g} in size")
-    frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
-    return frame.reset_index(drop=True)
-
-
-def check_heads(frame: pd.DataFrame, name: str, n_layers: int | None = None, n_heads: int | None = None) -> None:
-    """Every ``layer`` and ``head`` of a table is a whole number from 0 and, with ``n_layers``/``n_heads`` (the
-    model it is shown for), one that model has; else ``BadData`` naming the file and what to do."""
-    for col, n in (("layer", n_layers), ("head", n_heads)):
-        values = frame[col]
-        if (values < 0).any() or (values % 1).any():
-            raise BadData(f"{name}: {col} must be whole numbers from 0")
-        if n is not None and (values >= n).any():
-            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
-                          "upload a table written for the model selected in the sidebar")
-
-
-FORMATS = (".csv", ".json", ".parquet")  # what a probe table is written as, by the extension of --out
-
-
-def _check_format(out: Path) -> None:
-    if out.suffix.lower() not in FORMATS:
-        raise BadData(f"{out}: write .csv, .json or .parquet")
-
-
-def check_out(out: Path, force: bool = False) -> None:
-    """Refuse, before any work, an output path that cannot be the result: a folder, an existing file
-    (unless ``force``), an unknown format, a folder that cannot be written."""
-    if out.is_dir():
-        raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
-    _check_format(out)
-    if out.exists() and not force:
-        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
-    parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise CannotWrite(f"cannot write in {parent or out.parent}: choose another --out")
-
-
-def _write(path: Path, data: bytes) -> None:
-    try:
-        write_atomic(path, data)
-    except OSError as exc:  # a full disk, a folder made read-only meanwhile…
-        raise CannotWrite(f"could not write {path}: {exc.strerror or exc}; free some space or choose another "
-                          "--out (a rerun resumes from the chunks already written)") from None
-
-
-def write_table(frame: pd.DataFrame, out: Path) -> None:
-    """CSV, JSON (records) or Parquet by extension, written atomically."""
-    _check_format(out)
-    suffix = out.suffix.lower()
-    if suffix == ".csv":
-        data = frame.to_csv(index=False).encode()
-    elif suffix == ".json":
-        data = frame.to_json(orient="records", indent=1).encode()
-    else:  # .parquet
-        buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
-        data = buf.getvalue()
-    _write(out, data)
-
-
-def _digest(value) -> str:
-    return hashlib.sha256(value if isinstance(value, bytes) else repr(value).encode()).hexdigest()[:16]
-
-
 def code_version() -> str:
-    """A digest of the probes' code (every module of ``probes/heads`` and the runner they read Traces from):
-    a checkpoint written by other code is not reused."""
+    """A digest of the probes' code (every module of ``probes/heads``, the runner they read Traces from and the
+    checkpoints' code in :mod:`probes.jobs`): a checkpoint written by other code is not reused."""
     root = Path(__file__).resolve().parent
-    files = sorted(root.glob("*.py")) + [root.parent / "runner.py", root.parent / "trace.py"]
-    return _digest(b"".join(f.name.encode() + f.read_bytes() for f in files))
+    files = sorted(root.glob("*.py")) + [root.parent / "jobs.py", root.parent / "runner.py", root.parent / "trace.py"]
+    return digest(b"".join(f.name.encode() + f.read_bytes() for f in files))
 
 
 def fingerprint(model, probe: Probe, items: list, data: str | None, checkpoint_every: int, backend: str) -> dict:
     """What a probe's checkpoint was computed from, part by part (a change in any one starts afresh)."""
-    return {"data": _digest(items), "model": model.fingerprint(), "code": code_version(),
-            "options": _digest([probe.name, data, checkpoint_every, backend])}
-
-
-def _checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
-    """The checkpoint folder of this probe's run; folders of the same probe made from other inputs are
-    removed, and ``notify`` is told which inputs differ."""
-    folder = partial / f"{name}-{_digest(sorted(print_.items()))}"
-    for other in sorted(partial.glob(f"{name}-*")) if partial.is_dir() else []:
-        if other == folder:
-            continue
-        try:
-            before = json.loads((other / "manifest.json").read_text())
-            changed = [part for part in print_ if before.get(part) != print_[part]] or ["inputs"]
-        except (OSError, ValueError):
-            changed = ["inputs (no readable manifest)"]
-        if notify:
-            notify(f"{name}: the checkpoint in {other} was computed from another {', '.join(changed)}: "
-                   "starting afresh")
-        shutil.rmtree(other, ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "manifest.json").is_file():
-        _write(folder / "manifest.json", json.dumps(print_, indent=1).encode())
-    return folder
-
-
-SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side file)
-
-
-def _bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
-    """Report the bad items a probe's data had (:func:`report_bad`)."""
-    report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
-
-
-def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: bool, notify) -> None:
-    """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
-    the first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
-    if bad and strict:
-        raise BadData(f"{len(bad)} bad item(s) in {data} (--strict):\n" + "\n".join(map(str, bad)))
-    if not usable:
-        reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
-        raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
-    if bad:
-        side = out.with_name(out.name + ".bad.txt")
-        _write(side, ("\n".join(map(str, bad)) + "\n").encode())
-        if notify:
-            shown = "\n".join(f"  {b}" for b in bad[:SHOWN_BAD])
-            more = f"\n  and {len(bad) - SHOWN_BAD} more" if len(bad) > SHOWN_BAD else ""
-            notify(f"{name}: skipped {len(bad)} bad item(s) of {data} (all listed in {side}; --strict to stop "
-                   f"instead):\n{shown}{more}")
-
-
-def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None) -> list[pd.DataFrame]:
-    """Each chunk of ``every`` items through ``compute(chunk, step)`` (``step(n)``: n items done) -> a DataFrame,
-    written atomically to ``folder/chunk-NNNNN.csv``; a chunk whose file is there already (a run that was
-    interrupted) is read back, not recomputed. ``bar`` (tqdm-like: update, close) counts the items."""
-    parts = []
-    try:
-        for index, start in enumerate(range(0, len(items), every)):
-            chunk = items[start:start + every]
-            path = folder / f"chunk-{index:05d}.csv"
-            if path.is_file():  # done before an interruption: not recomputed
-                parts.append(pd.read_csv(path))
-                if bar:
-                    bar.update(len(chunk))
-                continue
-            part = compute(chunk, bar.update if bar else None)
-            _write(path, part.to_csv(index=False).encode())
-            parts.append(part)
-    finally:
-        if bar:  # closed before any error is printed, so the message starts its own line
-            bar.close()
-    return parts
+    return {"data": digest(items), "model": model.fingerprint(), "code": code_version(),
+            "options": digest([probe.name, data, checkpoint_every, backend])}
 
 
 def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
@@ -279,8 +105,8 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     combined exactly."""
     probe = get(name)
     items = probe.items(data, limit)
-    _bad_items(name, data or probe.default_data, items, out, strict, notify)
-    folder = _checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
+    bad_items(name, data or probe.default_data, items, out, strict, notify)
+    folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
     parts = checkpointed(folder, items, checkpoint_every,
                          lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar)
@@ -300,7 +126,7 @@ def profile(model, probes: list[str], data: str | None, limit: int | None, out: 
     told when a checkpoint from other inputs is dropped, and which bad items of the data were skipped
     (all of them are written to ``OUT.bad.txt``); ``strict`` makes any bad item an error listing them all.
     A probe left with no usable item is an error, never an empty table."""
-    _check_format(out)
+    check_format(out)
     partial = out.with_name(out.name + ".partial")
     frames = []
     for name in probes:

@@ -10,7 +10,8 @@ scores the Traces of those items, how chunk results combine exactly, and which d
 Each record lives beside its code in ``probes/heads/<file>.py`` (a module-level ``PROBES`` tuple);
 :func:`probes` collects them, ordered by ``order``. Adding a probe is one file with its record:
 nothing else names it. The probes never run a model: they read the Traces that the runner in
-:mod:`probes.heads.profile` hands them.
+:mod:`probes.heads.profile` hands them. Which items a data name means (the built-in names, files by their
+extension) is :mod:`probes.datasets.catalog`'s to say.
 """
 
 from __future__ import annotations
@@ -20,52 +21,13 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import pandas as pd
 
 from ..datasets import BadItem, Items
+from ..datasets.catalog import read_items, sentence_data, texts
 from ..errors import BadData
 from .combine import Combine, mean
-
-BUILTIN = ("ewt-dev", "ewt-train", "ewt-test", "winobias")
-
-
-def words(item) -> list[str]:
-    """The words of a data item: a parsed sentence, a coreference item, or a list of words (.txt)."""
-    return list(getattr(item, "words", item))
-
-
-def texts(items: Iterable) -> list[str]:
-    """The default model inputs: each item's words joined by single spaces."""
-    return [" ".join(words(i)) for i in items]
-
-
-def read_items(data: str) -> list:
-    """A data set: a built-in name or a path (.conllu, .jsonl, or .txt with one sentence a line)."""
-    from ..datasets import coreference, dependencies
-
-    if data.startswith("ewt-"):
-        return dependencies.ewt(data.removeprefix("ewt-"))
-    if data == "winobias":
-        return coreference.winobias()
-    path = Path(data)
-    if not path.is_file():
-        raise BadData(f"no data file {data!r}: give a path or one of {', '.join(sorted(BUILTIN))}")
-    if path.suffix == ".conllu":
-        return dependencies.read_conllu(path)
-    if path.suffix == ".jsonl":
-        return coreference.read_jsonl(path)
-    if path.suffix == ".txt":
-        try:
-            lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
-        except UnicodeDecodeError as exc:
-            raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
-        items = [line.split() for line in lines if line]
-        if not items:
-            raise BadData(f"{path}:1: no sentences (one per line)")
-        return items
-    raise BadData(f"{path}: unknown data format {path.suffix!r}: use .conllu, .jsonl or .txt")
 
 
 def loader(check: Callable[[str, list], None] | None = None,
@@ -87,16 +49,6 @@ def loader(check: Callable[[str, list], None] | None = None,
                 usable.append(item)
         return Items(usable[:limit] if limit else usable, bad)
     return load
-
-
-def coreference_data(data: str) -> bool:
-    """Pronoun/antecedent items: the built-in WinoBias or a .jsonl file."""
-    return data.endswith(".jsonl") or data == "winobias"
-
-
-def sentence_data(data: str) -> bool:
-    """Sentences (parsed or plain): everything but coreference items."""
-    return not coreference_data(data)
 
 
 @dataclass(frozen=True)

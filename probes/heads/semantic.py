@@ -20,11 +20,12 @@ from functools import lru_cache
 
 import pandas as pd
 
+from ..datasets.catalog import coreference_data
 from ..datasets.coreference import CorefItem
 from ..errors import BadData
 from .combine import mean, pair_baseline
 from .engine import Pair, Sentence, score_pairs, sentence_attention
-from .registry import Probe, coreference_data, loader
+from .registry import Probe, loader
 
 CONTENT = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 RELATIONS = ("synonym", "hypernym", "hyponym", "meronym", "holonym", "same-lexname")
@@ -113,7 +114,7 @@ def lexical_sentence(wn, dep) -> Sentence:
                 related.append(Pair(i, j, rel))
     pairs = list(related)
     for p in related:
-        pool = unrelated.get(abs(p.source - p.target))
+        pool = unrelated.get(abs(p.query - p.target))
         if pool:
             i, j = pool.pop()
             pairs.append(Pair(i, j, f"unrelated|{p.label}"))

@@ -5,8 +5,8 @@ import torch
 from numeric import F64
 
 from probes import runner
-from probes.heads.registry import texts
-from probes.heads.engine import (Pair, Sentence, _baseline, score_pairs, sentence_attention, top_heads,
+from probes.datasets.catalog import texts
+from probes.heads.engine import (Pair, Sentence, pair_set_baseline, score_pairs, sentence_attention, top_heads,
                                 word_attention)
 
 
@@ -31,7 +31,7 @@ def _planted(sentence, word_of, layers=2, heads=4, plant=(1, 3), seed=0):
     n = len(word_of)
     g = torch.Generator().manual_seed(seed)
     attn = torch.softmax(torch.randn(layers, heads, n, n, generator=g), dim=-1)
-    gold = {p.source: p.target for p in sentence.pairs}
+    gold = {p.query: p.target for p in sentence.pairs}
     planted = torch.full((n, n), 0.01)
     for t, w in enumerate(word_of):
         if w in gold:
@@ -60,9 +60,9 @@ def test_planted_dependency_head_ranks_first():
 
 
 def test_baselines():
-    assert _baseline([Pair(3, 1, "x"), Pair(5, 3, "x"), Pair(2, 3, "x")], "offset") == 2 / 3  # a count over 3
+    assert pair_set_baseline([Pair(3, 1, "x"), Pair(5, 3, "x"), Pair(2, 3, "x")], "offset") == 2 / 3  # a count over 3
     coref = [Pair(6, 4, "c", candidates=(0, 4)), Pair(6, 0, "c", candidates=(0, 4))]
-    assert _baseline(coref, "nearest_candidate") == 0.5
+    assert pair_set_baseline(coref, "nearest_candidate") == 0.5
 
 
 @pytest.mark.numeric

@@ -1,8 +1,8 @@
 from probes import runner
+from probes.datasets.catalog import texts
 from probes.datasets.dependencies import DepSentence, ewt
 from probes.datasets.wordnet import wordnet
 from probes.heads.engine import top_heads
-from probes.heads.registry import texts
 from probes.heads.semantic import lexical_scores, lexical_sentence, relation
 
 
@@ -24,10 +24,10 @@ def test_pairs_get_distance_matched_controls():
                       ["det", "nsubj", "root", "det", "obj", "case", "det", "obl", "obl"],
                       ["DET", "NOUN", "VERB", "DET", "NOUN", "ADP", "DET", "NOUN", "NOUN"])
     pairs = lexical_sentence(wordnet(), dep).pairs
-    assert any(p.label == "hypernym" and (p.source, p.target) == (1, 4) for p in pairs)
+    assert any(p.label == "hypernym" and (p.query, p.target) == (1, 4) for p in pairs)
     for p in pairs:
         if p.label.startswith("unrelated|"):
-            assert any(abs(q.source - q.target) == abs(p.source - p.target) for q in pairs
+            assert any(abs(q.query - q.target) == abs(p.query - p.target) for q in pairs
                        if q.label == p.label.split("|")[1])
 
 

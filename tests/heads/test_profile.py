@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from numeric import F64
 
-from probes.__main__ import main
+from probes import jobs
+from probes.cli import main
 from probes.heads import profile as prof
 
 
@@ -134,7 +135,7 @@ def test_run_probe_in_memory_matches_the_written_profile_and_reports_progress(mi
 
 def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(minilm, tmp_path):
     written = prof.profile(minilm, ["patterns"], "ewt-dev", 5, tmp_path / "p.csv")
-    back = prof.read_table((tmp_path / "p.csv").read_bytes(), "p.csv")
+    back = jobs.read_table((tmp_path / "p.csv").read_bytes(), "p.csv")
     assert len(back) == len(written) and back["layer"].dtype.kind == "i"
     for raw, message in [
         (b"a,b\n1,2\n", "p.csv: missing column(s) label, layer, head, score"),
@@ -148,8 +149,8 @@ def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(min
         (b"label,layer,head,score\nx,0,0,1e300\n", "scores must be finite numbers"),
         (b"label,layer,head,score\nx,0,0,\ny,1,1,\n", "the score column is empty"),
     ]:
-        with pytest.raises(prof.BadData, match=re.escape(message)):
-            prof.read_table(raw, "p.csv", n_layers=6, n_heads=12)
+        with pytest.raises(jobs.BadData, match=re.escape(message)):
+            jobs.read_table(raw, "p.csv", n_layers=6, n_heads=12)
 
 
 def test_cli_counts_must_be_positive(tmp_path, capsys):
@@ -183,7 +184,7 @@ def test_cli_out_is_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(prof, "write_atomic", full)
+    monkeypatch.setattr(jobs, "write_atomic", full)
     assert main([*base, "--out", str(tmp_path / "new.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()  # the progress bar, closed, then the message
     assert err[-1].startswith("error: could not write") and "No space left on device; free some space" in err[-1]
@@ -306,8 +307,9 @@ def test_nothing_usable_or_nothing_to_score_exits_2(tmp_path, capsys):
 @pytest.mark.numeric
 def test_texts_run_shortest_first_and_the_scores_do_not_depend_on_it(minilm64):
     from probes import runner
+    from probes.datasets.catalog import texts
     from probes.datasets.dependencies import ewt
-    from probes.heads.registry import get, texts
+    from probes.heads.registry import get
     from probes.heads.syntactic import syntactic_scores
 
     items = ewt("dev")[:12]

@@ -7,7 +7,8 @@ import sys
 import pandas as pd
 import pytest
 
-from probes.__main__ import build_parser
+from probes.cli import build_parser
+from probes.datasets import catalog
 from probes.errors import BadData
 from probes.heads import registry
 from probes.heads.registry import Probe, for_data, get, probes
@@ -23,7 +24,7 @@ def test_every_record_is_complete_and_in_order():
         assert probe.about and "\n" not in probe.about
         for part in (probe.load, probe.score, probe.combine, probe.reads, probe.texts):
             assert callable(part), (name, part)
-        assert probe.default_data is None or probe.default_data in registry.BUILTIN
+        assert probe.default_data is None or probe.default_data in catalog.BUILTIN
         # the file that holds the record holds the probe's code
         assert probe.score.__module__.startswith("probes.heads."), name
     assert [p.default_data for p in found.values()] == ["ewt-dev", "ewt-dev", "winobias", "ewt-dev", None, "ewt-dev"]

@@ -1,7 +1,7 @@
 from probes import runner
+from probes.datasets.catalog import texts
 from probes.datasets.coreference import winobias
 from probes.heads.engine import top_heads
-from probes.heads.registry import texts
 from probes.heads.semantic import coreference_scores
 
 

@@ -1,13 +1,13 @@
 from probes import runner
+from probes.datasets.catalog import texts
 from probes.datasets.dependencies import DepSentence, ewt
 from probes.heads.engine import top_heads
-from probes.heads.registry import texts
 from probes.heads.syntactic import dependency_sentence, syntactic_scores
 
 
 def test_pairs_in_both_directions():
     s = dependency_sentence(DepSentence("x", ["The", "cat", "sat"], [2, 3, 0], ["det", "nsubj:pass", "root"]))
-    assert [(p.source, p.target, p.label) for p in s.pairs] == [
+    assert [(p.query, p.target, p.label) for p in s.pairs] == [
         (0, 1, "det (dep→head)"), (1, 0, "det (head→dep)"),
         (1, 2, "nsubj (dep→head)"), (2, 1, "nsubj (head→dep)")]
 

@@ -130,9 +130,9 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     at.selectbox(key="effects_measure").set_value("embedding_change")
     at.radio(key="effects_how").set_value("mean")
     _rerun(at)
-    from probes.heads import registry
+    from probes.datasets import catalog
 
-    reference = registry.texts(registry.read_items("ewt-dev")[:32])
+    reference = catalog.texts(catalog.read_items("ewt-dev")[:32])
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, how="mean", reference=reference, position=10)
     got = _grid(_rows(at, "embedding_change when one head is mean-ablated"), "embedding_change")
     assert np.array_equal(got, _grid(expected, "embedding_change"))

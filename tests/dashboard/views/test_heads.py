@@ -142,8 +142,8 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     import numpy as np
 
     from dashboard.views import heads
+    from probes.datasets import catalog
     from probes.effects.importance import importance
-    from probes.heads import registry
 
     monkeypatch.setattr(heads, "IMPORTANCE_ITEMS", 4)
     at = open_app(page="heads")
@@ -154,7 +154,7 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     assert "Does the model use these heads?" in [s.value for s in at.subheader]
     at.button(key="heads_importance").click()
     _rerun(at)
-    sentences = registry.texts(registry.read_items("ewt-dev")[:4])
+    sentences = catalog.texts(catalog.read_items("ewt-dev")[:4])
     expected = importance(minilm, sentences, ablation=False)
     grid = [c for c in at.get("vega_lite_chart") if "gradient: hidden" in c.proto.spec]
     assert grid, "no importance grid"

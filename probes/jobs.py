@@ -1,0 +1,201 @@
+"""What every long job of the CLI shares (``profile``, ``profile --corpus``, ``importance``): checkpointed chunks
+that a rerun resumes from, the digests that say which inputs a checkpoint was computed from, atomic writes, the
+tables they write and read back (CSV, JSON or Parquet, by extension), and the report of a data set's bad items.
+
+A job's checkpoint folder (``OUT.partial/NAME-DIGEST``, :func:`checkpoint`) is named by, and holds a manifest of,
+a fingerprint of its inputs (each part a :func:`digest`); a folder of the same job made from other inputs is
+removed, saying which of them changed. :func:`checkpointed` runs the chunks, skipping those already written.
+Every file goes through a temporary file and a rename (:func:`write_file`), so an interrupted run never leaves a
+truncated one. Nothing here knows what a job computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .datasets.cache import write_atomic
+from .errors import BadData, CannotWrite, NothingToScore
+
+
+def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
+    """A probe table that knows its model: its name and its layer and head counts, in every row (so a table
+    shown beside another model is refused, not drawn in the wrong frame)."""
+    return frame.assign(model=model.name, n_layers=model.n_layers, n_heads=model.n_heads)
+
+
+MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
+
+
+def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int | None = None) -> pd.DataFrame:
+    """A probe table as ``profile`` writes it (CSV), read back and checked: it needs the columns
+    ``label, layer, head, score`` with finite scores; with ``n_layers``/``n_heads`` (the model it is shown
+    for), every layer and head must exist in that model. Anything else is ``BadData`` naming the file and
+    what is wrong, before anything is built from it."""
+    try:
+        frame = pd.read_csv(io.BytesIO(raw))
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise BadData(f"{name}: not a CSV table ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in ("label", "layer", "head", "score") if c not in frame.columns]
+    if missing:
+        raise BadData(f"{name}: missing column(s) {', '.join(missing)}: upload a table written by "
+                      "`python -m probes profile --out FILE.csv`")
+    if frame.empty:
+        raise BadData(f"{name}: no rows")
+    for col in ("layer", "head", "score"):
+        if not pd.api.types.is_numeric_dtype(frame[col]):
+            raise BadData(f"{name}: column {col!r} holds non-numbers")
+    frame = frame.dropna(subset=["layer", "head"])
+    check_heads(frame, name, n_layers, n_heads)
+    scores = frame["score"].dropna()
+    if scores.empty:
+        raise BadData(f"{name}: the score column is empty")
+    if not np.isfinite(scores).all() or (scores.abs() > MAX_SCORE).any():
+        raise BadData(f"{name}: scores must be finite numbers up to {MAX_SCORE:g} in size")
+    frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
+    return frame.reset_index(drop=True)
+
+
+def check_heads(frame: pd.DataFrame, name: str, n_layers: int | None = None, n_heads: int | None = None) -> None:
+    """Every ``layer`` and ``head`` of a table is a whole number from 0 and, with ``n_layers``/``n_heads`` (the
+    model it is shown for), one that model has; else ``BadData`` naming the file and what to do."""
+    for col, n in (("layer", n_layers), ("head", n_heads)):
+        values = frame[col]
+        if (values < 0).any() or (values % 1).any():
+            raise BadData(f"{name}: {col} must be whole numbers from 0")
+        if n is not None and (values >= n).any():
+            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
+                          "upload a table written for the model selected in the sidebar")
+
+
+FORMATS = (".csv", ".json", ".parquet")  # what a probe table is written as, by the extension of --out
+
+
+def check_format(out: Path) -> None:
+    """``BadData`` unless ``out`` ends in one of the :data:`FORMATS` a table can be written as."""
+    if out.suffix.lower() not in FORMATS:
+        raise BadData(f"{out}: write .csv, .json or .parquet")
+
+
+def check_out(out: Path, force: bool = False) -> None:
+    """Refuse, before any work, an output path that cannot be the result: a folder, an existing file
+    (unless ``force``), an unknown format, a folder that cannot be written."""
+    if out.is_dir():
+        raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
+    check_format(out)
+    if out.exists() and not force:
+        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
+    parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise CannotWrite(f"cannot write in {parent or out.parent}: choose another --out")
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """``data`` written to ``path`` atomically; a failure (a full disk, a folder made read-only meanwhile) is
+    ``CannotWrite`` saying what to do."""
+    try:
+        write_atomic(path, data)
+    except OSError as exc:  # a full disk, a folder made read-only meanwhile…
+        raise CannotWrite(f"could not write {path}: {exc.strerror or exc}; free some space or choose another "
+                          "--out (a rerun resumes from the chunks already written)") from None
+
+
+def write_table(frame: pd.DataFrame, out: Path) -> None:
+    """CSV, JSON (records) or Parquet by extension, written atomically."""
+    check_format(out)
+    suffix = out.suffix.lower()
+    if suffix == ".csv":
+        data = frame.to_csv(index=False).encode()
+    elif suffix == ".json":
+        data = frame.to_json(orient="records", indent=1).encode()
+    else:  # .parquet
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        data = buf.getvalue()
+    write_file(out, data)
+
+
+def digest(value) -> str:
+    """A short digest (16 hex digits) of bytes, or of any other value by its ``repr``: one part of a
+    checkpoint's fingerprint."""
+    return hashlib.sha256(value if isinstance(value, bytes) else repr(value).encode()).hexdigest()[:16]
+
+
+def checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
+    """The checkpoint folder of this job's run (``partial/NAME-DIGEST``, for the fingerprint ``print_``: its
+    parts by name); folders of the same job made from other inputs are removed, and ``notify`` is told which
+    inputs differ."""
+    folder = partial / f"{name}-{digest(sorted(print_.items()))}"
+    for other in sorted(partial.glob(f"{name}-*")) if partial.is_dir() else []:
+        if other == folder:
+            continue
+        try:
+            before = json.loads((other / "manifest.json").read_text())
+            changed = [part for part in print_ if before.get(part) != print_[part]] or ["inputs"]
+        except (OSError, ValueError):
+            changed = ["inputs (no readable manifest)"]
+        if notify:
+            notify(f"{name}: the checkpoint in {other} was computed from another {', '.join(changed)}: "
+                   "starting afresh")
+        shutil.rmtree(other, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "manifest.json").is_file():
+        write_file(folder / "manifest.json", json.dumps(print_, indent=1).encode())
+    return folder
+
+
+SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side file)
+
+
+def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
+    """Report the bad items a job's data had (its ``bad``, if any; :func:`report_bad`)."""
+    report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
+
+
+def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: bool, notify) -> None:
+    """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
+    the first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
+    if bad and strict:
+        raise BadData(f"{len(bad)} bad item(s) in {data} (--strict):\n" + "\n".join(map(str, bad)))
+    if not usable:
+        reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
+        raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
+    if bad:
+        side = out.with_name(out.name + ".bad.txt")
+        write_file(side, ("\n".join(map(str, bad)) + "\n").encode())
+        if notify:
+            shown = "\n".join(f"  {b}" for b in bad[:SHOWN_BAD])
+            more = f"\n  and {len(bad) - SHOWN_BAD} more" if len(bad) > SHOWN_BAD else ""
+            notify(f"{name}: skipped {len(bad)} bad item(s) of {data} (all listed in {side}; --strict to stop "
+                   f"instead):\n{shown}{more}")
+
+
+def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None) -> list[pd.DataFrame]:
+    """Each chunk of ``every`` items through ``compute(chunk, step)`` (``step(n)``: n items done) -> a DataFrame,
+    written atomically to ``folder/chunk-NNNNN.csv``; a chunk whose file is there already (a run that was
+    interrupted) is read back, not recomputed. ``bar`` (tqdm-like: update, close) counts the items."""
+    parts = []
+    try:
+        for index, start in enumerate(range(0, len(items), every)):
+            chunk = items[start:start + every]
+            path = folder / f"chunk-{index:05d}.csv"
+            if path.is_file():  # done before an interruption: not recomputed
+                parts.append(pd.read_csv(path))
+                if bar:
+                    bar.update(len(chunk))
+                continue
+            part = compute(chunk, bar.update if bar else None)
+            write_file(path, part.to_csv(index=False).encode())
+            parts.append(part)
+    finally:
+        if bar:  # closed before any error is printed, so the message starts its own line
+            bar.close()
+    return parts
