@@ -30,7 +30,7 @@ from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import PAGES, ViewState  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
-from probes.scratch.attention import BACKENDS  # noqa: E402
+from probes.scratch import BACKENDS  # noqa: E402
 
 CUSTOM = "other…"
 log = logging.getLogger("dashboard")
@@ -56,10 +56,19 @@ def model_choices() -> list[str]:
     return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, "smollm2", CUSTOM]
 
 
+def offered(name: str, choices: list[str]) -> bool:
+    """Whether this deployment's menu offers the model a link names (the library's check of the name)."""
+    try:
+        probes.check_name(name, allow_local_paths=not data.public(), offered=choices)
+    except probes.ProbesError:
+        return False
+    return True
+
+
 def pick_model(sidebar) -> None:
     choices = model_choices()
     current = ui.view().model
-    if CUSTOM not in choices and current not in choices:  # a link to a model this deployment does not offer
+    if CUSTOM not in choices and not offered(current, choices):  # a link to a model this deployment does not offer
         st.session_state["link_problems"].append(f"model {current!r} is not offered here: showing {choices[0]}")
         ui.update(model=choices[0])
         current = choices[0]

@@ -113,11 +113,8 @@ def model_named(name: str) -> probes.Model:
 
 
 def model_of(inp: Input) -> probes.Model:
-    allowed = allowed_models()
-    if allowed is not None and inp.model not in allowed:
-        raise probes.UnsupportedModel(f"this deployment offers only {', '.join(allowed)}: pick one of them "
-                                      f"(not {inp.model!r})")
-    return load_model(inp.model, not public())
+    name = probes.check_name(inp.model, allow_local_paths=not public(), offered=allowed_models())
+    return load_model(name, not public())
 
 
 @st.cache_resource(max_entries=TRACES_KEPT, show_spinner="Running the model…")
@@ -288,9 +285,9 @@ REFERENCE_SIZE = 32
 
 @st.cache_data(max_entries=1, show_spinner="Reading the reference sentences for mean-ablation…")
 def reference_texts() -> list[str]:
-    from probes.heads import registry
+    from probes.datasets import catalog
 
-    return registry.texts(registry.read_items(REFERENCE)[:REFERENCE_SIZE])
+    return catalog.texts(catalog.read_items(REFERENCE)[:REFERENCE_SIZE])
 
 
 @st.cache_data(max_entries=16, show_spinner="Removing every head in turn and measuring what changed…")
@@ -363,7 +360,7 @@ class Writing:
 
     @property
     def sampling(self):
-        from probes.scratch.generate import Sampling
+        from probes.generation import Sampling
 
         return Sampling(self.sample, self.seed, self.temperature, self.top_k, self.top_p)
 
@@ -380,21 +377,21 @@ class GenerationProof:
 @st.cache_resource(max_entries=GENERATIONS_KEPT, show_spinner="Writing, one token at a time…")
 def generation(w: Writing):
     """The model's continuation of the prompt with the from-scratch KV cache (a GenerationTrace)."""
-    from probes.scratch import generate
+    from probes import generation as g
 
-    return generate.generate(model_named(w.model), w.prompt, w.new_tokens, w.sampling)
+    return g.generate(model_named(w.model), w.prompt, w.new_tokens, w.sampling)
 
 
 @st.cache_data(max_entries=16, show_spinner="Proving the cache against one full forward pass…")
 def generation_proof(w: Writing) -> GenerationProof:
     """The cached steps against one full Hugging Face pass over the whole sequence; greedy, also Hugging
     Face's own generate."""
-    from probes.scratch import generate
+    from probes import generation as g
 
     model = model_named(w.model)
     gen = generation(w)
-    proof = generate.prove(model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
-    same = None if w.sample else generate.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
+    proof = g.prove(model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+    same = None if w.sample else g.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
     return GenerationProof(proof.passed, proof.exact_attention_max_abs_diff, proof.attention_max_abs_diff,
                            proof.logits_max_rel_diff, same)
 
@@ -428,14 +425,15 @@ IMPORTANCE = "importance"  # its tables sit beside the probes' (no probe has thi
 def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
     """Head importance (the gradient of each head's gate, Michel et al.) over the first ``limit`` sentences of
     :data:`REFERENCE`, kept like a probe table; ``progress(done, total)`` as sentences finish."""
+    from probes import jobs
+    from probes.datasets import catalog
     from probes.effects.importance import importance
-    from probes.heads import profile, registry
 
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, IMPORTANCE, limit)
     if key not in tables:
         model = model_named(name)
-        texts = registry.texts(registry.read_items(REFERENCE)[:limit])
+        texts = catalog.texts(catalog.read_items(REFERENCE)[:limit])
         done = [0]
 
         def step(n: int) -> None:
@@ -443,7 +441,7 @@ def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
             if progress:
                 progress(done[0], len(texts))
 
-        tables[key] = profile.with_model(importance(model, texts, ablation=False, progress=step), model)
+        tables[key] = jobs.with_model(importance(model, texts, ablation=False, progress=step), model)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

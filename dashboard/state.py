@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
+from probes import ProbesError, check_name
 from probes.runner import SOURCES
-from probes.scratch.attention import BACKENDS
+from probes.scratch import BACKENDS
 
 DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 DEFAULT_PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
@@ -122,6 +123,9 @@ def _parse(name: str, raw: str, default):
     allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS}.get(name)
     if allowed and raw not in allowed:
         raise ValueError(f"expected one of {', '.join(allowed)}")
-    if name == "model" and not raw.strip():
-        raise ValueError("empty model name")
+    if name == "model":
+        try:
+            check_name(raw)  # the library's one check of a name (the deployment's own rules apply when it loads)
+        except ProbesError as exc:
+            raise ValueError(str(exc)) from None
     return raw

@@ -1,14 +1,15 @@
 """probes: load GPT-2, BERT and Llama-style models beside our own from-scratch forward pass, and compare
 their attention."""
 
+from . import runner
 from .errors import (EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
                      UnsupportedModel)
-from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, Model, load
+from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, Model, check_name, load
 from .trace import Trace
 
 __all__ = [
     "EmptyInput", "Encoding", "InputTooLong", "KNOWN_HUB_MODELS", "Model", "ModelUnavailable",
-    "OFFLINE_DEFAULT", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "load", "run",
+    "OFFLINE_DEFAULT", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "check_name", "load", "run",
 ]
 
 
@@ -17,7 +18,5 @@ def run(model: Model, text: str, pair: str | None = None, source: str = "hf", tr
     """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
     from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass.
     ``attention_budget`` (bytes): keep every probability only up to that size, else a lazy Trace."""
-    from . import runner
-
     return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate,
                       attention_budget=attention_budget)

@@ -23,6 +23,7 @@ import torch
 from . import runner
 from .errors import BadData, InputTooLong
 from .models import Encoding, Model
+from .scratch import generate as g
 from .trace import Trace
 
 HF = "Hugging Face eager"
@@ -120,10 +121,8 @@ def kv_cache_bytes(model: Model, tokens: int, grouped: bool = True) -> int:
     """What the KV cache of ``model`` holds after ``tokens`` tokens: 2 × layers × kv_heads × d_head × tokens
     × 4 bytes (fp32), summed per layer so a sliding-window layer counts only its window. ``grouped=False``:
     as if every query head had its own key/value head (what grouped-query attention saves)."""
-    from .scratch.generate import cache_bytes, windows_of
-
     heads = model.n_kv_heads if grouped else model.n_heads
-    return sum(cache_bytes(1, heads, model.d_head, min(tokens, w) if w else tokens) for w in windows_of(model))
+    return sum(g.cache_bytes(1, heads, model.d_head, min(tokens, w) if w else tokens) for w in g.windows_of(model))
 
 
 def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, repeats: int = 3) -> pd.DataFrame:
@@ -135,8 +134,6 @@ def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, rep
 
     with the bytes the cache held at that context, measured on its tensors (``cache_bytes``) and by the
     formula (``formula_bytes``). Tidy rows: ``tokens, path, seconds_per_token, cache_bytes, formula_bytes``."""
-    from .scratch import generate as g
-
     net = g.decoder(model)
     for n in contexts:
         if n + steps > model.max_tokens:

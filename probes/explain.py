@@ -14,7 +14,7 @@ import numpy as np
 
 from .heads.engine import word_attention
 from .precision import upcast
-from .tokens import align_to_words, word_spans
+from .tokens import align_to_words, covered_words, word_spans
 from .trace import Trace
 
 
@@ -188,13 +188,7 @@ def _on_keys(rows: list, keys: list[int]) -> np.ndarray:
 def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
     """The words of ``text`` (``tokens.word_spans``) with the real tokens each covers, in order (words no token
     covers are left out)."""
-    tokens = trace.real_tokens(item)
-    out = []
-    for lo, hi in word_spans(text):
-        covered = [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
-        if covered:
-            out.append((text[lo:hi], covered))
-    return out
+    return covered_words(trace.real_tokens(item), text)
 
 
 @dataclass

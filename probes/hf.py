@@ -30,7 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .families import Capture
-from .scratch.attention import Spec, attention_bytes, row_logsumexp
+from .attention_math import Spec, attention_bytes, row_logsumexp
 from .trace import Trace
 
 

@@ -20,9 +20,10 @@ from urllib.parse import urlparse
 
 import torch
 
+from . import scratch
 from .errors import (BadOption, EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
                      UnsupportedModel)
-from .families import Family, families, family_of
+from .families import Family, coverage, families, family_of
 from .tokens import Token, readable_tokens
 
 OFFLINE_DEFAULT = "minilm"
@@ -107,7 +108,7 @@ class Encoding:
 @dataclass
 class Model:
     name: str  # what the user asked for
-    source: str  # the directory or hub id it was loaded from
+    location: str  # the directory, file or hub id its weights were read from
     family: Family | None  # its record (probes.families), or None: an architecture seen in the HF view only
     hf: torch.nn.Module
     tokenizer: object
@@ -200,9 +201,10 @@ class Model:
     def scratch_problem(self) -> str | None:
         """Why the from-scratch path cannot run this model (None: it can). Decided once, when the model is
         loaded: the family has no record, or its network refuses a config option or leaves a weight unused."""
+        if self.family is None:
+            kind = getattr(self.config, "model_type", "?")
+            return f"{self.name!r} is a {kind!r} model: {coverage()}; the Hugging Face view still works"
         if self._scratch is None and self._scratch_problem is None:
-            from . import scratch
-
             try:
                 scratch.build(self)
             except UnsupportedModel as exc:
@@ -336,31 +338,46 @@ def _device(device: str | None) -> str | None:
     return device
 
 
-def _load(name: str, allow_local_paths: bool) -> Model:
+def check_name(name: str, *, allow_local_paths: bool = True, offered: list[str] | None = None) -> str:
+    """The one check of a model name, before anything is read (the CLI, :func:`load` and the app all ask it):
+    the name without surrounding spaces, or :class:`ModelUnavailable` / :class:`UnsupportedModel` saying why it
+    cannot be loaded here. ``offered``: the only names a deployment loads (None: any);
+    ``allow_local_paths=False`` (a public deployment): short names and hub ids only, never a file or folder."""
     if not isinstance(name, str) or not name.strip():
         raise ModelUnavailable(f"no model named: give a hub id, a local directory, or {OFFLINE_DEFAULT!r}")
     name = name.strip()
-    if name in SHORT_NAMES:
-        path = SHORT_NAMES[name]()
-        return _load_gguf(name, Path(path)) if path.endswith(".gguf") else _load_dir(name, path)
-    if not allow_local_paths and (not HUB_ID.fullmatch(name) or os.path.lexists(name)):
-        # a public deployment: never open a file or folder a link names, whatever it looks like
+    if offered is not None and name not in offered:
+        raise UnsupportedModel(f"this deployment offers only {', '.join(offered)}: pick one of them (not {name!r})")
+    if name in SHORT_NAMES or allow_local_paths:
+        return name
+    if not HUB_ID.fullmatch(name) or os.path.lexists(name):
+        # a public deployment: never open a file or folder a name points at, whatever it looks like
         raise ModelUnavailable(f"{name!r} is not a hub id (a name, or owner/name), and this deployment loads only "
                                f"hub ids and {OFFLINE_DEFAULT!r}, never a local path")
     if name.endswith(".gguf"):
-        if not allow_local_paths:
-            raise ModelUnavailable(f"{name!r} is a local file, and this deployment loads only hub ids and "
-                                   f"{OFFLINE_DEFAULT!r}")
+        raise ModelUnavailable(f"{name!r} is a local file, and this deployment loads only hub ids and "
+                               f"{OFFLINE_DEFAULT!r}")
+    if looks_local(name):
+        raise ModelUnavailable(f"{name!r} is a local path, and this deployment loads only hub ids and {OFFLINE_DEFAULT!r}")
+    return name
+
+
+def looks_local(name: str) -> bool:
+    """A name that can only mean a file or folder on this machine (not a hub id)."""
+    return name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1 or "\\" in name
+
+
+def _load(name: str, allow_local_paths: bool) -> Model:
+    name = check_name(name, allow_local_paths=allow_local_paths)
+    if name in SHORT_NAMES:
+        path = SHORT_NAMES[name]()
+        return _load_gguf(name, Path(path)) if path.endswith(".gguf") else _load_dir(name, path)
+    if name.endswith(".gguf"):
         path = Path(name).expanduser()
         if not path.is_file():
             raise ModelUnavailable(f"no GGUF file at {name!r}")
         return _load_gguf(name, path)
-    looks_local = name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1 or "\\" in name
-    if looks_local:
-        if not allow_local_paths:
-            raise ModelUnavailable(
-                f"{name!r} is a local path, and this deployment loads only hub ids and {OFFLINE_DEFAULT!r}"
-            )
+    if looks_local(name):
         path = Path(name).expanduser()
         if not path.is_dir():
             raise ModelUnavailable(
@@ -474,7 +491,7 @@ def _load_hub(name: str) -> Model:
     return _build(name, name, local_files_only=False)
 
 
-def _build(name: str, source: str, *, local_files_only: bool) -> Model:
+def _build(name: str, location: str, *, local_files_only: bool) -> Model:
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
@@ -482,11 +499,11 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
 
     common = dict(local_files_only=local_files_only, trust_remote_code=False)
     try:
-        config = AutoConfig.from_pretrained(source, **common)
+        config = AutoConfig.from_pretrained(location, **common)
     except RepositoryNotFoundError as exc:
         raise ModelUnavailable(f"there is no model {name!r} on the hub: check the spelling") from exc
     except (OSError, ValueError) as exc:
-        if local_files_only and source == name and not os.path.isdir(source):
+        if local_files_only and location == name and not os.path.isdir(location):
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load the config of {name!r}: {_first_line(exc)}") from exc
 
@@ -504,9 +521,9 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
         cls = AutoModel
     try:
         hf = cls.from_pretrained(
-            source, attn_implementation="eager", dtype=torch.float32, weights_only=True, **common
+            location, attn_implementation="eager", dtype=torch.float32, weights_only=True, **common
         )
-        tokenizer = AutoTokenizer.from_pretrained(source, **common)
+        tokenizer = AutoTokenizer.from_pretrained(location, **common)
     except RepositoryNotFoundError as exc:
         raise ModelUnavailable(f"there is no model {name!r} on the hub: check the spelling") from exc
     except pickle.UnpicklingError as exc:
@@ -516,16 +533,16 @@ def _build(name: str, source: str, *, local_files_only: bool) -> Model:
     except ValueError as exc:
         raise UnsupportedModel(f"{name!r} cannot be loaded by transformers: {_first_line(exc)}") from exc
     except OSError as exc:
-        if local_files_only and source == name and not os.path.isdir(source):
+        if local_files_only and location == name and not os.path.isdir(location):
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load {name!r}: {_first_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - weight readers raise anything on a damaged file (SafetensorError…)
         raise ModelUnavailable(f"cannot read the weights of {name!r} ({type(exc).__name__}: {_first_line(exc)}): "
                                "the file may be truncated or damaged; copy or download it again") from exc
-    return _ready(name, source, family, hf, tokenizer)
+    return _ready(name, location, family, hf, tokenizer)
 
 
-def _ready(name: str, source: str, family: Family | None, hf, tokenizer) -> Model:
+def _ready(name: str, location: str, family: Family | None, hf, tokenizer) -> Model:
     """The checks and settings every loaded model gets: a fast tokenizer (character offsets), a pad
     token for batches (a decoder's end-of-text token where it has none), eval mode without gradients,
     eager attention (the reference)."""
@@ -537,7 +554,7 @@ def _ready(name: str, source: str, family: Family | None, hf, tokenizer) -> Mode
     hf.requires_grad_(False)
     if hf.config._attn_implementation != "eager":
         raise RuntimeError(f"{name!r} did not load with eager attention")
-    return Model(name=name, source=source, family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
+    return Model(name=name, location=location, family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
 
 
 def _first_line(exc: Exception) -> str:

@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from . import runner
 from .errors import BadOption, UnsupportedModel
 from .precision import FLOAT64_MAX_BYTES, upcast
+from .scratch import resolve_backend
 from .trace import Trace
 
 EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7: one fp32 rounding, relative
@@ -219,8 +221,6 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
 def in_dtype(model, dtype: str | torch.dtype = "float32", backend: str = "eager", float64_limit: int | None = None):
     """``model`` ready for a parity check in ``dtype``: itself for float32; for float64 a float64 copy (refused,
     with the reason, for a backend that cannot compute in float64 or a copy over ``float64_limit`` bytes)."""
-    from .scratch import resolve_backend
-
     dtype = dtype_of(dtype)
     if dtype == model.dtype:
         return model
@@ -238,8 +238,6 @@ def check(model, text: str, pair: str | None = None, truncate: bool = False, bac
           dtype: str | torch.dtype = "float32", float64_limit: int | None = None) -> ParityReport:
     """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a
     float64 copy of the model: the proof that the two are the same function (≤ 1e-10), on any machine."""
-    from . import runner
-
     if model.scratch_problem:  # refuse an unsupported model before spending a forward pass on it
         raise UnsupportedModel(model.scratch_problem)
     model = in_dtype(model, dtype, backend, float64_limit)

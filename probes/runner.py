@@ -5,6 +5,11 @@ Two producers stand side by side with one signature, ``forward(model, enc, backe
 ``"hf"`` (:func:`probes.hf.forward`, the reference) and ``"scratch"`` (:func:`probes.scratch.forward`).
 ``"auto"`` picks the from-scratch pass where the model's family has one and Hugging Face's otherwise,
 which is what the probes read.
+
+"Source" means this one thing everywhere: the producer that computes attention, ``hf`` or ``scratch``
+(``runner.SOURCES``; the CLI's and the app's source switch; ``Trace.source`` names it with the backend that
+ran, e.g. ``scratch/sdpa``). Where weights were read from is ``Model.location``; who set the thread count is
+``threads.Choice.set_by``.
 """
 
 from __future__ import annotations

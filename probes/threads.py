@@ -64,12 +64,12 @@ class Choice:
     kind: str
     cpus: int  # CPUs this process may use
     busy: float | None  # CPUs' worth of other work seen (None: not measured)
-    source: str  # "--threads", "PROBES_THREADS", "OMP_NUM_THREADS" or "auto"
+    set_by: str  # "--threads", "PROBES_THREADS", "OMP_NUM_THREADS" or "auto"
 
     def describe(self) -> str:
         """One line for people, e.g. ``torch threads: 1 (profile; 2 CPUs, 1.0 busy with other work)``."""
-        if self.source != "auto":
-            return f"torch threads: {self.threads} ({self.source})"
+        if self.set_by != "auto":
+            return f"torch threads: {self.threads} ({self.set_by})"
         busy = "" if self.busy is None else f", {self.busy:.1f} busy with other work"
         return f"torch threads: {self.threads} ({self.kind}; {self.cpus} CPUs{busy})"
 

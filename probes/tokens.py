@@ -235,3 +235,14 @@ def align_to_words(tokens: list[Token], spans: list[tuple[int, int]], segment: i
                 break
         word_of.append(found)
     return word_of
+
+
+def covered_words(tokens: list[Token], text: str) -> list[tuple[str, list[int]]]:
+    """The words of ``text`` (:func:`word_spans`) with the indices of the tokens (a text's real tokens, as a
+    Trace lists them) each covers, in order; words no token covers are left out."""
+    out = []
+    for lo, hi in word_spans(text):
+        covered = [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+        if covered:
+            out.append((text[lo:hi], covered))
+    return out

@@ -23,8 +23,10 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
   variant) and ``windows`` (a sliding window, or None), so a reader never needs the model to redo a
   row by hand.
 
-Generation (``probes.scratch.generate``) has its own record, :class:`GenerationTrace`: per step only the
-new token's attention row of every layer and head, never a full L×L per step.
+The activations have three records, all here: :class:`Trace` (a forward pass), :class:`GenerationTrace`
+(``probes.scratch.generate``: per step only the new token's attention row of every layer and head, never a
+full L×L per step) and :class:`Outputs` (an edited pass of ``probes.effects``: no attention, only what effects
+are measured on).
 
 Ask for attention through :meth:`Trace.attention` (one head or one layer, padding removed) or
 :meth:`Trace.head_summary` (streaming statistics of every head of a layer), never by indexing.
@@ -37,16 +39,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .attention_math import repeat_kv
 from .precision import upcast, working_dtype
 from .tokens import Token
 
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
-
-
-def _repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[..., H_kv, L, d]`` -> ``[..., H_kv·group, L, d]``: each key/value head for the query heads that
-    read it (``scratch.attention.repeat_kv`` for one batch item; this module sits below ``scratch``)."""
-    return x if group == 1 else x.repeat_interleave(group, dim=-3)
 
 
 @dataclass
@@ -138,7 +135,7 @@ class Trace:
         """Probabilities of the given query rows (positions in the padded sequence) over the real keys
         ``idx``, recovered from the layer's q, k (``qk``) and the logsumexp: ``[h, r, n]``."""
         q, k = qk[0], qk[1]
-        k = k[item, heads // self.group] if isinstance(heads, int) else _repeat_kv(k[item], self.group)[heads]
+        k = k[item, heads // self.group] if isinstance(heads, int) else repeat_kv(k[item], self.group)[heads]
         q = q[item, heads][..., rows, :]
         k = k[..., idx, :]
         lse = self.lse[layer][item, heads][..., rows]
@@ -222,6 +219,17 @@ class Trace:
     def token_strings(self, item: int = 0) -> list[str]:
         """Readable strings of the real tokens of one item (padding removed)."""
         return [t.text for t in self.real_tokens(item)]
+
+
+@dataclass
+class Outputs:
+    """What an edited from-scratch pass (:func:`probes.scratch.outputs`) hands back: no attention, only what effects are measured on."""
+
+    hidden: torch.Tensor  # [B, L, D] the last hidden state (after the final norm, where the model has one)
+    inputs: list[torch.Tensor] | None  # per layer [B, L, D]: each layer's input (``keep_inputs``)
+    logits: torch.Tensor | None  # [B, L, V], or None (no language-model head, or not asked for)
+    residual: torch.Tensor | None  # [B, L, D] the residual stream before the final norm (pre-norm models)
+    z: list[torch.Tensor] | None  # per layer [B, H, L, d]: the head outputs the layer went on with (``keep_z``)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from numeric import fp32
 
 import probes
 from probes import hf, models, parity, scratch
-from probes.__main__ import main
+from probes.cli import main
 from probes.errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
 
 
@@ -228,7 +228,7 @@ def test_smollm2_is_rebuilt_when_damaged_and_its_fp32_copy_loads_exactly_as_the_
 
     from probes.datasets.cache import cache_dir, sha256_of
 
-    shared = Path(smollm2.source)  # the session's smollm2 loaded from the shared cache's copy
+    shared = Path(smollm2.location)  # the session's smollm2 loaded from the shared cache's copy
     assert shared == cache_dir() / "smollm2" / "fp32"
     assert (shared / "model.safetensors").is_file() and not list(shared.glob("*.gguf"))
     own = tmp_path / "cache"  # a cache of its own: links to the verified wheels, copies of SmolLM2's files

@@ -23,7 +23,7 @@ from probes.threads import choose
 ])
 def test_a_profile_takes_the_free_cpus(cpus, busy, expected):
     choice = choose("profile", cpus, busy)
-    assert choice.threads == expected and choice.source == "auto"
+    assert choice.threads == expected and choice.set_by == "auto"
 
 
 @pytest.mark.parametrize("cpus,busy,expected", [(2, 0.0, 1), (4, 0.0, 2), (8, 1.0, 3), (64, 0.0, 4), (1, 0.0, 1),
@@ -41,10 +41,10 @@ def test_overrides_come_first_in_order():
     env = {"PROBES_THREADS": "3", "OMP_NUM_THREADS": "5"}
     assert choose("profile", 2, 1.9, env, threads=6).threads == 6
     got = choose("profile", 2, 1.9, env)
-    assert (got.threads, got.source) == (3, "PROBES_THREADS")
+    assert (got.threads, got.set_by) == (3, "PROBES_THREADS")
     got = choose("app", 2, 0.0, {"OMP_NUM_THREADS": "5"})
-    assert (got.threads, got.source) == (5, "OMP_NUM_THREADS")
-    assert choose("profile", 2, 0.0, {"PROBES_THREADS": " "}).source == "auto"  # blank: unset
+    assert (got.threads, got.set_by) == (5, "OMP_NUM_THREADS")
+    assert choose("profile", 2, 0.0, {"PROBES_THREADS": " "}).set_by == "auto"  # blank: unset
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "2,1"])
@@ -60,7 +60,7 @@ def test_a_bad_explicit_count_is_a_clear_error(value):
 
 
 def test_an_omp_num_threads_that_is_not_a_count_is_left_to_openmp():
-    assert choose("profile", 2, 0.0, {"OMP_NUM_THREADS": "4,2"}).source == "auto"
+    assert choose("profile", 2, 0.0, {"OMP_NUM_THREADS": "4,2"}).set_by == "auto"
 
 
 def test_unknown_kind_or_no_cpus_are_programming_errors():

@@ -30,8 +30,9 @@ from ..errors import NothingToScore
 from ..heads.combine import mean
 from ..heads.engine import token_attention
 from ..heads.positional import merge_histograms, positional_scores
-from ..heads.profile import _checkpoint, _write, code_version, report_bad, with_model, write_table
-from ..scratch.attention import probability_bytes
+from ..heads.profile import code_version
+from ..jobs import checkpoint, report_bad, with_model, write_file, write_table
+from ..attention_math import probability_bytes
 from . import examples as ex
 from .reader import Chunk, Corpus, Window, check_window, cut
 
@@ -131,7 +132,7 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
                backend: str, executor: Executor, progress_factory, notify) -> tuple[pd.DataFrame, pd.DataFrame]:
     partial = out.with_name(out.name + ".partial")
     name = f"{PROBE}-{re.sub(r'[^A-Za-z0-9._-]+', '_', model.name)[-60:]}"
-    folder = _checkpoint(partial, name, fingerprint(model, scan, corpus.field, window, chunk_size, k, backend), notify)
+    folder = checkpoint(partial, name, fingerprint(model, scan, corpus.field, window, chunk_size, k, backend), notify)
     done = lambda c: folder / f"chunk-{c:05d}.csv"  # noqa: E731  (written last: the chunk is done)
     found = lambda c: folder / f"chunk-{c:05d}.examples.parquet"  # noqa: E731
     jobs = [CorpusJob(corpus, c, window, k, batch_size, backend) for c in scan.chunks if not done(c.index).is_file()]
@@ -145,8 +146,8 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
         for index, (stats, examples) in executor(model, jobs):
             if done(index).is_file():  # a retried task that had finished already: counted once
                 continue
-            _write(found(index), _parquet(examples))
-            _write(done(index), stats.to_csv(index=False).encode())
+            write_file(found(index), _parquet(examples))
+            write_file(done(index), stats.to_csv(index=False).encode())
             if bar:
                 bar.update(1)
     finally:
@@ -183,7 +184,7 @@ def profile_corpus(models: list, corpus: Corpus, out: Path, examples_out: Path |
         found.append(examples)
     table = pd.concat(tables, ignore_index=True)
     examples = pd.concat(found, ignore_index=True)
-    _write(examples_out, _parquet(examples))
+    write_file(examples_out, _parquet(examples))
     write_table(table, out)
     shutil.rmtree(out.with_name(out.name + ".partial"), ignore_errors=True)
     return table, examples

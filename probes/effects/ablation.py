@@ -23,7 +23,8 @@ import torch
 
 from ..errors import BadOption, EmptyInput
 from ..precision import working_dtype
-from ..scratch import Outputs, build, outputs
+from ..scratch import DecoderNetwork, build, outputs
+from ..trace import Outputs
 from .measures import compare
 
 HOWS = ("zero", "mean", "patch")
@@ -111,7 +112,8 @@ def clean_pass(model, text: str, truncate: bool = False) -> Clean:
 
 def lm_measures(model) -> bool:
     """Loss and prediction measures apply: a decoder with a language-model head the from-scratch path runs."""
-    return bool(model.is_causal and getattr(build(model), "unembedding", None) is not None)
+    net = build(model)
+    return bool(model.is_causal and isinstance(net, DecoderNetwork) and net.unembedding is not None)
 
 
 def replacements(model, how: str, clean: Clean, other: str | None = None,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BadOption
-from ..explain import words
+from ..tokens import covered_words
 from ..runner import run
 
 
@@ -72,7 +72,7 @@ def minimal_pair(model, text_a: str, text_b: str, query_word: str, key_word: str
         raise BadOption("the two texts are the same: change a few words in the second one")
     trace_a = run(model, text_a, source=source, truncate=truncate)
     trace_b = run(model, text_b, source=source, truncate=truncate)
-    found_a, found_b = words(trace_a, text_a), words(trace_b, text_b)
+    found_a, found_b = covered_words(trace_a.real_tokens(0), text_a), covered_words(trace_b.real_tokens(0), text_b)
     words_a, words_b = [w for w, _ in found_a], [w for w, _ in found_b]
     pairs = align(words_a, words_b)
     ends = []

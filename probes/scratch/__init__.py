@@ -14,31 +14,31 @@ Where ``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` say
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
+from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_logsumexp
 from ..errors import UnsupportedModel
-from ..families import coverage
-from ..trace import Trace
-from .attention import BACKENDS, FLOAT64_BACKENDS, additive_mask, allowed_keys, attention_bytes, resolve_backend, row_logsumexp
+from ..trace import Outputs, Trace
+from .attention import BACKENDS, FLOAT64_BACKENDS, resolve_backend
+from .family import DecoderNetwork, Network, RotaryNetwork
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "FLOAT64_BACKENDS", "Outputs", "build", "forward", "outputs", "resolve_backend"]
+__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Network", "Outputs", "RotaryNetwork", "build", "forward",
+           "outputs", "resolve_backend"]
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
 
 
-def build(model):
+def build(model) -> Network:
     """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached).
     Raises :class:`UnsupportedModel` naming what is missing: the family, a config option, a weight."""
     cached = getattr(model, "_scratch", None)
     if cached is not None:
         return cached
-    if model.family is None:
-        kind = getattr(model.config, "model_type", "?")
-        raise UnsupportedModel(f"{model.name!r} is a {kind!r} model: {coverage()}; the Hugging Face view still works")
+    if model.family is None:  # the model says which families there are (probes.families sits above this package)
+        raise UnsupportedModel(model.scratch_problem)
     model._scratch = model.family.network(model.hf.state_dict(), model.config, model.name)
     return model._scratch
 
@@ -87,7 +87,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     with torch.inference_mode():
         out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits,
                   chunk=None if ran == "eager" else LAZY_CHUNK)
-        rotary = net.rotary(enc.input_ids.shape[1], enc.input_ids.device) if hasattr(net, "rotary") else None
+        rotary = net.rotary(enc.input_ids.shape[1], enc.input_ids.device) if isinstance(net, RotaryNetwork) else None
 
     def qkv_of(layer: int):  # q, k, v are one linear map (and a rotation) from a layer's input: recomputed
         return net.qkv(layer, hidden[layer])
@@ -97,17 +97,6 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
                  attn=probs or None, lse=lse or None, scales=[s.scale for s in specs],
                  windows=[s.window for s in specs], rotary=rotary, n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
-
-
-@dataclass
-class Outputs:
-    """What an edited pass (:func:`outputs`) hands back: no attention, only what effects are measured on."""
-
-    hidden: torch.Tensor  # [B, L, D] the last hidden state (after the final norm, where the model has one)
-    inputs: list[torch.Tensor] | None  # per layer [B, L, D]: each layer's input (``keep_inputs``)
-    logits: torch.Tensor | None  # [B, L, V], or None (no language-model head, or not asked for)
-    residual: torch.Tensor | None  # [B, L, D] the residual stream before the final norm (pre-norm models)
-    z: list[torch.Tensor] | None  # per layer [B, H, L, d]: the head outputs the layer went on with (``keep_z``)
 
 
 def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: bool = False,

@@ -3,13 +3,11 @@
     Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k) · V
 
 Inputs are already split into heads: ``q`` is ``[B, H, L, d_k]``; ``k`` and ``v`` are ``[B, H_kv, L, d_k]``
-where ``H_kv`` divides ``H``. With ``H_kv < H`` the model uses **grouped-query attention**: the query
-heads come in ``H / H_kv`` consecutive groups, and query head ``h`` reads key/value head
-``h // group`` (``H_kv = 1`` is multi-query attention, ``H_kv = H`` plain multi-head attention).
-
-Which keys a query may see (:func:`allowed_keys`): real tokens (not padding); for a decoder, not the
-future; with a **sliding window** of ``w``, only the ``w`` most recent positions (the query itself
-and the ``w − 1`` before it), as Mistral and Qwen2 define it.
+where ``H_kv`` divides ``H`` (grouped-query attention). The rules every pass shares (which keys a query may
+see, grouped key/value heads, one logsumexp per row: :class:`~probes.attention_math.Spec`,
+:func:`~probes.attention_math.allowed_keys`, :func:`~probes.attention_math.repeat_kv`,
+:func:`~probes.attention_math.row_logsumexp`) live one floor down, in :mod:`probes.attention_math`, because the
+Hugging Face producer and the Trace use them too.
 
 The backends, one visible table (:data:`BACKENDS`; the CLI, the app's URL state and its sidebar
 read its keys):
@@ -29,19 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..attention_math import Spec, additive_mask, allowed_keys, group_of, repeat_kv, row_logsumexp
 from ..errors import BadOption
-from ..precision import upcast, working_dtype
 from . import flash as flash_kernel
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One layer's attention rule, besides q, k and v: what q·kᵀ is multiplied by, whether the future
-    is masked, and the sliding window (``None``: every past key)."""
-
-    scale: float
-    causal: bool
-    window: int | None = None
 
 
 @dataclass
@@ -53,49 +41,6 @@ class Attended:
     probs: torch.Tensor | None = None
     lse: torch.Tensor | None = None
     kernel: str = ""
-
-
-def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None,
-                 window: int | None = None) -> torch.Tensor:
-    """Which keys each query may look at: ``[B, 1, r, L]`` bool (``r`` = 1 when neither a causal mask nor
-    a window is needed, broadcasting over all query rows; else the query rows ``rows``, default all).
-
-    A key is allowed when it is a real token (not padding), for a causal model not in the future, and
-    with a sliding window of ``w`` not more than ``w − 1`` positions before the query.
-    """
-    real_keys = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, L]
-    if not causal and window is None:
-        return real_keys
-    n = attention_mask.shape[-1]
-    query = torch.arange(n, device=attention_mask.device)[rows if rows is not None else slice(None)][:, None]
-    key = torch.arange(n, device=attention_mask.device)[None, :]
-    visible = key <= query if causal else torch.ones(1, 1, dtype=torch.bool, device=key.device)  # the past
-    if window is not None:
-        visible = visible & (key > query - window)  # inside the window: the last w positions
-    return real_keys & visible
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The key mask as numbers to add to the scores: 0 where a key is allowed, the dtype's lowest value
-    where it is not (after softmax its weight is exactly 0)."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
-
-
-def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
-    """Grouped-query attention: ``[B, H_kv, L, d]`` -> ``[B, H_kv·group, L, d]``, key/value head j repeated
-    for the ``group`` query heads that read it (query head h reads key/value head h // group)."""
-    if group == 1:
-        return x
-    b, h_kv, n, d = x.shape
-    return x[:, :, None].expand(b, h_kv, group, n, d).reshape(b, h_kv * group, n, d)
-
-
-def group_of(q: torch.Tensor, k: torch.Tensor) -> int:
-    """How many query heads share each key/value head."""
-    h, h_kv = q.shape[1], k.shape[1]
-    if h % h_kv:
-        raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly")
-    return h // h_kv
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
@@ -146,32 +91,6 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``[B, H, L, d]`` -> ``[B, L, H·d]``: the heads side by side again, ready for the output projection."""
     b, h, n, d = x.shape
     return x.transpose(1, 2).reshape(b, n, h * d)
-
-
-def attention_bytes(model, enc) -> int:
-    """What every layer's and head's probabilities of this batch take in fp32: layers × B × H × L² × 4 (what
-    ``attention_budget`` is compared with, by both producers)."""
-    return probability_bytes(model, *enc.input_ids.shape)
-
-
-def probability_bytes(model, batch: int, length: int) -> int:
-    """fp32 probabilities of every layer and head for ``batch`` sequences of ``length`` tokens."""
-    return model.n_layers * batch * model.n_heads * length * length * 4
-
-
-def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
-                  block: int = 256) -> torch.Tensor:
-    """Natural-log logsumexp of each query row's scaled, masked scores, ``[B, H, L]``, computed
-    ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get −inf."""
-    n = q.shape[-2]
-    k = repeat_kv(k, group_of(q, k))
-    lse = torch.empty(q.shape[:-1], dtype=working_dtype(q.dtype), device=q.device)  # fp32, or float64 for float64
-    for start in range(0, n, block):
-        rows = slice(start, min(n, start + block))
-        scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(spec.scale)
-        scores.masked_fill_(~allowed_keys(attention_mask, spec.causal, rows, spec.window), float("-inf"))
-        lse[..., rows] = torch.logsumexp(upcast(scores), dim=-1)
-    return lse
 
 
 # -- the backends: (q, k, v, attention_mask [B, L], spec, allowed=None) -> Attended; only eager reads a

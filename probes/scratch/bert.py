@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
-from ..families import Capture, Family
+from .family import Capture, Family
 from .activations import ACTIVATIONS
-from .attention import Spec, by_rows, merge_heads, split_heads
+from ..attention_math import Spec
+from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 

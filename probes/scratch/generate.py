@@ -17,32 +17,27 @@ model (SmolLM2: 3 key/value heads for 9 query heads) holds 3× fewer than one wi
 query head. A layer with a sliding window of w keeps only the last w positions, in a ring buffer.
 
 :func:`generate` returns a :class:`~probes.trace.GenerationTrace` (each step's attention row of every
-layer and head, and its logits); :func:`prove` reruns the whole sequence in one full pass and checks
-that every row and every logit equals the cached one.
+layer and head, and its logits); :func:`replay` decodes a given sequence the same way and :func:`full_pass`
+runs it in one pass: :func:`probes.generation.prove` compares the two (and Hugging Face's pass).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ..attention_math import allowed_keys, group_of, repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
-from ..precision import FLOAT64_MAX_BYTES  # a bigger model's float64 copy is not made: the fp32 check alone runs
 from ..tokens import readable_tokens
 from ..trace import GenerationTrace
 from . import build
 from . import flash as flash_kernel
-from .attention import allowed_keys, attention, group_of, repeat_kv
+from .family import DecoderNetwork
+from .attention import attention
 
-# The proof (see `prove`): exactness in float64, where rounding cannot hide a wrong cache; and the fp32 rows
-# the user sees against Hugging Face's fp32 pass. Logits are compared in units of the row's largest |logit|
-# (when above 1). In fp32 a one-row product and a whole-matrix product sum in different orders; through 30
-# layers those 1e-7 differences reach ~2e-5 in a probability (SmolLM2, measured), hence fp32's own bound.
-TOLERANCES = {"attention": 1e-10, "logits": 1e-10}  # float64: measured ~1e-14 (SmolLM2)
-FP32_TOLERANCES = {"attention": 1e-4, "logits": 1e-4}
 BYTES = 4  # fp32
 
 
@@ -219,7 +214,12 @@ def decoder(model):
     if not model.scratch_supported:
         raise UnsupportedModel(f"generation runs on the from-scratch path, which cannot run {model.name}: "
                                f"{model.scratch_problem}")
-    return build(model)
+    net = build(model)
+    if not isinstance(net, DecoderNetwork):  # e.g. a BERT with is_decoder: causal, with a head, but no KV cache here
+        raise UnsupportedModel(f"{model.name} is a {model.family.title} with a causal mask, whose from-scratch network "
+                               "has no KV cache: generation here runs GPT-2, Llama, Mistral and Qwen2 decoders; pick "
+                               "smollm2 or gpt2")
+    return net
 
 
 def windows_of(model) -> list[int | None]:
@@ -301,54 +301,7 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
                            stopped=stopped, backend=backend, note=note)
 
 
-# -- the proof -------------------------------------------------------------------------------------
-
-@dataclass
-class Proof:
-    """Cached decoding against one full forward pass over the whole sequence, per step: max |Δ| of the
-    step's attention row (all layers and heads) and of its logits; twice:
-
-    * ``exact_*``: the same cached decoding of the same tokens in float64 against a float64 full pass of our
-      network, where nothing but a wrong cache can make them differ by more than rounding (~1e-15);
-    * ``attention_max_abs_diff`` / ``logits_*``: the fp32 steps (what the app and CLI show) against the
-      reference's own fp32 full pass (Hugging Face's, by default)."""
-
-    reference: str  # the fp32 full pass: "hf" or "scratch/eager"
-    steps: int
-    exact_attention_max_abs_diff: float | None  # None: the model is too big for a float64 copy (see note)
-    exact_logits_max_rel_diff: float | None
-    attention_max_abs_diff: float
-    logits_max_abs_diff: float
-    logits_max_rel_diff: float  # max |Δ| ÷ max(1, the step's largest |logit|)
-    per_step: list[float]  # fp32 attention max |Δ| of each step
-    passed: bool
-    note: str = ""
-    tolerance: dict = field(default_factory=lambda: dict(float64=TOLERANCES, float32=FP32_TOLERANCES))
-
-    def to_text(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
-        exact = (f"float64 attention max |Δ| {self.exact_attention_max_abs_diff:.1e}, logits "
-                 f"{self.exact_logits_max_rel_diff:.1e} (tolerance {TOLERANCES['attention']:g})"
-                 if self.exact_attention_max_abs_diff is not None else self.note)
-        return (f"{verdict}: {self.steps} cached steps against one full pass: {exact}; fp32 against "
-                f"{self.reference}: attention {self.attention_max_abs_diff:.1e}, logits {self.logits_max_rel_diff:.1e} "
-                f"of their scale (tolerance {FP32_TOLERANCES['attention']:g}: rounding)")
-
-
-def _compare(rows: list[torch.Tensor], logits: torch.Tensor, ref_rows, ref_logits, first: int):
-    """Per step max |Δ| of the rows (each ``[layers, H, context]``) against the reference's rows at query
-    ``first + s`` (``ref_rows(layer, q)`` -> ``[H, context]``), and the logits' max |Δ| and relative max."""
-    per_step, absolute, relative = [], 0.0, 0.0
-    for s, row in enumerate(rows):
-        q = first + s
-        per_step.append(max(float((ref_rows(layer, q).to(row.dtype) - row[layer]).abs().max())
-                            for layer in range(row.shape[0])))
-        ref = ref_logits[q].to(logits.dtype)
-        diff = float((ref - logits[s]).abs().max())
-        absolute = max(absolute, diff)
-        relative = max(relative, diff / max(1.0, float(ref.abs().max())))
-    return per_step, absolute, relative
-
+# -- what the proof (probes.generation.prove) runs: the same sequence cached, and in one full pass --------
 
 def full_pass(net, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Our network over the whole sequence ``ids`` ``[1, L]`` at once (no cache), the formula step by step:
@@ -383,49 +336,3 @@ def network64(model):
     """A float64 copy of the model's from-scratch network (for the proof; built each time, not kept)."""
     weights = {k: v.detach().to(torch.float64) for k, v in model.hf.state_dict().items()}
     return model.family.network(weights, model.config, model.name)
-
-
-def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int | None = None) -> Proof:
-    """Check a generation's cached steps against full forward passes over the sequence the steps fed in
-    (the prompt and every generated token but the last): in float64, our network's cached decoding against
-    its own full pass; in fp32, the steps against ``reference``'s full pass (Hugging Face's, or ``"scratch"``)."""
-    from .. import runner  # (runner and models import this package: only here, at call time)
-    from ..models import Encoding
-
-    decoder(model)
-    fed = gen.input_ids[: gen.prompt_length + gen.n_steps - 1][None].to(model.device)
-    first = gen.prompt_length - 1
-    size = model.weight_bytes(torch.float64)
-    limit = FLOAT64_MAX_BYTES if float64_limit is None else float64_limit
-    exact, exact_logits, note = [None], None, ""
-    if size <= limit:
-        with torch.inference_mode():
-            net = network64(model)
-            rows64, logits64 = replay(net, model, fed, gen.prompt_length)
-            probs64, full_logits64 = full_pass(net, fed)
-            del net
-        exact, _, exact_logits = _compare(rows64, logits64, lambda layer, q: probs64[layer][:, q, : q + 1],
-                                          full_logits64, first)
-    else:
-        note = (f"float64 check skipped (a float64 copy of {model.name} would take {size / 2**30:.1f} GiB; "
-                f"the limit here is {limit / 2**30:.1f})")
-    enc = Encoding(fed.cpu(), torch.ones_like(fed.cpu()), None, [gen.tokens[: fed.shape[1]]], [""], [None], [None])
-    full = runner.forward(model, enc, reference, "eager", logits=True)
-    per_step, absolute, relative = _compare(
-        gen.rows, gen.logits, lambda layer, q: full.attention(layer, None, rows=[q])[:, 0, : q + 1].float().cpu(),
-        full.logits[0].float().cpu(), first)
-    exact_ok = exact_logits is None or (max(exact) <= TOLERANCES["attention"] and exact_logits <= TOLERANCES["logits"])
-    passed = exact_ok and max(per_step) <= FP32_TOLERANCES["attention"] and relative <= FP32_TOLERANCES["logits"]
-    return Proof(full.source, gen.n_steps, None if exact_logits is None else max(exact), exact_logits,
-                 max(per_step), absolute, relative, per_step, passed, note)
-
-
-def hf_generate(model, prompt: str, max_new_tokens: int) -> list[int]:
-    """Hugging Face's own greedy ``generate`` on the same prompt: the new token ids (for the greedy proof)."""
-    enc = model.encode(prompt).to(model.device)
-    eos = model.tokenizer.eos_token_id
-    with torch.inference_mode():
-        out = model.hf.generate(enc.input_ids, attention_mask=enc.attention_mask, max_new_tokens=max_new_tokens,
-                                do_sample=False, num_beams=1, pad_token_id=eos if eos is not None else 0)
-    return out[0, enc.input_ids.shape[1]:].tolist()
-

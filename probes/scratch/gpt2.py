@@ -15,9 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
-from ..families import Capture, Family
+from .family import Capture, Family
+from .prenorm import PreNormDecoder
 from .activations import ACTIVATIONS
-from .attention import Spec, by_rows, merge_heads, split_heads
+from ..attention_math import Spec
+from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -78,9 +80,7 @@ class Block:
         return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
 
 
-class GPT2:
-    causal = True
-
+class GPT2(PreNormDecoder):
     def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "gpt2"):
         check_config(config, name)
         w = Weights(state_dict, strip="transformer.", ignore_suffixes=("attn.bias", "attn.masked_bias"))
@@ -99,9 +99,15 @@ class GPT2:
     def layers(self):
         return self.blocks
 
-    def qkv(self, layer: int, x: torch.Tensor):
-        """q, k, v of block ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
-        return self.blocks[layer].qkv(x)
+    def embeddings(self, input_ids, token_type_ids, start):
+        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+        x = self.wte[input_ids] + self.wpe[positions][None]
+        if token_type_ids is not None:  # GPT-2 reuses the token embeddings for token types
+            x = x + self.wte[token_type_ids]
+        return x
+
+    def normed(self, x):
+        return F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
 
     def head_out(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Block ``layer``'s output projection split by head: ``W_O`` ``[H, d, D]`` (head h writes z_h·W_O[h]
@@ -109,37 +115,12 @@ class GPT2:
         weight, bias = self.blocks[layer].c_proj  # Conv1D: [H·d, D] already
         return weight.view(self.blocks[layer].n_heads, -1, weight.shape[-1]), bias
 
-    @property
-    def unembedding(self) -> torch.Tensor:
-        return self.lm_head  # [V, D]
-
     def final_norm(self, x: torch.Tensor):
         """The final LayerNorm with its scale frozen at ``x`` (the residual before it): a linear map of any part
         c of the residual, (c − mean(c)) ÷ σ(x) · g, whose sum over the parts plus the bias is the normed x."""
         sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps)
         weight, bias = self.ln_f
         return (lambda c: (c - c.mean(-1, keepdim=True)) / sigma * weight), bias
-
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None, start=0, residual=None, resume=None):
-        # resume=(i, x): start at block i from its input x (edited copies share the blocks before an edit)
-        first, x = resume or (0, None)
-        if resume is None:
-            n = input_ids.shape[1]
-            positions = torch.arange(start, start + n, device=input_ids.device)  # start > 0: decoding after a cache
-            x = self.wte[input_ids] + self.wpe[positions][None]
-            if token_type_ids is not None:  # GPT-2 reuses the token embeddings for token types
-                x = x + self.wte[token_type_ids]
-            record(x)
-        for i, block in enumerate(self.blocks[first:], start=first):
-            x = block(x, attend, chunk)
-            if i < len(self.blocks) - 1:
-                record(x)
-        if residual is not None:  # the residual stream before the final norm (direct logit attribution)
-            residual(x)
-        x = F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
-        record(x)  # as in Hugging Face, the last hidden state is after the final LayerNorm
-        return F.linear(x, self.lm_head) if logits else None  # one score per vocabulary entry
 
 
 def capture(hf, config, cap: Capture) -> None:

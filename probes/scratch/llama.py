@@ -28,10 +28,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedModel
-from ..families import Capture, Family
+from .family import Capture, Family
+from .prenorm import PreNormDecoder
 from ..precision import upcast, working_dtype
 from .activations import ACTIVATIONS
-from .attention import Spec, by_rows, merge_heads, split_heads
+from ..attention_math import Spec
+from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
@@ -180,9 +182,7 @@ class Layer:
         return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
 
 
-class Llama:
-    causal = True
-
+class Llama(PreNormDecoder):
     def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "llama", window=no_window):
         check_config(config, name)
         w = Weights(state_dict, strip="model.", ignore_suffixes=("rotary_emb.inv_freq",))
@@ -197,9 +197,15 @@ class Llama:
     def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
 
-    def qkv(self, layer: int, x: torch.Tensor):
-        """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
-        return self.layers[layer].qkv(x, *self.rotary(x.shape[1], x.device))
+    def at(self, start, length, device):
+        """Each layer's cos and sin for positions start..start+length−1 (no position table: positions are turns)."""
+        return tuple(t[:, start:] for t in self.rotary(start + length, device))
+
+    def embeddings(self, input_ids, token_type_ids, start):
+        return self.embed[input_ids]
+
+    def normed(self, x):
+        return rms_norm(x, self.norm, self.eps)
 
     def head_out(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Layer ``layer``'s output projection split by head: ``W_O`` ``[H, d, D]`` (head h writes z_h·W_O[h]
@@ -207,34 +213,11 @@ class Llama:
         weight, bias = self.layers[layer].o_proj  # Linear: [D, H·d]
         return weight.t().reshape(self.layers[layer].n_heads, -1, weight.shape[0]), bias
 
-    @property
-    def unembedding(self) -> torch.Tensor | None:
-        return self.lm_head  # [V, D]
-
     def final_norm(self, x: torch.Tensor):
         """The final RMSNorm with its scale frozen at ``x`` (the residual before it): a linear map of any part c
         of the residual, c ÷ rms(x) · g, whose sum over the parts is the normed x (no bias)."""
         scale = torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + self.eps)
         return (lambda c: self.norm * (c * scale)), None
-
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None, start=0, residual=None, resume=None):
-        # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
-        # positions start..start+L−1 (padding is on the right; start > 0 when decoding after a KV cache)
-        cos, sin = (t[:, start:] for t in self.rotary(start + input_ids.shape[1], input_ids.device))
-        first, x = resume or (0, None)
-        if resume is None:
-            x = self.embed[input_ids]
-            record(x)
-        for i, layer in enumerate(self.layers[first:], start=first):
-            x = layer(x, attend, cos, sin, chunk)
-            if i < len(self.layers) - 1:
-                record(x)
-        if residual is not None:  # the residual stream before the final norm (direct logit attribution)
-            residual(x)
-        x = rms_norm(x, self.norm, self.eps)
-        record(x)  # as in Hugging Face, the last hidden state is after the final norm
-        return F.linear(x, self.lm_head) if logits and self.lm_head is not None else None
 
 
 # -- the Hugging Face view and the records -------------------------------------------------------------

@@ -7,9 +7,10 @@ import torch
 from numeric import F64, fp32
 
 import probes
-from checkpoints import make_llama
+from checkpoints import make_bert, make_llama
 from probes.errors import BadOption, EmptyInput, InputTooLong, UnsupportedModel
 from probes.parity import TOLERANCES
+from probes import generation
 from probes.scratch import generate as g
 
 pytestmark = pytest.mark.numeric  # cached rows against full passes: CI runs these again under another CPU's kernels
@@ -41,7 +42,7 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
     assert gen.n_steps == 10 and len(gen.input_ids) == gen.prompt_length + 10
     for reference in ("scratch", "hf"):
-        proof = g.prove(model, gen, reference)
+        proof = generation.prove(model, gen, reference)
         assert proof.passed, proof.to_text()
         assert proof.exact_attention_max_abs_diff <= F64 and proof.exact_logits_max_rel_diff <= F64  # float64
         # fp32 on a 2-layer model, rows of ≤ 64 keys: eps × 128, parity's own floor (not generate's 30-layer bound)
@@ -57,13 +58,13 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)
-    assert gen.new_ids == g.hf_generate(model, PROMPT, 12)
+    assert gen.new_ids == generation.hf_generate(model, PROMPT, 12)
 
 
 def test_smollm2_greedy_equals_hf_generate_and_the_full_pass(smollm2):
     gen = g.generate(smollm2, PROMPT, max_new_tokens=8)
-    assert gen.new_ids == g.hf_generate(smollm2, PROMPT, 8)
-    proof = g.prove(smollm2, gen, "hf")
+    assert gen.new_ids == generation.hf_generate(smollm2, PROMPT, 8)
+    proof = generation.prove(smollm2, gen, "hf")
     assert proof.passed, proof.to_text()
     assert "".join(t.text for t in gen.tokens[: gen.prompt_length]) == PROMPT
 
@@ -105,7 +106,7 @@ def test_a_wrong_cache_is_caught(wrong, name, request, monkeypatch):
     model = request.getfixturevalue(name)
     monkeypatch.setattr(g.KVCache, "append", broken)
     gen = g.generate(model, PROMPT, max_new_tokens=6, stop_at_eos=False)
-    proof = g.prove(model, gen)
+    proof = generation.prove(model, gen)
     assert not proof.passed, proof.to_text()
     assert proof.exact_attention_max_abs_diff > 1e-3 and proof.attention_max_abs_diff > 1e-3
     assert proof.to_text().startswith("FAIL")
@@ -115,19 +116,19 @@ def test_smollm2_rounding_stays_inside_the_fp32_bound_and_float64_is_exact(smoll
     """A prompt where fp32 rounding (one-row against whole-matrix products) reaches ~2e-5 in a probability:
     the float64 check still shows the cache is exact."""
     gen = g.generate(smollm2, "<b>Xiaoming</b> gave", max_new_tokens=4)
-    proof = g.prove(smollm2, gen)
+    proof = generation.prove(smollm2, gen)
     assert proof.passed, proof.to_text()
     assert proof.exact_attention_max_abs_diff <= F64
-    assert 1e-7 < proof.attention_max_abs_diff <= g.FP32_TOLERANCES["attention"]
+    assert 1e-7 < proof.attention_max_abs_diff <= generation.FP32_TOLERANCES["attention"]
 
 
 def test_a_model_too_big_for_float64_gets_the_fp32_check_only(llama, monkeypatch):
     gen = g.generate(llama, PROMPT, 3, stop_at_eos=False)
-    proof = g.prove(llama, gen, float64_limit=1000)
+    proof = generation.prove(llama, gen, float64_limit=1000)
     assert proof.passed and proof.exact_attention_max_abs_diff is None
     assert "float64 check skipped" in proof.to_text() and "the limit here is 0.0" in proof.to_text()
-    monkeypatch.setattr(g, "FLOAT64_MAX_BYTES", 1000)
-    assert g.prove(llama, gen).exact_attention_max_abs_diff is None
+    monkeypatch.setattr(generation, "FLOAT64_MAX_BYTES", 1000)
+    assert generation.prove(llama, gen).exact_attention_max_abs_diff is None
 
 
 def test_sampling_is_seeded_and_filtered(llama):
@@ -171,6 +172,14 @@ def test_bad_inputs_are_refused(llama, minilm):
         g.generate(llama, PROMPT, 0)
 
 
+def test_a_causal_bert_with_a_head_is_refused_in_words_not_a_crash(tmp_path):
+    # causal (is_decoder), with a masked-LM head and a from-scratch network: but that network has no KV cache
+    model = probes.load(str(make_bert(tmp_path / "m", masked_lm=True, is_decoder=True)))
+    assert model.is_causal and model.has_lm_head and model.scratch_supported
+    with pytest.raises(UnsupportedModel, match="has no KV cache"):
+        g.generate(model, PROMPT, 3)
+
+
 def test_the_generation_trace_reads_like_a_table(llama):
     gen = g.generate(llama, PROMPT, max_new_tokens=4, stop_at_eos=False)
     band = gen.rows_matrix(1, 2)
@@ -202,7 +211,7 @@ def test_the_flash_kernel_runs_each_step(name, request):
         torch.testing.assert_close(flash.rows[s], eager.rows[s], atol=fp32(128), rtol=0)
     scale = max(1.0, float(eager.logits.abs().max()))  # logits in units of their scale, as parity holds them
     torch.testing.assert_close(flash.logits, eager.logits, atol=TOLERANCES["logits"] * scale, rtol=0)
-    assert g.prove(model, flash).passed
+    assert generation.prove(model, flash).passed
 
 
 def test_flash_without_cuda_or_the_interpreter_runs_eager_and_says_so(llama, monkeypatch):

@@ -1,0 +1,196 @@
+"""What one family file in ``probes/scratch/`` provides: its record (:class:`Family`), the type its Hugging Face
+capture fills (:class:`Capture`), and its from-scratch network.
+
+A :class:`Family` says everything the rest of the library needs to know about an architecture:
+which ``config.model_type`` values it covers and which Hugging Face class loads it, how the Hugging
+Face view captures each layer's q, k and v, the from-scratch network, the attention-scale rule,
+whether it is causal, whether it takes token types and sentence pairs, how many key/value heads
+it has, its head width, its position scheme and sliding window, and which config options its
+from-scratch network implements or refuses.
+
+The records are collected by :mod:`probes.families` (one floor up), which finds every module of this package
+with a ``FAMILIES`` tuple.
+
+What the rest of the library calls on a from-scratch network is written here once, as Protocols:
+:class:`Network` (every family; its docstring is the checklist for a new family), :class:`DecoderNetwork`
+(the decoders that write text: a final norm, a language-model head, positions after a KV cache) and
+:class:`RotaryNetwork` (positions as rotations). ``tests/scratch/test_family.py`` holds every registered family to
+them. The layer loop the pre-norm decoders share is :class:`probes.scratch.prenorm.PreNormDecoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:
+    from ..attention_math import Spec
+
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [B, H, L, d], k and v [B, H_kv, L, d]
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "Spec"], torch.Tensor]  # (q, k, v, spec) -> z [B, H, L, d]
+Record = Callable[[torch.Tensor], object]  # called with a hidden state [B, L, D]
+
+
+@runtime_checkable
+class Network(Protocol):
+    """What the library calls on a from-scratch network (:func:`probes.scratch.build`'s result): in
+    ``probes.scratch`` (``forward``, ``outputs``), ``probes.scratch.generate`` and ``probes.effects``. Shapes:
+    B items, L positions, D = hidden size, H query heads, H_kv key/value heads, d = head width, V = vocabulary.
+
+    **Checklist for a new family** (one file ``probes/scratch/<family>.py``, nothing else names it):
+
+    1. *The network class* (the record's ``network``), built as ``cls(state_dict, config, name)``, satisfying this
+       Protocol; also :class:`DecoderNetwork` if it is a decoder with a language-model head (GPT-2, Llama: a
+       pre-norm decoder can subclass :class:`~probes.scratch.prenorm.PreNormDecoder`, which runs the layer loop)
+       and :class:`RotaryNetwork` if its positions are rotations (``Family.positions == "rotary"``).
+    2. *Its weights*, taken from the Hugging Face state dict through
+       :class:`~probes.scratch.weights.Weights` (``strip`` the base-model prefix, ``ignore_suffixes`` for
+       buffers that carry no math) and closed with ``w.check_all_used(name)``, so a checkpoint with a weight the
+       network would not use is refused by name.
+    3. *``check(config, name)``*, called first by the network's constructor: raises
+       :class:`~probes.errors.UnsupportedModel` naming every config option the network does not implement;
+       ``refuse_at_load`` for options Hugging Face itself gets wrong; ``float64_refused`` where Hugging Face's
+       code cannot run in float64.
+    4. *``capture(hf, config, cap)``*: forward hooks on the Hugging Face module that fill the :class:`Capture`
+       with each layer's q, k and v (rotated, and ``cap.rotary``, for rotary families).
+    5. *The record*: a module-level ``FAMILIES = (Family(...),)`` with every field of :class:`Family` that
+       differs from its default (``scale``, ``causal``, ``kv_heads``, ``head_dim``, ``window``, ``token_types``,
+       ``pairs``, ``positions``, ``implemented``/``refused`` for the README table, ``examples``).
+    6. *Tests*: a tiny random checkpoint builder in ``tests/checkpoints.py``; ``tests/scratch/test_<family>.py``
+       with parity against Hugging Face option by option (bit-identical in eager, the lazy backends, the
+       float64 proof) and every refused option refused by name; the family's name in
+       ``tests/test_families.py`` and its tiny checkpoint in ``tests/scratch/test_family.py`` (which holds every
+       registered family to these Protocols); the README table (``probes.families.markdown_table()``).
+    """
+
+    @property
+    def causal(self) -> bool:
+        """Whether a query sees only the past (what the Trace reports; each layer's ``Spec`` says it too)."""
+        ...
+
+    @property
+    def layers(self) -> Sequence[object]:
+        """The layers, in order: only their number is read outside the family file (``len(net.layers)``)."""
+        ...
+
+    def qkv(self, layer: int, x: torch.Tensor) -> QKV:
+        """q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]`` of layer ``layer`` recomputed from its input ``x``
+        ``[B, L, D]`` (as the pass recorded it): what a lazy Trace asks for. Rotary families return q and k
+        rotated (what the scores are made of)."""
+        ...
+
+    def head_out(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layer ``layer``'s attention output projection split by head: ``W_O`` ``[H, d, D]`` (head h writes
+        z_h·W_O[h]) and the bias ``[D]`` added once for all heads (None where the model has none)."""
+        ...
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None, *, attend: Attend, record: Record,
+                 logits: bool = True, chunk: int | None = None, residual: Record | None = None,
+                 resume: tuple[int, torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One pass over ``input_ids`` ``[B, L]``; returns the logits ``[B, L, V]``, or None (``logits=False``,
+        or no language-model head).
+
+        ``attention_mask`` ``[B, L]`` (1: a token, 0: padding) is the caller's: the masking is ``attend``'s.
+        ``token_type_ids`` ``[B, L]`` or None: BERT's segments (GPT-2 adds their token embeddings; rotary families
+        ignore them). ``attend(q, k, v, spec)`` runs each layer's attention, once per layer in order (q
+        ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``, ``spec`` the layer's :class:`~probes.attention_math.Spec`)
+        and returns the head outputs z ``[B, H, L, d]`` the layer goes on with: edits (``probes.effects``) are
+        made there, the network has no ``edit`` argument. ``record(x)`` is called with the embeddings and each
+        following layer's input, then with the last hidden state (after the final norm where there is one):
+        ``len(layers) + 1`` calls, ``len(layers) − i`` after ``resume=(i, x)``. ``chunk``: the MLP runs this many
+        positions at a time (None: all at once). ``residual(x)``: the residual stream before the final norm
+        (pre-norm decoders; a network with no final norm never calls it). ``resume=(i, x)``: start at layer
+        ``i`` from its input ``x`` ``[B, L, D]`` (no embeddings, no record of them)."""
+        ...
+
+
+@runtime_checkable
+class DecoderNetwork(Network, Protocol):
+    """A decoder with a final norm and a language-model head (GPT-2, Llama, Mistral, Qwen2): what generation
+    (``probes.scratch.generate``: a KV cache, ``start``, ``lm_head``) and direct logit attribution
+    (``probes.effects.attribution``: ``final_norm``, ``unembedding``) call besides :class:`Network`."""
+
+    @property
+    def lm_head(self) -> torch.Tensor | None:
+        """The language-model head ``[V, D]`` (logits = last hidden state · lm_headᵀ; the embedding where they are
+        tied), or None for a checkpoint without one (a bare Llama)."""
+        ...
+
+    @property
+    def unembedding(self) -> torch.Tensor | None:
+        """The same matrix as ``lm_head`` ``[V, D]`` (or None): its row t is token t's direction in the residual."""
+        ...
+
+    def final_norm(self, x: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
+        """The final norm with its scale frozen at ``x`` ``[..., D]`` (the residual before it): a linear map of any
+        part c of the residual and the bias ``[D]`` (None: none), so that map(x) + bias is the normed x."""
+        ...
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None, *, attend: Attend, record: Record,
+                 logits: bool = True, chunk: int | None = None, start: int = 0, residual: Record | None = None,
+                 resume: tuple[int, torch.Tensor] | None = None) -> torch.Tensor | None:
+        """As :meth:`Network.__call__`, plus ``start``: the position of the first token of ``input_ids`` (> 0
+        when decoding after a KV cache holding positions 0..start−1)."""
+        ...
+
+
+@runtime_checkable
+class RotaryNetwork(Network, Protocol):
+    """A network whose positions are rotations of q and k (``Family.positions == "rotary"``): the Trace keeps its
+    tables (``probes.scratch.forward``), which explain a score (``probes.explain``)."""
+
+    def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's angles, ``[1, length, d]`` each, in the network's working dtype."""
+        ...
+
+
+class Capture:
+    """Each layer's q, k and v, split into heads (``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``), as a
+    Hugging Face forward pass computes them, gathered by forward hooks; for rotary models q and k
+    are the rotated ones (what the scores are made of), and ``rotary`` holds the (cos, sin) tables
+    the model used (``[1 or B, L, d]``)."""
+
+    def __init__(self):
+        self.q: list[torch.Tensor] = []
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.rotary: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.hooks: list = []
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # short name, e.g. "llama"
+    title: str  # for people, e.g. "Llama"
+    model_types: tuple[str, ...]  # the config.model_type values it covers
+    hf_class: Callable[[object], str]  # config -> name of the transformers class that loads it
+    network: Callable[[dict[str, torch.Tensor], object, str], Network]  # (state_dict, config, name) -> the net
+    check: Callable[[object, str], None]  # raises UnsupportedModel naming an option the network lacks
+    capture: Callable[[torch.nn.Module, object, Capture], None]  # registers the q/k/v hooks on the HF module
+    scale: Callable[[object, int], float]  # (config, layer) -> what q·kᵀ is multiplied by
+    causal: Callable[[object], bool] = lambda config: True
+    kv_heads: Callable[[object], int] = lambda config: config.num_attention_heads
+    head_dim: Callable[[object], int] = lambda config: config.hidden_size // config.num_attention_heads
+    window: Callable[[object, int], int | None] = lambda config, layer: None  # sliding window of a layer
+    token_types: bool = False  # takes token_type_ids (BERT segments)
+    pairs: bool = False  # takes a second sentence
+    positions: str = "absolute"  # "absolute" (learned table) or "rotary"
+    refuse_at_load: Callable[[object, str], None] | None = None  # options even the HF view gets wrong
+    # why Hugging Face's code for this config cannot run in float64 (None: it can), for the float64 proof
+    float64_refused: Callable[[object], str | None] = lambda config: None
+    implemented: str = ""  # README: the config options the network implements
+    refused: str = ""  # README: the ones it refuses by name
+    examples: tuple[str, ...] = field(default=())  # hub ids, for the model menu and README

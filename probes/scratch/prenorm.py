@@ -1,0 +1,72 @@
+"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral and Qwen2) supply only
+their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
+
+    x = embeddings(tokens)
+    for each layer:   x = layer(x)           (x + attention(norm(x)), then x + MLP(norm(x)), inside the layer)
+    x = normed(x);  logits = x · lm_headᵀ    (the final norm)
+
+BERT keeps its own loop: it is post-norm (each layer's output is already normalised, so there is no final
+norm, no residual before it and its last layer's output is the last hidden state), its embeddings are
+normalised too, it has no KV cache (``start``) and its masked-LM head is a small network, not one matrix.
+The layers' own bodies stay in the family files: they share their shape but not their weights' layout
+(Conv1D and LayerNorm against Linear, RMSNorm and rotation), and sharing them would add a method per step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .family import QKV, Attend, Record
+
+
+class PreNormDecoder:
+    """A pre-norm decoder (a :class:`~probes.scratch.family.DecoderNetwork`): a subclass sets ``layers`` (each
+    ``layer(x, attend, *at, chunk)`` returning its output and ``layer.qkv(x, *at)``), ``lm_head`` (``[V, D]`` or
+    None) and defines :meth:`embeddings`, :meth:`normed`, ``head_out``, ``final_norm`` and, where its layers need
+    something about positions besides x, :meth:`at`."""
+
+    causal = True
+    layers: list
+    lm_head: torch.Tensor | None
+
+    def embeddings(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, start: int) -> torch.Tensor:
+        """The input of the first layer ``[B, L, D]``, for tokens at positions start..start+L−1."""
+        raise NotImplementedError
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` after the final norm."""
+        raise NotImplementedError
+
+    def at(self, start: int, length: int, device: torch.device | str) -> tuple:
+        """What every layer takes besides its input for positions start..start+length−1 (none here)."""
+        return ()
+
+    def qkv(self, layer: int, x: torch.Tensor) -> QKV:
+        """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
+        return self.layers[layer].qkv(x, *self.at(0, x.shape[1], x.device))
+
+    @property
+    def unembedding(self) -> torch.Tensor | None:
+        return self.lm_head  # [V, D]
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None, attend: Attend | None = None,
+                 record: Record | None = None, logits: bool = True, chunk: int | None = None, start: int = 0,
+                 residual: Record | None = None, resume: tuple[int, torch.Tensor] | None = None):
+        # start > 0 when decoding after a KV cache; padding is on the right
+        at = self.at(start, input_ids.shape[1], input_ids.device)
+        # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
+        first, x = resume or (0, None)
+        if resume is None:
+            x = self.embeddings(input_ids, token_type_ids, start)
+            record(x)
+        for i, layer in enumerate(self.layers[first:], start=first):
+            x = layer(x, attend, *at, chunk)
+            if i < len(self.layers) - 1:
+                record(x)
+        if residual is not None:  # the residual stream before the final norm (direct logit attribution)
+            residual(x)
+        x = self.normed(x)
+        record(x)  # as in Hugging Face, the last hidden state is after the final norm
+        return F.linear(x, self.lm_head) if logits and self.lm_head is not None else None  # a score per token

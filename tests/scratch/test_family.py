@@ -1,0 +1,172 @@
+"""Every registered family's from-scratch network keeps the contract the library calls it through: the
+Protocols of ``probes/scratch/family.py`` (:class:`Network`, and :class:`DecoderNetwork` / :class:`RotaryNetwork`
+where they apply), member by member and parameter by parameter, on a tiny random checkpoint of each family."""
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Protocol
+
+import pytest
+import torch
+from checkpoints import make_llama
+
+import probes
+from probes import families
+from probes.attention_math import additive_mask, allowed_keys
+from probes.scratch.attention import BACKENDS
+from probes.scratch.family import DecoderNetwork, Network, RotaryNetwork
+
+TEXTS = ["the cat sat on the mat", "a dog"]  # a padded batch
+
+
+def _mistral(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("mistral") / "m", family="mistral", sliding_window=3)
+
+
+def _qwen2(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("qwen2") / "m", family="qwen2", use_sliding_window=True,
+                      sliding_window=3, max_window_layers=1)
+
+
+# every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
+# network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
+# (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
+CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
+    "bert": (lambda request, _tmp: request.getfixturevalue("bert_mlm_dir"), ()),
+    "gpt2": (lambda request, _tmp: request.getfixturevalue("gpt2_dir"), (DecoderNetwork,)),
+    "llama": (lambda request, _tmp: request.getfixturevalue("llama_dir"), (DecoderNetwork, RotaryNetwork)),
+    "mistral": (_mistral, (DecoderNetwork, RotaryNetwork)),
+    "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
+}
+
+
+def members(protocol: type) -> dict[str, object]:
+    """The members a Protocol declares, inherited ones included (a subclass's own declaration wins)."""
+    found: dict[str, object] = {}
+    for cls in protocol.__mro__:
+        if cls in (Protocol, typing.Generic, object):
+            continue
+        for name, value in vars(cls).items():
+            if name == "__call__" or not name.startswith("_"):
+                found.setdefault(name, value)
+    return found
+
+
+def _conforms(value, hint) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_conforms(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    return isinstance(value, typing.get_origin(hint) or hint)
+
+
+def _parameters(function) -> list[inspect.Parameter]:
+    return list(inspect.signature(function).parameters.values())[1:]  # without self
+
+
+def signature_problems(name: str, declared, got) -> list[str]:
+    """What keeps ``got`` from standing where the Protocol's ``declared`` is called: a parameter missing or
+    renamed, one passed by position that is not there, a keyword one that only takes positions, a default the
+    Protocol promises and the network lacks (or gives another value), a new parameter without a default."""
+    problems = []
+    want, have = _parameters(declared), {p.name: p for p in _parameters(got)}
+    positional = [p.name for p in _parameters(got) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i, p in enumerate(want):
+        q = have.get(p.name)
+        if q is None:
+            problems.append(f"{name}: no parameter {p.name!r}")
+            continue
+        if p.kind == p.POSITIONAL_OR_KEYWORD and positional[i:i + 1] != [p.name]:
+            problems.append(f"{name}: {p.name!r} is not parameter {i + 1}")
+        if p.kind == p.KEYWORD_ONLY and q.kind not in (q.KEYWORD_ONLY, q.POSITIONAL_OR_KEYWORD):
+            problems.append(f"{name}: {p.name!r} cannot be passed by keyword")
+        if p.default is not p.empty and q.default != p.default:
+            problems.append(f"{name}: {p.name!r} defaults to {q.default!r}, not {p.default!r}")
+    for q in have.values():
+        if q.name not in {p.name for p in want} and q.default is q.empty and q.kind not in (q.VAR_POSITIONAL,
+                                                                                             q.VAR_KEYWORD):
+            problems.append(f"{name}: {q.name!r} is not in the Protocol and has no default")
+    return problems
+
+
+def contract_problems(net, protocol: type) -> list[str]:
+    """Every member of ``protocol`` that ``net`` lacks, or has with an incompatible signature or type."""
+    problems = []
+    for name, declared in members(protocol).items():
+        if isinstance(declared, property):
+            if not hasattr(net, name):
+                problems.append(f"no {name}")
+                continue
+            hint = typing.get_type_hints(declared.fget)["return"]
+            if not _conforms(getattr(net, name), hint):
+                problems.append(f"{name} is a {type(getattr(net, name)).__name__}, not {hint}")
+            continue
+        got = getattr(type(net), name, None)
+        if not callable(got):
+            problems.append(f"no method {name}")
+            continue
+        problems += signature_problems(name, declared, got)
+    return problems
+
+
+@pytest.fixture(scope="module", params=[f.name for f in families.families()])
+def built(request, tmp_path_factory):
+    """(family, its loaded tiny checkpoint, its network built by the record's ``network``)."""
+    family = next(f for f in families.families() if f.name == request.param)
+    assert family.name in CHECKPOINTS, f"add a tiny {family.title} checkpoint to CHECKPOINTS"
+    model = probes.load(str(CHECKPOINTS[family.name][0](request, tmp_path_factory)))
+    assert model.family is family
+    return family, model, family.network(model.hf.state_dict(), model.config, model.name)
+
+
+def test_every_registered_family_is_checked():
+    assert set(CHECKPOINTS) == {f.name for f in families.families()}
+
+
+def test_the_network_keeps_its_protocols(built):
+    family, _model, net = built
+    expected = CHECKPOINTS[family.name][1]
+    assert (RotaryNetwork in expected) == (family.positions == "rotary")
+    for protocol in (Network, *expected):
+        assert contract_problems(net, protocol) == [], protocol.__name__
+    for protocol in (Network, DecoderNetwork, RotaryNetwork):  # the runtime check agrees, both ways
+        assert isinstance(net, protocol) == (protocol in (Network, *expected)), protocol.__name__
+
+
+def test_the_members_return_what_the_protocol_says(built):
+    family, model, net = built
+    enc = model.encode(TEXTS)
+    batch, length = enc.input_ids.shape
+    recorded, residual = [], []
+
+    def attend(q, k, v, spec):  # eager attention, as scratch.forward runs it
+        allowed = additive_mask(allowed_keys(enc.attention_mask, spec.causal, window=spec.window), q.dtype)
+        return BACKENDS["eager"](q, k, v, enc.attention_mask, spec, allowed).output
+
+    with torch.inference_mode():
+        logits = net(enc.input_ids, enc.attention_mask, enc.token_type_ids, attend=attend, record=recorded.append,
+                     logits=True, residual=residual.append)
+        resumed: list = []
+        net(enc.input_ids, enc.attention_mask, enc.token_type_ids, attend=attend, record=resumed.append,
+            logits=False, resume=(1, recorded[1]))
+    n = len(net.layers)
+    assert n == model.n_layers and len(recorded) == n + 1 and len(resumed) == n - 1
+    assert all(x.shape == (batch, length, model.config.hidden_size) for x in recorded)
+    assert logits is None or logits.shape[:2] == (batch, length)
+    assert len(residual) == (1 if isinstance(net, DecoderNetwork) else 0)
+    q, k, v = net.qkv(n - 1, recorded[n - 1])
+    d = family.head_dim(model.config)
+    assert q.shape == (batch, model.n_heads, length, d) and k.shape == v.shape == (batch, model.n_kv_heads, length, d)
+    weight, bias = net.head_out(n - 1)
+    assert weight.shape == (model.n_heads, d, model.config.hidden_size)
+    assert bias is None or bias.shape == (model.config.hidden_size,)
+    if isinstance(net, RotaryNetwork):
+        assert all(t.shape == (1, length, d) for t in net.rotary(length, enc.input_ids.device))
+    if isinstance(net, DecoderNetwork):
+        assert net.unembedding is net.lm_head
+        linear, bias = net.final_norm(residual[0][0, 0])
+        assert linear(residual[0][0, 0]).shape == (model.config.hidden_size,)
+        assert bias is None or bias.shape == (model.config.hidden_size,)
+
