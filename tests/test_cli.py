@@ -8,8 +8,8 @@ import pytest
 from numeric import F64, fp32
 
 from probes import models, parity, scratch
-from probes.__main__ import main
-from probes.scratch import generate
+from probes.cli import main
+from probes import generation
 
 
 def run(*args):
@@ -116,8 +116,8 @@ def test_generate_on_smollm2_proves_both(smollm2, monkeypatch, capsys):
     proof = data["proof"]
     assert proof["passed"] and proof["reference"] == "hf"
     assert proof["exact_attention_max_abs_diff"] <= F64 and proof["exact_logits_max_rel_diff"] <= F64
-    assert proof["attention_max_abs_diff"] <= generate.FP32_TOLERANCES["attention"]
-    assert proof["logits_max_rel_diff"] <= generate.FP32_TOLERANCES["logits"]
+    assert proof["attention_max_abs_diff"] <= generation.FP32_TOLERANCES["attention"]
+    assert proof["logits_max_rel_diff"] <= generation.FP32_TOLERANCES["logits"]
     assert data["hf_generate_same_tokens"] is True and data["sampling"] == "greedy"
     assert len(data["steps"]) == len(data["new_ids"]) == 6 and data["layer"] == 29 and data["head"] == 2
     assert data["steps"][0]["query"] == " was"  # step 0 is the prompt's last token

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from numeric import F64
 
-from probes.__main__ import main
+from probes.cli import main
 from probes.effects import ablation, importance
 from tests.effects.conftest import ALTERNATING
 

@@ -11,7 +11,7 @@ from checkpoints import make_llama
 
 import probes
 from probes import hf, parity, scratch
-from probes.__main__ import main
+from probes.cli import main
 from probes.errors import UnsupportedModel
 from probes.parity import FLOAT64_TOLERANCES, TOLERANCES
 from probes.scratch import llama

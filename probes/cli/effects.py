@@ -1,4 +1,4 @@
-"""``python -m probes ablate`` and ``python -m probes importance``: the head-effect scripts."""
+"""``python -m probes ablate`` and ``python -m probes importance``: the head-effect commands."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import argparse
 import json
 import sys
 
+from .common import MODEL_HELP, print_top, quiet_transformers
 
-def cmd_ablate(args: argparse.Namespace) -> int:
+
+def run_ablate(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
     from ..models import load
-    from .ablation import ablate, lm_measures, parse_heads
-    from .attribution import target_id
-    from .measures import ABOUT
+    from ..effects.ablation import ablate, lm_measures, parse_heads
+    from ..effects.attribution import target_id
+    from ..effects.measures import ABOUT
 
     if not args.text.strip():
         raise EmptyInput("the text is empty: give a sentence (--text)")
@@ -20,9 +22,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         raise BadOption("--how patch takes the heads' outputs from another text: give it with --other")
     if args.other and args.how != "patch":
         raise BadOption("--other is the text patched from: it goes with --how patch")
-    from ..__main__ import _quiet_transformers
-
-    _quiet_transformers()
+    quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     heads = parse_heads(args.heads, model)
     targets = None
@@ -35,7 +35,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         targets = (target_id(model, args.target), target_id(model, args.versus))
     reference = None
     if args.how == "mean":
-        from ..heads.registry import read_items, texts
+        from ..datasets.catalog import read_items, texts
 
         reference = texts(read_items(args.reference))[:args.reference_limit]
     effect = ablate(model, args.text, heads, args.how, other=args.other, reference=reference,
@@ -52,21 +52,19 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_importance(args: argparse.Namespace) -> int:
+def run_importance(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tqdm import tqdm
 
-    from ..heads.profile import check_out
+    from ..jobs import check_out
     from ..models import load
     from ..threads import apply
-    from .importance import profile_importance
+    from ..effects.importance import profile_importance
 
     check_out(Path(args.out), args.force)
     threads = apply("profile", args.threads)  # batch work, like profile
-    from ..__main__ import _quiet_transformers
-
-    _quiet_transformers()
+    quiet_transformers()
     model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
     from ..scratch import build
 
@@ -77,22 +75,22 @@ def cmd_importance(args: argparse.Namespace) -> int:
         strict=args.strict,
         notify=lambda message: print(f"note: {message}", file=sys.stderr),
         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
-    from .. import __main__ as main
-
-    main._print_top(frame, args.top)
+    print_top(frame, args.top)
     print(f"wrote {len(frame)} rows to {args.out} ({threads.describe()})", file=sys.stderr)
     return 0
 
 
-def add_parsers(sub, defaults: dict) -> None:
-    """The ``ablate`` and ``importance`` subcommands (``defaults``: the shared --model default and help)."""
-    from ..heads.registry import BUILTIN
+def add_parser(sub) -> None:
+    """The ``ablate`` and ``importance`` subcommands."""
+    from ..models import OFFLINE_DEFAULT
+
+    from ..datasets.catalog import BUILTIN
 
     p = sub.add_parser("ablate", help="ablate heads on a text and say what changed",
                        description="Zero-, mean-ablate or patch heads on a text with the from-scratch pass and print "
                        "the change in each measure: next-token loss, top predictions and a logit difference (decoders "
                        "with a language-model head), and the last hidden states (every model).")
-    p.add_argument("--model", **defaults)
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--text", required=True)
     p.add_argument("--heads", required=True, help="LAYER.HEAD, comma-separated (e.g. 1.2,5.4): ablated together")
     p.add_argument("--how", choices=("zero", "mean", "patch"), default="zero",
@@ -109,13 +107,13 @@ def add_parsers(sub, defaults: dict) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--device", default="auto")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
-    p.set_defaults(func=cmd_ablate)
+    p.set_defaults(func=run_ablate)
 
     p = sub.add_parser("importance", help="head importance over a dataset (Michel et al.), with each head's exact "
                        "ablation effect", description="Gate every head's output and average |∂L/∂gate| over the "
                        "items (L2-normalised per layer); beside it the exact zero-ablation effect. Decoders: L is the "
                        "next-token loss; encoders: the last hidden states on random directions.")
-    p.add_argument("--model", **defaults)
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--data", default="ewt-dev", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl or .txt file "
                    "(default: ewt-dev)")
     p.add_argument("--limit", type=int, help="use only the first N items")
@@ -131,4 +129,4 @@ def add_parsers(sub, defaults: dict) -> None:
     p.add_argument("--threads", type=int)
     p.add_argument("--device", default="auto")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths")
-    p.set_defaults(func=cmd_importance)
+    p.set_defaults(func=run_importance)

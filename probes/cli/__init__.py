@@ -1,0 +1,53 @@
+"""The attention workbench's command line: parity, profile, generate, ablate and importance.
+
+One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``effects.py``), each with its
+``add_parser(sub)``; what they share is in ``common.py``.
+
+``python -m probes parity --model MODEL --text TEXT [--pair TEXT_B] [--dtype float64] [--json]``: exit 0 every
+figure within tolerance, 1 a mismatch, 2 bad input or an unsupported model (one line on stderr).
+
+``python -m probes profile --model MODEL --probe PROBE|all --data DATA --limit N --out FILE``: score
+every layer × head; exit 2 on bad input or a bad data file (one line naming the file and line).
+
+``python -m probes profile --corpus FILE --model M1,M2 --out FILE [--ray [ADDRESS] --workers N]``: label-free
+statistics of every head over a corpus, and each head's top examples, on this process or on Ray.
+
+``python -m probes generate --model MODEL --prompt TEXT --max-new-tokens N [--json]``: write text with the
+from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
+
+``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--json]``: what
+ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
+over a dataset (gradient and exact ablation), checkpointed like ``profile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ProbesError
+from . import effects, generate, parity, profile
+
+
+COMMANDS = (parity, profile, generate, effects)  # each adds its subcommand(s): add_parser(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ProbesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        resume = " to resume" if args.command in ("profile", "importance") else ""
+        print(f"\ninterrupted: rerun the same command{resume}", file=sys.stderr)
+        return 130

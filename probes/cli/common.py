@@ -1,0 +1,48 @@
+"""What every command shares: one way to quiet transformers, to read a count, to name a model and to print the
+best heads of a table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..models import OFFLINE_DEFAULT
+
+
+MODEL_HELP = f"short name, hub id or local directory (default: {OFFLINE_DEFAULT})"
+
+
+def quiet_transformers() -> None:
+    """transformers' warnings and progress bars off: a command prints its own lines."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def positive(text: str) -> int:
+    """argparse type: a whole number of 1 or more (0 and negative counts are mistakes, not "all")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def print_top(frame, top: int) -> None:
+    """The ``top`` best heads of each label (per model, for several), as a table on stdout."""
+    import pandas as pd
+
+    from ..heads.engine import top_heads
+
+    if "model" in frame:
+        best = pd.concat([top_heads(part, top) for _, part in frame.groupby("model", sort=False)], ignore_index=True)
+    else:
+        best = top_heads(frame, top)
+    cols = [c for c in ("model", "probe", "label", "layer", "head", "score", "baseline", "n", "offset")
+            if c in best.columns]
+    with pd.option_context("display.max_rows", 500, "display.width", 160, "display.float_format", "{:.3f}".format):
+        print(best[cols].to_string(index=False))

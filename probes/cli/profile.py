@@ -1,0 +1,171 @@
+"""``python -m probes profile``: every layer × head scored by the probes over a dataset, or the label-free
+statistics of a corpus (``--corpus``), on this process or on Ray."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..models import OFFLINE_DEFAULT
+from ..scratch import BACKENDS
+from .common import MODEL_HELP, positive, print_top, quiet_transformers
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import BadOption
+
+    if args.corpus:
+        return run_corpus(args)
+    if args.probe is None:
+        raise BadOption("say what to score: --probe PROBE|all (built-in or --data), or --corpus FILE")
+    for flag, given in (("--ray", args.ray), ("--examples", args.examples), ("--field", args.field)):
+        if given:
+            raise BadOption(f"{flag} goes with --corpus FILE (the corpus statistics); the probes run on one process")
+    if "," in args.model:
+        raise BadOption("several models in one run go with --corpus; run --probe once per model")
+
+    from tqdm import tqdm
+
+    from ..heads.profile import profile
+    from ..heads.registry import for_data
+    from ..jobs import check_out
+    from ..models import load
+
+    check_out(Path(args.out), args.force)  # before anything heavy: a bad --out is one line, at once
+    from ..threads import apply
+
+    threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
+    quiet_transformers()
+    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    # "all": every probe, or with --data the probes whose records say they read it
+    probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
+    frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
+                    checkpoint_every=args.checkpoint_every, backend=args.backend,
+                    notify=lambda message: print(f"note: {message}", file=sys.stderr), strict=args.strict,
+                    progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
+    print_top(frame, args.top)
+    print(f"wrote {len(frame)} rows to {args.out} ({threads.describe()})", file=sys.stderr)
+    return 0
+
+
+def run_corpus(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from ..corpus.reader import Corpus
+    from ..corpus.run import examples_path, in_process, profile_corpus
+    from ..errors import BadOption
+    from ..jobs import check_out
+    from ..models import load
+
+    if args.probe is not None:
+        raise BadOption("--corpus profiles the label-free statistics (entropy, distance, first/previous/self, "
+                        "special, punctuation, fixed offset): leave out --probe")
+    out = Path(args.out)
+    examples = Path(args.examples) if args.examples else examples_path(out)
+    check_out(out, args.force)  # before anything heavy: bad paths are one line, at once
+    if examples.suffix.lower() != ".parquet":
+        raise BadOption(f"--examples {examples}: the top examples are written as .parquet")
+    if examples.exists() and not args.force:
+        raise BadOption(f"--examples {examples} exists: pass --force to replace it, or choose another file")
+    corpus = Corpus(args.corpus, args.field or "text")
+    names = [n.strip() for n in args.model.split(",") if n.strip()]
+    if not names:
+        raise BadOption("--model is empty: give one model, or several separated by commas")
+    if len(set(names)) < len(names):
+        raise BadOption(f"--model {args.model}: a model is named twice")
+    quiet_transformers()
+    executor, started, threads = in_process, False, None
+    if args.ray:
+        try:
+            from ..corpus import ray_pool
+        except ImportError:
+            raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (README, Install)") from None
+        started = ray_pool.start(None if args.ray == "local" else args.ray)
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        workers = args.workers or max(1, cpus // args.cpus_per_worker)
+        pool_stats: dict = {}
+        executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
+                                     allow_local_paths=not args.hub_only, stats=pool_stats)
+        where = f"Ray at {args.ray}" if args.ray != "local" else "a local Ray"
+        print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
+              + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
+    else:
+        from ..threads import apply
+
+        threads = apply("profile", args.threads)
+    try:
+        models = [load(n, allow_local_paths=not args.hub_only, device=args.device) for n in names]
+        table, found = profile_corpus(
+            models, corpus, out, examples, window=args.window, chunk_size=args.checkpoint_every, k=args.top_k,
+            batch_size=args.batch_size, backend=args.backend, executor=executor, strict=args.strict,
+            notify=lambda message: print(f"note: {message}", file=sys.stderr),
+            progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="chunk", file=sys.stderr))
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    print_top(table, args.top)
+    where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
+    print(f"wrote {len(table)} rows to {out} and {len(found)} top examples to {examples} ({where})", file=sys.stderr)
+    return 0
+
+
+def ray_summary(stats: dict) -> str:
+    """One line on what the Ray workers did: how many, their start-up, busy seconds and peak memory."""
+    if not stats.get("peak_bytes"):
+        return "every chunk was done already"
+    pids = list(stats["peak_bytes"])
+    return (f"{len(pids)} worker process(es), start-up {max(stats['load_seconds'].values()):.1f} s, busy "
+            f"{sum(stats['busy_seconds'].values()):.1f} s in all, peak memory "
+            f"{max(stats['peak_bytes'].values()) / 2**20:,.0f} MiB per worker")
+
+
+def add_parser(sub) -> None:
+    from ..datasets.catalog import BUILTIN
+    from ..heads.registry import probes
+
+    p = sub.add_parser("profile", help=f"score every layer × head for {', '.join(probes())} heads over a dataset",
+                       description="Score every layer × head of a model with one probe or all of them: "
+                       + "; ".join(f"{name}: {probe.about}" for name, probe in probes().items()) + ".")
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
+    p.add_argument("--probe", choices=(*probes(), "all"),
+                   help="one probe, or all (with --data: the probes that read that data); not with --corpus")
+    defaults = ", ".join(f"{name} {probe.default_data}" for name, probe in probes().items() if probe.default_data)
+    p.add_argument("--data", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl ({{text, pronoun, antecedent}}) or "
+                   f".txt (one sentence a line) file (default: each probe's own: {defaults})")
+    p.add_argument("--limit", type=positive, help="use only the first N items")
+    p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
+    p.add_argument("--batch-size", type=positive, default=16)
+    p.add_argument("--checkpoint-every", type=positive, default=64,
+                   help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
+    p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=positive, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
+                   "other work leaves free; see probes/threads.py)")
+    p.add_argument("--top", type=positive, default=3, help="heads to print per label")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--strict", action="store_true",
+                   help="stop (exit 2, listing them all) on any bad item of the data, instead of skipping it")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    c = p.add_argument_group("corpus", "label-free statistics of every head over your own texts, with each head's "
+                             "top examples (instead of --probe); --model may name several models, comma-separated")
+    c.add_argument("--corpus", help="a .txt (one text a line), .jsonl or .parquet file, read as a stream")
+    c.add_argument("--field", help="the text field (JSONL) or column (Parquet); default: text")
+    c.add_argument("--window", type=positive, default=128, help="tokens per window, special tokens included; a "
+                   "longer text is cut into consecutive windows (default: 128)")
+    c.add_argument("--top-k", type=positive, default=10, help="top examples kept per head (default: 10)")
+    c.add_argument("--examples", help="where the top examples go (.parquet; default: OUT's name + .examples.parquet)")
+    c.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the chunks on Ray: alone, a local Ray on this machine; with an address "
+                   "(ray://host:10001, or auto), that cluster")
+    c.add_argument("--workers", type=positive, help="Ray workers (default: the cluster's CPUs / --cpus-per-worker)")
+    c.add_argument("--cpus-per-worker", type=positive, default=1, help="CPUs (torch threads) per Ray worker")
+    c.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per Ray worker (GPU clusters)")
+    p.set_defaults(func=run)
