@@ -1,0 +1,70 @@
+"""The floors stay written down: the import contract (``lint-imports``, run by ``make test``) places every module of
+the library, ignores no import, and no module reaches for another's private names."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+
+
+def floors() -> list[set[str]]:
+    (layers,) = [c["layers"] for c in contracts() if c["type"] == "layers"]
+    return [{m.strip() for m in floor.replace(":", "|").split("|")} for floor in layers]
+
+
+def test_no_contract_ignores_an_import():
+    assert contracts(), "pyproject.toml lost its [tool.importlinter] contracts"
+    for contract in contracts():
+        assert not contract.get("ignore_imports"), contract["name"]
+        assert not contract.get("unmatched_ignore_imports_alerting"), contract["name"]
+
+
+def test_every_module_of_the_library_stands_on_a_floor():
+    placed = set().union(*floors())
+    modules = {f"probes.{p.stem}" for p in (ROOT / "probes").glob("*.py") if p.stem != "__init__"}
+    packages = {f"probes.{p.parent.name}" for p in (ROOT / "probes").glob("*/__init__.py")}
+    assert modules | packages <= placed, f"not on any floor of the layers contract: {sorted(modules | packages - placed)}"
+    assert "dashboard" in placed
+
+
+def test_a_floor_never_names_a_module_twice():
+    names = [m for floor in floors() for m in floor]
+    assert len(names) == len(set(names))
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from X import _name`` and imports of ``_module``s (``__future__`` aside): a private helper reached from
+    another module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            parts = [p for p in (node.module or "").split(".") if p]
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            parts, names = [], [p for a in node.names for p in a.name.split(".")]
+        else:
+            continue
+        bad = [p for p in parts + names if p.startswith("_")]
+        if bad:
+            found.append(f"{path.name}:{node.lineno}: {', '.join(bad)}")
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    files = [p for package in ("probes", "dashboard") for p in (ROOT / package).rglob("*.py")]
+    assert len(files) > 50
+    assert [hit for f in files for hit in private_imports(f)] == []
+
+
+def test_the_private_import_check_sees_one(tmp_path):
+    sample = tmp_path / "run.py"
+    sample.write_text("from __future__ import annotations\nfrom ..heads.profile import _helper\n"
+                      "from ..jobs import write_table\nimport probes._hidden\n", encoding="utf-8")
+    assert private_imports(sample) == ["run.py:2: _helper", "run.py:4: _hidden"]
