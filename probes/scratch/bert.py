@@ -4,6 +4,10 @@
     for each layer:   x = LayerNorm(x + attn(x))         (post-LayerNorm)
                       x = LayerNorm(x + ffn(x))
     logits = decoder(LayerNorm(act(dense(x))))           (masked-LM head, where the checkpoint has one)
+
+BERT runs its own layer loop, not the pre-norm decoders' (``prenorm.py``): each layer's output is already
+normalised, so there is no final norm and no residual stream before one; its embeddings are normalised too, it
+has no KV cache, and its masked-LM head is a small network rather than one matrix.
 """
 
 from __future__ import annotations
