@@ -120,12 +120,7 @@ def derived(path: Path, build: Callable[[Path], None]) -> Path:
     """A file derived from a verified archive: used when its sha256 matches the record written when it was
     made; otherwise (missing, truncated, edited, no record) ``build(tmp)`` writes it afresh to a temporary
     path, which is then recorded and moved into place atomically."""
-    if path.is_file() and _valid(path):
-        return path
-    with building(path):
-        if not (path.is_file() and _valid(path)):  # (another process may have made it while this one waited)
-            _build_file(path, build)
-    return path
+    return _made_once(path, path.is_file, lambda: _build_file(path, build))
 
 
 def _build_file(path: Path, build: Callable[[Path], None]) -> None:
@@ -151,12 +146,18 @@ def folder_digest(folder: Path) -> str:
 def derived_folder(folder: Path, build: Callable[[Path], None]) -> Path:
     """A folder derived from a verified archive, checked like :func:`derived` (one digest over its files,
     recorded beside it); ``build(staging)`` fills a fresh folder that replaces it whole."""
-    if folder.is_dir() and _valid(folder):
-        return folder
-    with building(folder):
-        if not (folder.is_dir() and _valid(folder)):  # (another process may have made it while this one waited)
-            _build_folder(folder, build)
-    return folder
+    return _made_once(folder, folder.is_dir, lambda: _build_folder(folder, build))
+
+
+def _made_once(path: Path, present: Callable[[], bool], make: Callable[[], None]) -> Path:
+    """``path`` as recorded (present and matching its record), else made by ``make()`` under its lock: checked
+    again once the lock is held, since another process may have made it while this one waited."""
+    if present() and _valid(path):
+        return path
+    with building(path):
+        if not (present() and _valid(path)):
+            make()
+    return path
 
 
 def _build_folder(folder: Path, build: Callable[[Path], None]) -> None:
