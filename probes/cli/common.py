@@ -1,13 +1,12 @@
-"""What every command shares: one way to quiet transformers, to read a count, to name a model and to print the
-best heads of a table."""
+"""What every command shares: one way to quiet transformers, to load the model a command names, to read a count
+and to print the best heads of a table."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from ..models import OFFLINE_DEFAULT
-
+from ..models import OFFLINE_DEFAULT, Model, load
 
 MODEL_HELP = f"short name, hub id or local directory (default: {OFFLINE_DEFAULT})"
 
@@ -19,6 +18,13 @@ def quiet_transformers() -> None:
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+
+
+def load_model(args: argparse.Namespace, name: str | None = None) -> Model:
+    """The model a command names (``--model``, or ``name``), loaded the way its ``--hub-only`` and ``--device``
+    say, with transformers quiet."""
+    quiet_transformers()
+    return load(args.model if name is None else name, allow_local_paths=not args.hub_only, device=args.device)
 
 
 def positive(text: str) -> int:

@@ -6,12 +6,11 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, print_top, quiet_transformers
+from .common import MODEL_HELP, load_model, print_top
 
 
 def run_ablate(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
-    from ..models import load
     from ..effects.ablation import ablate, lm_measures, parse_heads
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
@@ -22,8 +21,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         raise BadOption("--how patch takes the heads' outputs from another text: give it with --other")
     if args.other and args.how != "patch":
         raise BadOption("--other is the text patched from: it goes with --how patch")
-    quiet_transformers()
-    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    model = load_model(args)
     heads = parse_heads(args.heads, model)
     targets = None
     if args.target or args.versus:
@@ -58,14 +56,12 @@ def run_importance(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..jobs import check_out
-    from ..models import load
     from ..threads import apply
     from ..effects.importance import profile_importance
 
     check_out(Path(args.out), args.force)
     threads = apply("profile", args.threads)  # batch work, like profile
-    quiet_transformers()
-    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    model = load_model(args)
     from ..scratch import build
 
     build(model)  # an architecture the from-scratch path does not cover is refused here, in one line

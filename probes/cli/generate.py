@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..generation import GENERATE_BACKENDS
-from .common import positive, quiet_transformers
+from .common import load_model, positive
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,13 +14,11 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..errors import BadOption
-    from ..models import load
     from .. import generation as g
 
-    quiet_transformers()
     if not args.prompt.strip():  # before loading a model: one line, at once
         raise BadOption("the prompt is empty: give the start of a text for the model to continue (--prompt)")
-    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    model = load_model(args)
     g.decoder(model)
     layer = args.layer if args.layer is not None else model.n_layers - 1
     for name, value, n in (("layer", layer, model.n_layers), ("head", args.head, model.n_heads)):

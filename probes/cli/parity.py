@@ -7,15 +7,13 @@ import argparse
 from ..families import coverage
 from ..models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, quiet_transformers
+from .common import MODEL_HELP, load_model
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import parity
-    from ..models import load
 
-    quiet_transformers()
-    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    model = load_model(args)
     report = parity.check(model, args.text, args.pair, truncate=args.truncate, backend=args.backend,
                           dtype=args.dtype)
     if args.json:

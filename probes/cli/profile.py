@@ -8,7 +8,7 @@ import sys
 
 from ..models import OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, positive, print_top, quiet_transformers
+from .common import MODEL_HELP, load_model, positive, print_top, quiet_transformers
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,14 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from ..heads.profile import profile
     from ..heads.registry import for_data
     from ..jobs import check_out
-    from ..models import load
 
     check_out(Path(args.out), args.force)  # before anything heavy: a bad --out is one line, at once
     from ..threads import apply
 
     threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
-    quiet_transformers()
-    model = load(args.model, allow_local_paths=not args.hub_only, device=args.device)
+    model = load_model(args)
     # "all": every probe, or with --data the probes whose records say they read it
     probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
     frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
@@ -59,7 +57,6 @@ def run_corpus(args: argparse.Namespace) -> int:
     from ..corpus.run import examples_path, in_process, profile_corpus
     from ..errors import BadOption
     from ..jobs import check_out
-    from ..models import load
 
     if args.probe is not None:
         raise BadOption("--corpus profiles the label-free statistics (entropy, distance, first/previous/self, "
@@ -77,7 +74,7 @@ def run_corpus(args: argparse.Namespace) -> int:
         raise BadOption("--model is empty: give one model, or several separated by commas")
     if len(set(names)) < len(names):
         raise BadOption(f"--model {args.model}: a model is named twice")
-    quiet_transformers()
+    quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
     executor, started, threads = in_process, False, None
     if args.ray:
         try:
@@ -100,7 +97,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
         threads = apply("profile", args.threads)
     try:
-        models = [load(n, allow_local_paths=not args.hub_only, device=args.device) for n in names]
+        models = [load_model(args, n) for n in names]
         table, found = profile_corpus(
             models, corpus, out, examples, window=args.window, chunk_size=args.checkpoint_every, k=args.top_k,
             batch_size=args.batch_size, backend=args.backend, executor=executor, strict=args.strict,

@@ -26,13 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from .. import runner
+from ..attention_math import probability_bytes
 from ..errors import NothingToScore
 from ..heads.combine import mean
 from ..heads.engine import token_attention
 from ..heads.positional import merge_histograms, positional_scores
 from ..heads.profile import code_version
 from ..jobs import checkpoint, report_bad, with_model, write_file, write_table
-from ..attention_math import probability_bytes
 from . import examples as ex
 from .reader import Chunk, Corpus, Window, check_window, cut
 
