@@ -33,6 +33,7 @@ __all__ = ["FP32_TOLERANCES", "GENERATE_BACKENDS", "GenerationTrace", "KVCache",
 TOLERANCES = {"attention": 1e-10, "logits": 1e-10}  # float64: measured ~1e-14 (SmolLM2)
 FP32_TOLERANCES = {"attention": 1e-4, "logits": 1e-4}
 
+
 @dataclass
 class Proof:
     """Cached decoding against one full forward pass over the whole sequence, per step: max |Δ| of the
