@@ -14,7 +14,7 @@ import numpy as np
 
 from .heads.engine import word_attention
 from .precision import upcast
-from .tokens import align_to_words, covered_words, word_spans
+from .tokens import align_to_words, covered_words, word_positions, word_spans
 from .trace import Trace
 
 
@@ -136,17 +136,8 @@ class Answer:
 
 def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
     """The real tokens (indices) of the first whole-word occurrence of ``word`` in ``text`` (case-insensitive;
-    CJK words match anywhere); [] when the text does not hold it."""
-    import re
-
-    cjk = any("\u3400" <= ch <= "\u9fff" for ch in word)
-    pattern = re.escape(word) if cjk else rf"(?<!\w){re.escape(word)}(?!\w)"
-    found = re.search(pattern, text, flags=re.IGNORECASE)
-    if found is None:
-        return []
-    lo, hi = found.span()
-    return [i for i, t in enumerate(trace.real_tokens(item))
-            if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+    CJK words match anywhere); [] when the text does not hold it (:func:`probes.tokens.word_positions`)."""
+    return word_positions(trace.real_tokens(item), text, word)
 
 
 def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, other_word: str | None = None,

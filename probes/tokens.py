@@ -246,3 +246,15 @@ def covered_words(tokens: list[Token], text: str) -> list[tuple[str, list[int]]]
         if covered:
             out.append((text[lo:hi], covered))
     return out
+
+
+def word_positions(tokens: list[Token], text: str, word: str) -> list[int]:
+    """The indices (among ``tokens``, a text's real tokens) of the pieces of the first whole-word occurrence of
+    ``word`` in ``text`` (case-insensitive; CJK words match anywhere); [] when the text does not hold it."""
+    cjk = any("\u3400" <= ch <= "\u9fff" for ch in word)
+    pattern = re.escape(word) if cjk else rf"(?<!\w){re.escape(word)}(?!\w)"
+    found = re.search(pattern, text, flags=re.IGNORECASE)
+    if found is None:
+        return []
+    lo, hi = found.span()
+    return [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]

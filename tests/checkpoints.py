@@ -138,3 +138,57 @@ def make_t5(path: Path) -> Path:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def make_induction(path: Path) -> tuple[Path, str]:
+    """A hand-built two-layer GPT-2 with a planted circuit, and the text it is built for (six distinct tokens,
+    then the same six again). Layer 0 head 0 copies the previous token: its query reads the position p, its key
+    the position p − 1, its value the token, and its output writes that token into a "previous token" subspace.
+    Layer 1 head 0 is an induction head: its query reads the current token, its key that subspace, so a repeated
+    token's query finds the key of the token that followed its first occurrence. Every other head, the MLPs and
+    the biases are small random noise. Residual dims: 0–15 the token (one-hot), 16–47 the position, 48–63 the
+    previous token."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = gpt2_tokenizer()
+    singles = [i for t, i in sorted(tok.get_vocab().items()) if t.startswith("Ġ") and len(t) > 3][:6]
+    text = tok.decode(singles + singles)
+    ids = tok(text)["input_ids"]
+    assert ids == singles + singles, "the planted text must tokenise back to its six tokens twice"
+    width, positions, d = 64, 32, 32  # two heads of 32
+    config = GPT2Config(vocab_size=len(tok), n_positions=positions, n_embd=width, n_layer=2, n_head=2,
+                        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    gen = torch.Generator().manual_seed(0)
+    gain = 2.0  # the planted scores' sharpness
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.02 * torch.randn(p.shape, generator=gen)
+            p.copy_(1.0 + noise if "ln" in name and name.endswith("weight") else noise)  # norm gains near 1
+        wte, wpe = model.transformer.wte.weight, model.transformer.wpe.weight
+        wte.zero_()
+        for slot, token in enumerate(singles):
+            wte[token, slot] = 1.0  # the token subspace
+        wpe.zero_()
+        wpe[torch.arange(positions), 16 + torch.arange(positions)] = 1.0  # the position subspace
+        q0, k0, v0 = (model.transformer.h[0].attn.c_attn.weight[:, part * width:part * width + d] for part in range(3))
+        q1, k1, v1 = (model.transformer.h[1].attn.c_attn.weight[:, part * width:part * width + d] for part in range(3))
+        for layer in model.transformer.h:  # head 0 of each layer: no noise, no bias
+            for part in range(3):
+                layer.attn.c_attn.weight[:, part * width:part * width + d].zero_()
+                layer.attn.c_attn.bias[part * width:part * width + d].zero_()
+        for p in range(positions):
+            q0[16 + p, p] = gain  # layer 0 head 0: the query of position p…
+            if p + 1 < d:
+                k0[16 + p, p + 1] = gain  # …meets the key of position p − 1
+        for t in range(16):
+            v0[t, t] = 0.2  # its value: the token (÷ ~5, the size of a one-hot after ln_1)
+            q1[t, t] = gain  # layer 1 head 0: the query reads the token…
+            k1[48 + t, t] = gain  # …the key the previous token
+        proj = model.transformer.h[0].attn.c_proj.weight  # Conv1D [H·d, D]: head 0's rows write…
+        proj[:d].zero_()
+        proj[torch.arange(16), 48 + torch.arange(16)] = 1.0  # …the token into the previous-token subspace
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path, text

@@ -1,4 +1,4 @@
-"""The attention workbench's command line: parity, profile, generate, ablate and importance.
+"""The attention workbench's command line: parity, profile, generate, ablate, importance and why.
 
 One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``effects.py``), each with its
 ``add_parser(sub)``; what they share is in ``common.py``.
@@ -18,6 +18,9 @@ from-scratch KV cache and prove it against one full forward pass; exit 0 proven,
 ``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--json]``: what
 ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
 over a dataset (gradient and exact ablation), checkpointed like ``profile``.
+
+``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--json]``:
+one attention score split into what wrote its query and its key; exit 2 on bad input.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ import argparse
 import sys
 
 from ..errors import ProbesError
-from . import effects, generate, parity, profile
+from . import effects, generate, parity, profile, why
 
 
-COMMANDS = (parity, profile, generate, effects)  # each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why)  # each adds its subcommand(s): add_parser(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,12 +21,12 @@ from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_l
 from ..errors import UnsupportedModel
 from ..trace import Outputs, Trace
 from .attention import BACKENDS, FLOAT64_BACKENDS, resolve_backend
-from .family import DecoderNetwork, Network, RotaryNetwork
+from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Network", "Outputs", "RotaryNetwork", "build", "forward",
-           "outputs", "resolve_backend"]
+__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Network", "Outputs", "RotaryNetwork", "SplitNetwork",
+           "build", "forward", "outputs", "resolve_backend"]
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
 

@@ -125,6 +125,56 @@ class Bert:
         weight, bias = self.layers[layer].attn_out  # Linear: [D, H·d]
         return weight.t().reshape(self.layers[layer].n_heads, -1, weight.shape[0]), bias
 
+    def residual_parts(self, layer: int, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                       inputs: list[torch.Tensor], z: list[torch.Tensor], positions: torch.Tensor,
+                       dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Layer ``layer``'s input at ``positions`` (item 0) as the sum of what wrote it, each ``[n, D]`` in ``dtype``
+        (see :meth:`probes.scratch.family.SplitNetwork.residual_parts`). BERT normalises its stream after the
+        embeddings and after each attention and feed-forward step: each LayerNorm, its σ frozen at its input in
+        this pass, is linear, so it maps every part already written (centred on its own, then ÷ σ × gain) and adds
+        its bias to "biases", with the output projections' biases."""
+        ids = input_ids[0, positions]
+        types = token_type_ids[0, positions] if token_type_ids is not None else torch.zeros_like(ids)
+        embedded = {"token embedding": self.word[ids], "position embedding": self.position[positions],
+                    "token-type embedding": self.token_type[types]}
+        parts = {name: e.to(dtype) for name, e in embedded.items()}
+        biases = parts["token embedding"].new_zeros(parts["token embedding"].shape)
+
+        def norm(ln, total: torch.Tensor) -> None:  # a LayerNorm frozen at its input ``total`` (the model's)
+            g, b = (t.to(dtype) for t in ln)
+            sigma = torch.sqrt(total.to(dtype).var(-1, unbiased=False, keepdim=True) + self.eps)
+            for name, part in parts.items():
+                parts[name] = (part - part.mean(-1, keepdim=True)) / sigma * g
+            biases.copy_((biases - biases.mean(-1, keepdim=True)) / sigma * g + b)
+
+        norm(self.ln_emb, self.word[ids] + self.token_type[types] + self.position[positions])
+        for i in range(layer):
+            lay, zi = self.layers[i], z[i][0][:, positions]  # [H, n, d]
+            w_o, b_o = self.head_out(i)
+            writes = torch.einsum("hnd,hdD->hnD", zi.to(dtype), w_o.to(dtype))
+            parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
+            biases += b_o.to(dtype)
+            before = F.linear(zi.transpose(0, 1).reshape(len(positions), -1), *lay.attn_out) + inputs[i][0, positions]
+            norm(lay.ln_attn, before)
+            middle = F.layer_norm(before, (self.width,), *lay.ln_attn, self.eps)  # as the layer computes it
+            feed = lay.feed_forward(middle)
+            parts[f"MLP {i}"] = feed.to(dtype)
+            norm(lay.ln_ffn, middle + feed)
+        parts["biases"] = biases
+        return parts
+
+    def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor, length: int):
+        """q and k of layer ``layer`` for each part of its input (no norm before them: BERT normalised the stream
+        already), the projections without their biases; the last entry is the constant, the biases (see
+        :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
+        lay, dt = self.layers[layer], parts.dtype
+        out = []
+        for weight, bias in (lay.query, lay.key):
+            y = F.linear(torch.cat([parts, parts.new_zeros(1, *parts.shape[1:])]), weight.to(dt))
+            y[-1] += bias.to(dt)
+            out.append(split_heads(y, lay.n_heads))
+        return tuple(out)
+
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
                  chunk=None, residual=None, resume=None):  # residual: BERT normalises after each layer, no final norm
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)

@@ -112,7 +112,8 @@ class Network(Protocol):
 class DecoderNetwork(Network, Protocol):
     """A decoder with a final norm and a language-model head (GPT-2, Llama, Mistral, Qwen2): what generation
     (``probes.scratch.generate``: a KV cache, ``start``, ``lm_head``) and direct logit attribution
-    (``probes.effects.attribution``: ``final_norm``, ``unembedding``) call besides :class:`Network`."""
+    (``probes.effects.attribution``: ``final_norm``, ``unembedding``) and the logit lens (``probes.effects.lens``:
+    ``normed`` too) call besides :class:`Network`."""
 
     @property
     def lm_head(self) -> torch.Tensor | None:
@@ -128,6 +129,11 @@ class DecoderNetwork(Network, Protocol):
     def final_norm(self, x: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
         """The final norm with its scale frozen at ``x`` ``[..., D]`` (the residual before it): a linear map of any
         part c of the residual and the bias ``[D]`` (None: none), so that map(x) + bias is the normed x."""
+        ...
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[..., D]`` after the final norm, as the pass applies it (the logit lens reads every layer's
+        residual through it: for the last residual, normed(x)·lm_headᵀ is the model's logits)."""
         ...
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -146,6 +152,34 @@ class RotaryNetwork(Network, Protocol):
 
     def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of every position's angles, ``[1, length, d]`` each, in the network's working dtype."""
+        ...
+
+
+@runtime_checkable
+class SplitNetwork(Network, Protocol):
+    """A network whose attention scores can be split into what wrote the query and the key (every family here):
+    what QK attribution (``probes.effects.qk``) calls besides :class:`Network`. Both methods work on a few
+    positions of item 0, in the ``dtype`` asked (float64 for the attribution), and are exact: the parts sum back
+    to the pass's own numbers up to rounding."""
+
+    def residual_parts(self, layer: int, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                       inputs: list[torch.Tensor], z: list[torch.Tensor], positions: torch.Tensor,
+                       dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Layer ``layer``'s input at ``positions`` (``[n]`` indices) as named parts ``{name: [n, D]}`` whose sum is
+        ``inputs[layer][0, positions]``: the embeddings (``"token embedding"``, ``"position embedding"``, …), each
+        earlier head's output (``"head i.h"``), each earlier MLP's (``"MLP i"``) and the biases (``"biases"``),
+        every norm on the way linearised by freezing its scale at its value in this pass. ``inputs`` and ``z`` are
+        a pass's layer inputs and head outputs (:func:`probes.scratch.outputs` with ``keep_inputs``, ``keep_z``)."""
+        ...
+
+    def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor,
+                 length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """q ``[P + 1, H, n, d]`` and k ``[P + 1, H_kv, n, d]`` of layer ``layer`` for each of ``parts``
+        ``[P, n, D]`` (the residual parts at ``positions``, summing to the layer's input ``x`` ``[n, D]`` there):
+        the norm before the layer's attention frozen at ``x``, the projections without their biases, rotary
+        families turning each part by its position (``length``: the input's, which dynamic rotary scaling reads).
+        Entry P is the constant: q and k of an all-zero stream (the norm's bias and the projections' biases). The
+        sum over the P + 1 entries is the layer's own q and k there."""
         ...
 
 

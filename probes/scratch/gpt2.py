@@ -106,6 +106,28 @@ class GPT2(PreNormDecoder):
             x = x + self.wte[token_type_ids]
         return x
 
+    def embedding_parts(self, input_ids, token_type_ids, positions):
+        """The embeddings of item 0 at ``positions`` as the parts :meth:`embeddings` adds: ``{name: [n, D]}``."""
+        parts = {"token embedding": self.wte[input_ids[0, positions]], "position embedding": self.wpe[positions]}
+        if token_type_ids is not None:
+            parts["token-type embedding"] = self.wte[token_type_ids[0, positions]]
+        return parts
+
+    def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor, length: int):
+        """q and k of block ``layer`` for each part of its input: ln_1 with its σ frozen at ``x`` (each part centred
+        on its own: centring is linear) and c_attn without its bias; the last entry is the constant, ln_1's bias
+        through c_attn plus c_attn's bias (see :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
+        block, dt = self.blocks[layer], parts.dtype
+        g, b = (t.to(dt) for t in block.ln_1)
+        sigma = torch.sqrt(x.to(dt).var(-1, unbiased=False, keepdim=True) + self.eps)
+        h = torch.cat([(parts - parts.mean(-1, keepdim=True)) / sigma * g, b.expand(1, *parts.shape[1:])])
+        weight, bias = (t.to(dt) for t in block.c_attn)
+        q, k, _ = (h @ weight).split(self.width, dim=-1)
+        q_bias, k_bias, _ = bias.split(self.width)
+        q[-1] += q_bias
+        k[-1] += k_bias
+        return split_heads(q, block.n_heads), split_heads(k, block.n_heads)
+
     def normed(self, x):
         return F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
 

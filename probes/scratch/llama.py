@@ -204,6 +204,25 @@ class Llama(PreNormDecoder):
     def embeddings(self, input_ids, token_type_ids, start):
         return self.embed[input_ids]
 
+    def embedding_parts(self, input_ids, token_type_ids, positions):
+        """The embeddings of item 0 at ``positions``: the token's only (positions are turns of q and k)."""
+        return {"token embedding": self.embed[input_ids[0, positions]]}
+
+    def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor, length: int):
+        """q and k of layer ``layer`` for each part of its input: RMSNorm with its rms frozen at ``x``, the
+        projections without their biases, each part turned by its position's angles (a rotation is linear); the
+        last entry is the constant, the projections' biases (Qwen2) turned likewise (see
+        :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
+        lay, dt = self.layers[layer], parts.dtype
+        scale = torch.rsqrt(x.to(dt).pow(2).mean(-1, keepdim=True) + self.eps)
+        h = torch.cat([lay.norm_attn.to(dt) * (parts * scale), parts.new_zeros(1, *parts.shape[1:])])
+        q, k = F.linear(h, lay.q_proj[0].to(dt)), F.linear(h, lay.k_proj[0].to(dt))
+        for out, bias in ((q, lay.q_proj[1]), (k, lay.k_proj[1])):
+            if bias is not None:
+                out[-1] += bias.to(dt)
+        cos, sin = (t[:, positions].to(dt) for t in self.rotary(length, x.device))
+        return rotate(split_heads(q, lay.n_heads), cos, sin), rotate(split_heads(k, lay.n_kv_heads), cos, sin)
+
     def normed(self, x):
         return rms_norm(x, self.norm, self.eps)
 

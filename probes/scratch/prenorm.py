@@ -46,6 +46,29 @@ class PreNormDecoder:
         """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
         return self.layers[layer].qkv(x, *self.at(0, x.shape[1], x.device))
 
+    def residual_parts(self, layer: int, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                       inputs: list[torch.Tensor], z: list[torch.Tensor], positions: torch.Tensor,
+                       dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Layer ``layer``'s input at ``positions`` (item 0) as the sum of what wrote it, each ``[n, D]`` in ``dtype``:
+        the embeddings, every earlier head's output z_h·W_O[h], every earlier MLP's output and the output
+        projections' biases. A pre-norm stream is only ever added to, so an MLP's output is what its layer added
+        less the attention's (see :meth:`probes.scratch.family.SplitNetwork.residual_parts`)."""
+        at = lambda t: t[0, positions].to(dtype)  # noqa: E731 (item 0, the asked positions)
+        parts = {name: e.to(dtype) for name, e in self.embedding_parts(input_ids, token_type_ids, positions).items()}
+        biases = None
+        for i in range(layer):
+            w_o, b_o = self.head_out(i)
+            writes = torch.einsum("hnd,hdD->hnD", z[i][0][:, positions].to(dtype), w_o.to(dtype))
+            parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
+            attention = writes.sum(0)
+            if b_o is not None:
+                attention = attention + b_o.to(dtype)
+                biases = b_o.to(dtype).expand_as(attention) if biases is None else biases + b_o.to(dtype)
+            parts[f"MLP {i}"] = at(inputs[i + 1]) - at(inputs[i]) - attention
+        if biases is not None:
+            parts["biases"] = biases
+        return parts
+
     @property
     def unembedding(self) -> torch.Tensor | None:
         return self.lm_head  # [V, D]

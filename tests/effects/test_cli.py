@@ -84,3 +84,58 @@ def test_importance_cli(tmp_path, capsys):
     assert set(frame.label) == {"gradient: hidden"} and len(frame) == 72 and (frame.n == 2).all()
     assert main(["importance", "--data", str(data), "--out", str(out)]) == 2  # exists: --force
     assert "--force" in capsys.readouterr().err
+
+
+STORY = "Xiaoming gave the apple to Xiaohong because she was hungry."
+
+
+@pytest.mark.numeric
+def test_why_prints_the_top_terms_and_that_they_sum_to_the_score(minilm, capsys, tmp_path):
+    from probes.effects.qk import qk_attribution
+
+    args = ["why", "--model", "minilm", "--layer", "1", "--head", "2", "--query", "she", "--key", "Xiaohong",
+            "--text", STORY]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("minilm, head 1.2: query 'she' (token 10) on key 'xiao' (token 7): score 2.6")
+    assert sum(line.lstrip().startswith(tuple(f"{i}." for i in range(1, 11))) for line in lines) == 10
+    assert lines[-1].startswith("sum of parts = score (|Δ| ")
+    assert "'##hong' (8); the first is used" in captured.err  # a word of two pieces: said, not guessed silently
+    assert main([*args, "--json", "--csv", str(tmp_path / "terms.csv")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = qk_attribution(minilm, STORY, 1, 2, 10, 7)
+    # the same computation on the same weights: the same floats, and JSON writes a float back exactly
+    assert data["score"] == expected.score and data["sum_of_parts"] == expected.total
+    assert [row["contribution"] for row in data["top"]] == list(expected.top(10).contribution)
+    table = pd.read_csv(tmp_path / "terms.csv")
+    assert len(table) == len(expected.frame())
+    assert table.contribution.sum() == pytest.approx(expected.total, abs=1e-9 * expected.bound, rel=0)
+
+
+def test_why_on_smollm2(smollm2, monkeypatch, capsys):
+    from probes import models
+
+    monkeypatch.setattr(models, "_load", lambda name, allow_local_paths: smollm2)  # loaded once per session
+    assert main(["why", "--model", "smollm2", "--layer", "18", "--head", "6", "--query", "she", "--key", "Xiaohong",
+                 "--text", STORY]) == 0
+    out = capsys.readouterr().out
+    assert "query ' she' (token 11) on key ' Xia' (token 7)" in out and "head 17." in out and out.splitlines()[-1].startswith("sum of parts")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--query", "he", "--key", "apple"], "--query 'he' is not a word of the text"),
+    (["--query", "she", "--key", "hungry", "--model", "GPT2"], None),
+    (["--query", "she", "--key", "40"], "key token 40 is outside the text's 15 tokens"),
+    (["--query", "she", "--key", "Xiaohong", "--head", "12"], "head 12 does not exist"),
+])
+def test_why_bad_input_is_one_line_and_exit_2(args, message, gpt2_dir, capsys):
+    if message is None:  # a causal model's query cannot see a later key
+        args = [*args[:-2], "--model", str(gpt2_dir)]
+        message = "after the query: a causal model"
+    base = ["why", "--layer", "1", "--head", "2", "--text", STORY]
+    if "--head" in args:
+        base = ["why", "--layer", "1", "--text", STORY]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and err[-1].startswith("error: ")

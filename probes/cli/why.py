@@ -1,0 +1,96 @@
+"""``python -m probes why``: why a head puts its weight where it does (QK attribution, :mod:`probes.effects.qk`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .common import MODEL_HELP, load_model, positive
+
+
+def token_index(model, text: str, pair: str | None, given: str, what: str) -> tuple[int, str | None]:
+    """A token named on the command line: a number is its index among the text's tokens; a word is the first
+    piece of its first occurrence in ``text``. Returns the index and a note when a word has several pieces."""
+    from ..errors import BadOption
+    from ..tokens import word_positions
+
+    enc = model.encode(text, pair)
+    tokens = [t for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
+    if given.isdigit():
+        return int(given), None
+    found = word_positions(tokens, text, given)
+    if not found:
+        shown = " ".join(t.text for t in tokens)
+        raise BadOption(f"--{what} {given!r} is not a word of the text (its tokens: {shown}): give a word of the "
+                        "text or a token number")
+    note = None
+    if len(found) > 1:
+        pieces = ", ".join(f"{tokens[i].text!r} ({i})" for i in found)
+        note = (f"--{what} {given!r} is {len(found)} tokens on {model.name}: {pieces}; the first is used (give a "
+                "token number for another)")
+    return found[0], note
+
+
+def run_why(args: argparse.Namespace) -> int:
+    from ..errors import EmptyInput
+    from ..effects.qk import qk_attribution
+
+    if not args.text.strip():
+        raise EmptyInput("the text is empty: give a sentence (--text)")
+    model = load_model(args)
+    query, q_note = token_index(model, args.text, args.pair, args.query, "query")
+    key, k_note = token_index(model, args.text, args.pair, args.key, "key")
+    for note in (q_note, k_note):
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+    why = qk_attribution(model, args.text, args.layer, args.head, query, key, pair=args.pair)
+    top = why.top(args.top)
+    if args.csv:
+        why.frame().to_csv(args.csv, index=False)
+        print(f"wrote {len(why.frame())} terms to {args.csv}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(dict(model=why.model, layer=why.layer, head=why.head, query=query, key=key,
+                              query_token=why.tokens[query], key_token=why.tokens[key], score=why.score,
+                              weight=why.weight, sum_of_parts=why.total, delta=why.delta, bound=why.bound,
+                              top=top[["query_part", "key_part", "contribution", "share"]].to_dict("records")),
+                         ensure_ascii=False))
+        return 0
+    print(f"{why.model}, head {why.layer}.{why.head}: query {why.tokens[query]!r} (token {query}) on key "
+          f"{why.tokens[key]!r} (token {key}): score {why.score:.4g} (scale · q·k, before the softmax), weight "
+          f"{why.weight:.3f}")
+    print(f"the {len(top)} largest of {len(why.parts)} × {len(why.parts)} terms (what wrote the query × what wrote "
+          "the key):")
+    width = max(len(name) for name in why.parts)
+    for rank, row in enumerate(top.itertuples(), start=1):
+        print(f"  {rank:>2}. query: {row.query_part:<{width}}  × key: {row.key_part:<{width}}  "
+              f"{row.contribution:+10.4f}  ({row.share:+.0%} of the score)")
+    print(f"sum of parts = score (|Δ| {why.delta:.2g}, {why.delta / why.bound if why.bound else 0.0:.1g} of the "
+          f"score's scale {why.bound:.3g})")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The ``why`` subcommand."""
+    from ..models import OFFLINE_DEFAULT
+
+    p = sub.add_parser("why", help="split one attention score into what wrote its query and its key",
+                       description="QK attribution: head LAYER.HEAD's pre-softmax score of the query token on the key "
+                       "token, split exactly into query part × key part terms (embeddings, every earlier head's and "
+                       "MLP's output, biases), the norms frozen at their scale in this pass. Prints the largest terms "
+                       "and checks that the parts sum to the model's own score.")
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
+    p.add_argument("--text", required=True)
+    p.add_argument("--pair", help="a second sentence (BERT sentence pairs)")
+    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--head", type=int, required=True)
+    p.add_argument("--query", required=True, help="the query token: a word of the text (its first piece) or a token "
+                   "number")
+    p.add_argument("--key", required=True, help="the key token: a word of the text (its first piece) or a token "
+                   "number")
+    p.add_argument("--top", type=positive, default=10, help="terms to print (default: 10)")
+    p.add_argument("--csv", help="write every term to this CSV file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    p.set_defaults(func=run_why)
