@@ -7,6 +7,9 @@
 * :mod:`.norms`: value-weighted attention norms ‖α_ij·f(x_j)‖ (Kobayashi et al. 2020), read from a Trace;
 * :mod:`.rollout`: attention rollout (Abnar & Zuidema 2020), read from a Trace;
 * :mod:`.attribution`: direct logit attribution of each head (decoders);
+* :mod:`.lens`: the logit lens (decoders): each layer's residual stream read through the final norm and the
+  unembedding (top tokens and their probabilities; the last layer's equals the model's logits), and each head's
+  direct effect on the logits (the final norm frozen, as in the attribution);
 * :mod:`.pairs`: minimal pairs, two texts that differ in a few words, compared head by head.
 
 The interventions run the from-scratch network (:func:`probes.scratch.outputs`, eager attention, the same
