@@ -17,7 +17,7 @@ divided by the largest |value| of the reference (that layer's hidden state; the 
 residual stream (SmolLM2 reaches 27,000, where one fp32 step is 0.002) and logits in the tens: no kernel
 that sums in another order can match them to an absolute 1e-4, while a wrong layer is off by far more than
 1e-4 of the scale. The raw max |Δ| is reported beside each; the verdict reads only the scaled figure.
-Probabilities lie in [0, 1]: their scale is 1.
+Probabilities lie in [0, 1]: their scale is 1. :func:`massive_activations` reads those values off one Trace.
 """
 
 from __future__ import annotations
@@ -243,3 +243,40 @@ def check(model, text: str, pair: str | None = None, truncate: bool = False, bac
     model = in_dtype(model, dtype, backend, float64_limit)
     enc = model.encode(text, pair, truncate=truncate)
     return compare(runner.forward(model, enc, "hf"), runner.forward(model, enc, "scratch", backend))
+
+
+# Sun et al. 2024, "Massive activations in large language models": a hidden-state number is massive when its size is
+# over 100 and over 1,000 times the median size of its layer's hidden state (every real token and dimension)
+MASSIVE_SIZE = 100.0
+MASSIVE_RATIO = 1000.0
+MASSIVE_COLUMNS = ["layer", "dimension", "value", "token", "position", "times_median"]
+
+
+def massive_activations(trace: Trace, item: int = 0, top: int | None = None, size: float = MASSIVE_SIZE,
+                        ratio: float = MASSIVE_RATIO):
+    """The massive activations of one item of ``trace`` (Sun et al. 2024): every number of a layer's hidden state,
+    over the real tokens, whose |value| is over ``size`` (100) and over ``ratio`` (1,000) × the median |value| of
+    that layer's hidden state. ``layer`` ℓ is the residual stream after block ℓ (``hidden_states[ℓ + 1]``; the last
+    layer's is after the model's final norm, as Hugging Face gives it); the embeddings are not read. One row per
+    number: ``layer, dimension, value`` (signed), ``token`` (its text), ``position`` (among the real tokens) and
+    ``times_median`` (|value| ÷ the layer's median |value|), by layer, the largest |value| first; ``top`` keeps
+    only the ``top`` largest. An ordinary model has none: the frame is empty. Why parity scales its figures."""
+    import pandas as pd
+
+    real = trace.attention_mask[item].bool()
+    tokens = trace.real_tokens(item)
+    rows = []
+    for layer, hidden in enumerate(trace.hidden_states[1:]):
+        h = hidden[item][real].double()  # [n, D]
+        mag = h.abs()
+        median = float(mag.median()) if mag.numel() else 0.0  # (of an even count: the lower middle value)
+        for pos, dim in ((mag > size) & (mag > ratio * median)).nonzero().tolist():
+            value = float(h[pos, dim])
+            rows.append(dict(layer=layer, dimension=dim, value=value, token=tokens[pos].text, position=pos,
+                             times_median=abs(value) / median if median else float("inf")))
+    frame = pd.DataFrame(rows, columns=MASSIVE_COLUMNS)
+    frame = frame.assign(size=frame["value"].abs())
+    if top is not None:
+        frame = frame.nlargest(top, "size", keep="first")
+    frame = frame.sort_values(["layer", "size", "dimension", "position"], ascending=[True, False, True, True])
+    return frame.drop(columns="size").reset_index(drop=True)

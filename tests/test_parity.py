@@ -161,3 +161,39 @@ def test_the_fp32_attention_tolerance_grows_with_the_row_length():
     assert parity.tolerances(torch.float32, 40)["attention"] == EPS32 * 128
     assert parity.tolerances(torch.float32, 1000)["attention"] == EPS32 * 1000
     assert parity.tolerances(torch.float64, 1000) == FLOAT64_TOLERANCES
+
+
+def test_massive_activations_find_a_planted_value_and_none_in_an_ordinary_model(llama_dir):
+    import dataclasses
+
+    import probes
+
+    model = probes.load(str(llama_dir))
+    trace = probes.run(model, "the cat sat on the mat")
+    assert parity.massive_activations(trace).empty  # a tiny random model: nothing massive
+    assert list(parity.massive_activations(trace).columns) == parity.MASSIVE_COLUMNS
+    hidden = [h.clone() for h in trace.hidden_states]
+    hidden[2][0, 3, 17] = -5000.0  # the residual stream after block 1, token 3, dimension 17
+    hidden[1][0, 0, 5] = 100.0  # not over 100: not massive, however far above the median
+    assert float(hidden[1][0].abs().median()) > 0.2  # so 1,000 × the median is over 200
+    hidden[1][0, 1, 6] = 150.0  # over 100 but not over 1,000 × the median
+    planted = dataclasses.replace(trace, hidden_states=hidden)
+    found = parity.massive_activations(planted)
+    assert found[["layer", "dimension", "value", "token", "position"]].to_dict("records") == [
+        dict(layer=1, dimension=17, value=-5000.0, token=trace.token_strings()[3], position=3)]
+    assert found["times_median"].iloc[0] > 1000
+    hidden[2][0, 0, 2] = 7000.0
+    found = parity.massive_activations(planted, top=1)  # the largest only
+    assert found[["layer", "dimension", "position"]].values.tolist() == [[1, 2, 0]]
+
+
+def test_smollm2_carries_massive_activations_on_its_first_token(smollm2):
+    import probes
+
+    trace = probes.run(smollm2, "Xiaoming gave the apple to Xiaohong because she was hungry.")
+    found = parity.massive_activations(trace)
+    # measured: dimension 507 of the first token "X" holds ~27,000 (14,900 × the layer's median) after blocks
+    # 11-28, and dimension 247 ~2,000 after blocks 11-13; nothing before block 11 nor after the final norm
+    assert set(found["position"]) == {0} and set(found["token"]) == {"X"}
+    assert set(found.loc[found["dimension"] == 507, "layer"]) == set(range(11, 29))
+    assert set(found["dimension"]) == {507, 247} and found["value"].abs().max() > 20_000

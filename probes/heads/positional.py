@@ -5,6 +5,12 @@ as queries and keys):
 
 * ``previous`` / ``next`` / ``self`` / ``first``: mean attention on the token just before, just after,
   the token itself, the first token;
+* ``sink``: the *sink share*, the weight a query puts on the first real token (BOS / ``[CLS]`` where the
+  tokenizer adds one, else the first word piece), averaged over the queries *after* it: row 0 is left
+  out on every model, since in a decoder it can only attend to itself (its 1.0 says nothing), and so
+  that encoder and decoder shares mean the same thing. Many decoder heads park most of their weight
+  there (an "attention sink"). It is a share from 0 to 1 read as it is (``SHARES``), its baseline the
+  uniform 1 / (keys seen) over the same queries;
 * ``special``: mean mass on special tokens ([CLS], [SEP], BOS ...);
 * ``punctuation``: mean mass on punctuation tokens;
 * ``entropy``: mean entropy (nats) of a query's attention, against the entropy of uniform attention;
@@ -36,6 +42,11 @@ from .registry import Probe, loader
 POSITIONAL_SHARE = 0.9  # Voita et al.: most attended token at one offset in >= 90% of positions
 PROFILE = tuple(range(-5, 6))
 MAX_OFFSET = 256  # argmax offsets beyond this are counted together
+SINK = "sink"  # the label of the sink share
+# labels read as plain shares on a fixed 0..1 scale, not as a gain over their baseline (Probe.shares)
+SHARES = ((SINK, "the sink share: the weight on the first token (BOS, [CLS], or the first word piece where the "
+                 "tokenizer adds neither), averaged over the queries after it (the first token's own row is left out: "
+                 "in a decoder it can only attend to itself)"),)
 
 
 def is_punctuation(text: str) -> bool:
@@ -96,6 +107,8 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
             if offset:
                 add(f"offset{offset:+d}", per, uniform)
         add("first", attn[:, :, :, 0], 1.0 / seen)
+        if n > 1:  # the sink share: queries 1..n−1 only (row 0 of a decoder sees only itself)
+            add(SINK, attn[:, :, 1:, 0], 1.0 / seen[1:])
         add("entropy", -(attn * torch.log(attn.clamp_min(1e-30))).sum(-1), torch.log(seen))
         gap = (q[:, None] - q[None, :]).abs().to(attn.dtype)  # |i − j|
         add("distance", (attn * gap).sum(-1), (allowed * gap).double().sum(-1) / seen)
@@ -166,4 +179,5 @@ PROBES = (Probe(
     load=loader(),
     score=lambda items, traces: positional_scores(traces),
     combine=mean(extra=merge_histograms),
+    shares=SHARES,
 ),)

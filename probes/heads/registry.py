@@ -64,6 +64,8 @@ class Probe:
     texts: Callable[[list], list[str]] = texts  # items -> texts, run in batches by the runner
     encodings: Callable[[object, list], list] | None = None  # (model, items) -> Encodings, instead of texts
     combine: Combine = mean()  # (chunk frames, all items) -> the whole result, exactly (probes.heads.combine)
+    # labels that are plain shares (0..1) read as they are, not against their baseline: (label, what it is, for people)
+    shares: tuple[tuple[str, str], ...] = ()
 
     def items(self, data: str | None, limit: int | None) -> list:
         """The probe's items: ``data`` (its default data when None), the first ``limit`` of them."""
@@ -96,3 +98,10 @@ def get(name: str) -> Probe:
 def for_data(data: str | None) -> list[Probe]:
     """What ``--probe all`` runs: every probe, or with ``--data DATA`` the probes that read it."""
     return [p for p in probes().values() if not data or p.reads(data)]
+
+
+def share_labels() -> dict[str, str]:
+    """The labels some probe scores as a plain share from 0 to 1, read as it is rather than as a gain over its
+    baseline (positional's ``sink``), with what each is: whichever table they come in (a run, a corpus run's
+    ``corpus`` rows)."""
+    return {label: about for p in probes().values() for label, about in p.shares}

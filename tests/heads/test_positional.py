@@ -96,3 +96,40 @@ def test_entropy_and_distance_match_a_hand_computation():
     assert causal.loc["distance", "score"] == pytest.approx(0.5 / 3, abs=F64, rel=0)
     uniform_past = (0 + 0.5 + 1) / 3  # uniform over the past
     assert causal.loc["distance", "baseline"] == pytest.approx(uniform_past, abs=F64, rel=0)
+
+
+@pytest.mark.numeric
+def test_sink_share_is_the_weight_on_the_first_token_over_the_queries_after_it():
+    tokens = _tokens(["<s>", "a", "b"], special=(0,))
+    causal_attn = torch.tensor([[1.0, 0, 0], [0.8, 0.2, 0], [0.5, 0.25, 0.25]], dtype=torch.float64)[None, None]
+    by = positional_scores([(tokens, causal_attn)] * 2, causal=True).set_index("label")
+    # row 0 (which sees only itself in a decoder) is left out: the mean of 0.8 and 0.5
+    assert by.loc["sink", "score"] == pytest.approx((0.8 + 0.5) / 2, abs=F64, rel=0)
+    assert by.loc["sink", "baseline"] == pytest.approx((1 / 2 + 1 / 3) / 2, abs=F64, rel=0)  # uniform over the past
+    assert by.loc["sink", "n"] == 4  # two queries of each of the two sentences
+    assert by.loc["first", "score"] == pytest.approx((1.0 + 0.8 + 0.5) / 3, abs=F64, rel=0)  # "first" keeps row 0
+    encoder = torch.tensor([[0.1, 0.6, 0.3], [0.9, 0.1, 0.0], [0.3, 0.3, 0.4]], dtype=torch.float64)[None, None]
+    by = positional_scores([(tokens, encoder), (_tokens(["x"]), torch.ones(1, 1, 1, 1))], causal=False)
+    by = by.set_index("label")
+    assert by.loc["sink", "score"] == pytest.approx((0.9 + 0.3) / 2, abs=F64, rel=0)  # a one-token text adds nothing
+    assert by.loc["sink", "baseline"] == pytest.approx(1 / 3, abs=F64, rel=0)
+
+
+def test_the_sink_share_is_registered_as_a_plain_share():
+    from probes.heads import registry
+
+    assert [label for label, _ in registry.get("positional").shares] == ["sink"]
+    assert "first token" in registry.share_labels()["sink"]
+
+
+@pytest.mark.numeric
+def test_real_decoder_heads_park_their_weight_on_the_first_token(smollm2):
+    text = "Xiaoming gave the apple to Xiaohong because she was hungry."
+    trace = runner.run(smollm2, text)
+    frame = positional_scores([trace]).set_index(["label", "layer", "head"]).sort_index()
+    attention = trace.attention(29, 0).double()
+    # head 29.0 of SmolLM2: 0.68 of " was"'s weight on the first token "X", 0.57 over every query after it
+    assert frame.loc[("sink", 29, 0), "score"] == pytest.approx(float(attention[1:, 0].mean()), abs=F64, rel=0)
+    assert frame.loc[("sink", 29, 0), "score"] > 3 * frame.loc[("sink", 29, 0), "baseline"]  # uniform: 0.17
+    sinks = frame.loc["sink", "score"]
+    assert len(sinks) == 30 * 9 and sinks.between(0, 1).all() and (sinks > 0.5).mean() > 0.5  # most heads are sinks
