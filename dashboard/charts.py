@@ -77,13 +77,26 @@ NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their o
 
 def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False,
                       start: int = 0, query: int | None = None, value: str = "weight",
-                      top: float | None = None, clickable: bool = False) -> alt.Chart:
+                      top: float | None = None, clickable: bool = False, key_start: int | None = None,
+                      true: np.ndarray | None = None) -> alt.Chart:
     """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at); the
     exact weight in the tooltip. ``query`` (a position) outlines that row. ``value`` names what the cells
     hold (legend, tooltip and column): probabilities by default, on the fixed 0..1 scale; with ``top``, a
     value that is not a probability (a value-weighted norm) on its own 0..top scale in another hue.
-    ``clickable``: a click on a cell selects its ``query_pos`` and ``key_pos`` (the selection ``cell``)."""
-    frame = attention_frame(tokens, weights, causal, start)
+    ``clickable``: a click on a cell selects its ``query_pos`` and ``key_pos`` (the selection ``cell``).
+    ``key_start``: the columns are the tokens from that position on (default ``start``: the same as the rows);
+    ``true``: the model's own weights of the cells when ``weights`` are a display transform of them
+    (:func:`without_first`), kept beside them as ``true_weight`` and in the tooltip; cells without a value
+    (NaN) are left blank."""
+    key_start = start if key_start is None else key_start
+    key_tokens = tokens[key_start - start:]
+    frame = attention_frame(tokens, weights, causal, start, key_tokens=key_tokens, key_start=key_start)
+    extra = []
+    if true is not None:
+        frame["true_weight"] = attention_frame(tokens, true, causal, start, key_tokens=key_tokens,
+                                               key_start=key_start)["weight"].to_numpy()
+        frame = frame.dropna(subset=["weight"]).reset_index(drop=True)
+        extra = [alt.Tooltip("true_weight:Q", format=".6f", title="true weight")]
     if value != "weight":
         frame = frame.rename(columns={"weight": value})
     scale = BLUE
@@ -98,11 +111,12 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         alt.Chart(compact(frame), title=title)
         .mark_rect(strokeWidth=1.5, cursor="pointer" if clickable else alt.Undefined)
         .encode(
-            x=alt.X("key:N", sort=order, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            x=alt.X("key:N", sort=labels(key_tokens, key_start), title="key (attended to)",
+                    axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
             color=alt.Color(f"{value}:Q", scale=scale, title=value),
             stroke=outline,
-            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip(f"{value}:Q", format=".6f")],
+            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip(f"{value}:Q", format=".6f"), *extra],
         )
         .properties(width=alt.Step(step), height=alt.Step(step))
     )
@@ -110,6 +124,21 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         chart = chart.add_params(alt.selection_point(name="cell", fields=["query_pos", "key_pos"], on="click",
                                                      clear=False))
     return chart.properties(usermeta=CANVAS)
+
+
+def without_first(rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Explore's "Hide the first token", a display transform only: ``rows`` of one head over *every* key (column 0
+    is the first token: BOS, ``[CLS]`` or the first word piece) -> each row renormalised over keys 1..n−1,
+    w_ij / Σ_{k≥1} w_ik, so an attention sink no longer sets the colour scale. Returns the shown (rescaled) values
+    and the true weights of the window's columns from ``max(lo, 1)`` to ``hi``, and that first column's position.
+    A row with no weight off the first token (a decoder's first row, which sees only itself) has nothing to show:
+    NaN, drawn blank."""
+    rows = np.asarray(rows, dtype=np.float64)
+    rest = rows[:, 1:].sum(axis=1, keepdims=True)  # the row's weight off the first token (the future's 0s included)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shown = np.where(rest > 0, rows / rest, np.nan)
+    first = max(lo, 1)
+    return shown[:, first:hi], np.asarray(rows[:, first:hi]), first
 
 
 def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False, start: int = 0,
@@ -289,11 +318,15 @@ def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:
     return frame[value] - frame["baseline"]
 
 
-def best_label(frame: pd.DataFrame, value: str = "score") -> str:
+def best_label(frame: pd.DataFrame, value: str = "score", skip: frozenset[str] | set[str] = frozenset()) -> str:
     """The label whose best head gains most over its baseline (the raw best score where none has one): the
     grid a reader should see first, not the alphabetically first one. Among labels scored as shares or
     accuracies (0 to 1) where there are any: a gain of 5 tokens of attention distance or 0.5 nats of entropy
-    is not comparable with a gain of 0.5 in accuracy."""
+    is not comparable with a gain of 0.5 in accuracy. Labels in ``skip`` (the sink share: the first token is
+    never the answer unless asked for) only when there is nothing else."""
+    skipped = frame["label"].astype(str).isin(skip)
+    if not skipped.all():
+        frame = frame[~skipped]
     labels = frame["label"].astype(str)
     shares = frame[value].groupby(labels).transform(lambda col: bool(col.between(0, 1).all()))
     if shares.any():
@@ -305,19 +338,20 @@ def best_label(frame: pd.DataFrame, value: str = "score") -> str:
 
 
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
-              value: str = "score", reach: float | None = None) -> alt.Chart:
+              value: str = "score", reach: float | None = None, share: bool = False) -> alt.Chart:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
     that (layer, head): the selection is named ``head``. Where the rows have a baseline the colour is the
     gain over it, on a diverging scale centred at 0 and symmetric (so noise around the baseline stays pale,
     never stretched over the whole palette), with the raw value, the baseline and the gain in the tooltip and
     the baseline in the title; without one (or coloured by another value than the score), the raw value.
     ``reach``: the largest |gain| the scale spans (default: this grid's own), so grids of several models can share
-    one scale and their colours compare."""
+    one scale and their colours compare. ``share``: the label is a plain share from 0 to 1 (the sink share), read as
+    it is: on the heatmaps' fixed 0..1 scale (white is 0), the baseline in the tooltip and the title only."""
     rows = frame[frame["label"] == label]
     if rows.empty:
         raise ValueError(f"no rows for label {label!r}")
     rows = rows.assign(gain=gains(rows, value))
-    relative = value == "score" and bool(rows["gain"].notna().any())  # the baseline is the score's
+    relative = not share and value == "score" and bool(rows["gain"].notna().any())  # the baseline is the score's
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
     tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".4f")]
     tooltip += [alt.Tooltip(f"{c}:Q", format=".4f") for c in ("baseline", "gain", "mean_attention")
@@ -327,7 +361,12 @@ def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, sele
         x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
         y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
     )
-    if relative:
+    if share:
+        color = alt.Color(f"{value}:Q", scale=BLUE, title=[value, "(0 to 1)"])
+        baselines = rows["baseline"].dropna().unique() if "baseline" in rows else []
+        uniform = f"; uniform attention gives {baselines[0]:.3g}" if len(baselines) == 1 else ""
+        title = f"{label}: share of attention from 0 to 1{uniform} (click a cell to open it)"
+    elif relative:
         reach = float(reach if reach is not None else rows["gain"].abs().max()) or 1e-9
         color = alt.Color("gain:Q", title=[f"{value} −", "baseline"],
                           scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach], domainMid=0))
@@ -467,3 +506,90 @@ def cache_growth(frame: pd.DataFrame, step: int) -> alt.Chart:
     here = frame[frame["step"] == step].iloc[:1]
     rule = alt.Chart(here).mark_rule(color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="tokens cached:Q")
     return (lines + rule).properties(width=420, height=240)
+
+
+LENS_CELL = 50  # px: a logit-lens cell holds a token as text (16 fit beside the sidebar)
+LENS_RANGE = ["#ffffff", "#a63603"]  # a head's direct logit contribution: white is 0 (below 0 stays white)
+
+
+def visible(piece: str) -> str:
+    """A token as a cell or tooltip shows it: each leading or trailing space (a no-break space too) as ␣, and a
+    token of spaces only as ␣s."""
+    core = piece.strip()
+    lead, trail = len(piece) - len(piece.lstrip()), len(piece) - len(piece.rstrip())
+    return "␣" * len(piece) if not core else "␣" * lead + core + "␣" * trail
+
+
+def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "probability", title: str = "",
+              reach: float | None = None) -> alt.Chart:
+    """The logit lens as a table (a tidy ``<row>, position, input, rank, piece, <value>`` frame of
+    ``probes.effects.lens``): one row per value of ``row`` in the order ``rows`` (layers: "embeddings" … "after layer
+    N−1"; heads: "L.H"), one column per position (its input token), each cell the top token as text. ``value``
+    "probability" is coloured on the fixed 0..1 blue scale (white is 0); a logit contribution (a head's direct
+    effect) from 0 (white) to ``reach`` (default: the largest top logit shown), in another hue, below 0 white. The
+    tooltip lists the top k with their value."""
+    missing = [c for c in (row, "position", "input", "rank", "piece", value) if c not in frame]
+    if missing:
+        raise ValueError(f"the frame has no {', '.join(missing)} column")
+    frame = frame.assign(shown=[visible(p) for p in frame["piece"]])
+    digits = ".3f" if value == "probability" else "+.3f"
+    frame["said"] = [f"{s}  {v:{digits}}" for s, v in zip(frame["shown"], frame[value])]
+    ranks = sorted(frame["rank"].unique())
+    tops = frame.pivot_table(index=[row, "position"], columns="rank", values="said", aggfunc="first")
+    tops.columns = [f"top{r}" for r in tops.columns]
+    cells = frame[frame["rank"] == 1][[row, "position", "input", "shown", value]].merge(
+        tops.reset_index(), on=[row, "position"])
+    positions = sorted(cells["position"].unique())
+    inputs = dict(zip(cells["position"], cells["input"]))
+    names = [f"{p}: {inputs[p]}" for p in positions]
+    cells["column"] = [f"{p}: {t}" for p, t in zip(cells["position"], cells["input"])]
+    if value == "probability":
+        scale, dark = BLUE, 0.5
+    else:
+        reach = float(reach if reach is not None else cells[value].max())
+        reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
+        scale, dark = alt.Scale(domain=[0, reach], range=LENS_RANGE, interpolate="rgb", clamp=True), reach / 2
+    tooltip = [alt.Tooltip(f"{row}:N"), alt.Tooltip("column:N", title="position")]
+    tooltip += [alt.Tooltip(f"top{r}:N", title=f"top {r}") for r in ranks]
+    base = alt.Chart(compact(cells.drop(columns=["input"]))).encode(
+        x=alt.X("column:N", sort=names, title="position: input token", axis=alt.Axis(labelAngle=-60, labelOverlap=False,
+                                                                                     orient="top")),
+        y=alt.Y(f"{row}:N", sort=rows, title=None, axis=alt.Axis(labelOverlap=False)),
+        tooltip=tooltip,
+    )
+    rect = base.mark_rect(stroke="#d9d9d9", strokeWidth=0.5).encode(
+        color=alt.Color(f"{value}:Q", scale=scale, title=value if value == "probability" else "logit (direct)"))
+    text = base.mark_text(fontSize=11, limit=LENS_CELL - 4).encode(
+        text=alt.Text("shown:N"),
+        color=alt.condition(f"datum['{value}'] > {dark}", alt.value("white"), alt.value("black")))
+    return alt.layer(rect, text, title=title).properties(width=alt.Step(LENS_CELL), height=alt.Step(20),
+                                                         usermeta=CANVAS)
+
+
+def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
+    """Query parts (rows) × key parts (columns) of one attention score (a ``query_part, key_part, contribution``
+    frame, ``QKAttribution.grid``), each cell its term with its value written in it. Terms add up to the score and
+    can be negative: a diverging scale centred at 0 and symmetric, so white is a term of 0 whatever the range."""
+    rows = frame[["query_part", "key_part", "contribution"]].copy()
+    rows["share"] = rows["contribution"] / score if score else np.nan
+    reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
+    reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
+    order = {axis: list(dict.fromkeys(rows[f"{axis}_part"])) for axis in ("query", "key")}
+    base = alt.Chart(rows).encode(
+        x=alt.X("key_part:N", title="what wrote the key", sort=order["key"],
+                axis=alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=180)),
+        y=alt.Y("query_part:N", title="what wrote the query", sort=order["query"],
+                axis=alt.Axis(labelOverlap=False, labelLimit=180)),
+    )
+    rect = base.mark_rect().encode(
+        color=alt.Color("contribution:Q", scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach],
+                                                          domainMid=0), title="term"),
+        tooltip=[alt.Tooltip("query_part:N", title="query part"), alt.Tooltip("key_part:N", title="key part"),
+                 alt.Tooltip("contribution:Q", format="+.4f", title="term"),
+                 alt.Tooltip("share:Q", format="+.1%", title="of the score")],
+    )
+    text = base.mark_text(fontSize=10).encode(
+        text=alt.Text("contribution:Q", format="+.2f"),
+        color=alt.condition(f"abs(datum.contribution) > {0.6 * reach}", alt.value("white"), alt.value("#222")),
+    )
+    return alt.layer(rect, text, title=title).properties(width=alt.Step(58), height=alt.Step(26))

@@ -151,6 +151,12 @@ def text_words(inp: Input) -> list[tuple[str, list[int]]]:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
+def massive_activations(inp: Input) -> pd.DataFrame:
+    """The hidden-state numbers over 100 and over 1,000 × their layer's median size (Parity's table)."""
+    return parity.massive_activations(trace(inp))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
 def query_weights(inp: Input, query: int, keys: tuple[int, ...]) -> tuple[np.ndarray, float]:
     """Every layer × head's weight from one query token on some key tokens, and uniform attention's."""
     return explain.query_weights(trace(inp), query, list(keys))
@@ -178,6 +184,14 @@ def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None =
 
     picked = slice(*rows) if rows else None
     return value_norms(trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def why(inp: Input, layer: int, head: int, query: int, key: int):
+    """One score of one head split into what wrote its query × what wrote its key: a ``QKAttribution``."""
+    from probes.effects.qk import qk_attribution
+
+    return qk_attribution(model_of(inp), inp.text, layer, head, query, key, pair=inp.pair, truncate=inp.truncate)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -308,6 +322,24 @@ def attribution(name: str, text: str, target: str, other: str | None, position: 
     model = model_named(name)
     return logit_attribution(model, text, target_id(model, target), target_id(model, other) if other else None,
                              position)
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading every layer through the unembedding…")
+def lens(name: str, text: str, truncate: bool, positions: tuple[int, int], layer: int | None = None):
+    """The logit lens of ``text`` at positions [lo, hi) (a window of a long text): every layer's top tokens, and,
+    with ``layer``, the direct effect of that layer's heads (a ``Lens`` of small frames)."""
+    from probes.effects.lens import logit_lens
+
+    return logit_lens(model_named(name), text, truncate=truncate, positions=range(*positions),
+                      heads=layer is not None, head_layers=None if layer is None else [layer])
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def lens_column(name: str, ids: tuple[int, ...]) -> pd.DataFrame:
+    """The logit lens of the token ids ``ids`` (a generated text, as it is) at its last token, layers only."""
+    from probes.effects.lens import logit_lens
+
+    return logit_lens(model_named(name), ids=ids, positions=[len(ids) - 1], heads=False).layers
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running both texts…")

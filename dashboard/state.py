@@ -25,6 +25,7 @@ PAGES = {
     "find": ("Find heads", ":material/manage_search:"),
     "qkv": ("Q/K/V step by step", ":material/calculate:"),
     "generate": ("Generate", ":material/edit_note:"),
+    "lens": ("Logit lens", ":material/visibility:"),
     "parity": ("Parity", ":material/rule:"),
     "heads": ("Heads", ":material/psychology:"),
     "effects": ("Does it matter?", ":material/science:"),
@@ -42,8 +43,10 @@ class ViewState:
     layer: int = 0
     head: int = 0
     query: int = 10  # index among the real tokens: "she" in the default sentence, on the offline default
+    key: int = -1  # Explore: the key token of the clicked cell (its column, and "Why this weight?"); -1: none
     words: bool = False  # word-level view (pieces merged)
     colour: str = "weights"  # Explore's heatmap: attention weights, value-weighted norms or rollout (COLOURS)
+    hide_first: bool = False  # Explore's heatmap of weights: the first token hidden, each row rescaled over the rest
     truncate: bool = False  # keep the first tokens of an input longer than the context window
     page: str = "explore"
     prompt: str = DEFAULT_PROMPT  # Generate: the start of the text, what the model writes after

@@ -95,3 +95,44 @@ def app_server(log_dir: Path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+TIP = """(() => { const e = document.getElementById('vg-tooltip-element');
+  return e && e.classList.contains('visible') ? e.innerText : ''; })()"""
+
+
+class Cells:
+    """Where Explore's heatmap cells are on its canvas (Vega draws it on a canvas: no element per cell), for a
+    text of ``tokens`` tokens. The mouse scans the canvas until Vega's tooltip names a cell, then steps back to
+    the cell's edges; a cell is ``charts._step(tokens)`` pixels a side."""
+
+    def __init__(self, page, tokens: int):
+        from dashboard.charts import _step
+
+        self.page, self.step = page, _step(tokens)
+        box = page.locator("[data-testid=stVegaLiteChart] canvas").first.bounding_box()
+        hit = next(((x, y, c) for y in range(int(box["y"]) + 30, int(box["y"] + box["height"]), 7)
+                    for x in range(int(box["x"]) + 30, int(box["x"] + box["width"]), 7)
+                    if (c := self.cell(x, y)) is not None), None)
+        if hit is None:
+            raise SystemExit("no heatmap cell found under the mouse")
+        x, y, (query, key) = hit
+        left = x
+        while self.cell(left - 1, y) == (query, key):
+            left -= 1
+        top = y
+        while self.cell(x, top - 1) == (query, key):
+            top -= 1
+        self.x0, self.y0 = left - key * self.step, top - query * self.step  # the corner of cell (0, 0)
+
+    def cell(self, x: float, y: float) -> tuple[int, int] | None:
+        """The (query, key) of the cell under (x, y), from Vega's tooltip, or None."""
+        import re
+
+        self.page.mouse.move(x, y)
+        text = self.page.evaluate(TIP)
+        found = re.search(r"query\s+(\d+):", text), re.search(r"key\s+(\d+):", text)
+        return (int(found[0][1]), int(found[1][1])) if all(found) else None
+
+    def centre(self, query: int, key: int) -> tuple[float, float]:
+        return self.x0 + (key + 0.5) * self.step, self.y0 + (query + 0.5) * self.step

@@ -19,7 +19,6 @@ from ..state import COLOURS
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
 CLICKS = "explore_clicks"  # clicks taken so far, per chart: each chart that answers clicks is keyed by it (_key)
-KEY = "explore_key"  # the key token whose column is drawn as bars (session only; default: the query)
 log = logging.getLogger("dashboard")
 
 
@@ -207,9 +206,9 @@ def _follow_clicks(ctx: ui.Context, lo: int) -> None:
         cell = {"query_pos": words[row][0], "key_pos": words[col][0]}
     if cell:
         ui.update(query=min(int(cell["query_pos"]), n - 1))
-        st.session_state[KEY] = min(int(cell["key_pos"]), n - 1)
+        ui.update(key=min(int(cell["key_pos"]), n - 1))
     if key:
-        st.session_state[KEY] = min(int(key["key_pos"]), n - 1)
+        ui.update(key=min(int(key["key_pos"]), n - 1))
     if query:
         ui.update(query=min(int(query["query_pos"]), n - 1))
 
@@ -223,9 +222,17 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
                                "mean (Clark et al. 2019); special tokens left out")
     query = ui.query_picker(info, right)
     colour = _colour_by(ctx, left)
+    hide = ui.bound("toggle", "hide_first", "Hide the first token", left,
+                    help="attention weights only: the first token's column (BOS, [CLS] or the first word piece, where "
+                         "many heads park most of their weight: an attention sink) is left out and each row is "
+                         "rescaled to sum to 1 over the other keys, so they can be told apart. The tooltip keeps the "
+                         "true weight; switch it off to see the true weights again.")
     title = f"Layer {v.layer}, head {v.head}"
     if word_level and colour != "weights":
         st.caption(f"{COLOURS[colour].capitalize()} are drawn at token level: the word-level view shows weights.")
+    if hide and (word_level or colour != "weights"):
+        st.caption("“Hide the first token” rescales the token-level attention weights only: this view is drawn as it "
+                   "is, first token included.")
     if word_level:
         names, matrix = data.words(ctx.inp, v.layer, v.head)
         words = _word_tokens(ctx)
@@ -246,6 +253,17 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
         chart, note = _shaded(ctx, colour, lo, hi, query)
         st.caption(note + " The bars and the small multiples below are attention weights.")
         frame = chart.data
+    elif hide:
+        shown, true, first = charts.without_first(data.head(ctx.inp, v.layer, v.head, (lo, hi)), lo, hi)
+        chart = charts.attention_heatmap(info.tokens[lo:hi], shown, title + ", first token hidden (rows rescaled)",
+                                         causal=info.causal, start=lo, query=query, value="rescaled", clickable=True,
+                                         key_start=first, true=true)
+        first_token = ui.safe(charts.labels(info.tokens)[0])
+        st.caption(f"First token hidden: the colours are rescaled. The column of “{first_token}” is left out and each "
+                   "row is divided by the weight it gives the other keys, so it sums to 1 over them; these are not the "
+                   "model's weights. Hover a cell for its true weight; the bars below show the true weights. Switch "
+                   "“Hide the first token” off to see them in the heatmap.")
+        frame = chart.data
     else:
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query,
@@ -253,11 +271,12 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
         frame = chart.data  # the heatmap's own long table: its numbers, as shown
     ui.chart(chart, on_select="rerun", selection_mode="cell", key=_key("cell"))
     suffix = "" if colour == "weights" or word_level else f"-{colour}"
+    suffix += "-first-hidden" if hide and colour == "weights" and not word_level else ""
     ui.downloads(f"attention-L{v.layer}H{v.head}{suffix}", chart, frame)
 
     names = charts.labels(info.tokens)
-    key = st.session_state.get(KEY)
-    key = query if key is None or key >= n else key
+    picked = 0 <= v.key < n  # a clicked cell's column (the view's key: part of the link)
+    key = v.key if picked else query
     row = data.head(ctx.inp, v.layer, v.head, (query, query + 1))[0]
     ui.chart(charts.query_bars(info.tokens[lo:hi], row[lo:hi], query, info.causal, start=lo, name=names[query],
                                key=key, clickable=True), on_select="rerun", selection_mode="key", key=_key("keybar"))
@@ -267,6 +286,51 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
     window = f" (tokens {lo}–{hi - 1} of {n})" if hi - lo < n else ""
     st.caption(f"The column of {ui.safe(names[key])} in the heatmap: every query's weight on it{window}. Click a bar "
                "of either chart to follow that token (the orange bar is the other chart's token).")
+    _why(ctx, query, key if picked else None)
+
+
+WHY_TOP = 5  # terms said in words
+WHY_GRID = 6  # parts of each side in the grid (the others lumped into "other parts")
+
+
+def _why(ctx: ui.Context, query: int, key: int | None) -> None:
+    """"Why this weight?": the clicked cell's score split into what wrote its query × what wrote its key (QK
+    attribution, from the from-scratch pass), in words, as a small grid and as a CSV of every term."""
+    st.subheader("Why this weight?")
+    v, info = ui.view(), ctx.info
+    if key is None:
+        st.caption("Click a cell of the heatmap: its score is split here into what wrote the query × what wrote the "
+                   "key (the embeddings, each earlier head and MLP, the biases).")
+        return
+    names = charts.labels(info.tokens)
+    if ctx.model.family is None:
+        st.info(f"The split is not offered for {ui.safe(ctx.model.name)}: it reads every head's output projection, "
+                "which only the families of the from-scratch pass give (see Parity).")
+        return
+    if info.causal and key > query:
+        st.info(f"{ui.safe(names[query])} cannot look at {ui.safe(names[key])}: in a causal model a query sees only "
+                "itself and earlier tokens. Click a cell on or left of the diagonal.")
+        return
+    try:
+        why = data.why(ctx.inp, v.layer, v.head, query, key)
+    except probes.ProbesError as exc:
+        st.info(ui.safe(ui.in_app_words(exc)))
+        return
+    q_name, k_name = ui.safe(names[query]), ui.safe(names[key])
+    st.caption(f"Head {v.layer}.{v.head} gives query {q_name} weight {why.weight:.3f} on key {k_name}: the softmax of "
+               f"its score {why.score:.3g} (scale · q·k) against the row's other scores. The score splits exactly into "
+               f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each earlier "
+               "head's and MLP's output, the biases), the norms frozen at their scale on this text, computed by the "
+               f"from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
+    lines = [ui.safe(why.sentence(row)) for row in why.top(WHY_TOP).itertuples()]
+    st.markdown("\n".join(f"{i}. {line}" for i, line in enumerate(lines, start=1)))
+    chart = charts.qk_grid(why.grid(WHY_GRID), why.score, f"Head {v.layer}.{v.head}: “{info.tokens[query]}” ({query}) "
+                           f"→ “{info.tokens[key]}” ({key}), score {why.score:.3g}")
+    ui.chart(chart)
+    st.caption(f"Each cell: one query part's q · one key part's k × scale; the {WHY_GRID} largest parts of each side, "
+               "the rest lumped into “other parts”, so the grid sums to the score. Red adds to the score, blue takes "
+               "from it. The CSV holds every term.")
+    ui.downloads(f"why-L{v.layer}H{v.head}-q{query}-k{key}", chart, why.frame())
 
 
 def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import probes
+from probes.effects.lens import stage
 
 from .. import charts, data, ui
 
@@ -120,6 +121,8 @@ def render(ctx: ui.Context) -> None:
                + "most attended: " + ", ".join(f"{p}: {ui.safe(repr(t))} {w_:.2f}" for p, t, w_ in top)
                + (f" · this layer sees only the last {window} tokens (a sliding window)" if window else ""))
 
+    _lens(w.model, gen, step)
+
     st.subheader("Every step of this head")
     band = gen.rows_matrix(v.layer, v.head).numpy()
     first = max(0, band.shape[1] - charts.MAX_CELLS)
@@ -146,6 +149,22 @@ def render(ctx: ui.Context) -> None:
     left.metric("Time of this step", f"{gen.step_seconds[step] * 1e3:.0f} ms",
                 help="step 0 is the prefill of the whole prompt; the others run one token")
     ui.chart(charts.cache_growth(growth, step), right)
+
+
+def _lens(name: str, gen, step: int) -> None:
+    """The logit lens of the text so far at the fed token: the top token each layer would write there."""
+    q = gen.query_position(step)
+    st.subheader("What each layer would write here (logit lens)")
+    try:
+        column = data.lens_column(name, tuple(int(i) for i in gen.input_ids[: q + 1]))
+    except probes.ProbesError as exc:
+        st.warning(f"The logit lens could not run: {ui.safe(ui.in_app_words(exc))}")
+        return
+    rows = [stage(r) for r in range(int(column["row"].max()) + 1)]
+    ui.chart(charts.lens_grid(column, "stage", rows, title="Top token after each layer, at the fed token"))
+    st.caption("The residual stream at the fed token after each layer, read through the final norm and the "
+               "unembedding (the Logit lens page shows every token): the cell's colour is the probability, from 0 "
+               "(white) to 1 (blue); hover for the top 5. The last row is the model's own prediction at this step.")
 
 
 def _proof(w: data.Writing) -> None:

@@ -173,9 +173,10 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     if problem:
         st.warning(ui.safe(problem))
     labels = sorted(frame["label"].astype(str).unique())
+    shares = registry.share_labels()  # labels read as plain shares 0..1 (the sink share), not against a baseline
     cols = st.columns(2)
     if ui.view().label not in labels:  # a new table (or none chosen yet): the label that gains most
-        ui.update(label=charts.best_label(frame))
+        ui.update(label=charts.best_label(frame, skip=set(shares)))
     label = ui.bound("selectbox", "label", "Label", cols[0], options=labels,
                      help="opens on the label whose best head rises most above its baseline")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
@@ -183,12 +184,16 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)
     heads = max(int(frame["head"].max()) + 1, ctx.model.n_heads)
     v = ui.view()
-    reach = shared_reach(frame, others or {}, label) if value == "score" else None
+    share = label in shares
+    reach = shared_reach(frame, others or {}, label) if value == "score" and not share else None
     chart = charts.head_grid(frame.assign(label=frame["label"].astype(str)), label, layers, heads,
-                             selected=(v.layer, v.head), value=value, reach=reach)
+                             selected=(v.layer, v.head), value=value, reach=reach, share=share)
     shared = (f" One colour scale (gain ±{reach:.3g}) with {', '.join(ui.safe(m) for m in others)}: switch the "
               "sidebar's model to compare, the colours mean the same." if reach else "")
-    st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.{shared}")
+    what = (f" {ui.safe(label)} is {shares[label]}. A share from 0 to 1, coloured as it is on one fixed scale "
+            "(white 0, dark blue 1), not against a baseline: uniform attention's share is in the tooltip."
+            if share else "")
+    st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.{what}{shared}")
     n = frame.loc[frame["label"].astype(str) == label, "n"].min() if "n" in frame else None
     if n is not None and n == n and n < FEW:
         st.warning(f"Only {int(n)} examples behind these scores: below {FEW}, a head's score moves by chance more "

@@ -90,6 +90,28 @@ def render(ctx: ui.Context) -> None:
     if data.proof_of(ctx.inp) is not None:
         command += ["--dtype", "float64"]
     st.code(shlex.join(command), language="bash")
+    _massive(ctx)
+
+
+def _massive(ctx: ui.Context) -> None:
+    """The massive activations of this input's hidden states (Sun et al. 2024), read off the Trace."""
+    st.subheader("Massive activations")
+    frame = data.massive_activations(ctx.inp)
+    rule = ("single numbers of the residual stream whose size is over 100 and over 1,000 × the median size of their "
+            "layer's hidden state (Sun et al. 2024)")
+    if frame.empty:
+        st.info(f"No massive activations in {ui.safe(ctx.model.name)} on this text: no hidden-state number is over 100 "
+                "and over 1,000 × its layer's median size. Larger decoders have them (SmolLM2 does, on the first "
+                "token).")
+        return
+    layers = sorted(frame["layer"].unique())
+    st.caption(f"{len(frame)} massive activations, in layers {layers[0]}–{layers[-1]}: {rule}. Layer ℓ is the residual "
+               "stream after block ℓ (the last is after the final norm). They usually sit on the first token, where "
+               "many heads park their weight (the attention sink), and they are why the hidden-state figures above "
+               "are judged in units of their scale.")
+    st.dataframe(frame, hide_index=True, column_config={
+        "value": st.column_config.NumberColumn(format="%.1f"),
+        "times_median": st.column_config.NumberColumn("× median", format="%.0f")})
 
 
 def _float64(inp: data.Input) -> None:

@@ -132,3 +132,87 @@ def test_a_crafted_link_shows_text_not_links_or_outside_images(app_url):
         assert not [url for url in asked if url.startswith("https://evil.example")]  # the visitor never calls out
         page.screenshot(path=SHOTS / "app_crafted_link.png", full_page=True)
         browser.close()
+
+
+def test_hide_the_first_token_rescales_the_heatmap_and_keeps_the_link(app_url):
+    """SmolLM2's head 29.0 parks most of its weight on the first token "X" (an attention sink): that one column
+    sets the heatmap's colours. "Hide the first token" rescales each row over the other keys, says so under the
+    heatmap, and is part of the link."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{app_url}/?model=smollm2&layer=29&head=0&query=12")
+        _settle(page)
+        page.get_by_role("heading", name="smollm2: layer 29, head 0").wait_for(timeout=120_000)
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
+        page.get_by_text("Where '12:  was' looks").wait_for(timeout=30_000)
+        page.screenshot(path=SHOTS / "app_explore_sink.png", full_page=True)
+
+        page.get_by_text("Hide the first token").click()
+        _settle(page)
+        page.get_by_text("First token hidden: the colours are rescaled").wait_for(timeout=60_000)
+        page.wait_for_function("() => location.search.includes('hide_first=1')", timeout=30_000)
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
+        page.screenshot(path=SHOTS / "app_explore_sink_hidden.png", full_page=True)
+        browser.close()
+
+
+def test_the_logit_lens_reads_every_layer(app_url):
+    """The Logit lens page on SmolLM2: a layers × tokens table of top tokens, then the heads of one layer; minilm (an
+    encoder) gets its note instead."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{app_url}/lens?model=smollm2&page=lens&layer=29")
+        _settle(page)
+        page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=120_000)
+        page.get_by_text("its logits, exactly").wait_for(timeout=120_000)
+        page.wait_for_function("document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')"
+                               ".length >= 1", timeout=60_000)
+        page.wait_for_timeout(1000)  # Vega draws in the browser
+        page.screenshot(path=SHOTS / "app_lens.png", full_page=True)
+
+        page.get_by_text("Heads: direct effect").click()
+        _settle(page)
+        page.get_by_text("not a probability (no softmax)").wait_for(timeout=60_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=SHOTS / "app_lens_heads.png", full_page=True)
+
+        page.goto(f"{app_url}/lens?page=lens")  # the offline default, a BERT encoder
+        _settle(page)
+        page.get_by_text("minilm has no language-model head").wait_for(timeout=60_000)
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=SHOTS / "app_lens_encoder.png", full_page=True)
+        browser.close()
+
+
+def test_a_click_on_a_cell_says_why_this_weight(app_url):
+    """On the story sentence, head 1.2: a click on the cell of "she" (row 10) and "xiao" (column 7, the first piece of
+    "Xiaohong") opens "Why this weight?" with its grid, and the cell goes into the link."""
+    from browser import Cells
+
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(f"{app_url}/?layer=1&head=2")
+        _settle(page)
+        page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=60_000)
+        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
+                               timeout=60_000)
+        page.wait_for_timeout(500)
+        page.mouse.click(*Cells(page, 15).centre(10, 7))
+        _settle(page)
+        page.wait_for_function("() => location.search.includes('key=7')", timeout=30_000)
+        page.get_by_text("Why this weight?").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.querySelectorAll('svg text')].some(t => t.textContent.includes("
+                               "'(7), score'))", timeout=60_000)
+        assert page.get_by_text("key 'xiao': its position embedding × query 'she'").first.is_visible()
+        page.get_by_text("Why this weight?").scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        page.screenshot(path=SHOTS / "app_explore_why.png")
+        browser.close()

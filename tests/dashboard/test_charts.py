@@ -247,3 +247,99 @@ def test_layer_multiples_outline_the_selected_head_and_answer_clicks():
     assert outline["transform"][0] == {"filter": "(datum.head === '5.1')"} and outline["mark"]["stroke"] == "#e6550d"
     assert {r["tokens"] for r in _rows(spec)} == {"20–23"}
     assert len(charts.layer_multiples(w, layer=5).to_dict()["spec"]["layer"]) == 1  # no head selected: no outline
+
+
+@pytest.mark.numeric
+def test_without_first_rescales_each_row_over_the_other_keys_and_keeps_the_true_weights():
+    rows = np.array([[1.0, 0.0, 0.0], [0.6, 0.4, 0.0], [0.5, 0.125, 0.375]])  # a decoder's rows, the first a sink
+    shown, true, first = charts.without_first(rows, 0, 3)
+    assert first == 1 and np.array_equal(true, rows[:, 1:])
+    assert np.isnan(shown[0]).all()  # the first row sees only the first token: nothing left to show
+    assert np.abs(shown[1:] - [[1.0, 0.0], [0.25, 0.75]]).max() <= F64  # w_ij / (1 − w_i0)
+    assert np.abs(shown[1:].sum(axis=1) - 1).max() <= F64  # each shown row sums to 1 again
+    # a window that starts after the first token: its rows are still rescaled by their weight off the first token
+    shown, true, first = charts.without_first(rows[1:], 2, 3)
+    assert first == 2 and np.abs(shown - [[0.0], [0.75]]).max() <= F64 and np.array_equal(true, rows[1:, 2:])
+
+
+@pytest.mark.numeric
+def test_heatmap_without_the_first_token_hides_its_column_and_keeps_the_true_weight_in_the_tooltip():
+    rows = np.array([[1.0, 0.0, 0.0], [0.6, 0.4, 0.0], [0.5, 0.125, 0.375]])
+    shown, true, first = charts.without_first(rows, 0, 3)
+    spec = charts.attention_heatmap(["<s>", "a", "b"], shown, "L0 H0", causal=True, value="rescaled",
+                                    key_start=first, true=true).to_dict()
+    assert spec["encoding"]["x"]["sort"] == ["1: a", "2: b"] and spec["encoding"]["y"]["sort"] == ["0: <s>", "1: a",
+                                                                                                   "2: b"]
+    cells = {(r["query_pos"], r["key_pos"]): (r["rescaled"], r["true_weight"]) for r in _rows(spec)}
+    assert set(cells) == {(1, 1), (2, 1), (2, 2)}  # no first column, no future, no empty first row
+    assert cells[(1, 1)][0] == pytest.approx(1.0, abs=F64, rel=0) and cells[(1, 1)][1] == 0.4
+    assert cells[(2, 2)][0] == pytest.approx(0.75, abs=F64, rel=0) and cells[(2, 2)][1] == 0.375
+    assert spec["encoding"]["color"]["field"] == "rescaled" and spec["encoding"]["color"]["scale"]["domain"] == [0, 1]
+    tooltip = {t["field"]: t.get("title") for t in spec["encoding"]["tooltip"]}
+    assert tooltip["true_weight"] == "true weight" and "rescaled" in tooltip
+
+
+def test_the_sink_share_grid_reads_on_a_fixed_share_scale_and_is_never_the_default_label():
+    frame = pd.DataFrame({"label": ["sink", "sink", "previous", "previous"], "layer": [0, 1, 0, 1], "head": [0] * 4,
+                          "score": [0.95, 0.4, 0.5, 0.3], "baseline": [0.1, 0.1, 0.1, 0.1], "n": [40] * 4})
+    spec = charts.head_grid(frame, "sink", 2, 1, share=True).to_dict()
+    color = spec["layer"][0]["encoding"]["color"]
+    assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # a share, not a gain over a baseline
+    assert "share of attention from 0 to 1; uniform attention gives 0.1" in spec["title"]
+    assert {t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]} >= {"score", "baseline"}
+    assert charts.best_label(frame) == "sink" and charts.best_label(frame, skip={"sink"}) == "previous"
+    assert charts.best_label(frame[frame.label == "sink"], skip={"sink"}) == "sink"  # nothing else to show
+
+
+def _lens_frame(row: str, names: list[str], value: str) -> pd.DataFrame:
+    """A tiny logit lens: ``names`` rows × 2 positions × top 2, the top token's value 0.75 (or 3.0 for logits)."""
+    out = []
+    for name in names:
+        for position, token in enumerate(["Hello", " world"]):
+            for rank, (piece, v) in enumerate([(" there", 0.75), ("!", 0.125)], start=1):
+                out.append({row: name, "position": position, "input": token, "rank": rank, "piece": piece,
+                            value: v if value == "probability" else 4 * v})
+    return pd.DataFrame(out)
+
+
+def test_lens_grid_shows_each_cells_top_token_on_the_fixed_probability_scale():
+    stages = ["embeddings", "after layer 0"]
+    spec = charts.lens_grid(_lens_frame("stage", stages, "probability"), "stage", stages, title="lens").to_dict()
+    assert spec["title"] == "lens"
+    rect, text = spec["layer"]
+    assert rect["mark"]["type"] == "rect" and text["mark"]["type"] == "text"
+    assert rect["encoding"]["color"]["scale"]["domain"] == [0, 1] and rect["encoding"]["y"]["sort"] == stages
+    assert rect["encoding"]["x"]["sort"] == ["0: Hello", "1:  world"]
+    rows = _rows(spec)
+    assert len(rows) == 4 and {r["shown"] for r in rows} == {"␣there"}  # one cell a (row, position): the top token
+    assert {r["top1"] for r in rows} == {"␣there  0.750"} and {r["top2"] for r in rows} == {"!  0.125"}
+    assert [t.get("title") for t in rect["encoding"]["tooltip"]][-2:] == ["top 1", "top 2"]
+
+
+def test_lens_grid_colours_direct_logits_from_zero_and_refuses_a_missing_column():
+    frame = _lens_frame("head", ["1.0", "1.1"], "logit")
+    spec = charts.lens_grid(frame, "head", ["1.0", "1.1"], value="logit", reach=6.0).to_dict()
+    scale = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domain"] == [0, 6.0] and scale["clamp"] is True  # a head's logit below 0 stays white
+    assert {r["top1"] for r in _rows(spec)} == {"␣there  +3.000"}
+    assert charts.lens_grid(frame, "head", ["1.0", "1.1"], value="logit").to_dict()["layer"][0]["encoding"]["color"][
+        "scale"]["domain"] == [0, 3.0]  # default: the largest top logit shown
+    with pytest.raises(ValueError, match="no piece column"):
+        charts.lens_grid(frame.drop(columns=["piece"]), "head", ["1.0"], value="logit")
+    assert charts.visible(" ") == "␣" and charts.visible(" a ") == "␣a␣" and charts.visible("a b") == "a b"
+    assert charts.visible("\xa0") == "␣"  # a no-break space shows too
+
+
+def test_qk_grid_is_diverging_around_zero_and_keeps_the_parts_order():
+    frame = pd.DataFrame({"query_part": ["token embedding", "token embedding", "head 0.1", "head 0.1"],
+                          "key_part": ["head 0.0", "biases", "head 0.0", "biases"],
+                          "contribution": [3.0, -0.5, 0.25, -1.0]})
+    spec = charts.qk_grid(frame, 1.75, "why").to_dict()
+    rect = spec["layer"][0]
+    scale = rect["encoding"]["color"]["scale"]
+    assert scale["domain"] == [-3.0, 3.0] and scale["domainMid"] == 0  # white is a term of 0, whatever the range
+    assert rect["encoding"]["y"]["sort"] == ["token embedding", "head 0.1"]  # the order the grid was given
+    assert rect["encoding"]["x"]["sort"] == ["head 0.0", "biases"]
+    data = spec["datasets"][spec["data"]["name"]] if "datasets" in spec else None
+    shares = sorted(row["share"] for row in data) if data else []
+    assert shares == sorted(c / 1.75 for c in frame.contribution)  # each term's share of the score, in the tooltip

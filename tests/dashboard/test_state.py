@@ -43,3 +43,12 @@ def test_generate_settings_round_trip_and_bad_numbers_are_explained():
     state, problems = ViewState.from_query({"temperature": "hot", "top_p": "-1", "step": "x"})
     assert (state.temperature, state.top_p, state.step) == (1.0, 1.0, 0)
     assert len(problems) == 3 and any("temperature='hot'" in p and "number" in p for p in problems)
+
+
+def test_hide_the_first_token_is_part_of_the_link():
+    state = ViewState(hide_first=True)
+    assert state.to_query()["hide_first"] == "1" and "hide_first" not in ViewState().to_query()
+    back, problems = ViewState.from_query({"hide_first": "1"})
+    assert back.hide_first and not problems
+    _, problems = ViewState.from_query({"hide_first": "maybe"})
+    assert problems and "hide_first" in problems[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from apptest import open_app, rerun, rows, specs, titles
+from numeric import fp32
 
 import probes
 from dashboard import charts
@@ -103,3 +104,79 @@ def test_a_decoder_column_leaves_out_the_queries_before_the_key():
     _click(at, "cell", "cell", query_pos=4, key_pos=2)
     column = rows(at, "Who attends to '2: ")
     assert sorted(r["query_pos"] for r in column) == [2, 3, 4]  # queries 0, 1 cannot see key 2: not drawn as 0
+
+
+@pytest.mark.numeric
+def test_hide_the_first_token_rescales_the_rows_keeps_the_true_weight_and_is_part_of_the_link(minilm):
+    at = open_app(layer=0, head=3, query=10)
+    assert not at.toggle(key="w_hide_first").value and "Layer 0, head 3" in titles(at)
+    at.toggle(key="w_hide_first").set_value(True)
+    rerun(at)
+    assert _link(at, "hide_first") == "1"  # part of the link: it opens the same way
+    title = "Layer 0, head 3, first token hidden (rows rescaled)"
+    assert title in titles(at)
+    captions = "\n".join(c.value for c in at.caption)
+    assert "First token hidden: the colours are rescaled" in captions and "true weight" in captions
+    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(0, 3).double().numpy()
+    cells = rows(at, title)
+    n = reference.shape[0]
+    assert {r["key_pos"] for r in cells} == set(range(1, n))  # the first column ([CLS]) is not drawn
+    true = np.zeros((n, n))
+    shown = np.zeros((n, n))
+    for r in cells:
+        true[r["query_pos"], r["key_pos"]] = r["true_weight"]
+        shown[r["query_pos"], r["key_pos"]] = r["rescaled"]
+    assert np.array_equal(true[:, 1:], reference[:, 1:].astype(np.float32))  # the tooltip: the model's own weights
+    expected = reference[:, 1:] / reference[:, 1:].sum(axis=1, keepdims=True)
+    # fp32 weights rescaled in float64: a row of n fp32 roundings of weights ≤ 1, divided by a sum ≤ 1 above 1e-3
+    assert np.abs(shown[:, 1:] - expected).max() <= fp32(n) / reference[:, 1:].sum(axis=1).min()
+    assert np.abs(shown[:, 1:].sum(axis=1) - 1).max() <= fp32(n)  # each row sums to 1 over the keys shown
+    where = {r["key_pos"]: r["weight"] for r in rows(at, "Where '10: she' looks")}
+    assert where[0] == reference[10, 0].astype(np.float32)  # the bars keep the true weights, first token included
+
+    at.radio(key="w_colour").set_value("rollout")  # another colouring: drawn as it is, and the page says so
+    rerun(at)
+    assert "rescales the token-level attention weights only" in "\n".join(c.value for c in at.caption)
+    assert not [t for t in titles(at) if t and "first token hidden" in t]
+    at.radio(key="w_colour").set_value("weights")
+    at.toggle(key="w_hide_first").set_value(False)  # reversible: the true weights again
+    rerun(at)
+    assert "Layer 0, head 3" in titles(at) and "hide_first" not in at.query_params
+    shared = open_app(layer=0, head=3, hide_first=1)  # the link, in a new session
+    assert shared.toggle(key="w_hide_first").value and title in titles(shared)
+
+
+@pytest.mark.numeric
+def test_a_cell_click_opens_why_this_weight_and_the_link_reopens_it(minilm):
+    from apptest import texts
+
+    from probes.effects.qk import qk_attribution
+    from dashboard.state import DEFAULT_TEXT
+
+    at = open_app(layer=1, head=2)
+    assert "Click a cell of the heatmap" in texts(at.caption)  # no cell picked yet: the panel says how to open it
+    _click(at, "cell", "cell", query_pos=10, key_pos=7)  # "she" on the first piece of "Xiaohong"
+    assert _link(at, "key") == "7" and at.session_state["view"].query == 10  # the cell is part of the link
+    expected = qk_attribution(minilm, DEFAULT_TEXT, 1, 2, 10, 7)
+    shown = texts(at.markdown)
+    for row in expected.top(5).itertuples():  # the top terms in words, the library's numbers
+        assert expected.sentence(row) in shown
+    title = f"Head 1.2: “she” (10) → “xiao” (7), score {expected.score:.3g}"
+    assert title in titles(at)
+    cells = rows(at, f"(7), score {expected.score:.3g}")  # (the spec is JSON with its quotes and arrow escaped)
+    assert len(cells) == 49  # 6 parts a side and "other parts"
+    # the grid still sums to the score (the same float64 terms, summed in another order)
+    assert sum(r["contribution"] for r in cells) == pytest.approx(expected.total, abs=fp32(49, expected.bound),
+                                                                   rel=0)
+    assert "Sum of the parts" in texts(at.caption)
+    reopened = open_app(layer=1, head=2, query=10, key=7)  # the link opens on the same panel
+    assert title in titles(reopened)
+
+
+def test_why_this_weight_on_a_decoder_says_a_later_key_has_no_score(gpt2_dir):
+    from apptest import texts
+
+    at = open_app(model=str(gpt2_dir), text="the cat sat on the mat", layer=1, head=0, query=2, key=4)
+    assert "a query sees only itself and earlier tokens" in texts(at.info)
+    at = open_app(model=str(gpt2_dir), text="the cat sat on the mat", layer=1, head=0, query=4, key=2)
+    assert any(t and t.startswith("Head 1.0:") for t in titles(at))

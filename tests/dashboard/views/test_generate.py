@@ -103,3 +103,18 @@ def test_an_encoder_decoder_gets_its_own_note(ckpt_dir):
     assert "is an encoder-decoder: the workbench shows its encoder's attention" in _texts(at.info)
     with pytest.raises(probes.UnsupportedModel, match="encoder-decoder"):
         g.generate(probes.load(str(path)), "hello there", 3)
+
+
+def test_the_step_shows_the_logit_lens_at_the_fed_token(gpt2_dir):
+    # the lens of the text so far at the fed token: one cell per layer; greedy, its last row is what the step wrote
+    from apptest import rows as _rows
+
+    import probes
+    from dashboard.charts import visible
+
+    at = _app(model=str(gpt2_dir), page="generate", new_tokens=4, step=2)
+    gen = g.generate(probes.load(str(gpt2_dir)), DEFAULT_PROMPT, 4)
+    cells = _rows(at, "Top token after each layer, at the fed token")
+    assert [c["stage"] for c in cells] == ["embeddings", "after layer 0", "after layer 1"]
+    assert {c["position"] for c in cells} == {gen.query_position(2)}
+    assert cells[-1]["shown"] == visible(gen.tokens[gen.query_position(2) + 1].text)

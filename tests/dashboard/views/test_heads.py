@@ -253,3 +253,18 @@ def test_several_models_share_one_colour_scale(corpus_run):
     alone = _uploads(open_app(page="heads"), table=table)
     grid = [s for s in _specs(alone) if "click a cell" in str(s.get("title"))][0]
     assert grid["layer"][0]["encoding"]["color"]["scale"]["domain"][1] == mine  # the same arithmetic on the same CSV
+
+
+def test_the_sink_share_has_its_own_grid_on_a_fixed_share_scale():
+    at = _run_probe("positional", 5)
+    assert "sink" in at.selectbox(key="w_label").options and at.selectbox(key="w_label").value != "sink"
+    at.selectbox(key="w_label").set_value("sink")
+    _rerun(at)
+    grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
+    assert grid["title"].startswith("sink: share of attention from 0 to 1; uniform attention gives")
+    color = grid["layer"][0]["encoding"]["color"]
+    assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # not a gain over the baseline
+    captions = texts(at.caption)
+    assert "the sink share: the weight on the first token" in captions and "not against a baseline" in captions
+    table = at.dataframe[0].value
+    assert len(table) == 72 and table["score"].between(0, 1).all()

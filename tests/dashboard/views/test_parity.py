@@ -90,3 +90,17 @@ def test_a_public_deployment_does_not_make_a_float64_copy_of_smollm2(monkeypatch
     assert ("The float64 proof could not run: a float64 copy of smollm2 would take 1.0 GiB, over the 0.5 GiB "
             "allowed here") in _texts(at.warning)
     assert "proven" not in _texts(at.sidebar.markdown) and not at.exception
+
+
+def test_parity_page_lists_smollm2s_massive_activations_and_says_when_there_are_none():
+    at = _app(model="smollm2", page="parity")  # the story sentence
+    assert "Massive activations" in [s.value for s in at.subheader]
+    table = next(d.value for d in at.dataframe if "dimension" in d.value.columns)
+    assert list(table.columns)[:4] == ["layer", "dimension", "value", "token"]
+    first = table.iloc[0]
+    assert (first["layer"], first["dimension"], first["token"], first["position"]) == (11, 507, "X", 0)
+    assert set(table["token"]) == {"X"} and table["value"].abs().max() > 20_000
+    assert "over 100 and over 1,000 × the median size" in _texts(at.caption)
+    plain = _app(page="parity")  # the offline encoder has none
+    assert "No massive activations in minilm on this text" in _texts(plain.info)
+    assert not [d for d in plain.dataframe if "dimension" in d.value.columns]
