@@ -10,6 +10,8 @@
 * :mod:`.lens`: the logit lens (decoders): each layer's residual stream read through the final norm and the
   unembedding (top tokens and their probabilities; the last layer's equals the model's logits), and each head's
   direct effect on the logits (the final norm frozen, as in the attribution);
+* :mod:`.qk`: QK attribution, why a head attends where it does: one pre-softmax score split exactly into what
+  wrote the query × what wrote the key (embeddings, earlier heads and MLPs, biases; the norms frozen);
 * :mod:`.pairs`: minimal pairs, two texts that differ in a few words, compared head by head.
 
 The interventions run the from-scratch network (:func:`probes.scratch.outputs`, eager attention, the same
