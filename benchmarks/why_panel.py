@@ -37,7 +37,23 @@ PROBE = """
   window.__why = {down: -1, idle: -1, sent: -1};
   document.addEventListener('pointerdown', () => {
     window.__why.down = performance.now(); window.__why.idle = -1; window.__why.sent = -1;
+    window.__why.first = -1; window.__why.last = -1;
   }, true);
+  const listen = WebSocket.prototype.addEventListener;  // when the server's messages arrive
+  WebSocket.prototype.addEventListener = function (type, fn, ...rest) {
+    if (type === 'message') {
+      const wrapped = (event) => {
+        if (window.__why.sent >= 0) {
+          const t = performance.now();
+          if (window.__why.first < 0) window.__why.first = t;
+          window.__why.last = t;
+        }
+        return fn.call(this, event);
+      };
+      return listen.call(this, type, wrapped, ...rest);
+    }
+    return listen.call(this, type, fn, ...rest);
+  };
   const send = WebSocket.prototype.send;  // when the browser sends the click to the server (its rerun request)
   WebSocket.prototype.send = function (data) {
     if (window.__why.down >= 0 && window.__why.sent < 0) window.__why.sent = performance.now();

@@ -7,6 +7,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+# Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a third of a click's
+# time on Explore went there. A chart's whole spec is still checked where it matters, by the tests, which call
+# ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips that check too.
+alt.utils.schemapi.disable_debug_mode()
+
 BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0
 HIGHLIGHT = "#e6550d"  # the selected query token / head
 PALETTE = ["#08519c", "#e6550d", "#31a354", "#756bb1"]
@@ -574,6 +579,7 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
     rows["share"] = rows["contribution"] / score if score else np.nan
     reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
+    rows["ink"] = np.where(rows["contribution"].abs() > 0.6 * reach, "white", "#222")  # legible on dark cells
     order = {axis: list(dict.fromkeys(rows[f"{axis}_part"])) for axis in ("query", "key")}
     base = alt.Chart(rows).encode(
         x=alt.X("key_part:N", title="what wrote the key", sort=order["key"],
@@ -588,8 +594,7 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
                  alt.Tooltip("contribution:Q", format="+.4f", title="term"),
                  alt.Tooltip("share:Q", format="+.1%", title="of the score")],
     )
-    text = base.mark_text(fontSize=10).encode(
-        text=alt.Text("contribution:Q", format="+.2f"),
-        color=alt.condition(f"abs(datum.contribution) > {0.6 * reach}", alt.value("white"), alt.value("#222")),
-    )
-    return alt.layer(rect, text, title=title).properties(width=alt.Step(58), height=alt.Step(26))
+    text = base.mark_text(fontSize=10).encode(text=alt.Text("contribution:Q", format="+.2f"),
+                                              color=alt.Color("ink:N", scale=None))
+    return (alt.layer(rect, text, title=title).resolve_scale(color="independent")  # the ink is not on the term's scale
+            .properties(width=alt.Step(58), height=alt.Step(26)))
