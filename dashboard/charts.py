@@ -7,8 +7,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-# Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a third of a click's
-# time on Explore went there. A chart's whole spec is still checked where it matters, by the tests, which call
+# Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
+# script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the tests, which call
 # ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips that check too.
 alt.utils.schemapi.disable_debug_mode()
 
