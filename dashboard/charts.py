@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 # Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
-# script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the tests, which call
-# ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips that check too.
+# script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the
+# tests, which call ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips it too.
 alt.utils.schemapi.disable_debug_mode()
 
 BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0

@@ -147,7 +147,7 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
             f"is outside layer {layer}'s sliding window of {window} tokens"
         raise BadOption(f"key token {key} {why}, so head {layer}.{head} gives it no score: pick a key at or before "
                         f"token {query}")
-    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True)
+    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)  # the layers after: not needed
     positions = torch.tensor([query, key], device=enc.input_ids.device)
     with torch.inference_mode():
         named = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, got.inputs, got.z, positions,

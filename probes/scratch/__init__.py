@@ -99,8 +99,13 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
 
 
+class _Stop(Exception):
+    """Raised inside a pass of :func:`outputs` at the layer it was asked to stop before."""
+
+
 def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: bool = False,
-            grad: bool = False, keep_inputs: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Outputs:
+            grad: bool = False, keep_inputs: bool = False, resume: tuple[int, torch.Tensor] | None = None,
+            upto: int | None = None) -> Outputs:
     """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps
     no probabilities: what interventions run many times, in batches of edited copies.
 
@@ -108,7 +113,9 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
     first layer run), ``keep_inputs`` every layer's input; ``resume=(layer, x)`` starts at ``layer`` from its
     input ``x`` ``[B, L, D]`` (a clean pass's ``inputs``, shared by copies edited from that layer on);
     ``grad`` records the pass for autograd (the attention and activations then work out of place), so a
-    gradient can flow back to whatever ``edit`` multiplied in (head gates)."""
+    gradient can flow back to whatever ``edit`` multiplied in (head gates). ``upto``: stop at layer ``upto``'s
+    attention, its input recorded (``keep_inputs``) and nothing after it run: ``hidden`` is then that input, and
+    there are no logits (what reads only the layers before one, as QK attribution does)."""
     net = build(model)
     net_layers = len(net.layers)
     enc = enc.to(model.device)
@@ -119,6 +126,8 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
     residual: list[torch.Tensor] = []
 
     def attend(q, k, v, spec):
+        if attend.layer == upto:
+            raise _Stop
         rule = (spec.causal, spec.window)
         if rule not in allowed:
             allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
@@ -139,7 +148,10 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
         last[:] = [x]
 
     with torch.enable_grad() if grad else torch.inference_mode():
-        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=keep_last, logits=logits,
-                  residual=residual.append, resume=resume)
+        try:
+            out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=keep_last, logits=logits,
+                      residual=residual.append, resume=resume)
+        except _Stop:
+            out = None
     return Outputs(hidden=last[-1], logits=out, residual=residual[0] if residual else None,
                    z=kept if keep_z else None, inputs=layer_inputs if keep_inputs else None)

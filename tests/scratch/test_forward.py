@@ -42,3 +42,16 @@ def test_build_refuses_other_families(neox_dir):
 
     with pytest.raises(UnsupportedModel, match="'gpt_neox' model"):
         scratch.forward(probes.load(str(neox_dir)), None)
+
+
+def test_a_pass_stopped_before_a_layer_keeps_what_came_before_it_bit_for_bit(minilm, gpt2_model):
+    # what QK attribution reads: the inputs of layers 0..L and the head outputs of layers 0..L−1, as a whole pass
+    for model in (minilm, gpt2_model):
+        enc = model.encode("Researchers probe every layer and every head.")
+        whole = scratch.outputs(model, enc, keep_z=True, keep_inputs=True)
+        for upto in range(model.n_layers):
+            cut = scratch.outputs(model, enc, keep_z=True, keep_inputs=True, upto=upto)
+            assert len(cut.inputs) == upto + 1 and len(cut.z) == upto and cut.logits is None
+            assert all(torch.equal(a, b) for a, b in zip(cut.inputs, whole.inputs))
+            assert all(torch.equal(a, b) for a, b in zip(cut.z, whole.z))
+            assert torch.equal(cut.hidden, whole.inputs[upto])
