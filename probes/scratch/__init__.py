@@ -29,6 +29,9 @@ __all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Network", "Outputs
            "build", "forward", "outputs", "resolve_backend"]
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
+# (layer, q [B, H, L, d], k, v [B, H_kv, L, d], spec) -> the (q, k, v) the layer's attention runs on
+QKVEdit = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object],
+                   tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def build(model) -> Network:
@@ -105,7 +108,7 @@ class _Stop(Exception):
 
 def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: bool = False,
             grad: bool = False, keep_inputs: bool = False, resume: tuple[int, torch.Tensor] | None = None,
-            upto: int | None = None) -> Outputs:
+            upto: int | None = None, qkv_edit: QKVEdit | None = None) -> Outputs:
     """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps
     no probabilities: what interventions run many times, in batches of edited copies.
 
@@ -115,7 +118,10 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
     ``grad`` records the pass for autograd (the attention and activations then work out of place), so a
     gradient can flow back to whatever ``edit`` multiplied in (head gates). ``upto``: stop at layer ``upto``'s
     attention, its input recorded (``keep_inputs``) and nothing after it run: ``hidden`` is then that input, and
-    there are no logits (what reads only the layers before one, as QK attribution does)."""
+    there are no logits (what reads only the layers before one, as QK attribution does). ``qkv_edit(layer, q, k, v,
+    spec)``: an intervention on each layer's q, k and v before its attention, returning the (q, k, v) it runs on
+    (k and v may come back with one head per query head: grouped heads then stop sharing them); path patching
+    (:mod:`probes.effects.paths`) recomputes one head's q, k or v there."""
     net = build(model)
     net_layers = len(net.layers)
     enc = enc.to(model.device)
@@ -128,6 +134,8 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
     def attend(q, k, v, spec):
         if attend.layer == upto:
             raise _Stop
+        if qkv_edit is not None:
+            q, k, v = qkv_edit(attend.layer, q, k, v, spec)
         rule = (spec.causal, spec.window)
         if rule not in allowed:
             allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)

@@ -175,6 +175,16 @@ class Bert:
             out.append(split_heads(y, lay.n_heads))
         return tuple(out)
 
+    def head_weights(self, layer: int):
+        """Layer ``layer``'s W_Q, W_K, W_V ``[H, D, d]``, the gain of the LayerNorm that made its input (the
+        embeddings' for layer 0, else the previous layer's last) folded into their rows; no biases. BERT is post-norm:
+        the other LayerNorms between an earlier head's write and this layer (each layer's two) are left out (see
+        :meth:`probes.scratch.family.SplitNetwork.head_weights`)."""
+        lay = self.layers[layer]
+        gain = (self.ln_emb if layer == 0 else self.layers[layer - 1].ln_ffn)[0]
+        return tuple((gain[:, None] * w.t()).reshape(self.width, lay.n_heads, -1).transpose(0, 1)
+                     for w, _ in (lay.query, lay.key, lay.value))
+
     def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
                  chunk=None, residual=None, resume=None):  # residual: BERT normalises after each layer, no final norm
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)

@@ -158,7 +158,8 @@ class RotaryNetwork(Network, Protocol):
 @runtime_checkable
 class SplitNetwork(Network, Protocol):
     """A network whose attention scores can be split into what wrote the query and the key (every family here):
-    what QK attribution (``probes.effects.qk``) calls besides :class:`Network`. Both methods work on a few
+    what QK attribution (``probes.effects.qk``) and composition scores (``probes.effects.compose``: ``head_weights``)
+    call besides :class:`Network`. ``residual_parts`` and ``qk_parts`` work on a few
     positions of item 0, in the ``dtype`` asked (float64 for the attribution), and are exact: the parts sum back
     to the pass's own numbers up to rounding."""
 
@@ -180,6 +181,13 @@ class SplitNetwork(Network, Protocol):
         families turning each part by its position (``length``: the input's, which dynamic rotary scaling reads).
         Entry P is the constant: q and k of an all-zero stream (the norm's bias and the projections' biases). The
         sum over the P + 1 entries is the layer's own q and k there."""
+        ...
+
+    def head_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s query, key and value maps by head, read from the weights alone: ``W_Q`` ``[H, D, d]``,
+        ``W_K`` and ``W_V`` ``[H_kv, D, d]`` (a residual row x gives head h's q as x·W_Q[h]), the gain of the norm the
+        attention reads through folded into their rows; no biases, no norm centring or scale, no rotation (what
+        composition scores, :mod:`probes.effects.compose`, are made of)."""
         ...
 
 

@@ -128,6 +128,13 @@ class GPT2(PreNormDecoder):
         k[-1] += k_bias
         return split_heads(q, block.n_heads), split_heads(k, block.n_heads)
 
+    def head_weights(self, layer: int):
+        """Block ``layer``'s W_Q, W_K, W_V ``[H, D, d]`` from c_attn (Conv1D: x·W already), ln_1's gain folded into
+        their rows; no biases, no centring (see :meth:`probes.scratch.family.SplitNetwork.head_weights`)."""
+        block = self.blocks[layer]
+        weight = block.ln_1[0][:, None] * block.c_attn[0]  # [D, 3D]: row i scaled by the gain of dim i
+        return tuple(w.view(self.width, block.n_heads, -1).transpose(0, 1) for w in weight.split(self.width, dim=-1))
+
     def normed(self, x):
         return F.layer_norm(x, (self.width,), *self.ln_f, self.eps)
 

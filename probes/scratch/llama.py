@@ -223,6 +223,15 @@ class Llama(PreNormDecoder):
         cos, sin = (t[:, positions].to(dt) for t in self.rotary(length, x.device))
         return rotate(split_heads(q, lay.n_heads), cos, sin), rotate(split_heads(k, lay.n_kv_heads), cos, sin)
 
+    def head_weights(self, layer: int):
+        """Layer ``layer``'s W_Q ``[H, D, d]``, W_K and W_V ``[H_kv, D, d]`` (grouped-query: query head h reads
+        key/value head h // (H / H_kv)), the attention RMSNorm's gain folded into their rows; no biases, no rotation
+        (offset 0) (see :meth:`probes.scratch.family.SplitNetwork.head_weights`)."""
+        lay = self.layers[layer]
+        split = lambda w, n: (lay.norm_attn[:, None] * w.t()).reshape(w.shape[1], n, -1).transpose(0, 1)  # noqa: E731
+        return (split(lay.q_proj[0], lay.n_heads), split(lay.k_proj[0], lay.n_kv_heads),
+                split(lay.v_proj[0], lay.n_kv_heads))
+
     def normed(self, x):
         return rms_norm(x, self.norm, self.eps)
 

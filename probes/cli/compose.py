@@ -1,0 +1,66 @@
+"""``python -m probes compose``: which earlier heads a head composes with (Q-, K-, V-composition scores from the
+weights alone, :mod:`probes.effects.compose`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .common import MODEL_HELP, load_model, positive
+
+
+def run_compose(args: argparse.Namespace) -> int:
+    from ..effects.compose import ABOUT, composition_scores, notes, parse_kinds, parse_receiver
+
+    kinds = parse_kinds(args.kind)  # bad options fail before the model loads
+    model = load_model(args)
+    layer, head = parse_receiver(args.receiver, model.n_layers, model.n_heads)
+    frame = composition_scores(model, kinds, receivers=[(layer, head)], draws=args.draws, seed=args.seed)
+    lines = notes(model)
+    result = {}
+    for kind in kinds:
+        part = frame[frame.kind == kind].dropna(subset=["score"]).sort_values("score", ascending=False)
+        top = part.head(args.top)
+        result[kind] = dict(about=ABOUT[kind], baseline_mean=float(frame.baseline_mean.iloc[0]),
+                            baseline_sd=float(frame.baseline_sd.iloc[0]),
+                            top=[dict(sender=f"{r.sender_layer}.{r.sender_head}", score=float(r.score))
+                                 for r in top.itertuples()])
+    if args.json:
+        print(json.dumps(dict(model=model.name, receiver=f"{layer}.{head}", draws=args.draws, notes=lines,
+                              kinds=result), ensure_ascii=False))
+        return 0
+    print(f"{model.name}, receiver head {layer}.{head}: the earlier heads it composes with most")
+    print(f"note: {'; '.join(lines)}")
+    for kind, got in result.items():
+        mean, sd = got["baseline_mean"], got["baseline_sd"]
+        if not got["top"]:
+            print(f"{kind.upper()}-composition: no score (the receiver's map, or every sender's, is all zero)")
+            continue
+        print(f"{kind.upper()}-composition: {got['about']}; random baseline {mean:.3f} ± {sd:.3f} "
+              f"({args.draws} draws)")
+        for rank, row in enumerate(got["top"], start=1):
+            z = (row["score"] - mean) / sd if sd else float("nan")
+            print(f"  {rank:>2}. head {row['sender']:<6} {row['score']:.3f}  ({z:+.1f} sd from the baseline)")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """The ``compose`` subcommand."""
+    from ..models import OFFLINE_DEFAULT
+
+    p = sub.add_parser("compose", help="which earlier heads a head composes with (weights only)",
+                       description="Composition scores (Elhage et al. 2021) of every earlier head onto head "
+                       "LAYER.HEAD, from the weights alone: how much of what the earlier head writes the receiver "
+                       "reads as its query (Q), key (K) or value (V), ‖W_OV·W‖ ÷ (‖W_OV‖·‖W‖), beside the same score "
+                       "of random matrices of the same shapes. Norm gains folded in; biases, the norms' scale and "
+                       "rotary positions (offset 0) left out.")
+    p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
+    p.add_argument("--receiver", required=True, help="the receiving head, LAYER.HEAD (layer 1 or later), e.g. 18.6")
+    p.add_argument("--kind", default="all", help="q, k, v or all (default: all)")
+    p.add_argument("--top", type=positive, default=5, help="senders to print per kind (default: 5)")
+    p.add_argument("--draws", type=positive, default=20, help="random draws for the baseline (default: 20)")
+    p.add_argument("--seed", type=int, default=0, help="the baseline's random seed (default: 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    p.set_defaults(func=run_compose)

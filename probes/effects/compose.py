@@ -1,0 +1,198 @@
+"""Composition scores (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"), from the weights alone:
+how much of what an earlier head (the *sender*) writes into the residual stream a later head (the *receiver*) can
+read through its query, its key or its value.
+
+Convention (TransformerLens's ``all_composition_scores``; a residual row x, maps act on the right): each head has
+
+    W_OV = W_V · W_O      (D × D, rank ≤ d: what it reads × what it writes)
+    W_QK = W_Q · W_Kᵀ     (D × D: score = x_query · W_QK · x_keyᵀ)
+
+and for a sender s in an earlier layer than the receiver r
+
+    Q-composition   ‖W_OV^s · W_QK^r‖_F    ÷ (‖W_OV^s‖_F · ‖W_QK^r‖_F)   s's output read as r's query
+    K-composition   ‖W_OV^s · (W_QK^r)ᵀ‖_F ÷ (‖W_OV^s‖_F · ‖W_QK^r‖_F)   s's output read as r's key
+    V-composition   ‖W_OV^s · W_OV^r‖_F    ÷ (‖W_OV^s‖_F · ‖W_OV^r‖_F)   s's output read as r's value
+
+a number in [0, 1]; NaN where a head's map is all zero (0 ÷ 0: a head that reads or writes nothing). Beside every score, a baseline: the same score of random Gaussian factors of the same shapes
+(W_V, W_O, W_Q, W_K drawn, the products built the same way), mean and standard deviation over ``draws`` draws. Every
+head has the same shapes, and the three kinds' products have the same shapes too, so one baseline serves all.
+
+**Weights only.** The maps come from :meth:`probes.scratch.family.SplitNetwork.head_weights`: the gain of the norm a
+layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the rows of its W_Q, W_K and W_V; the
+biases, the norm's centring and its input-dependent scale are left out. Rotary families (Llama, Mistral, Qwen2) are
+scored at relative offset 0 (no rotation: the query and the key at the same position). Grouped-query families: a
+query head's W_K and W_V are those of the key/value head it reads (h // (H / H_kv)). BERT (post-norm) is handled
+with the gain of the LayerNorm that made each layer's input folded the same way; the other LayerNorms between a
+sender's write and the receiver (each layer's two) are left out.
+
+**Low-rank algebra.** No D × D matrix is built per pair. With W_OV^s = A·B (A = W_V^s ``[D, d]``, B = W_O^s
+``[d, D]``) and the receiver's map C·Eᵀ (Q: C = W_Q^r, E = W_K^r; K: C = W_K^r, E = W_Q^r; V: C = W_V^r, E = W_O^rᵀ,
+each ``[D, d]``): ‖A·B·C·Eᵀ‖_F² = tr(EᵀE · Mᵀ·AᵀA·M) with M = B·C (d × d). Writing each Gram matrix as RᵀR (R the
+d × d triangle of a QR factorisation, AᵀA = R_AᵀR_A) gives ‖A·B·C·Eᵀ‖_F = ‖(R_A·B)·(C·R_Eᵀ)‖_F: a d × d block of one
+product of two stacked tall matrices, ``[senders·d, D] @ [D, receivers·d]``, per receiver layer. Likewise
+‖W_OV^s‖_F = ‖R_A·B‖_F and ‖C·Eᵀ‖_F = ‖C·R_Eᵀ‖_F.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import BadOption
+from ..scratch import build
+
+KINDS = ("q", "k", "v")
+ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
+         "k": "the sender's output read as the receiver's key (‖W_OV^s · W_QK^rᵀ‖)",
+         "v": "the sender's output read as the receiver's value (‖W_OV^s · W_OV^r‖)"}
+NOTE = ("scores from the weights alone: norm gains folded into W_Q, W_K, W_V; biases and the norms' centring and "
+        "scale left out")
+ROTARY_NOTE = "rotary positions: scored at relative offset 0 (no rotation)"
+
+
+def parse_kinds(kind: str | Iterable[str]) -> tuple[str, ...]:
+    """``"q"``, ``"all"``, ``"q,k"`` or a sequence of them -> the kinds, in q, k, v order."""
+    names = [kind] if isinstance(kind, str) else list(kind)
+    wanted = set()
+    for name in names:
+        for part in str(name).lower().split(","):
+            part = part.strip()
+            if part == "all":
+                wanted.update(KINDS)
+            elif part in KINDS:
+                wanted.add(part)
+            else:
+                raise BadOption(f"composition kind {part!r}: give q, k, v or all")
+    if not wanted:
+        raise BadOption("no composition kind given: give q, k, v or all")
+    return tuple(k for k in KINDS if k in wanted)
+
+
+def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+    """``"18.6"`` -> (18, 6), checked: inside the model, and not in layer 0 (it has no earlier heads)."""
+    try:
+        layer, head = (int(x) for x in spec.strip().split("."))
+    except ValueError:
+        raise BadOption(f"receiver {spec!r}: write it as LAYER.HEAD (e.g. 18.6)") from None
+    return check_receiver((layer, head), n_layers, n_heads)
+
+
+def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int) -> tuple[int, int]:
+    layer, head = receiver
+    if not (0 <= layer < n_layers and 0 <= head < n_heads):
+        raise BadOption(f"receiver {layer}.{head} is outside the model: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
+    if layer == 0:
+        raise BadOption(f"receiver {layer}.{head} is in layer 0: it has no earlier heads to compose with (give a "
+                        "layer from 1)")
+    return layer, head
+
+
+class HeadMaps:
+    """Every head's factors, float64 (or ``dtype``), gathered once: W_Q, W_K, W_V ``[L, H, D, d]`` (key/value heads
+    repeated for the query heads that read them) and W_O ``[L, H, d, D]``."""
+
+    def __init__(self, net, dtype: torch.dtype = torch.float64):
+        qs, ks, vs, os_ = [], [], [], []
+        for layer in range(len(net.layers)):
+            w_q, w_k, w_v = (t.detach().to("cpu", dtype) for t in net.head_weights(layer))
+            group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
+            qs.append(w_q)
+            ks.append(w_k.repeat_interleave(group, dim=0))
+            vs.append(w_v.repeat_interleave(group, dim=0))
+            os_.append(net.head_out(layer)[0].detach().to("cpu", dtype))
+        self.q, self.k, self.v, self.o = (torch.stack(t) for t in (qs, ks, vs, os_))
+        self.n_layers, self.n_heads, self.width, self.d = self.q.shape
+        self.x = sender_rows(self.v, self.o)  # [L, H, d, D]: every head as a sender, shared by the three kinds
+        self.x_norm = self.x.flatten(-2).norm(dim=-1)  # ‖W_OV‖_F [L, H]
+
+    def receiver_factors(self, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, E) ``[L, H, D, d]`` each, the receiver's map being C·Eᵀ."""
+        return {"q": (self.q, self.k), "k": (self.k, self.q), "v": (self.v, self.o.transpose(-1, -2))}[kind]
+
+
+def triangle(a: torch.Tensor) -> torch.Tensor:
+    """R ``[..., d, d]`` with RᵀR = aᵀa for ``a`` ``[..., D, d]`` (so ‖a·Z‖_F = ‖R·Z‖_F for any Z)."""
+    return torch.linalg.qr(a, mode="r")[1] if a.shape[-2] >= a.shape[-1] else a
+
+
+def sender_rows(w_v: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
+    """X = R_A·B ``[..., d, D]``: ‖X·Y‖_F = ‖W_V·W_O·Y‖_F and ‖X‖_F = ‖W_OV‖_F."""
+    return triangle(w_v) @ w_o
+
+
+def receiver_cols(c: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Y = C·R_Eᵀ ``[..., D, d]``: ‖X·Y‖_F = ‖X·C·Eᵀ‖_F and ‖Y‖_F = ‖C·Eᵀ‖_F."""
+    return c @ triangle(e).transpose(-1, -2)
+
+
+def block_norms(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """‖x_s · y_r‖_F for every s, r: ``x`` ``[S, d, D]``, ``y`` ``[R, D, d']`` -> ``[S, R]``, by one product of the
+    stacked matrices ``[S·d, D] @ [D, R·d']``."""
+    (s, d, width), (r, _, d2) = x.shape, y.shape
+    prod = x.reshape(s * d, width) @ y.permute(1, 0, 2).reshape(width, r * d2)
+    return prod.view(s, d, r, d2).pow(2).sum((1, 3)).sqrt()
+
+
+def scores(maps: HeadMaps, kind: str, receivers: Sequence[tuple[int, int]]) -> pd.DataFrame:
+    """The ``kind`` score of every earlier head onto each of ``receivers``, as a tidy frame (no baseline)."""
+    x, x_norm = maps.x, maps.x_norm
+    c, e = maps.receiver_factors(kind)
+    frames = []
+    for layer in sorted({lay for lay, _ in receivers}):
+        heads = sorted({h for lay, h in receivers if lay == layer})
+        y = receiver_cols(c[layer, heads], e[layer, heads])  # [R, D, d]
+        y_norm = y.flatten(-2).norm(dim=-1)
+        senders = x[:layer].reshape(layer * maps.n_heads, maps.d, maps.width)
+        num = block_norms(senders, y)  # [S, R]
+        score = num / (x_norm[:layer].reshape(-1, 1) * y_norm.reshape(1, -1))
+        s_layer, s_head = np.divmod(np.arange(layer * maps.n_heads), maps.n_heads)
+        for j, head in enumerate(heads):
+            frames.append(pd.DataFrame(dict(sender_layer=s_layer, sender_head=s_head, receiver_layer=layer,
+                                            receiver_head=head, kind=kind, score=score[:, j].numpy())))
+    return pd.concat(frames, ignore_index=True)
+
+
+def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
+                    dtype: torch.dtype = torch.float64) -> tuple[float, float]:
+    """Mean and standard deviation, over ``draws`` draws, of the composition score of random Gaussian factors of a
+    head's shapes (W_V, W_Q, W_K ``[D, d]``, W_O ``[d, D]`` for the sender and the receiver, products built as the
+    real ones). The same for the three kinds (their products have the same shapes)."""
+    gen = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(draws, *shape, generator=gen, dtype=dtype)  # noqa: E731
+    a, b, c, e = draw(width, d), draw(d, width), draw(width, d), draw(width, d)
+    x, y = sender_rows(a, b), receiver_cols(c, e)  # [draws, d, D], [draws, D, d]
+    values = (x @ y).flatten(1).norm(dim=-1) / (x.flatten(1).norm(dim=-1) * y.flatten(1).norm(dim=-1))
+    return float(values.mean()), float(values.std()) if draws > 1 else 0.0
+
+
+def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iterable[tuple[int, int]] | None = None,
+                       draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64) -> pd.DataFrame:
+    """Q-, K- and V-composition scores of every earlier head (sender) onto each receiver (default: every head from
+    layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.Model` or a from-scratch network). One row
+    per (sender, receiver, kind): ``sender_layer, sender_head, receiver_layer, receiver_head, kind, score,
+    baseline_mean, baseline_sd`` (the random baseline over ``draws`` draws; see the module docstring for the
+    convention and what is left out). ``dtype``: the arithmetic (float64 by default; float32 is about twice as fast)."""
+    kinds = parse_kinds(kind)
+    if draws < 2:
+        raise BadOption(f"draws={draws}: the baseline's spread needs 2 draws or more (20 by default)")
+    net = model if hasattr(model, "head_weights") else build(model)
+    maps = HeadMaps(net, dtype)
+    if receivers is None:
+        receivers = [(lay, h) for lay in range(1, maps.n_layers) for h in range(maps.n_heads)]
+    else:
+        receivers = [check_receiver((int(lay), int(h)), maps.n_layers, maps.n_heads) for lay, h in receivers]
+    if not receivers:
+        raise BadOption("no receivers: the model has one layer, so no head has an earlier head to compose with")
+    mean, sd = random_baseline(maps.width, maps.d, draws, seed, dtype)
+    frame = pd.concat([scores(maps, k, receivers) for k in kinds], ignore_index=True)
+    frame["baseline_mean"], frame["baseline_sd"] = mean, sd
+    return frame
+
+
+def notes(model) -> list[str]:
+    """What a reader of the scores should know about this model's (for the CLI and the app)."""
+    rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"
+    return [NOTE] + ([ROTARY_NOTE] if rotary else [])

@@ -1,0 +1,121 @@
+"""Composition scores (probes.effects.compose): the low-rank formula against the plain D × D products, a planted
+circuit found by K-composition, the baseline, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probes.effects.compose import composition_scores, notes, parse_kinds, parse_receiver, random_baseline
+from probes.errors import BadOption
+from probes.models import load
+from probes.scratch import build
+from tests.checkpoints import make_induction
+from tests.numeric import F64
+
+
+def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
+    """Every score from the D × D matrices, float64, as the definition writes it."""
+    L = len(net.layers)
+    ov, qk = {}, {}
+    for layer in range(L):
+        w_q, w_k, w_v = (t.double() for t in net.head_weights(layer))
+        w_o = net.head_out(layer)[0].double()
+        group = w_q.shape[0] // w_k.shape[0]
+        for h in range(w_q.shape[0]):
+            ov[layer, h] = w_v[h // group] @ w_o[h]
+            qk[layer, h] = w_q[h] @ w_k[h // group].T
+    right = {"q": qk, "k": {key: m.T for key, m in qk.items()}, "v": ov}[kind]
+    fro = torch.linalg.matrix_norm
+    return {(sl, sh, rl, rh): float(fro(ov[sl, sh] @ right[rl, rh]) / (fro(ov[sl, sh]) * fro(right[rl, rh])))
+            for (sl, sh) in ov for (rl, rh) in right if sl < rl}
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir"])
+def test_low_rank_equals_naive(which, request):
+    model = load(str(request.getfixturevalue(which)))
+    net = build(model)
+    frame = composition_scores(model)
+    for kind in "qkv":
+        part = frame[frame.kind == kind]
+        expected = naive(net, kind)
+        assert len(part) == len(expected)
+        for row in part.itertuples():
+            key = (row.sender_layer, row.sender_head, row.receiver_layer, row.receiver_head)
+            assert abs(row.score - expected[key]) <= F64, (kind, key)
+
+
+def test_grouped_query_heads_read_their_kv_head(llama_dir):
+    model = load(str(llama_dir))
+    assert model.n_kv_heads < model.n_heads  # the tiny Llama is grouped-query (6 heads on 2)
+    w_q, w_k, w_v = build(model).head_weights(1)
+    assert w_q.shape[0] == model.n_heads and w_k.shape[0] == w_v.shape[0] == model.n_kv_heads
+    assert notes(model)[-1].startswith("rotary")
+
+
+@pytest.fixture(scope="module")
+def induction(tmp_path_factory):
+    path, _text = make_induction(tmp_path_factory.mktemp("induction") / "gpt2")
+    return load(str(path))
+
+
+@pytest.mark.numeric
+def test_planted_induction_head_k_composes_with_previous_token_head(induction):
+    frame = composition_scores(induction, receivers=[(1, 0)], draws=50)
+    k = frame[frame.kind == "k"].sort_values("score", ascending=False)
+    top = k.iloc[0]
+    assert (top.sender_layer, top.sender_head) == (0, 0)
+    assert top.score > top.baseline_mean + 5 * top.baseline_sd
+    q = frame[(frame.kind == "q") & (frame.sender_layer == 0) & (frame.sender_head == 0)].iloc[0]
+    assert q.score < top.score / 5  # the previous-token head writes where the induction head's query does not read
+    assert q.score < q.baseline_mean  # …less than random maps would
+    v = frame[frame.kind == "v"]
+    assert v.score.isna().all()  # head 1.0 reads no value (its W_V is zero): 0 ÷ 0, no score
+
+
+def test_cli_skips_a_head_with_no_map(induction, capsys):
+    import json
+
+    from probes.cli import main
+
+    assert main(["compose", "--model", str(induction.location), "--receiver", "1.0", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)  # valid JSON: no NaN in it
+    assert got["kinds"]["v"]["top"] == [] and got["kinds"]["k"]["top"][0]["sender"] == "0.0"
+
+
+@pytest.mark.numeric
+def test_baseline_is_reproducible_and_near_its_expectation():
+    mean, sd = random_baseline(64, 32, draws=20, seed=0)
+    assert (mean, sd) == random_baseline(64, 32, draws=20, seed=0)
+    assert 0 < sd < mean < 1
+
+
+def test_refusals(gpt2_model):
+    layers, heads = gpt2_model.n_layers, gpt2_model.n_heads
+    for spec in ("3", "a.b", "1.2.3", f"{layers}.0", f"1.{heads}", "0.0", "-1.0"):
+        with pytest.raises(BadOption):
+            parse_receiver(spec, layers, heads)
+    with pytest.raises(BadOption):
+        composition_scores(gpt2_model, receivers=[(0, 1)])
+    with pytest.raises(BadOption):
+        composition_scores(gpt2_model, kind="x")
+    with pytest.raises(BadOption):
+        composition_scores(gpt2_model, draws=1)
+    assert parse_kinds("all") == ("q", "k", "v") and parse_kinds("v,q") == ("q", "v")
+
+
+def test_cli(gpt2_model, gpt2_dir, capsys):
+    import json
+
+    from probes.cli import main
+
+    assert main(["compose", "--model", str(gpt2_dir), "--receiver", "1.0", "--kind", "k", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "K-composition" in out and "baseline" in out and "weights" in out
+    assert main(["compose", "--model", str(gpt2_dir), "--receiver", "1.0", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got["kinds"]) == {"q", "k", "v"} and len(got["kinds"]["k"]["top"]) == 4  # layer 0 has 4 heads
+    assert main(["compose", "--model", str(gpt2_dir), "--receiver", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "layer 0" in err
