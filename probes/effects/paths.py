@@ -1,0 +1,206 @@
+"""Path patching: does a sender head reach one receiver head through its query, its key or its value?
+
+Activation patching (:mod:`.ablation`) replaces a head's output everywhere downstream. Path patching follows one
+path: the direct write of a sender head s (in a layer before the receiver's) into the input of ONE receiver head's
+q, k or v (Wang et al. 2022, "Interpretability in the wild"; Goldowsky-Dill et al. 2023). On two texts of the same
+length in tokens, clean and corrupted:
+
+    Δ_s  = (z_s(corrupted) − z_s(clean)) · W_O[s]   the sender's output on the corrupted text minus on the clean
+    x'   = x + Δ_s                                   x: the receiver layer's input on the clean text
+    q_r  = q of head r recomputed from x'  (or k, or v: of the key/value head r reads, h // (H / H_kv))
+
+Every other head of the receiver's layer, the receiver's other two inputs and the residual stream itself stay clean;
+the receiver's output then changes, and the layers after it run on. What is measured, per sender: how the
+receiver's attention pattern moved (``pattern_change``: the largest |Δα| of one cell; ``pattern_shift``: the mean
+over query rows of the total variation ½·Σ_j |Δα_ij|, 0 = unchanged, 1 = all of the row's weight moved; with
+``cells``: the mean weight on those (query, key) cells, clean and patched) and the model's outputs
+(:mod:`.measures`: the change in the next-token loss and, given targets, in a logit difference, for decoders with a
+language-model head; hidden-state changes for every model).
+
+Batched like :func:`.ablation.ablate_each`: copy b of a pass patches sender b, and the pass starts at the receiver's
+layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced through
+:func:`probes.scratch.outputs`'s ``qkv_edit``. In a post-norm model (BERT) a layer's input is the normed residual,
+so Δ_s added to it is the sender's write as the residual carries it, without the norms between: the pattern change
+is still the receiver's own, the path an approximation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+
+from ..attention_math import repeat_kv
+from ..errors import BadOption
+from ..scratch import BACKENDS, build, outputs
+from .ablation import LOGIT_BUDGET, check_position, lm_measures
+from .measures import compare
+
+INTO = ("q", "k", "v")
+PATTERN_MEASURES = ("pattern_change", "pattern_shift")
+ABOUT = {
+    "pattern_change": "largest |Δ| of one attention weight of the receiver",
+    "pattern_shift": "mean over query rows of ½·Σ|Δ weight| (0: the pattern unchanged, 1: all weight moved)",
+    "cells": "mean weight of the receiver on the chosen (query, key) cells, patched",
+    "cells_change": "change in that mean weight (patched − clean)",
+}
+
+
+@dataclass
+class PathPatch:
+    """The effect of each sender on one receiver head through its q, k or v. ``frame``: one row per sender
+    (``layer``, ``head``, then each measure's change); ``clean_pattern``: the receiver's attention on the clean
+    text ``[n, n]``; ``patterns``: each sender's patched pattern ``[S, n, n]`` (``keep_patterns``, else None)."""
+
+    model: str
+    receiver: tuple[int, int]
+    into: str
+    tokens: list[str]
+    frame: pd.DataFrame
+    clean_pattern: torch.Tensor
+    patterns: torch.Tensor | None = None
+    cells: list[tuple[int, int]] | None = None
+    clean_cells: float | None = None
+
+    def ranked(self, by: str | None = None) -> pd.DataFrame:
+        """The senders by effect, largest first: |loss change| where there is a loss, else the pattern shift."""
+        by = by or ("loss" if "loss" in self.frame else "pattern_shift")
+        return self.frame.reindex(self.frame[by].abs().sort_values(ascending=False).index).reset_index(drop=True)
+
+
+def parse_head(spec: str, model, what: str = "head") -> tuple[int, int]:
+    """``"1.2"`` -> (1, 2), checked against the model's size."""
+    try:
+        layer, head = (int(x) for x in spec.strip().split("."))
+    except ValueError:
+        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)") from None
+    if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
+        raise BadOption(f"{what} {spec} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
+                        f"0–{model.n_heads - 1}")
+    return layer, head
+
+
+def _encode(model, text):
+    return model.encode(text) if isinstance(text, str) else text
+
+
+def _check(model, receiver, into, senders, n, cells):
+    layer, head = receiver
+    if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
+        raise BadOption(f"receiver {layer}.{head} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
+                        f"0–{model.n_heads - 1}")
+    if layer == 0:
+        raise BadOption("the receiver is in layer 0: no head writes before it (choose a receiver in layer 1 or later)")
+    if into not in INTO:
+        raise BadOption(f"unknown input {into!r}: patch into one of q, k, v")
+    for s_layer, s_head in senders:
+        if not 0 <= s_head < model.n_heads or not 0 <= s_layer < layer:
+            raise BadOption(f"sender {s_layer}.{s_head} does not write before receiver {layer}.{head}: senders are "
+                            f"heads of layers 0–{layer - 1}")
+    if not senders:
+        raise BadOption("no senders given")
+    for q, k in cells or ():
+        if not (0 <= k < n and 0 <= q < n):
+            raise BadOption(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
+
+
+def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "k",
+               senders: Sequence[tuple[int, int]] | None = None, cells: Sequence[tuple[int, int]] | None = None,
+               position: int | None = None, targets: tuple[int, int] | None = None, batch: int | None = None,
+               keep_patterns: bool = False) -> PathPatch:
+    """Patch each sender's output on ``corrupted`` into receiver ``(layer, head)``'s ``into`` (q, k or v) on ``clean``
+    (two texts, or :class:`~probes.models.Encoding` s of one text each, of the same length in tokens). ``senders``:
+    default every head before the receiver's layer. ``cells``: (query, key) token pairs whose mean receiver weight is
+    reported; ``position``, ``targets``: as in :func:`probes.effects.measures.compare`; ``batch``: senders per pass
+    (default: as many as ``LOGIT_BUDGET`` allows)."""
+    r_layer, r_head = receiver
+    if senders is None:
+        senders = [(layer, head) for layer in range(max(r_layer, 0)) for head in range(model.n_heads)]
+    senders = [tuple(s) for s in senders]
+    enc, enc_c = _encode(model, clean), _encode(model, corrupted)  # an empty text is refused here (EmptyInput)
+    if enc.input_ids.shape != enc_c.input_ids.shape or enc.input_ids.shape[0] != 1:
+        raise BadOption(f"path patching needs two texts of the same length in tokens: the clean one has "
+                        f"{enc.input_ids.shape[-1]}, the corrupted {enc_c.input_ids.shape[-1]} on {model.name} "
+                        "(change words for words of one token each)")
+    n = int(enc.attention_mask.sum())
+    cells = [tuple(c) for c in cells] if cells else None
+    _check(model, receiver, into, senders, n, cells)
+    check_position(position, n)
+    lm = lm_measures(model)
+    net = build(model)
+
+    base = outputs(model, enc, logits=lm, keep_inputs=True, keep_z=True)
+    other = outputs(model, enc_c, logits=False, keep_z=True, upto=r_layer).z  # the senders' z on the corrupted text
+    x = base.inputs[r_layer]  # [1, L, D]: the receiver layer's clean input
+    with torch.inference_mode():
+        heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
+        deltas = torch.stack([(other[s][0, h] - base.z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
+                              for s, h in senders]).to(x)  # [S, L, D]
+
+    length = enc.input_ids.shape[1]
+    vocab = base.logits.shape[-1] if base.logits is not None else 0
+    size = batch or max(1, min(64, LOGIT_BUDGET // max(length * (vocab + 4 * model.config.hidden_size) * 4, 1)))
+    ids = enc.input_ids[0].to(x.device)
+    mask = enc.attention_mask.to(x.device)
+    clean_pattern: list[torch.Tensor] = []
+    rows, patterns = [], []
+    for start in range(0, len(senders), size):
+        chunk = deltas[start:start + size]
+        got_pattern: list[torch.Tensor] = []
+
+        def qkv_edit(layer, q, k, v, spec, chunk=chunk, got_pattern=got_pattern):
+            if layer != r_layer:
+                return q, k, v
+            group = q.shape[1] // k.shape[1]
+            if not clean_pattern:
+                clean_pattern.append(_pattern(q[:1, r_head], k[:1, r_head // group], mask, spec))
+            new_q, new_k, new_v = net.qkv(r_layer, x + chunk)  # the norm and projections of x + Δ_b, copy b
+            if into == "q":
+                q = q.clone()
+                q[:, r_head] = new_q[:, r_head]
+                got_pattern.append(_pattern(q[:, r_head], k[:, r_head // group], mask, spec))
+                return q, k, v
+            # k or v: head r reads key/value head r // group; grouped heads stop sharing it, so the others stay clean
+            k, v = (repeat_kv(t, group) if group > 1 else t.clone() for t in (k, v))
+            (k if into == "k" else v)[:, r_head] = (new_k if into == "k" else new_v)[:, r_head // group]
+            got_pattern.append(_pattern(q[:, r_head], k[:, r_head], mask, spec))
+            return q, k, v
+
+        copies = replace(enc, input_ids=enc.input_ids.expand(len(chunk), -1),
+                         attention_mask=enc.attention_mask.expand(len(chunk), -1),
+                         token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(len(chunk),
+                                                                                                           -1))
+        got = outputs(model, copies, logits=lm, resume=(r_layer, x.expand(len(chunk), -1, -1)), qkv_edit=qkv_edit)
+        measured = compare(base.hidden[0], got.hidden, n, base.logits[0] if lm else None, got.logits, ids, position,
+                           targets)
+        patched = got_pattern[0][:, :n, :n].double().cpu()
+        clean = clean_pattern[0][0, :n, :n].double().cpu()
+        delta = patched - clean[None]
+        measured["pattern_change"] = delta.abs().amax((1, 2))
+        measured["pattern_shift"] = 0.5 * delta.abs().sum(-1).mean(-1)
+        if cells:
+            q_idx, k_idx = torch.tensor(cells).T
+            measured["cells"] = patched[:, q_idx, k_idx].mean(-1)
+            measured["cells_change"] = measured["cells"] - clean[q_idx, k_idx].mean()
+        rows.append({key: value.cpu() for key, value in measured.items()})
+        if keep_patterns:
+            patterns.append(patched)
+
+    frame = pd.DataFrame(senders, columns=["layer", "head"])
+    order = [*PATTERN_MEASURES, *(("cells", "cells_change") if cells else ()),
+             *(k for k in rows[0] if k not in PATTERN_MEASURES and not k.startswith("cells"))]
+    for key in order:
+        frame[key] = torch.cat([r[key] for r in rows]).numpy()
+    clean = clean_pattern[0][0, :n, :n].double().cpu()
+    tokens = [t.text if hasattr(t, "text") else str(t) for t in enc.tokens[0][:n]] if enc.tokens else []
+    clean_cells = float(clean[tuple(torch.tensor(cells).T)].mean()) if cells else None
+    return PathPatch(model.name, (r_layer, r_head), into, tokens, frame, clean,
+                     torch.cat(patterns) if keep_patterns else None, cells, clean_cells)
+
+
+def _pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, spec) -> torch.Tensor:
+    """One head's attention probabilities ``[B, L, L]`` from its q and k ``[B, L, d]``, by the eager backend (the
+    pass's own formula and mask)."""
+    return BACKENDS["eager"](q[:, None], k[:, None], k[:, None], mask, spec).probs[:, 0]

@@ -1,0 +1,265 @@
+"""Path patching: the same patch done by hand with hooks on Hugging Face's GPT-2 gives the same receiver pattern and
+loss (float64); batches equal one sender at a time; a planted induction head loses its pattern when the
+previous-token head is patched into its key, not into its query; grouped-query heads that share the patched key/value
+head stay clean; bad input is refused in words."""
+
+import json
+
+import pytest
+import torch
+from numeric import F64
+
+import probes
+from probes.attention_math import repeat_kv
+from probes.effects.measures import compare
+from probes.effects.paths import path_patch
+from probes.errors import BadOption
+from probes.hf import KeepFloat64
+from probes.scratch import build, outputs
+from tests.checkpoints import make_gpt2, make_induction, make_llama
+
+CLEAN = "The cat sat on the mat, and the dog watched it."
+CORRUPT = "The dog sat on the mat, and the cat watched it."
+
+
+@pytest.fixture(scope="module")
+def gpt2_3(tmp_path_factory):
+    """A tiny three-layer GPT-2 in float64: a receiver in layer 2 has senders in two layers."""
+    return probes.load(str(make_gpt2(tmp_path_factory.mktemp("paths") / "gpt2", n_layer=3))).cast(torch.float64)
+
+
+def hf_path_patch(model, clean: str, corrupt: str, sender, receiver, into: str):
+    """The same patch by hand, with forward hooks on Hugging Face's modules: the sender's output (the input of its
+    layer's ``c_proj``, its slice through its rows of c_proj) on both texts, then on the clean text the receiver
+    layer's ``c_attn`` output gets the receiver's q, k or v slice recomputed from ln_1(x + Δ). Returns the
+    receiver's attention [L, L] and the mean next-token loss, patched and clean."""
+    hf = model.hf
+    blocks = hf.transformer.h
+    width, n_heads = model.config.n_embd, model.config.n_head
+    d = width // n_heads
+    (s_layer, s_head), (r_layer, r_head) = sender, receiver
+    ids, ids_c = model.encode(clean).input_ids, model.encode(corrupt).input_ids
+
+    def sender_out(input_ids):
+        got = {}
+        hook = blocks[s_layer].attn.c_proj.register_forward_pre_hook(lambda m, args: got.setdefault("z", args[0]))
+        hf(input_ids=input_ids)
+        hook.remove()
+        rows = slice(s_head * d, (s_head + 1) * d)
+        return got["z"][0, :, rows] @ blocks[s_layer].attn.c_proj.weight[rows]  # [L, D]: z_s · W_O[s]
+
+    with torch.inference_mode(), KeepFloat64():
+        delta = sender_out(ids_c) - sender_out(ids)
+        clean_out = hf(input_ids=ids, labels=ids, output_attentions=True)
+        block = blocks[r_layer]
+        seen = {}
+
+        def keep_input(module, args, kwargs):
+            seen["x"] = args[0] if args else kwargs["hidden_states"]
+
+        def patch(module, args, out):
+            weight, bias = block.attn.c_attn.weight, block.attn.c_attn.bias
+            new = block.ln_1(seen["x"] + delta) @ weight + bias  # ln_1 is not hooked: no recursion
+            cols = slice({"q": 0, "k": 1, "v": 2}[into] * width + r_head * d,
+                         {"q": 0, "k": 1, "v": 2}[into] * width + (r_head + 1) * d)
+            out = out.clone()
+            out[..., cols] = new[..., cols]
+            return out
+
+        hooks = [block.register_forward_pre_hook(keep_input, with_kwargs=True),
+                 block.attn.c_attn.register_forward_hook(patch)]
+        try:
+            out = hf(input_ids=ids, labels=ids, output_attentions=True)
+        finally:
+            for h in hooks:
+                h.remove()
+    return out.attentions[r_layer][0, r_head], float(out.loss), clean_out.attentions[r_layer][0, r_head], \
+        float(clean_out.loss)
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("into", ["q", "k", "v"])
+def test_equals_the_same_patch_by_hand_in_hugging_face(gpt2_3, into):
+    # float64 on both sides: the same function, so rounding only (F64); the texts are one length on this tokenizer
+    assert gpt2_3.encode(CLEAN).input_ids.shape == gpt2_3.encode(CORRUPT).input_ids.shape
+    senders = [(0, 1), (1, 2), (1, 0)]
+    got = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 3), into, senders=senders, keep_patterns=True)
+    for i, sender in enumerate(senders):
+        pattern, loss, clean_pattern, clean_loss = hf_path_patch(gpt2_3, CLEAN, CORRUPT, sender, (2, 3), into)
+        assert (got.patterns[i] - pattern).abs().max() <= F64
+        assert (got.clean_pattern - clean_pattern).abs().max() <= F64
+        assert got.frame.loss[i] == pytest.approx(loss - clean_loss, abs=F64, rel=0)
+        moved = float((pattern - clean_pattern).abs().max())
+        assert got.frame.pattern_change[i] == pytest.approx(moved, abs=F64, rel=0)
+    assert got.frame.loss.abs().max() > 1e-4  # the patches did something…
+    if into == "v":  # …and a value moves no weight: the pattern is the clean one
+        assert got.frame.pattern_change.max() <= F64
+    else:
+        assert got.frame.pattern_change.max() > 0.01
+
+
+@pytest.mark.numeric
+def test_batched_equals_one_sender_at_a_time_and_no_change_changes_nothing(gpt2_3):
+    many = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k")
+    one = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", batch=1)
+    cols = [c for c in many.frame.columns if c not in ("layer", "head")]
+    assert len(many.frame) == 8 and (many.frame[cols] - one.frame[cols]).abs().to_numpy().max() <= F64
+    same = path_patch(gpt2_3, CLEAN, CLEAN, (2, 1), "q")  # Δ = 0 for every sender: the clean pass again
+    assert same.frame[cols].abs().to_numpy().max() <= F64
+
+
+@pytest.mark.numeric
+def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path):
+    # 6 query heads read 2 key/value heads: patching receiver 2.0's key changes only head 2.0's pattern, although
+    # heads 2.1 and 2.2 read the same key/value head; by hand: head 2.0 with k recomputed from x + Δ
+    model = probes.load(str(make_llama(tmp_path / "llama", num_hidden_layers=3))).cast(torch.float64)
+    net = build(model)
+    enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
+    assert enc.input_ids.shape == enc_c.input_ids.shape
+    got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 4)], keep_patterns=True)
+    base = outputs(model, enc, keep_inputs=True, keep_z=True)
+    z_c = outputs(model, enc_c, keep_z=True, logits=False).z
+    w_o = net.head_out(1)[0]
+    x = base.inputs[2] + (z_c[1][0, 4] - base.z[1][0, 4]) @ w_o[4]
+    q, _, _ = net.qkv(2, base.inputs[2])
+    _, k, _ = net.qkv(2, x)
+    n = q.shape[2]
+    scale = model.family.scale(model.config, 2)
+    scores = (q[0, 0] @ k[0, 0].T) * scale + torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
+    assert got.frame.pattern_change[0] > 0.01
+    # the pass by hand, only head 2.0's key replaced (k and v one per query head): heads 2.1 and 2.2, which read the
+    # same key/value head, keep their clean output, and the loss change is path_patch's
+    seen = {}
+
+    def keep(layer, z):
+        seen[layer] = z
+        return z
+
+    def by_hand(layer, q, k, v, spec):
+        k, v = repeat_kv(k, 3), repeat_kv(v, 3)
+        k = k.clone()
+        k[:, 0] = net.qkv(2, x)[1][:, 0]
+        return q, k, v
+
+    hand = outputs(model, enc, resume=(2, base.inputs[2]), edit=keep, qkv_edit=by_hand)
+    assert (seen[2][0, 1:] - base.z[2][0, 1:]).abs().max() <= F64
+    assert (seen[2][0, 0] - base.z[2][0, 0]).abs().max() > 1e-3
+    ids = enc.input_ids[0]
+    measured = compare(base.hidden[0], hand.hidden, n, base.logits[0], hand.logits, ids)
+    assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
+
+
+def test_a_planted_induction_head_reads_the_previous_token_head_through_its_key(tmp_path):
+    # make_induction: head 0.0 copies the previous token into residual dims 48–63; head 1.0's key reads those dims,
+    # its query only the current token (dims 0–15). The corrupted text rotates the first six tokens by one, so the
+    # previous token written at positions 1–6 changes (the second half, and so what a repeated token's query reads,
+    # is unchanged). Into the KEY, Δ moves every induction target's previous-token slot to another token: the
+    # pattern breaks. Into the QUERY, Δ lands in dims 48–63, which the query's projection does not read, and a
+    # rotation swaps one one-hot for another there, so ln_1's mean and σ (the only way Δ could reach the query) stay
+    # as they were: the pattern holds. (Tokens outside the six have no embedding in this model: replacing them would
+    # drop a one-hot and change ln_1's σ, a small effect on the query we avoid.)
+    path, text = make_induction(tmp_path / "induction")
+    model = probes.load(str(path))
+    ids = model.encode(text).input_ids[0].tolist()
+    first = ids[:6]
+    corrupt = model.tokenizer.decode(first[1:] + first[:1] + ids[6:])
+    assert model.encode(corrupt).input_ids[0].tolist() == first[1:] + first[:1] + ids[6:]
+    cells = [(6 + i, i + 1) for i in range(6)]  # the second token i attends to the token after its first occurrence
+    key = path_patch(model, text, corrupt, (1, 0), "k", cells=cells)
+    query = path_patch(model, text, corrupt, (1, 0), "q", cells=cells)
+    assert key.clean_cells > 0.9
+    prev = key.frame.set_index(["layer", "head"]).loc[(0, 0)]
+    assert prev.cells < 0.5 and prev.pattern_shift > 0.5
+    assert query.frame.set_index(["layer", "head"]).loc[(0, 0)].cells > 0.8
+    assert key.ranked("pattern_shift").iloc[0][["layer", "head"]].tolist() == [0, 0]
+
+
+def test_an_encoder_has_pattern_changes_but_no_loss(minilm):
+    got = path_patch(minilm, "the cat sat on the mat", "the dog sat on the rug", (3, 1), "q", senders=[(0, 0), (2, 5)])
+    assert "loss" not in got.frame and got.frame.pattern_shift.max() > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(corrupted="The cat sat."), "same length in tokens"),
+    (dict(receiver=(0, 1)), "layer 0"),
+    (dict(receiver=(2, 9)), "outside"),
+    (dict(into="x"), "q, k, v"),
+    (dict(senders=[(2, 0)]), "does not write before"),
+    (dict(cells=[(3, 99)]), "outside the text"),
+])
+def test_bad_input_is_refused_in_words(gpt2_3, kwargs, message):
+    args = dict(clean=CLEAN, corrupted=CORRUPT, receiver=(2, 1), into="k") | kwargs
+    with pytest.raises(BadOption, match=message):
+        path_patch(gpt2_3, **args)
+
+
+@pytest.fixture(scope="module")
+def gpt2_3_dir(tmp_path_factory):
+    return make_gpt2(tmp_path_factory.mktemp("paths-cli") / "gpt2", n_layer=3)
+
+
+@pytest.mark.numeric
+def test_cli_ranks_the_library_numbers(gpt2_3_dir, capsys):
+    from probes.cli import main
+
+    args = ["patch", "--model", str(gpt2_3_dir), "--text", CLEAN, "--corrupt", CORRUPT, "--receiver", "2.3", "--into",
+            "k"]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = path_patch(probes.load(str(gpt2_3_dir)), CLEAN, CORRUPT, (2, 3), "k").ranked()
+    # the same computation on the same weights: the same floats, and JSON writes a float back exactly
+    assert data["ranked_by"] == "loss" and len(data["senders"]) == 8
+    assert [(s["layer"], s["head"], s["loss"]) for s in data["senders"]] == list(
+        zip(expected["layer"], expected["head"], expected["loss"]))
+    assert main([*args, "--senders", "0.1,1.2", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "receiver 2.3's k" in out and "pattern_shift" in out and len(
+        [line for line in out.splitlines() if line.startswith("    ")]) == 1
+
+
+def test_cli_on_an_encoder_ranks_by_the_pattern(capsys):
+    from probes.cli import main
+
+    assert main(["patch", "--text", "the cat sat on the mat", "--corrupt", "the dog sat on the mat", "--receiver",
+                 "2.1", "--into", "q", "--senders", "0.0,1.3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranked_by"] == "pattern_shift" and "loss" not in data["senders"][0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--corrupt", "The cat."], "same length in tokens"),
+    (["--receiver", "0.1"], "layer 0"),
+    (["--receiver", "2-1"], "LAYER.HEAD"),
+    (["--receiver", "7.1"], "outside"),
+    (["--senders", "2.0"], "does not write before"),
+    (["--target", " the"], "--versus"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(gpt2_3_dir, args, message, capsys):
+    from probes.cli import main
+
+    base = {"--text": CLEAN, "--corrupt": CORRUPT, "--receiver": "2.1"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    assert main(["patch", "--model", str(gpt2_3_dir), *(x for kv in base.items() for x in kv)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and err[-1].startswith("error: ")
+
+
+def test_cli_an_encoder_has_no_logits_for_a_target(capsys):
+    from probes.cli import main
+
+    assert main(["patch", "--text", "the cat sat", "--corrupt", "the dog sat", "--receiver", "1.0", "--target",
+                 "cat", "--versus", "dog"]) == 2
+    assert "pattern change is still measured" in capsys.readouterr().err
+
+
+def test_an_identity_qkv_edit_leaves_the_pass_bit_for_bit(gpt2_3):
+    # the hook in probes.scratch.outputs: called once per layer, in order, with that layer's spec; handing q, k and v
+    # back unchanged gives the same pass, bit for bit
+    enc = gpt2_3.encode(CLEAN)
+    calls = []
+    plain = outputs(gpt2_3, enc)
+    hooked = outputs(gpt2_3, enc, qkv_edit=lambda layer, q, k, v, spec: calls.append((layer, spec.causal)) or (q, k, v))
+    assert calls == [(0, True), (1, True), (2, True)]
+    assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.hidden, hooked.hidden)
