@@ -171,3 +171,60 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
     tokens = [t.text for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
     return QKAttribution(model.name, layer, head, query, key, tokens, [names[p] for p in keep],
                          matrix[np.ix_(keep, keep)], score, bound, weight)
+
+
+def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pair: str | None = None,
+                    truncate: bool = False, first_token: bool = False) -> pd.DataFrame:
+    """Data-dependent composition: how much of head ``layer``.``head``'s scores on this text comes from each earlier
+    head's output, on the query side (Q-composition) and on the key side (K-composition). The ``cells`` (query, key)
+    cells the head weighs most are split as :func:`qk_attribution` splits one, and each sender's side totals are
+    summed over them. The first token is left out as a key (an attention sink would be every head's top cell) unless
+    ``first_token``. One row per sender and side: sender_layer, sender_head, kind ("q" or "k"), contribution (its
+    summed side total), share (of the cells' summed scores), cells (how many were read)."""
+    net = build(model)
+    if not 0 < layer < len(net.layers):
+        raise BadOption(f"head {layer}.{head} has no earlier heads to read from: pick a layer from 1 to "
+                        f"{len(net.layers) - 1}")
+    if not 0 <= head < model.n_heads:
+        raise BadOption(f"head {head} does not exist: {model.name} has heads 0–{model.n_heads - 1}")
+    enc = model.encode(text, pair, truncate=truncate).to(model.device)
+    n = int(enc.attention_mask.sum())
+    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)
+    group = head // (model.n_heads // model.n_kv_heads)
+    scale = model.family.scale(model.config, layer)
+    with torch.inference_mode():
+        own_q, own_k, _ = net.qkv(layer, got.inputs[layer])
+        scores = scale * (own_q[0, head, :n].double() @ own_k[0, group, :n].double().T)  # [n, n]
+        allowed = allowed_keys(enc.attention_mask, net.causal, window=model.family.window(model.config, layer))
+        allowed = allowed[0, 0, :n, :n].expand(n, n)
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+        if not first_token:
+            weights[:, 0] = 0.0
+        weights[0] = 0.0  # the first query sees only itself in a decoder: nothing to compare
+        picked = torch.topk(weights.flatten(), min(cells, int((weights > 0).sum()))).indices
+        if len(picked) == 0:
+            raise BadOption(f"the text is too short for head {layer}.{head} to weigh any cell but the first token's")
+        queries, keys = (picked // n).tolist(), (picked % n).tolist()
+        positions = sorted(set(queries) | set(keys))
+        at = {p: i for i, p in enumerate(positions)}
+        where = torch.tensor(positions, device=enc.input_ids.device)
+        named = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, got.inputs, got.z, where, torch.float64)
+        q, k = net.qk_parts(layer, torch.stack(list(named.values())), got.inputs[layer][0, where], where,
+                            enc.input_ids.shape[1])
+        q, k = q[:, head], k[:, group]  # [P + 1, n_positions, d]
+        q_side = torch.zeros(len(named) + 1, dtype=torch.float64)
+        k_side = torch.zeros_like(q_side)
+        total = 0.0
+        for i, j in zip(queries, keys):
+            q_i, k_j = q[:, at[i]], k[:, at[j]]  # [P + 1, d]
+            q_side += scale * (q_i @ k_j.sum(0))  # each query part with the whole key
+            k_side += scale * (k_j @ q_i.sum(0))  # each key part with the whole query
+            total += float(scale * (q_i.sum(0) @ k_j.sum(0)))
+    rows = []
+    for p, name in enumerate(named):
+        if name.startswith("head "):
+            s_layer, s_head = (int(x) for x in name.split()[1].split("."))
+            for kind, side in (("q", q_side), ("k", k_side)):
+                rows.append(dict(sender_layer=s_layer, sender_head=s_head, kind=kind, contribution=float(side[p]),
+                                 share=float(side[p]) / total if total else float("nan"), cells=len(queries)))
+    return pd.DataFrame(rows)

@@ -166,3 +166,32 @@ def test_cells_the_head_gives_no_score_are_refused(tiny):
 def test_a_model_the_scratch_path_does_not_cover_is_refused(neox_dir):
     with pytest.raises(UnsupportedModel):
         qk_attribution(probes.load(str(neox_dir)), TEXT, 0, 0, 1, 0)
+
+
+@pytest.mark.numeric
+def test_senders_on_text_sum_the_split_of_the_cells_the_head_weighs_most(tmp_path, minilm64):
+    from probes.effects.qk import senders_on_text
+
+    # one cell: each sender's totals are that cell's side totals (float64: the same sums in another order)
+    got = senders_on_text(minilm64, SHE, 2, 3, cells=1)
+    cell = qk_attribution(minilm64, SHE, 2, 3, *top_cell(minilm64, SHE, 2, 3))
+    for row in got.itertuples():
+        side = cell.side("query" if row.kind == "q" else "key")[f"head {row.sender_layer}.{row.sender_head}"]
+        assert row.contribution == pytest.approx(side, abs=1e-9 * cell.bound, rel=0)
+    assert len(got) == 2 * 2 * 12  # every head of layers 0 and 1, on both sides
+    # the planted circuit: the induction head's scores come from the previous-token head, on the key side
+    path, text = make_induction(tmp_path / "induction")
+    planted = senders_on_text(probes.load(str(path)).cast(torch.float64), text, 1, 0, cells=5)
+    best = planted.loc[planted.contribution.abs().idxmax()]
+    assert (best.sender_layer, best.sender_head, best.kind) == (0, 0, "k") and best.share > 0.9
+    with pytest.raises(BadOption, match="no earlier heads"):
+        senders_on_text(minilm64, SHE, 0, 0)
+
+
+def top_cell(model, text, layer, head):
+    """The (query, key) cell head layer.head weighs most, the first token left out as a key and as a query."""
+    weights = probes.run(model, text).attention(layer, head).double()
+    weights[:, 0] = 0.0
+    weights[0] = 0.0
+    flat = int(weights.flatten().argmax())
+    return flat // weights.shape[1], flat % weights.shape[1]
