@@ -43,6 +43,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/corpus_ray.py --out benchmarks/results
 	$(BIN)/python benchmarks/ablation.py --out benchmarks/results
 	$(BIN)/python benchmarks/effects_checks.py --out benchmarks/results
+	$(BIN)/python benchmarks/compose.py --out benchmarks/results
+	$(BIN)/python benchmarks/circuit_smollm2.py --out benchmarks/results
 
 install: $(STAMP)
 

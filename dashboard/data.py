@@ -194,6 +194,30 @@ def why(inp: Input, layer: int, head: int, query: int, key: int):
     return qk_attribution(model_of(inp), inp.text, layer, head, query, key, pair=inp.pair, truncate=inp.truncate)
 
 
+@st.cache_data(max_entries=16, show_spinner="Splitting the head's scores by the heads that wrote them…")
+def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
+    """Each earlier head's share of head ``layer``.``head``'s scores on the text's cells it weighs most (q and k)."""
+    from probes.effects.qk import senders_on_text as split
+
+    return split(model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
+
+
+@st.cache_data(max_entries=16, show_spinner="Composing every earlier head's weights with this head's…")
+def composition(name: str, layer: int, head: int) -> pd.DataFrame:
+    """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone."""
+    from probes.effects.compose import composition_scores
+
+    return composition_scores(model_named(name), receivers=[(layer, head)])
+
+
+@st.cache_data(max_entries=8, show_spinner="Patching each earlier head from the corrupted text into this head…")
+def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into: str) -> pd.DataFrame:
+    """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender."""
+    from probes.effects.paths import path_patch as patch
+
+    return patch(model_named(name), text, corrupted, (layer, head), into=into).frame
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def rollout(inp: Input, layer: int) -> np.ndarray:
     """Attention rollout up to ``layer`` (every head of each layer, with the residual): ``[n, n]``."""

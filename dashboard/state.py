@@ -29,6 +29,7 @@ PAGES = {
     "parity": ("Parity", ":material/rule:"),
     "heads": ("Heads", ":material/psychology:"),
     "effects": ("Does it matter?", ":material/science:"),
+    "circuit": ("Circuit", ":material/hub:"),
     "cost": ("Cost", ":material/speed:"),
 }
 

@@ -1,4 +1,4 @@
-"""The attention workbench's command line: parity, profile, generate, ablate, importance and why.
+"""The attention workbench's command line: parity, profile, generate, ablate, importance, why, compose and patch.
 
 One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``effects.py``), each with its
 ``add_parser(sub)``; what they share is in ``common.py``.
@@ -21,6 +21,14 @@ over a dataset (gradient and exact ablation), checkpointed like ``profile``.
 
 ``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--json]``:
 one attention score split into what wrote its query and its key; exit 2 on bad input.
+
+``python -m probes compose --model M --receiver L.H [--kind q|k|v|all] [--top N] [--json]``: the earlier heads
+head L.H composes with most (Q-, K-, V-composition scores from the weights, beside a random baseline); exit 2 on a
+bad receiver.
+
+``python -m probes patch --model M --text CLEAN --corrupt CORRUPTED --receiver L.H --into q|k|v [--senders all|L.H,...]
+[--json]``: path patching, each sender's output on the corrupted text into only the receiver's q, k or v; senders
+ranked by the change in loss (or the receiver's pattern shift, for an encoder); exit 2 on bad input.
 """
 
 from __future__ import annotations
@@ -29,10 +37,10 @@ import argparse
 import sys
 
 from ..errors import ProbesError
-from . import effects, generate, parity, profile, why
+from . import compose, effects, generate, parity, paths, profile, why
 
 
-COMMANDS = (parity, profile, generate, effects, why)  # each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why, compose, paths)  # each adds its subcommand(s): add_parser(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

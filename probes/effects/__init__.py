@@ -13,6 +13,11 @@
 * :mod:`.qk`: QK attribution, why a head attends where it does: one pre-softmax score split exactly into what
   wrote the query × what wrote the key (embeddings, earlier heads and MLPs, biases; the norms frozen);
 * :mod:`.pairs`: minimal pairs, two texts that differ in a few words, compared head by head.
+* :mod:`.compose`: composition scores (Elhage et al. 2021), from the weights alone: how much an earlier head's
+  output a later head reads as its query, key or value, beside a random baseline.
+* :mod:`.paths`: path patching, each earlier head's output on a corrupted text patched into only one receiver
+  head's query, key or value on the clean text (batched: one copy per sender), and what moved: the receiver's
+  attention pattern and the loss.
 
 The interventions run the from-scratch network (:func:`probes.scratch.outputs`, eager attention, the same
 numbers as the Trace's); norms and rollout only read a Trace and the output projection's weights.

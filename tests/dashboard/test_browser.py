@@ -216,3 +216,23 @@ def test_a_click_on_a_cell_says_why_this_weight(app_url):
         page.wait_for_timeout(500)
         page.screenshot(path=SHOTS / "app_explore_why.png")
         browser.close()
+
+
+def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
+    """minilm's head 2.3 on the story sentence: the weights' composition, the text's senders and path patching from
+    its she → he minimal pair, each a layered graph."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        page.goto(f"{app_url}/circuit?page=circuit&layer=2&head=3")
+        _settle(page)
+        page.get_by_role("heading", name="Circuit: which heads minilm's head 2.3 reads from").wait_for(timeout=60_000)
+        page.get_by_role("button", name="Run path patching").click()
+        _settle(page)
+        page.wait_for_function("document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')"
+                               ".length >= 3", timeout=120_000)
+        page.wait_for_timeout(1000)  # Vega draws in the browser
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=SHOTS / "app_circuit.png")
+        browser.close()

@@ -1,0 +1,124 @@
+"""Circuit: which earlier heads the sidebar's head reads from. Three answers side by side, each as a small layered
+graph (senders in their layer's column, an edge's width its strength; a click on a head opens it on Explore):
+
+* composition from the weights alone (Elhage et al. 2021: Q-, K- and V-composition, against random matrices);
+* composition on the sidebar's text (each earlier head's share of this head's scores on the cells it weighs most,
+  the QK attribution of "Why this weight?" summed);
+* path patching (a sender's output from a corrupted text patched into only this head's q, k or v input)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import probes
+
+from .. import charts, data, ui
+
+TOP = 5  # senders drawn per answer
+
+
+def _graph(ctx: ui.Context, edges: pd.DataFrame, title: str, key: str) -> None:
+    v, m = ui.view(), ctx.model
+    chart = charts.circuit_graph(edges, (v.layer, v.head), m.n_layers, m.n_heads, title)
+    ui.chart(chart, on_select=lambda: ui.open_clicked_head(key, m.n_layers, m.n_heads), selection_mode="head",
+             key=key)
+
+
+def _weights(ctx: ui.Context) -> None:
+    from probes.effects.compose import notes
+
+    v = ui.view()
+    st.subheader("From the weights: composition scores")
+    frame = data.composition(ctx.inp.model, v.layer, v.head)
+    mean, sd = float(frame.baseline_mean.iloc[0]), float(frame.baseline_sd.iloc[0])
+    top = frame.loc[frame.score.sort_values(ascending=False).index[:TOP]]
+    edges = top.assign(value=top["score"], label=[f"{a}.{b} → {k}: {s:.3f}" for a, b, k, s in
+                                                   zip(top.sender_layer, top.sender_head, top.kind, top.score)])
+    _graph(ctx, edges, f"Head {v.layer}.{v.head}: composition from the weights (random: {mean:.3f} ± {sd:.3f})",
+           "circuit_weights")
+    st.caption(f"Elhage et al. (2021): how much of what an earlier head writes this head can read through its query "
+               f"(q), key (k) or value (v), ‖W_OV·W_QK‖ over the product of their sizes, from 0 to 1. Random matrices "
+               f"of the same shapes score {mean:.3f} ± {sd:.3f} (mean ± sd of 20 draws): a score far above that is a "
+               f"real path. The {TOP} largest drawn; " + "; ".join(notes(ctx.model)) + ".")
+    shown = frame.assign(above=(frame.score - mean) / sd).sort_values("score", ascending=False)
+    st.dataframe(shown, hide_index=True, height=220)
+    ui.downloads(f"circuit-weights-L{v.layer}H{v.head}", None, frame)
+
+
+def _on_text(ctx: ui.Context) -> None:
+    v = ui.view()
+    st.subheader("On this text: what wrote its scores")
+    frame = data.senders_on_text(ctx.inp, v.layer, v.head)
+    top = frame.loc[frame.contribution.abs().sort_values(ascending=False).index[:TOP]]
+    edges = top.assign(value=top["share"], label=[f"{a}.{b} → {k}" for a, b, k in
+                                                   zip(top.sender_layer, top.sender_head, top.kind)])
+    _graph(ctx, edges, f"Head {v.layer}.{v.head}: its scores' senders on this text", "circuit_text")
+    cells = int(frame.cells.iloc[0]) if len(frame) else 0
+    st.caption(f"The {cells} cells head {v.layer}.{v.head} weighs most on the sidebar's text (the first token left out as "
+               "a key: an attention sink would be every head's top cell), each score split into what wrote its query × "
+               "what wrote its key (as \"Why this weight?\" on Explore), the parts of each earlier head summed: on "
+               "the query side (q) and the key side (k). An edge's width is that head's share of the cells' summed "
+               "score; the table lists every sender.")
+    st.dataframe(frame.sort_values("contribution", key=abs, ascending=False), hide_index=True, height=220)
+    ui.downloads(f"circuit-text-L{v.layer}H{v.head}", None, frame)
+
+
+CORRUPTED = {"Xiaoming gave the apple to Xiaohong because she was hungry.":
+             "Xiaoming gave the apple to Xiaohong because he was hungry."}  # a minimal pair of the story sentence
+
+
+def _patching(ctx: ui.Context) -> None:
+    v = ui.view()
+    st.subheader("Path patching: which heads reach it through its q, k or v")
+    left, right = st.columns([3, 1])
+    corrupted = left.text_input("Corrupted text (the same number of tokens as the sidebar's)",
+                                CORRUPTED.get(ctx.inp.text.strip(), ""), key="circuit_corrupted",
+                                help="each earlier head's output on this text replaces its output on the sidebar's, "
+                                     "but only in what this head's query, key or value reads: everything else clean")
+    into = right.radio("Patch into", ("k", "q", "v"), horizontal=True, key="circuit_into",
+                       format_func={"q": "query", "k": "key", "v": "value"}.get)
+    if not corrupted.strip():
+        st.caption("Type a corrupted text (e.g. the sidebar's with one word changed for another of one token) to "
+                   "patch each earlier head from it into this head.")
+        return
+    if not st.button("Run path patching", key="circuit_run") and not st.session_state.get("circuit_ran"):
+        n = v.layer * ctx.model.n_heads
+        st.caption(f"{n} earlier heads, one patched copy each (batched): a few seconds on minilm, about a minute on "
+                   "smollm2.")
+        return
+    st.session_state["circuit_ran"] = True
+    try:
+        frame = data.path_patch(ctx.inp.model, ctx.inp.text, corrupted, v.layer, v.head, into)
+    except probes.ProbesError as exc:
+        st.info(ui.safe(ui.in_app_words(exc)))
+        return
+    measure = "loss" if "loss" in frame else "pattern_shift"
+    top = frame.loc[frame[measure].abs().sort_values(ascending=False).index[:TOP]]
+    edges = pd.DataFrame({"sender_layer": top["layer"], "sender_head": top["head"], "kind": into,
+                          "value": top[measure], "label": [f"{a}.{b} → {into}" for a, b in zip(top["layer"], top["head"])]})
+    _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {into}, by {measure}", "circuit_patch")
+    st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {into} (everything "
+               f"else on the sidebar's text): an edge's width is the change in {measure} "
+               + ("(the mean next-token loss, nats)" if measure == "loss" else
+                  "(the share of each query row's weight that moved, 0 to 1)") + f"; the {TOP} largest drawn.")
+    st.dataframe(frame.sort_values(measure, key=abs, ascending=False), hide_index=True, height=220)
+    ui.downloads(f"circuit-patch-L{v.layer}H{v.head}-{into}", None, frame)
+
+
+def render(ctx: ui.Context) -> None:
+    v = ui.view()
+    st.header(f"Circuit: which heads {ui.safe(ctx.model.name)}'s head {v.layer}.{v.head} reads from")
+    if not ctx.ready():
+        return
+    if ctx.model.family is None:
+        st.info(f"The circuit view reads every head's weights and outputs, which only the families of the "
+                f"from-scratch pass give; {ui.safe(ctx.model.name)} is not one of them (see Parity).")
+        return
+    if v.layer == 0:
+        st.info("A head in layer 0 reads only the embeddings: pick a head in a later layer (the sidebar's Layer "
+                "slider) to see which earlier heads it reads from.")
+        return
+    _weights(ctx)
+    _on_text(ctx)
+    _patching(ctx)
