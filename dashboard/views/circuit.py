@@ -25,6 +25,40 @@ def _graph(ctx: ui.Context, edges: pd.DataFrame, title: str, key: str) -> None:
              key=key)
 
 
+GRID = {"weights k": "K-composition (weights)", "weights q": "Q-composition (weights)",
+        "weights v": "V-composition (weights)", "text k": "key side on this text", "text q": "query side on this text"}
+
+
+def _grid(ctx: ui.Context) -> None:
+    """Every earlier head as a layers × heads grid of one answer: composition from the weights (its random baseline
+    in the title and the legend's range) or on this text (each head's share of the scores)."""
+    v, m = ui.view(), ctx.model
+    what = st.radio("Every earlier head, coloured by", list(GRID), format_func=GRID.get, horizontal=True,
+                    key="circuit_grid")
+    source, kind = what.split()
+    if source == "weights":
+        frame = data.composition(ctx.inp.model, v.layer, v.head)
+        frame = frame[frame.kind == kind]
+        mean, sd = float(frame.baseline_mean.iloc[0]), float(frame.baseline_sd.iloc[0])
+        cells = frame.rename(columns={"sender_layer": "layer", "sender_head": "head"})
+        cells = cells.assign(above_random=cells["score"] - mean)  # coloured against the baseline, not from 0
+        title = f"{GRID[what]} onto head {v.layer}.{v.head} · random matrices: {mean:.3f} ± {sd:.3f}"
+        chart = charts.effect_grid(cells, "above_random", v.layer, m.n_heads, title, signed=True, extra=("score",))
+    else:
+        frame = data.senders_on_text(ctx.inp, v.layer, v.head)
+        cells = frame[frame.kind == kind].rename(columns={"sender_layer": "layer", "sender_head": "head"})
+        chart = charts.effect_grid(cells, "share", v.layer, m.n_heads,
+                                   f"{GRID[what]}: each earlier head's share of head {v.layer}.{v.head}'s scores",
+                                   signed=True)
+    ui.chart(chart, on_select=lambda: ui.open_clicked_head("circuit_grid_click", m.n_layers, m.n_heads),
+             selection_mode="head", key="circuit_grid_click")
+    st.caption("Rows: the layers before the head's; columns: heads. Composition from the weights is coloured by how "
+               "far each score is above what random matrices of the same shapes score (the baseline in the title; "
+               "white: no more than random; the score itself in the tooltip); on this text, by each head's share of "
+               "the scores, which can be negative (a head that lowers them). Both diverge around 0. Click a cell to "
+               "open that head on Explore.")
+
+
 def _weights(ctx: ui.Context) -> None:
     from probes.effects.compose import notes
 
@@ -119,6 +153,7 @@ def render(ctx: ui.Context) -> None:
         st.info("A head in layer 0 reads only the embeddings: pick a head in a later layer (the sidebar's Layer "
                 "slider) to see which earlier heads it reads from.")
         return
+    _grid(ctx)
     _weights(ctx)
     _on_text(ctx)
     _patching(ctx)

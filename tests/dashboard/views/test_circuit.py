@@ -50,3 +50,25 @@ def test_the_weights_graph_and_path_patching_draw_the_library_numbers(minilm):
     best = patched.nlargest(5, "pattern_shift")
     drawn = rows(at, "senders through its k, by pattern_shift")
     assert sorted(r["value"] for r in drawn) == pytest.approx(sorted(best.pattern_shift), abs=F64, rel=0)
+
+
+@pytest.mark.numeric
+def test_the_grid_shows_every_earlier_head_by_weights_or_on_this_text(minilm):
+    from probes.effects.compose import composition_scores
+    from probes.effects.qk import senders_on_text
+
+    at = open_app(layer=2, head=3, page="circuit")
+    k = composition_scores(minilm, kind="k", receivers=[(2, 3)])
+    mean, sd = k.baseline_mean.iloc[0], k.baseline_sd.iloc[0]
+    title = f"K-composition (weights) onto head 2.3 · random matrices: {mean:.3f} ± {sd:.3f}"
+    assert title in titles(at)
+    cells = rows(at, "K-composition (weights) onto head 2.3")
+    assert len(cells) == 2 * 12 and sorted(r["score"] for r in cells) == sorted(k.score)  # every earlier head
+    # coloured by the distance above the baseline, so a random-sized score is white
+    assert sorted(r["above_random"] for r in cells) == pytest.approx(sorted(k.score - mean), abs=F64, rel=0)
+    at.radio(key="circuit_grid").set_value("text q")
+    at.run()
+    shares = senders_on_text(minilm, DEFAULT_TEXT, 2, 3)
+    drawn = rows(at, "query side on this text")
+    assert sorted(r["share"] for r in drawn) == pytest.approx(sorted(shares[shares.kind == "q"].share), abs=F64,
+                                                               rel=0)
