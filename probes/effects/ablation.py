@@ -31,21 +31,24 @@ HOWS = ("zero", "mean", "patch")
 LOGIT_BUDGET = 256 * 2**20  # bytes of logits one batch of edited copies may hold
 
 
+def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> tuple[int, int]:
+    """``"1.2"`` -> (1, 2): one LAYER.HEAD, checked against the model's size (``what`` names it in a refusal, ``where``
+    the model). The one parser of a head every command uses."""
+    try:
+        layer, head = (int(x) for x in spec.strip().split("."))
+    except ValueError:
+        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)") from None
+    if not (0 <= layer < n_layers and 0 <= head < n_heads):
+        raise BadOption(f"{what} {spec.strip()} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
+    return layer, head
+
+
 def parse_heads(spec: str, model) -> list[tuple[int, int]]:
     """``"1.2,5.4"`` -> [(1, 2), (5, 4)] (layer.head), checked against the model's size."""
-    heads = []
-    for part in (p.strip() for p in spec.split(",")):
-        try:
-            layer, head = (int(x) for x in part.split("."))
-        except ValueError:
-            raise BadOption(f"heads {spec!r}: write each as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)") from None
-        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
-            raise BadOption(f"head {part} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
-                            f"0–{model.n_heads - 1}")
-        heads.append((layer, head))
-    if not heads:
+    parts = [p for p in (p.strip() for p in spec.split(",")) if p]
+    if not parts:
         raise BadOption("no heads given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
-    return heads
+    return [parse_head(part, model.n_layers, model.n_heads, "head", model.name) for part in parts]
 
 
 def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tensor:

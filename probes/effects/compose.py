@@ -43,6 +43,7 @@ import torch
 
 from ..errors import BadOption
 from ..scratch import build
+from .ablation import parse_head
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
@@ -72,12 +73,9 @@ def parse_kinds(kind: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
-    """``"18.6"`` -> (18, 6), checked: inside the model, and not in layer 0 (it has no earlier heads)."""
-    try:
-        layer, head = (int(x) for x in spec.strip().split("."))
-    except ValueError:
-        raise BadOption(f"receiver {spec!r}: write it as LAYER.HEAD (e.g. 18.6)") from None
-    return check_receiver((layer, head), n_layers, n_heads)
+    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`.ablation.parse_head`), and not in layer 0 (it has
+    no earlier heads)."""
+    return check_receiver(parse_head(spec, n_layers, n_heads, "receiver"), n_layers, n_heads)
 
 
 def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int) -> tuple[int, int]:

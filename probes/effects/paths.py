@@ -36,6 +36,7 @@ from ..attention_math import repeat_kv
 from ..errors import BadOption
 from ..scratch import BACKENDS, build, outputs
 from .ablation import LOGIT_BUDGET, check_position, lm_measures
+from .ablation import parse_head as parse_one
 from .measures import compare
 
 INTO = ("q", "k", "v")
@@ -71,15 +72,8 @@ class PathPatch:
 
 
 def parse_head(spec: str, model, what: str = "head") -> tuple[int, int]:
-    """``"1.2"`` -> (1, 2), checked against the model's size."""
-    try:
-        layer, head = (int(x) for x in spec.strip().split("."))
-    except ValueError:
-        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)") from None
-    if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
-        raise BadOption(f"{what} {spec} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
-                        f"0–{model.n_heads - 1}")
-    return layer, head
+    """``"1.2"`` -> (1, 2), checked against the model's size (:func:`.ablation.parse_head`)."""
+    return parse_one(spec, model.n_layers, model.n_heads, what, model.name)
 
 
 def _encode(model, text):
