@@ -122,12 +122,35 @@ def describe(part: str) -> str:
     return part
 
 
-def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int, pair: str | None = None,
-                   truncate: bool = False) -> QKAttribution:
-    """Split head ``layer``.``head``'s score of query token ``query`` on key token ``key`` (indices among the real
-    tokens of ``text``, and of ``pair``'s for a BERT sentence pair) into query part × key part terms; the model's
-    own from-scratch pass (eager attention), the split in float64. ``truncate``: keep the first tokens of a text
-    longer than the context window (else it is refused)."""
+@dataclass
+class _HeadPass:
+    """One from-scratch pass up to layer ``layer`` (the layers after it are not needed) and what splitting head
+    ``layer``.``head``'s scores reads from it: shared by :func:`qk_attribution` and :func:`senders_on_text`."""
+
+    net: object
+    enc: object
+    got: object  # scratch.outputs(..., keep_z, keep_inputs, upto=layer)
+    layer: int
+    head: int
+    group: int  # the key/value head this head reads (grouped-query)
+    scale: float
+    n: int  # real tokens
+    q: torch.Tensor  # [n, d] float64: the head's own q, from the pass
+    k: torch.Tensor  # [n, d] float64: its key/value head's own k
+    allowed: torch.Tensor  # [n, n] bool: the keys each query may see (causal mask, sliding window)
+
+    def parts(self, positions: list[int]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """The residual parts' names (and :data:`BIAS_QK` last) and this head's q and k of each part at
+        ``positions``: ``[P + 1, len(positions), d]`` each, float64."""
+        where = torch.tensor(positions, device=self.enc.input_ids.device)
+        named = self.net.residual_parts(self.layer, self.enc.input_ids, self.enc.token_type_ids, self.got.inputs,
+                                        self.got.z, where, torch.float64)
+        q, k = self.net.qk_parts(self.layer, torch.stack(list(named.values())), self.got.inputs[self.layer][0, where],
+                                 where, self.enc.input_ids.shape[1])
+        return [*named, BIAS_QK], q[:, self.head], k[:, self.group]
+
+
+def _head_pass(model, text: str, layer: int, head: int, pair: str | None, truncate: bool) -> _HeadPass:
     net = build(model)  # an architecture the from-scratch path does not cover is refused here
     n_layers, n_heads = len(net.layers), model.n_heads
     if not 0 <= layer < n_layers:
@@ -136,38 +159,45 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
         raise BadOption(f"head {head} does not exist: {model.name} has heads 0–{n_heads - 1}")
     enc = model.encode(text, pair, truncate=truncate).to(model.device)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
+    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)
+    group = head // (n_heads // model.n_kv_heads)
+    allowed = allowed_keys(enc.attention_mask, net.causal, window=model.family.window(model.config, layer))
+    with torch.inference_mode():
+        own_q, own_k, _ = net.qkv(layer, got.inputs[layer])
+    return _HeadPass(net, enc, got, layer, head, group, model.family.scale(model.config, layer), n,
+                     own_q[0, head, :n].double(), own_k[0, group, :n].double(), allowed[0, 0, :n, :n].expand(n, n))
+
+
+def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int, pair: str | None = None,
+                   truncate: bool = False) -> QKAttribution:
+    """Split head ``layer``.``head``'s score of query token ``query`` on key token ``key`` (indices among the real
+    tokens of ``text``, and of ``pair``'s for a BERT sentence pair) into query part × key part terms; the model's
+    own from-scratch pass (eager attention), the split in float64. ``truncate``: keep the first tokens of a text
+    longer than the context window (else it is refused)."""
+    run = _head_pass(model, text, layer, head, pair, truncate)
+    n = run.n
     for name, position in (("query", query), ("key", key)):
         if not 0 <= position < n:
             raise BadOption(f"{name} token {position} is outside the text's {n} tokens (0–{n - 1})")
-    window = model.family.window(model.config, layer)
-    allowed = allowed_keys(enc.attention_mask, net.causal, window=window)[0, 0]
-    row = allowed[query if allowed.shape[0] > 1 else 0]
+    row = run.allowed[query]
     if not bool(row[key]):
+        window = model.family.window(model.config, layer)
         why = "is after the query: a causal model's query sees only the past" if key > query else \
             f"is outside layer {layer}'s sliding window of {window} tokens"
         raise BadOption(f"key token {key} {why}, so head {layer}.{head} gives it no score: pick a key at or before "
                         f"token {query}")
-    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)  # the layers after: not needed
-    positions = torch.tensor([query, key], device=enc.input_ids.device)
     with torch.inference_mode():
-        named = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, got.inputs, got.z, positions,
-                                   torch.float64)
-        names = [*named, BIAS_QK]
-        q, k = net.qk_parts(layer, torch.stack(list(named.values())), got.inputs[layer][0, positions], positions,
-                            enc.input_ids.shape[1])
-        group = head // (n_heads // model.n_kv_heads)  # the key/value head this head reads (grouped-query)
-        scale = model.family.scale(model.config, layer)
-        q_i, k_j = q[:, head, 0], k[:, group, 1]  # [P + 1, d]: the query's parts at i, the key's at j
-        matrix = scale * (q_i @ k_j.T)
-        own_q, own_k, _ = net.qkv(layer, got.inputs[layer])
-        q_own, k_own = own_q[0, head, query].double(), own_k[0, group].double()
-        scores = scale * (k_own @ q_own)  # the row: every key's score, from the pass's own q and k
+        names, q, k = run.parts([query, key])
+        q_i, k_j = q[:, 0], k[:, 1]  # [P + 1, d]: the query's parts at i, the key's at j
+        matrix = run.scale * (q_i @ k_j.T)
+        scores = run.scale * (run.k @ run.q[query])  # the row: every key's score, from the pass's own q and k
         scores = scores.masked_fill(~row, float("-inf"))
         weight = float(torch.softmax(scores, -1)[key])
         score = float(scores[key])
-        bound = scale * float(q_own.norm() * k_own[key].norm())
+        bound = run.scale * float(run.q[query].norm() * run.k[key].norm())
     matrix = matrix.cpu().numpy()
     keep = [p for p in range(len(names)) if matrix[p].any() or matrix[:, p].any()]  # a part that is all zero: none
+    enc = run.enc
     tokens = [t.text for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
     return QKAttribution(model.name, layer, head, query, key, tokens, [names[p] for p in keep],
                          matrix[np.ix_(keep, keep)], score, bound, weight)
@@ -181,23 +211,15 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
     summed over them. The first token is left out as a key (an attention sink would be every head's top cell) unless
     ``first_token``. One row per sender and side: sender_layer, sender_head, kind ("q" or "k"), contribution (its
     summed side total), share (of the cells' summed scores), cells (how many were read)."""
-    net = build(model)
-    if not 0 < layer < len(net.layers):
+    n_layers = len(build(model).layers)
+    if not 0 < layer < n_layers:
         raise BadOption(f"head {layer}.{head} has no earlier heads to read from: pick a layer from 1 to "
-                        f"{len(net.layers) - 1}")
-    if not 0 <= head < model.n_heads:
-        raise BadOption(f"head {head} does not exist: {model.name} has heads 0–{model.n_heads - 1}")
-    enc = model.encode(text, pair, truncate=truncate).to(model.device)
-    n = int(enc.attention_mask.sum())
-    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)
-    group = head // (model.n_heads // model.n_kv_heads)
-    scale = model.family.scale(model.config, layer)
+                        f"{n_layers - 1}")
+    run = _head_pass(model, text, layer, head, pair, truncate)
+    n, scale = run.n, run.scale
     with torch.inference_mode():
-        own_q, own_k, _ = net.qkv(layer, got.inputs[layer])
-        scores = scale * (own_q[0, head, :n].double() @ own_k[0, group, :n].double().T)  # [n, n]
-        allowed = allowed_keys(enc.attention_mask, net.causal, window=model.family.window(model.config, layer))
-        allowed = allowed[0, 0, :n, :n].expand(n, n)
-        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+        scores = scale * (run.q @ run.k.T)  # [n, n]
+        weights = torch.softmax(scores.masked_fill(~run.allowed, float("-inf")), -1)
         if not first_token:
             weights[:, 0] = 0.0
         weights[0] = 0.0  # the first query sees only itself in a decoder: nothing to compare
@@ -207,12 +229,8 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
         queries, keys = (picked // n).tolist(), (picked % n).tolist()
         positions = sorted(set(queries) | set(keys))
         at = {p: i for i, p in enumerate(positions)}
-        where = torch.tensor(positions, device=enc.input_ids.device)
-        named = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, got.inputs, got.z, where, torch.float64)
-        q, k = net.qk_parts(layer, torch.stack(list(named.values())), got.inputs[layer][0, where], where,
-                            enc.input_ids.shape[1])
-        q, k = q[:, head], k[:, group]  # [P + 1, n_positions, d]
-        q_side = torch.zeros(len(named) + 1, dtype=torch.float64)
+        names, q, k = run.parts(positions)  # [P + 1, n_positions, d]
+        q_side = torch.zeros(len(names), dtype=torch.float64)
         k_side = torch.zeros_like(q_side)
         total = 0.0
         for i, j in zip(queries, keys):
@@ -221,7 +239,7 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
             k_side += scale * (k_j @ q_i.sum(0))  # each key part with the whole query
             total += float(scale * (q_i.sum(0) @ k_j.sum(0)))
     rows = []
-    for p, name in enumerate(named):
+    for p, name in enumerate(names):
         if name.startswith("head "):
             s_layer, s_head = (int(x) for x in name.split()[1].split("."))
             for kind, side in (("q", q_side), ("k", k_side)):
