@@ -66,6 +66,17 @@ class Context:
         return True
 
 
+def without_scratch(model, what: str, pick: str = "minilm or smollm2") -> bool:
+    """True, with a note on the page, when ``model``'s architecture is not one the from-scratch pass covers, which
+    ``what`` (a page or a panel, as the start of a sentence: "The logit lens") runs on; ``pick``: what to pick
+    instead in the sidebar's Model menu."""
+    if model.family is not None:
+        return False
+    st.info(f"{what} runs our from-scratch pass, which does not cover {safe(model.name)} "
+            f"({safe(model.scratch_problem)}). Pick {pick} in the sidebar's Model menu.")
+    return True
+
+
 def open_clicked_head(key: str, layers: int, heads: int) -> None:
     """A layers × heads grid's click (the chart's ``head`` selection, under ``key``): open that head on Explore
     (a head the model does not have is a warning on the page instead)."""

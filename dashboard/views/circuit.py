@@ -145,9 +145,7 @@ def render(ctx: ui.Context) -> None:
     st.header(f"Circuit: which heads {ui.safe(ctx.model.name)}'s head {v.layer}.{v.head} reads from")
     if not ctx.ready():
         return
-    if ctx.model.family is None:
-        st.info(f"The circuit view reads every head's weights and outputs, which only the families of the "
-                f"from-scratch pass give; {ui.safe(ctx.model.name)} is not one of them (see Parity).")
+    if ui.without_scratch(ctx.model, "The circuit view (every head's weights and outputs)"):
         return
     if v.layer == 0:
         st.info("A head in layer 0 reads only the embeddings: pick a head in a later layer (the sidebar's Layer "

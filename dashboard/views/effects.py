@@ -222,9 +222,7 @@ def render(ctx: ui.Context) -> None:
     if not ctx.ready():
         return
     m = ctx.model
-    if m.family is None:
-        st.info(f"These measures run our from-scratch pass, which does not cover {ui.safe(m.name)} "
-                f"({ui.safe(m.scratch_problem)}). Pick minilm or smollm2 in the sidebar's Model menu.")
+    if ui.without_scratch(m, "Each of these measures"):
         return
     info = ctx.info
     if ctx.inp.pair:

@@ -303,9 +303,7 @@ def _why(ctx: ui.Context, query: int, key: int | None) -> None:
                    "key (the embeddings, each earlier head and MLP, the biases).")
         return
     names = charts.labels(info.tokens)
-    if ctx.model.family is None:
-        st.info(f"The split is not offered for {ui.safe(ctx.model.name)}: it reads every head's output projection, "
-                "which only the families of the from-scratch pass give (see Parity).")
+    if ui.without_scratch(ctx.model, "The split (it reads every head's output projection)"):
         return
     if info.causal and key > query:
         st.info(f"{ui.safe(names[query])} cannot look at {ui.safe(names[key])}: in a causal model a query sees only "

@@ -76,9 +76,7 @@ def render(ctx: ui.Context) -> None:
     if not ctx.ready():
         return
     m = ctx.model
-    if m.family is None:
-        st.info(f"The logit lens runs our from-scratch pass, which does not cover {ui.safe(m.name)} "
-                f"({ui.safe(m.scratch_problem)}). Pick smollm2 (offline) or a GPT-2 model in the sidebar's Model menu.")
+    if ui.without_scratch(m, "The logit lens", pick="smollm2 (offline) or a GPT-2 model"):
         return
     if not lm_measures(m):
         what = "an encoder" if not m.is_causal else "a decoder checkpoint without one"
