@@ -24,6 +24,14 @@ def app_url(tmp_path_factory):
         yield url
 
 
+def _charts_drawn(page, count: int = 3, timeout: int = 60_000, main: bool = False) -> None:
+    """Wait until at least ``count`` charts are on the page (``main``: in the main area, not the sidebar): Vega
+    draws them in the browser after the script has finished."""
+    where = "[data-testid=stMain] " if main else ""
+    page.wait_for_function(f"document.querySelectorAll('{where}[data-testid=stVegaLiteChart]').length >= {count}",
+                           timeout=timeout)
+
+
 def _settle(page) -> None:
     """Wait until the script has run and finished (the app is idle)."""
     page.wait_for_timeout(300)
@@ -43,8 +51,7 @@ def test_open_change_head_and_share_the_link(app_url):
         assert "layer=1" in page.url and "head=2" in page.url
         assert page.get_by_text("Parity PASS").is_visible()
         # the charts mount after the script has finished (Vega draws in the browser): wait for them
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.get_by_text("Where '10: she' looks").wait_for(timeout=30_000)  # the query: "she"'s row, as a chart
         page.screenshot(path=SHOTS / "app_explore_she.png", full_page=True)
 
@@ -91,8 +98,7 @@ def test_generate_steps_through_the_tokens(app_url):
             timeout=120_000)
         page.get_by_text("Cache proof PASS").first.wait_for(timeout=120_000)
         assert page.get_by_text("Step 0 of 9: the prefill").is_visible()
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.screenshot(path=SHOTS / "app_generate_step0.png", full_page=True)
 
         step = page.locator("[data-testid=stMain] [data-testid=stSlider]").filter(has_text="Step")
@@ -104,8 +110,7 @@ def test_generate_steps_through_the_tokens(app_url):
         page.wait_for_function("() => location.search.includes('step=3')", timeout=30_000)
         highlighted = page.locator("[data-testid=stHtml] span[style*='background']")  # the fed token
         assert highlighted.count() == 1
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.screenshot(path=SHOTS / "app_generate_step3.png", full_page=True)
         browser.close()
 
@@ -145,8 +150,7 @@ def test_hide_the_first_token_rescales_the_heatmap_and_keeps_the_link(app_url):
         page.goto(f"{app_url}/?model=smollm2&layer=29&head=0&query=12")
         _settle(page)
         page.get_by_role("heading", name="smollm2: layer 29, head 0").wait_for(timeout=120_000)
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.get_by_text("Where '12:  was' looks").wait_for(timeout=30_000)
         page.screenshot(path=SHOTS / "app_explore_sink.png", full_page=True)
 
@@ -154,8 +158,7 @@ def test_hide_the_first_token_rescales_the_heatmap_and_keeps_the_link(app_url):
         _settle(page)
         page.get_by_text("First token hidden: the colours are rescaled").wait_for(timeout=60_000)
         page.wait_for_function("() => location.search.includes('hide_first=1')", timeout=30_000)
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.screenshot(path=SHOTS / "app_explore_sink_hidden.png", full_page=True)
         browser.close()
 
@@ -171,8 +174,7 @@ def test_the_logit_lens_reads_every_layer(app_url):
         _settle(page)
         page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=120_000)
         page.get_by_text("its logits, exactly").wait_for(timeout=120_000)
-        page.wait_for_function("document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')"
-                               ".length >= 1", timeout=60_000)
+        _charts_drawn(page, 1, main=True)
         page.wait_for_timeout(1000)  # Vega draws in the browser
         page.screenshot(path=SHOTS / "app_lens.png", full_page=True)
 
@@ -202,8 +204,7 @@ def test_a_click_on_a_cell_says_why_this_weight(app_url):
         page.goto(f"{app_url}/?layer=1&head=2")
         _settle(page)
         page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=60_000)
-        page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 3",
-                               timeout=60_000)
+        _charts_drawn(page)
         page.wait_for_timeout(500)
         page.mouse.click(*Cells(page, 15).centre(10, 7))
         _settle(page)
@@ -230,8 +231,7 @@ def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
         page.get_by_role("heading", name="Circuit: which heads minilm's head 2.3 reads from").wait_for(timeout=60_000)
         page.get_by_role("button", name="Run path patching").click()
         _settle(page)
-        page.wait_for_function("document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')"
-                               ".length >= 3", timeout=120_000)
+        _charts_drawn(page, timeout=120_000, main=True)
         page.wait_for_timeout(1000)  # Vega draws in the browser
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_circuit.png")
