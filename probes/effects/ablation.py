@@ -43,6 +43,17 @@ def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where
     return layer, head
 
 
+def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int, where: str = "the model") -> tuple[int, int]:
+    """A head that reads other heads' outputs (composition, path patching): inside the model and not in layer 0."""
+    layer, head = receiver
+    if not (0 <= layer < n_layers and 0 <= head < n_heads):
+        raise BadOption(f"receiver {layer}.{head} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
+    if layer == 0:
+        raise BadOption(f"receiver {layer}.{head} is in layer 0: no head writes before it (give a receiver in layer 1 "
+                        "or later)")
+    return layer, head
+
+
 def parse_heads(spec: str, model) -> list[tuple[int, int]]:
     """``"1.2,5.4"`` -> [(1, 2), (5, 4)] (layer.head), checked against the model's size."""
     parts = [p for p in (p.strip() for p in spec.split(",")) if p]

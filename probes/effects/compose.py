@@ -43,7 +43,7 @@ import torch
 
 from ..errors import BadOption
 from ..scratch import build
-from .ablation import parse_head
+from .ablation import check_receiver, parse_head
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
@@ -76,16 +76,6 @@ def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
     """``"18.6"`` -> (18, 6), checked: inside the model (:func:`.ablation.parse_head`), and not in layer 0 (it has
     no earlier heads)."""
     return check_receiver(parse_head(spec, n_layers, n_heads, "receiver"), n_layers, n_heads)
-
-
-def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int) -> tuple[int, int]:
-    layer, head = receiver
-    if not (0 <= layer < n_layers and 0 <= head < n_heads):
-        raise BadOption(f"receiver {layer}.{head} is outside the model: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
-    if layer == 0:
-        raise BadOption(f"receiver {layer}.{head} is in layer 0: it has no earlier heads to compose with (give a "
-                        "layer from 1)")
-    return layer, head
 
 
 class HeadMaps:

@@ -36,6 +36,7 @@ from ..attention_math import repeat_kv
 from ..errors import BadOption
 from ..scratch import BACKENDS, build, outputs
 from .ablation import LOGIT_BUDGET, check_position, lm_measures
+from .ablation import check_receiver
 from .ablation import parse_head as parse_one
 from .measures import compare
 
@@ -81,12 +82,7 @@ def _encode(model, text):
 
 
 def _check(model, receiver, into, senders, n, cells):
-    layer, head = receiver
-    if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
-        raise BadOption(f"receiver {layer}.{head} is outside {model.name}: layers 0–{model.n_layers - 1}, heads "
-                        f"0–{model.n_heads - 1}")
-    if layer == 0:
-        raise BadOption("the receiver is in layer 0: no head writes before it (choose a receiver in layer 1 or later)")
+    layer, head = check_receiver(receiver, model.n_layers, model.n_heads, model.name)
     if into not in INTO:
         raise BadOption(f"unknown input {into!r}: patch into one of q, k, v")
     for s_layer, s_head in senders:
