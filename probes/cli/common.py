@@ -27,6 +27,12 @@ def load_model(args: argparse.Namespace, name: str | None = None) -> Model:
     return load(args.model if name is None else name, allow_local_paths=not args.hub_only, device=args.device)
 
 
+def loading_options(parser: argparse.ArgumentParser) -> None:
+    """The options :func:`load_model` reads besides ``--model``: ``--device`` and ``--hub-only``."""
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--hub-only", action="store_true", help="refuse local paths")
+
+
 def positive(text: str) -> int:
     """argparse type: a whole number of 1 or more (0 and negative counts are mistakes, not "all")."""
     try:

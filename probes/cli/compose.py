@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import MODEL_HELP, load_model, positive
+from .common import MODEL_HELP, load_model, loading_options, positive
 
 
 def run_compose(args: argparse.Namespace) -> int:
@@ -61,6 +61,5 @@ def add_parser(sub) -> None:
     p.add_argument("--draws", type=positive, default=20, help="random draws for the baseline (default: 20)")
     p.add_argument("--seed", type=int, default=0, help="the baseline's random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run_compose)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, print_top
+from .common import MODEL_HELP, load_model, loading_options, print_top
 
 
 def run_ablate(args: argparse.Namespace) -> int:
@@ -101,8 +101,7 @@ def add_parser(sub) -> None:
     p.add_argument("--target", help="a one-token word: the logit difference is logit(target) − logit(versus)")
     p.add_argument("--versus", help="the second word of the logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run_ablate)
 
     p = sub.add_parser("importance", help="head importance over a dataset (Michel et al.), with each head's exact "
@@ -123,6 +122,5 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true", help="stop on any bad item of the data")
     p.add_argument("--threads", type=int)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run_importance)

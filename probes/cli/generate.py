@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..generation import GENERATE_BACKENDS
-from .common import load_model, positive
+from .common import load_model, loading_options, positive
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,6 +82,5 @@ def add_parser(sub) -> None:
                    help="attention of each step: eager (the formula) or flash (our Triton kernel; needs CUDA, "
                    "else eager runs and a note says so)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run)

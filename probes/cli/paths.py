@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, positive
+from .common import MODEL_HELP, load_model, loading_options, positive
 
 
 def run_patch(args: argparse.Namespace) -> int:
@@ -80,6 +80,5 @@ def add_parser(sub) -> None:
     p.add_argument("--versus", help="the second word of the logit difference")
     p.add_argument("--top", type=positive, default=10, help="senders to print (default: 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object (every sender, ranked)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run_patch)

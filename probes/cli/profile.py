@@ -8,7 +8,7 @@ import sys
 
 from ..models import OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, load_model, positive, print_top, quiet_transformers
+from .common import MODEL_HELP, load_model, loading_options, positive, print_top, quiet_transformers
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,14 +143,13 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=positive, default=64,
                    help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
-    p.add_argument("--device", default="auto")
+    loading_options(p)
     p.add_argument("--threads", type=positive, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
                    "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true",
                    help="stop (exit 2, listing them all) on any bad item of the data, instead of skipping it")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
     c = p.add_argument_group("corpus", "label-free statistics of every head over your own texts, with each head's "
                              "top examples (instead of --probe); --model may name several models, comma-separated")
     c.add_argument("--corpus", help="a .txt (one text a line), .jsonl or .parquet file, read as a stream")

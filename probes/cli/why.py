@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, positive
+from .common import MODEL_HELP, load_model, loading_options, positive
 
 
 def token_index(model, text: str, pair: str | None, given: str, what: str) -> tuple[int, str | None]:
@@ -91,6 +91,5 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=positive, default=10, help="terms to print (default: 10)")
     p.add_argument("--csv", help="write every term to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    loading_options(p)
     p.set_defaults(func=run_why)
