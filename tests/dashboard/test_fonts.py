@@ -79,3 +79,61 @@ def test_a_system_cjk_font_is_found_by_its_file_name(tmp_path):
     (tmp_path / "dejavu" / "DejaVuSans.ttf").write_bytes(b"")
     assert fonts._system((str(tmp_path / "dejavu"), str(tmp_path / "noto"))) == tmp_path / "noto"
     assert fonts._system((str(tmp_path / "dejavu"),)) is None
+
+
+# the page's webfont (fonts.webfont and .streamlit/config.toml): the browser gets the same WenQuanYi Micro Hei
+
+def test_the_webfont_is_the_packaged_face_as_a_woff_that_has_the_story(tmp_path, monkeypatch):
+    from fontTools.ttLib import TTFont
+
+    monkeypatch.setattr(fonts, "_served", {})
+    target = tmp_path / "static" / "fonts" / "wqy-microhei.woff"
+    assert fonts.webfont(target) == target
+    face = TTFont(str(target))
+    assert face.flavor == "woff"  # a browser takes it (not the .ttc collection)
+    assert face["name"].getDebugName(1) == "WenQuanYi Micro Hei"  # the proportional face, not the Mono one
+    assert all(ord(ch) in face.getBestCmap() for ch in set(STORY + "，因为她很饿"))
+    assert target.stat().st_size < 3_000_000  # compressed: the .ttc's face is 5.2 MB
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no partial file left behind
+    written = target.stat().st_mtime_ns
+    monkeypatch.setattr(fonts, "_served", {})  # a new process: the file is newer than the package's, so it is kept
+    monkeypatch.setattr(fonts, "_write_woff", lambda *a: pytest.fail("written again"))
+    assert fonts.webfont(target) == target and target.stat().st_mtime_ns == written
+
+
+def test_the_theme_serves_the_webfont_after_the_visitors_own_cjk_fonts():
+    import subprocess
+    import tomllib
+
+    root = fonts.Path(fonts.__file__).resolve().parents[1]
+    config = tomllib.loads((root / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["enableStaticServing"] is True
+    [face] = config["theme"]["fontFaces"]
+    assert (face["family"], face["url"]) == (fonts.FAMILY, fonts.URL)
+    # Streamlit serves dashboard/static/ (next to the main script, app.py or serve.py) at app/static/
+    assert fonts.URL == "app/static/" + fonts.WEBFONT.relative_to(root / "dashboard" / "static").as_posix()
+    ranges = [tuple(int(x, 16) for x in span.strip().removeprefix("U+").split("-"))
+              for span in face["unicodeRange"].split(",")]
+    assert all(any(lo <= ord(ch) <= hi for lo, hi in ranges) for ch in STORY + "，")
+    assert not any(lo <= ord("A") <= hi for lo, hi in ranges)  # a page without CJK never downloads it
+    for theme in ("light", "dark"):  # both (a font set in [theme] alone makes the app always light)
+        for key in ("font", "codeFont"):
+            names = [n.strip().strip("'\"") for n in config["theme"][theme][key].split(",")]
+            assert names[-1] == fonts.FAMILY  # last: the visitor's own CJK fonts come first
+            assert {"Noto Sans CJK SC", "Microsoft YaHei", "PingFang SC"} <= set(names)
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(fonts.WEBFONT)], cwd=root)
+    assert ignored.returncode == 0  # written at run time from the installed package, never committed
+
+
+def test_without_the_package_or_a_writable_folder_the_page_goes_without_a_webfont(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(fonts, "_served", {})
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a file").write_text("")
+    with caplog.at_level(logging.INFO, logger="dashboard"):
+        assert fonts.webfont(tmp_path / "out.woff", folder=tmp_path / "empty") is None
+        assert fonts.webfont(tmp_path / "out.woff", folder=tmp_path / "empty") is None  # once per process
+        assert fonts.webfont(tmp_path / "a file" / "out.woff") is None  # its folder cannot be made
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert "paperang-p2-fonts-cjk" in warned[0] and "empty boxes" in warned[0]
+    assert "could not write the CJK webfont" in warned[1]
