@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/corpus_ray.py --out benchmarks/results
 	$(BIN)/python benchmarks/ablation.py --out benchmarks/results
 	$(BIN)/python benchmarks/effects_checks.py --out benchmarks/results
+	$(BIN)/python benchmarks/effects_first_grid.py --out benchmarks/results
 	$(BIN)/python benchmarks/compose.py --out benchmarks/results
 	$(BIN)/python benchmarks/circuit_smollm2.py --out benchmarks/results
 

@@ -25,9 +25,10 @@ from ..errors import BadOption, EmptyInput
 from ..precision import working_dtype
 from ..scratch import DecoderNetwork, build, outputs
 from ..trace import Outputs
-from .measures import compare
+from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare
 
 HOWS = ("zero", "mean", "patch")
+AT_POSITION = ("token_change", "logit_diff")  # the measures that read one position only
 LOGIT_BUDGET = 256 * 2**20  # bytes of logits one batch of edited copies may hold
 
 
@@ -119,15 +120,43 @@ class Clean:
     out: Outputs
 
 
-def clean_pass(model, text: str, truncate: bool = False) -> Clean:
+def clean_pass(model, text: str, truncate: bool = False, logits: bool = True, upto: int | None = None) -> Clean:
+    """The clean pass of ``text``, with its logits when the model has a language-model head and ``logits``.
+    ``upto``: only the first ``upto`` tokens, when the text has more (what a causal model computes at a position
+    never reads a later token, so a measure at one position needs nothing after it)."""
     enc = model.encode(text, truncate=truncate)  # an empty text is refused here (EmptyInput)
-    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=lm_measures(model), keep_inputs=True))
+    if upto is not None and 0 < upto < int(enc.attention_mask.sum()):
+        cut = lambda t: None if t is None else t[:, :upto]  # noqa: E731 (one text: no padding)
+        enc = replace(enc, input_ids=cut(enc.input_ids), attention_mask=cut(enc.attention_mask),
+                      token_type_ids=cut(enc.token_type_ids), tokens=[row[:upto] for row in enc.tokens])
+    return Clean(enc, int(enc.attention_mask.sum()),
+                 outputs(model, enc, logits=logits and lm_measures(model), keep_inputs=True))
 
 
 def lm_measures(model) -> bool:
     """Loss and prediction measures apply: a decoder with a language-model head the from-scratch path runs."""
     net = build(model)
     return bool(model.is_causal and isinstance(net, DecoderNetwork) and net.unembedding is not None)
+
+
+def check_measures(model, measures: Sequence[str] | None,
+                   targets: tuple[int, int] | None = None) -> tuple[str, ...] | None:
+    """The measures asked for, each once and each one that applies to ``model`` (None: every one that applies)."""
+    if measures is None:
+        return None
+    asked = tuple(dict.fromkeys(measures))
+    usable = (LM_MEASURES if lm_measures(model) else ()) + HIDDEN_MEASURES
+    if not asked:
+        raise BadOption(f"no measure asked for: choose one or more of {', '.join(usable)}")
+    for name in asked:
+        if name not in ABOUT:
+            raise BadOption(f"unknown measure {name!r}: choose one of {', '.join(usable)}")
+        if name not in usable:
+            raise BadOption(f"{name} needs a language-model head, which {model.name} has not: choose one of "
+                            f"{', '.join(usable)}")
+    if "logit_diff" in asked and targets is None:
+        raise BadOption("logit_diff needs two target tokens: the change of logit(target) − logit(other target)")
+    return asked
 
 
 def replacements(model, how: str, clean: Clean, other: str | None = None,
@@ -159,13 +188,16 @@ def _copies(model, clean: Clean) -> int:
 
 def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = "zero", position: int | None = None,
              targets: tuple[int, int] | None = None, batch: int | None = None, share: bool = True,
+             measures: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None,
              **writes) -> dict[str, torch.Tensor]:
     """Measures of each row's ablation (``rows[b]``: the heads ablated together in copy b), in batches of
     ``batch`` copies (default: as many as ``LOGIT_BUDGET`` allows). Nothing before a row's first ablated layer
     changes, so a batch starts from the clean pass's input of its first edited layer: rows of one layer run
-    together, and only the layers from it on are computed again (``share=False``: every copy runs every layer)."""
+    together, and only the layers from it on are computed again (``share=False``: every copy runs every layer).
+    ``measures``: only these (default: every one that applies; the copies' logits are computed only when one
+    needs them and the clean pass has them). ``progress(done, total)``: called after each row is measured."""
     size = batch or _copies(model, clean)
-    lm = clean.out.logits is not None
+    lm = clean.out.logits is not None and (measures is None or any(name in LM_MEASURES for name in measures))
     parts: dict[str, list[torch.Tensor]] = {}
     first_layer = [min((layer for layer, _ in heads), default=model.n_layers) for heads in rows]
     chunks, start = [], 0
@@ -187,9 +219,12 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
             resume = (first, clean.out.inputs[first].expand(len(chunk), -1, -1))
         got = outputs(model, copies, edit=ablation_edit(chunk, how, **writes), logits=lm, resume=resume)
         measured = compare(clean.out.hidden[0], got.hidden, clean.n, clean.out.logits[0] if lm else None, got.logits,
-                           clean.enc.input_ids[0].to(got.hidden.device), position, targets)
+                           clean.enc.input_ids[0].to(got.hidden.device), position, targets, measures)
         for key, value in measured.items():
             parts.setdefault(key, []).append(value.cpu())
+        if progress is not None:
+            for done in range(start + 1, end + 1):
+                progress(done, len(rows))
     return {key: torch.cat(value) for key, value in parts.items()}
 
 
@@ -206,16 +241,28 @@ def ablate(model, text: str, heads: list[tuple[int, int]], how: str = "zero", ot
 
 def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
                 reference: Sequence[str] | None = None, position: int | None = None,
-                targets: tuple[int, int] | None = None, batched: bool = True, truncate: bool = False) -> pd.DataFrame:
+                targets: tuple[int, int] | None = None, batched: bool = True, truncate: bool = False,
+                measures: Sequence[str] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Every single-head ablation of ``text``: one row per (layer, head) with each measure's change. Batched:
     row b of each pass ablates head b, from the layer it is in; else one whole pass per head (the same numbers
-    up to float rounding: the naive way, for the benchmark). ``truncate``: cut the text to the context window."""
-    clean = clean_pass(model, text, truncate=truncate)
+    up to float rounding: the naive way, for the benchmark). ``truncate``: cut the text to the context window.
+
+    ``measures``: compute only these columns (default: every measure that applies), the same numbers as in the
+    full table up to float rounding. Only loss, top_changed and logit_diff need the copies' logits (a vocabulary's
+    worth per token); on a causal model, token_change and logit_diff at ``position`` read nothing after it, so
+    the copies stop there. ``progress(done, total)`` is called after each head (``done`` = 1 … ``total``)."""
+    measures = check_measures(model, measures, targets)
+    logits = measures is None or any(name in LM_MEASURES for name in measures)
+    at_one = measures is not None and set(measures) <= set(AT_POSITION) and position is not None
+    # (not when patching: the other text's outputs would have to be cut the same way)
+    upto = position + 1 if at_one and model.is_causal and how != "patch" else None
+    clean = clean_pass(model, text, truncate=truncate, logits=logits, upto=upto)
     check_position(position, clean.n)
     writes = replacements(model, how, clean, other, reference)
     heads = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
     got = run_rows(model, clean, [[h] for h in heads], how, position, targets, batch=None if batched else 1,
-                   share=batched, **writes)
+                   share=batched, measures=measures, progress=progress, **writes)
     frame = pd.DataFrame(heads, columns=["layer", "head"])
     for key, value in got.items():
         frame[key] = value.numpy()

@@ -53,6 +53,30 @@ def target_id(model, word: str) -> int:
                     "word that is one token")
 
 
+def last_target(model, text: str, first: int = 1) -> tuple[int, str] | None:
+    """The last token of ``text`` (at position ``first`` or later among its real tokens: the text predicts token i at
+    i − 1) that can be typed as a target: ``(position, raw text)``, where the raw text is what the token decodes to
+    and :func:`target_id` gives that token's id back for it (" hungry" on smollm2, with its space). None when no
+    token qualifies: a byte-level piece of a character (smollm2 writes 饿 as three) decodes to no text of its own,
+    and a special token is not a word."""
+    tok = model.tokenizer
+    enc = model.encode(text)  # an empty text is refused here (EmptyInput)
+    ids = enc.input_ids[0][enc.attention_mask[0].bool()].tolist()
+    special = set(getattr(tok, "all_special_ids", None) or [])
+    for position in range(len(ids) - 1, max(first, 0) - 1, -1):
+        if ids[position] in special:
+            continue
+        raw = tok.decode([ids[position]], clean_up_tokenization_spaces=False)
+        if not raw.strip() or "\ufffd" in raw:  # blank, or part of a character's bytes
+            continue
+        try:
+            if target_id(model, raw) == ids[position]:
+                return position, raw
+        except BadOption:  # the raw text is several tokens when encoded on its own
+            continue
+    return None
+
+
 def logit_attribution(model, text: str, target: int, other: int | None = None,
                       position: int | None = None) -> Attribution:
     """Each head's direct share of token ``target``'s logit (minus ``other``'s) at ``position`` (default: the last

@@ -8,6 +8,8 @@ real tokens, and at one token), and 1 − cosine of the mean-pooled sentence emb
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 import torch.nn.functional as F
 
@@ -36,20 +38,28 @@ def cosine_change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def compare(clean_hidden: torch.Tensor, hidden: torch.Tensor, n: int, clean_logits: torch.Tensor | None = None,
             logits: torch.Tensor | None = None, ids: torch.Tensor | None = None, position: int | None = None,
-            targets: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+            targets: tuple[int, int] | None = None, measures: Collection[str] | None = None) -> dict[str, torch.Tensor]:
     """Each measure for ``B`` edited rows against the clean run of one text of ``n`` real tokens (on the left:
     no padding inside the first n). ``clean_*`` are ``[L, …]``, the edited ``[B, L, …]``; ``position`` is the
-    token whose change is measured (default: the last real one). Returns measure -> ``[B]`` float64."""
+    token whose change is measured (default: the last real one). ``measures``: only these (default: every one the
+    inputs allow). Returns measure -> ``[B]`` float64."""
     position = n - 1 if position is None else position
     hidden, clean_hidden = hidden[:, :n], clean_hidden[:n]
-    out = {"hidden_change": cosine_change(hidden, clean_hidden[None]).mean(-1),
-           "token_change": cosine_change(hidden[:, position], clean_hidden[None, position]),
-           "embedding_change": cosine_change(hidden.double().mean(1), clean_hidden.double().mean(0)[None])}
+    wanted = lambda name: measures is None or name in measures  # noqa: E731
+    out = {}
+    if wanted("hidden_change"):
+        out["hidden_change"] = cosine_change(hidden, clean_hidden[None]).mean(-1)
+    if wanted("token_change"):
+        out["token_change"] = cosine_change(hidden[:, position], clean_hidden[None, position])
+    if wanted("embedding_change"):
+        out["embedding_change"] = cosine_change(hidden.double().mean(1), clean_hidden.double().mean(0)[None])
     if logits is not None and clean_logits is not None:
-        base = token_losses(clean_logits[None], ids, n)
-        out["loss"] = (token_losses(logits, ids, n) - base).mean(-1) if n > 1 else torch.zeros(len(hidden))
-        out["top_changed"] = (logits[:, :n].argmax(-1) != clean_logits[None, :n].argmax(-1)).double().mean(-1)
-        if targets is not None:
+        if wanted("loss"):
+            base = token_losses(clean_logits[None], ids, n)
+            out["loss"] = (token_losses(logits, ids, n) - base).mean(-1) if n > 1 else torch.zeros(len(hidden))
+        if wanted("top_changed"):
+            out["top_changed"] = (logits[:, :n].argmax(-1) != clean_logits[None, :n].argmax(-1)).double().mean(-1)
+        if targets is not None and wanted("logit_diff"):
             t, o = targets
             diff = lambda x: (x[..., position, t] - x[..., position, o]).double()  # noqa: E731
             out["logit_diff"] = diff(logits) - diff(clean_logits)

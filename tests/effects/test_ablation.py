@@ -154,3 +154,41 @@ def test_grouped_query_ablation_equals_hugging_face(llama_dir):
     got = ablation.ablate(model, text, [(layer, head)])
     assert ablated.dtype == torch.float64
     assert got["loss"] == pytest.approx(expected, abs=F64, rel=0) and abs(expected) > 1e-3
+
+
+@pytest.mark.numeric
+def test_one_measure_alone_equals_its_column_of_every_measure(gpt2_model64, minilm64):
+    """Asked for one measure, ablate_each computes only that column (no logits for a hidden-state measure; on a
+    causal model, token_change and logit_diff stop at their position): the numbers of the full table, to float64
+    rounding (another batch composition and length sum in another order)."""
+    targets = (5, 9)
+    for model, position, names in ((gpt2_model64, 6, ("loss", "top_changed", "logit_diff", "hidden_change",
+                                                        "token_change", "embedding_change")),
+                                   (minilm64, 8, ("hidden_change", "token_change", "embedding_change"))):
+        full = ablation.ablate_each(model, SHE, position=position, targets=targets)
+        assert set(names) <= set(full.columns)
+        for name in names:
+            one = ablation.ablate_each(model, SHE, position=position, targets=targets, measures=[name])
+            assert list(one.columns) == ["layer", "head", name]
+            assert (one[["layer", "head"]] == full[["layer", "head"]]).all().all()
+            assert (one[name] - full[name]).abs().max() <= F64, (model.name, name)
+            assert full[name].abs().max() > 1e3 * F64, (model.name, name)  # a column that is not all zeros
+
+
+def test_progress_is_reported_after_each_head(gpt2_model, minilm):
+    for model, measures in ((gpt2_model, ["token_change"]), (minilm, None)):
+        calls = []
+        ablation.ablate_each(model, SHE, position=3, measures=measures, progress=lambda *a: calls.append(a))
+        total = model.n_layers * model.n_heads
+        assert calls == [(done, total) for done in range(1, total + 1)]
+
+
+def test_measures_that_do_not_apply_are_refused_with_advice(minilm, gpt2_model):
+    with pytest.raises(BadOption, match="unknown measure 'lose': choose one of hidden_change"):
+        ablation.ablate_each(minilm, SHE, measures=["lose"])
+    with pytest.raises(BadOption, match="loss needs a language-model head"):
+        ablation.ablate_each(minilm, SHE, measures=["loss"])
+    with pytest.raises(BadOption, match="logit_diff needs two target tokens"):
+        ablation.ablate_each(gpt2_model, SHE, measures=["logit_diff"])
+    with pytest.raises(BadOption, match="no measure asked for"):
+        ablation.ablate_each(gpt2_model, SHE, measures=[])

@@ -5,7 +5,7 @@ import pytest
 import torch
 from numeric import F64
 
-from probes.effects.attribution import logit_attribution, target_id
+from probes.effects.attribution import last_target, logit_attribution, target_id
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
 
@@ -53,3 +53,16 @@ def test_refused_with_advice(minilm, smollm2):
         target_id(smollm2, "Xiaohongxyz")
     with pytest.raises(BadOption, match="outside"):
         logit_attribution(smollm2, TEXT, 10**7)
+
+
+def test_the_last_target_is_one_tokens_raw_text_that_target_id_gives_back(smollm2):
+    """The default target of the logit attribution: the raw text of the text's last token that round-trips to that
+    one token (a label such as 饿(3/3), or a piece of a character's bytes, is not a token's text)."""
+    for text, want in (("小明把苹果给了小红，因为她很饿", (20, "为")),  # 她, 很 and 饿 are pieces of bytes
+                       ("Xiaoming gave the apple to Xiaohong because she was hungry.", (13, " hungry"))):  # "." → " ."
+        ids = smollm2.encode(text).input_ids[0].tolist()
+        position, raw = got = last_target(smollm2, text)
+        assert got == want
+        assert target_id(smollm2, raw) == ids[position]
+        assert smollm2.tokenizer.encode(raw, add_special_tokens=False) == [ids[position]]
+    assert last_target(smollm2, "很饿") is None  # only pieces of characters: the box stays empty
