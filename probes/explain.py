@@ -122,16 +122,32 @@ def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None 
 
 @dataclass
 class Answer:
-    """Which head answers "what does this word refer to?" best: the one whose query word puts the most weight
-    on the answer word (summed over the answer's pieces), with that weight and the weight on a distractor."""
+    """Which head answers "what does this word refer to?" best: the one whose query word gives the answer word the
+    most weight over a distractor (the other candidate: for "she" in "Xiaoming gave the apple to Xiaohong because
+    she was hungry", Xiaoming), with both weights and what went to the attention sink (the first token)."""
 
     layer: int
     head: int
-    query: int  # index among the real tokens of the query word's first piece
-    answer: list[int]  # the answer word's pieces
-    other: list[int]  # the distractor's pieces (empty: none given, or not in the text)
+    query: int  # index among the real tokens of the query word's piece that asks (:func:`query_token`)
+    answer: list[int]  # the answer word's pieces that count (the sink token never does)
+    other: list[int]  # the distractor's pieces that count (empty: none given, or not in the text)
     weight: float  # the query's attention on the answer word
     other_weight: float | None  # …and on the distractor
+    sink: float = 0.0  # …and on the first token (the sink), whatever word it belongs to
+
+    @property
+    def margin(self) -> float:
+        """Weight on the answer minus weight on the distractor (the weight itself without a distractor)."""
+        return self.weight - (self.other_weight or 0.0)
+
+    @property
+    def prefers(self) -> bool:
+        """Whether the head gives the answer more than the distractor: False when no head of the model does
+        (the head is then only the closest)."""
+        return self.margin > 0
+
+
+SINK = 0  # the attention sink: the first real token (BOS, [CLS], or the text's first token where there is none)
 
 
 def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
@@ -140,19 +156,80 @@ def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
     return word_positions(trace.real_tokens(item), text, word)
 
 
+def query_token(trace: Trace, pieces: list[int]) -> int:
+    """The piece of a query word whose attention stands for the word's: in a decoder its last piece, the first
+    that has read the whole word (the first byte of 她 could still be 好 or 妈); in an encoder its first, as the
+    head probes take it."""
+    return pieces[-1] if trace.is_causal else pieces[0]
+
+
+def counted(keys: list[int], sink: bool = False) -> list[int]:
+    """The pieces of a key word whose weight counts as the word's: all of them, less the first token (the sink,
+    where heads park the attention they do not need) unless ``sink`` or it is the word's only piece."""
+    kept = [k for k in keys if sink or k != SINK]
+    return kept or list(keys)
+
+
+@dataclass
+class Margins:
+    """Every layer × head's attention from one query token on a key word, on a distractor word and on the sink
+    (``[layers, heads]`` each), and what uniform attention would put on the key word."""
+
+    on_key: np.ndarray
+    on_other: np.ndarray | None  # None: no distractor
+    on_sink: np.ndarray
+    uniform: float
+
+    @property
+    def score(self) -> np.ndarray:
+        """What a ranking of heads orders by: the key's weight minus the distractor's (the key's weight alone
+        without a distractor)."""
+        return self.on_key if self.on_other is None else self.on_key - self.on_other
+
+    def best(self) -> tuple[int, int]:
+        layer, head = np.unravel_index(int(self.score.argmax()), self.score.shape)
+        return int(layer), int(head)
+
+
+def margins(trace: Trace, query: int, keys: list[int], other: list[int] | None = None, item: int = 0) -> Margins:
+    """:class:`Margins` of one query token (real-token index) on ``keys`` against ``other`` (a distractor's
+    pieces; none: ``None`` or empty). Reads one row per layer from the Trace."""
+    rows = _query_rows(trace, query, item)
+    n = len(trace.real_tokens(item))
+    seen = query + 1 if trace.is_causal else n
+    uniform = sum(1 for k in keys if k < seen) / seen
+    return Margins(_on_keys(rows, keys), _on_keys(rows, other) if other else None, _on_keys(rows, [SINK]), uniform)
+
+
+def likely_key(trace: Trace, text: str, query: int, item: int = 0) -> int | None:
+    """A default key word for a query token when the text asks no question: the index (among :func:`words`) of
+    the word it attends to most, averaged over every layer and head, leaving out its own word and the sink
+    token (so the default is never the sink, whatever its word). None when no other word is there."""
+    found = words(trace, text, item)
+    mean = np.mean(np.stack([r.cpu().numpy() for r in _query_rows(trace, query, item)]), axis=(0, 1))
+    scored = [(float(mean[[k for k in keys if k != SINK]].sum()), -i) for i, (_, keys) in enumerate(found)
+              if query not in keys and [k for k in keys if k != SINK]]
+    return -max(scored)[1] if scored else None
+
+
 def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, other_word: str | None = None,
                    item: int = 0) -> Answer | None:
-    """Over every layer and head, the one where the query word's (first piece's) attention on the answer word is
-    highest (None when the text lacks either word). Reads one row per layer from the Trace."""
+    """Over every layer and head, the one whose query word (:func:`query_token`) gives the answer word the largest
+    margin over the distractor (the largest weight without one; None when the text lacks the query or the answer).
+    The sink token counts for neither word (:func:`counted`): a head that parks its attention on the first token,
+    as most do, neither answers nor looks at the distractor by doing so (in SmolLM2's 小明把苹果…, the first token
+    is 小明's first piece). When no head gives the answer more than the distractor,
+    the head returned is the closest one, and ``prefers`` is False."""
     query, answer = word_tokens(trace, text, query_word, item), word_tokens(trace, text, answer_word, item)
     if not query or not answer:
         return None
     other = word_tokens(trace, text, other_word, item) if other_word else []
-    rows = _query_rows(trace, query[0], item)
-    on_answer = _on_keys(rows, answer)
-    layer, head = np.unravel_index(int(on_answer.argmax()), on_answer.shape)
-    on_other = float(_on_keys(rows, other)[layer, head]) if other else None
-    return Answer(int(layer), int(head), query[0], answer, other, float(on_answer[layer, head]), on_other)
+    asker, answer, other = query_token(trace, query), counted(answer), counted(other)
+    found = margins(trace, asker, answer, other, item)
+    layer, head = found.best()
+    on_other = float(found.on_other[layer, head]) if found.on_other is not None else None
+    return Answer(layer, head, asker, answer, other, float(found.on_key[layer, head]), on_other,
+                  float(found.on_sink[layer, head]))
 
 
 def query_weights(trace: Trace, query: int, keys: list[int], item: int = 0) -> tuple[np.ndarray, float]:

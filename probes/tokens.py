@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -194,11 +195,14 @@ def readable_tokens(tokenizer, input_ids, offsets, text: str, text_pair: str | N
     return [t for t in out if t is not None]
 
 
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Chinese characters (CJK unified ideographs)
 _WORD = re.compile(
-    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"  # one CJK / kana / hangul char
+    rf"[{_HAN}]+"  # a run of Chinese characters: split into words by jieba (_chinese_words)
+    r"|[\u3040-\u30ff\uac00-\ud7af]"  # one kana / hangul character
     r"|[^\W_]+(?:['’][^\W_]+)*"  # letters and digits, with inner apostrophes (don't, O'Neil)
     r"|\S",  # any other visible character (punctuation, emoji) on its own
 )
+_HAN_RUN = re.compile(rf"[{_HAN}]+")
 
 
 def unknown_tokens(tokenizer, ids) -> int:
@@ -209,9 +213,30 @@ def unknown_tokens(tokenizer, ids) -> int:
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of the words of ``text``: runs of letters/digits, single CJK characters and
-    single punctuation or symbol characters."""
-    return [m.span() for m in _WORD.finditer(text)]
+    """Character spans of the words of ``text``: runs of letters/digits, Chinese words (a run of Chinese
+    characters cut into words by jieba: 小明把苹果给了小红 is 小明 · 把 · 苹果 · 给 · 了 · 小红), single kana or
+    hangul characters and single punctuation or symbol characters.
+
+    Chinese is written without spaces, and no tokenizer here marks its words: WordPiece cuts it into characters,
+    byte-level BPE into bytes of characters, so the pieces' offsets cannot say that 小红 is one word. jieba (a
+    dictionary and an HMM for names it does not know, such as 小红) can."""
+    spans = []
+    for m in _WORD.finditer(text):
+        if _HAN_RUN.fullmatch(m.group()):
+            spans += [(m.start() + lo, m.start() + hi) for lo, hi in _chinese_words(m.group())]
+        else:
+            spans.append(m.span())
+    return spans
+
+
+@lru_cache(maxsize=4096)
+def _chinese_words(run: str) -> tuple[tuple[int, int], ...]:
+    """Spans of the words of a run of Chinese characters (jieba, its default dictionary and HMM). jieba reads
+    its dictionary once per process, on the first Chinese text (about a second)."""
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # not its "Building prefix dict…" lines on every start
+    return tuple((start, end) for _, start, end in jieba.tokenize(run))
 
 
 def align_to_words(tokens: list[Token], spans: list[tuple[int, int]], segment: int = 0) -> list[int]:
@@ -250,11 +275,13 @@ def covered_words(tokens: list[Token], text: str) -> list[tuple[str, list[int]]]
 
 def word_positions(tokens: list[Token], text: str, word: str) -> list[int]:
     """The indices (among ``tokens``, a text's real tokens) of the pieces of the first whole-word occurrence of
-    ``word`` in ``text`` (case-insensitive; CJK words match anywhere); [] when the text does not hold it."""
+    ``word`` in ``text`` (case-insensitive; a Chinese word: the first of the text's words (:func:`word_spans`)
+    that it is, else its first occurrence anywhere); [] when the text does not hold it."""
     cjk = any("\u3400" <= ch <= "\u9fff" for ch in word)
+    whole = [(lo, hi) for lo, hi in word_spans(text) if text[lo:hi] == word] if cjk else []
     pattern = re.escape(word) if cjk else rf"(?<!\w){re.escape(word)}(?!\w)"
     found = re.search(pattern, text, flags=re.IGNORECASE)
     if found is None:
         return []
-    lo, hi = found.span()
+    lo, hi = whole[0] if whole else found.span()  # a Chinese word as jieba cuts it first, else anywhere in the text
     return [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]

@@ -56,7 +56,7 @@ def test_align_tokens_to_words(minilm):
     text = "Xiaoming gave the apple, didn't he? 小明"
     spans = word_spans(text)
     words = [text[a:b] for a, b in spans]
-    assert words == ["Xiaoming", "gave", "the", "apple", ",", "didn't", "he", "?", "小", "明"]
+    assert words == ["Xiaoming", "gave", "the", "apple", ",", "didn't", "he", "?", "小明"]  # one word (jieba)
     for tok in (minilm.tokenizer, gpt2_tokenizer()):
         tokens = _readable(tok, text)
         word_of = align_to_words(tokens, spans)
@@ -83,3 +83,20 @@ def test_unknown_tokens_are_counted_and_a_byte_level_tokenizer_has_none(minilm, 
     assert unknown_tokens(minilm.tokenizer, minilm.tokenizer(text)["input_ids"]) == 11
     assert unknown_tokens(minilm.tokenizer, minilm.tokenizer("she was hungry")["input_ids"]) == 0
     assert unknown_tokens(smollm2.tokenizer, smollm2.tokenizer(text)["input_ids"]) == 0
+
+
+def test_chinese_is_cut_into_words_not_characters(minilm, smollm2):
+    """小红 is one word (jieba), on either tokenizer: WordPiece cuts it into two characters, byte-level BPE into four
+    byte pieces, and both sets of pieces belong to it; a word is found as jieba cuts it, not inside another."""
+    from probes.tokens import covered_words, word_positions
+
+    text = "小明把苹果给了小红，因为她很饿"
+    assert [text[a:b] for a, b in word_spans(text)] == ["小明", "把", "苹果", "给", "了", "小红", "，", "因为", "她",
+                                                       "很", "饿"]
+    for tok, pieces in ((minilm.tokenizer, 2), (smollm2.tokenizer, 4)):
+        tokens = _readable(tok, text)
+        words = dict(covered_words([t for t in tokens if not t.special], text))
+        assert len(words["小红"]) == pieces and "小" not in words
+        assert word_positions([t for t in tokens if not t.special], text, "小红") == words["小红"]
+    mixed = "Xiaohong (小红) ate 苹果."
+    assert [mixed[a:b] for a, b in word_spans(mixed)] == ["Xiaohong", "(", "小红", ")", "ate", "苹果", "."]
