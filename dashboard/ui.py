@@ -7,14 +7,15 @@ import re
 from dataclasses import dataclass, replace
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 import probes
 from probes.models import OFFLINE_DEFAULT, USE_OFFLINE_DEFAULT
 
-from . import data, fonts
-from .charts import labels
+from . import data, fonts, words
+from .charts import MAX_WIDTH, labels
 from .state import ViewState
 
 VIEW = "view"
@@ -131,7 +132,7 @@ def parity_badge(inp: data.Input, container=st) -> None:
     worst = report.attention_max_abs_diff
     proof = data.proof_of(inp)  # the float64 check, when it was run on this input
     if proof is None:
-        label = f"max |Δ| {worst:.1e}"
+        label = f"max |Δ| {words.difference(worst)}"
     else:  # short enough for the sidebar: the figures are on the Parity page
         label = "proven in float64" if proof.passed else "float64 FAIL"
     verdict = "PASS" if report.passed else "FAIL"  # the verdict reads the scaled figures, never a raw one
@@ -141,12 +142,30 @@ def parity_badge(inp: data.Input, container=st) -> None:
 
 
 def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
-    """``st.altair_chart`` at the chart's own size (Streamlit's default "fit" squeezes axes and title into
-    the plot's height), without altair's JSON-schema validation of the spec, which is most of a rerun's
-    time (the chart functions are validated by their tests, in ``tests/dashboard``)."""
-    unchecked = chart.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+    """``st.altair_chart`` without altair's JSON-schema validation of the spec, which is most of a rerun's time
+    (the chart functions are validated by their tests, in ``tests/dashboard``). A chart whose width is "container"
+    takes the column's width, its axes, legend and title inside it (never wider than the column), and at most its
+    ``usermeta`` :data:`charts.MAX_WIDTH` pixels (a short heatmap's cells stay about square); its height is its own
+    (Streamlit's default "fit" would squeeze axes and title into the plot's height). Any other chart (the small
+    multiples: a facet) is drawn at its own size."""
+    stretch = getattr(chart, "width", alt.Undefined) == "container"
+    unchecked = chart.properties(autosize=alt.AutoSizeParams(type="fit-x" if stretch else "pad", contains="padding"))
     object.__setattr__(unchecked, "to_dict", lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
-    return container.altair_chart(unchecked, width="content", **kwargs)
+    width = (_max_width(chart) or "stretch") if stretch else "content"
+    return container.altair_chart(unchecked, width=width, **kwargs)
+
+
+def _max_width(chart: alt.TopLevelMixin) -> int | None:
+    meta = getattr(chart, "usermeta", alt.Undefined)
+    return int(meta[MAX_WIDTH]) if isinstance(meta, dict) and MAX_WIDTH in meta else None
+
+
+def _exported(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    """A chart as a file draws it: a page-wide chart ("container": there is no page) at its widest, less its
+    labels, or 600 px."""
+    if getattr(chart, "width", alt.Undefined) != "container":
+        return chart
+    return chart.properties(width=max(200, (_max_width(chart) or 800) - 200))
 
 
 def _png(chart: alt.TopLevelMixin) -> bytes:
@@ -154,7 +173,7 @@ def _png(chart: alt.TopLevelMixin) -> bytes:
 
     fonts.register()  # CJK tokens drawn, not boxes, where the server has no CJK font of its own
     with alt.data_transformers.disable_max_rows():  # a 64×64 window or 12 small multiples pass 5,000 rows
-        return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
+        return vl_convert.vegalite_to_png(_exported(chart).to_json(), scale=2)
 
 
 def _svg(chart: alt.TopLevelMixin) -> bytes:
@@ -162,7 +181,32 @@ def _svg(chart: alt.TopLevelMixin) -> bytes:
 
     fonts.register()  # label widths measured with a CJK font (the SVG's text is drawn by the reader's viewer)
     with alt.data_transformers.disable_max_rows():
-        return vl_convert.vegalite_to_svg(chart.to_json()).encode()
+        return vl_convert.vegalite_to_svg(_exported(chart).to_json()).encode()
+
+
+def table(frame: pd.DataFrame, container=st, keep: tuple[str, ...] = (), formats: dict[str, str] | None = None,
+          **kwargs):
+    """``st.dataframe`` of a table as people read it (:func:`words.readable`): its columns in words, a column with
+    one value in every row said once above it instead, byte counts as sizes, missing values blank. ``formats``:
+    a printf format (``"%.4f"``) by raw column name; ``keep``: columns shown even when constant. The CSV of the
+    same frame (:func:`downloads`) keeps the raw names and every column."""
+    shown, constant = words.readable(frame, keep)
+    if constant:
+        container.caption("In every row: " + "; ".join(f"{words.said(name)}: {safe(_cell(value))}"
+                                                    for name, value in constant.items()) + ".")
+    config = {words.said(name): st.column_config.NumberColumn(format=fmt) for name, fmt in (formats or {}).items()
+              if words.said(name) in shown and shown[words.said(name)].dtype.kind in "iuf"}
+    return container.dataframe(shown, hide_index=True, column_config=config | kwargs.pop("column_config", {}),
+                               **kwargs)
+
+
+def _cell(value) -> str:
+    """One value of a constant column, as the caption above a table says it."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.4g}"
+    return words.said(value) if isinstance(value, str) else str(value)
 
 
 def downloads(name: str, chart: alt.TopLevelMixin | None = None, frame: pd.DataFrame | None = None) -> None:

@@ -13,7 +13,7 @@ import streamlit as st
 
 import probes
 
-from .. import charts, data, ui
+from .. import charts, data, ui, words
 
 TOP = 5  # senders drawn per answer
 
@@ -76,7 +76,7 @@ def _weights(ctx: ui.Context) -> None:
                f"of the same shapes score {mean:.3f} ± {sd:.3f} (mean ± sd of 20 draws): a score far above that is a "
                f"real path. The {TOP} largest drawn; " + "; ".join(notes(ctx.model)) + ".")
     shown = frame.assign(above=(frame.score - mean) / sd).sort_values("score", ascending=False)
-    st.dataframe(shown, hide_index=True, height=220)
+    ui.table(shown, height=220)
     ui.downloads(f"circuit-weights-L{v.layer}H{v.head}", None, frame)
 
 
@@ -94,12 +94,15 @@ def _on_text(ctx: ui.Context) -> None:
                "what wrote its key (as \"Why this weight?\" on Explore), the parts of each earlier head summed: on "
                "the query side (q) and the key side (k). An edge's width is that head's share of the cells' summed "
                "score; the table lists every sender.")
-    st.dataframe(frame.sort_values("contribution", key=abs, ascending=False), hide_index=True, height=220)
+    ui.table(frame.sort_values("contribution", key=abs, ascending=False), height=220)
     ui.downloads(f"circuit-text-L{v.layer}H{v.head}", None, frame)
 
 
 CORRUPTED = {"Xiaoming gave the apple to Xiaohong because she was hungry.":
              "Xiaoming gave the apple to Xiaohong because he was hungry."}  # a minimal pair of the story sentence
+
+
+PARTS = {"q": "query", "k": "key", "v": "value"}
 
 
 def _patching(ctx: ui.Context) -> None:
@@ -110,8 +113,7 @@ def _patching(ctx: ui.Context) -> None:
                                 CORRUPTED.get(ctx.inp.text.strip(), ""), key="circuit_corrupted",
                                 help="each earlier head's output on this text replaces its output on the sidebar's, "
                                      "but only in what this head's query, key or value reads: everything else clean")
-    into = right.radio("Patch into", ("k", "q", "v"), horizontal=True, key="circuit_into",
-                       format_func={"q": "query", "k": "key", "v": "value"}.get)
+    into = right.radio("Patch into", ("k", "q", "v"), horizontal=True, key="circuit_into", format_func=PARTS.get)
     if not corrupted.strip():
         st.caption("Type a corrupted text (e.g. the sidebar's with one word changed for another of one token) to "
                    "patch each earlier head from it into this head.")
@@ -131,12 +133,13 @@ def _patching(ctx: ui.Context) -> None:
     top = frame.loc[frame[measure].abs().sort_values(ascending=False).index[:TOP]]
     edges = pd.DataFrame({"sender_layer": top["layer"], "sender_head": top["head"], "kind": into,
                           "value": top[measure], "label": [f"{a}.{b} → {into}" for a, b in zip(top["layer"], top["head"])]})
-    _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {into}, by {measure}", "circuit_patch")
-    st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {into} (everything "
-               f"else on the sidebar's text): an edge's width is the change in {measure} "
+    _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {PARTS[into]}, by {words.said(measure)}",
+           "circuit_patch")
+    st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {PARTS[into]} "
+               f"(everything else on the sidebar's text): an edge's width is the change in {words.said(measure)} "
                + ("(the mean next-token loss, nats)" if measure == "loss" else
                   "(the share of each query row's weight that moved, 0 to 1)") + f"; the {TOP} largest drawn.")
-    st.dataframe(frame.sort_values(measure, key=abs, ascending=False), hide_index=True, height=220)
+    ui.table(frame.sort_values(measure, key=abs, ascending=False), height=220)
     ui.downloads(f"circuit-patch-L{v.layer}H{v.head}-{into}", None, frame)
 
 

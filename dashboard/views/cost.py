@@ -77,7 +77,7 @@ def _live_forward(ctx: ui.Context) -> None:
     live = _live(*args, _model=ctx.model)
     live = live.assign(attention_MiB=live["attention_bytes"] / 2**20)
     _memory_and_time(live, "attention_MiB", "Attention held by the Trace (MiB)", "cost-live")
-    st.dataframe(live, hide_index=True)
+    ui.table(live.drop(columns="attention_MiB"))
 
 
 def _kv_cache(ctx: ui.Context) -> None:
@@ -117,7 +117,7 @@ def _kv_cache(ctx: ui.Context) -> None:
             st.caption(f"Measured on random tokens at {', '.join(map(str, contexts))} tokens (8 cached steps each, "
                        f"median; recompute: median of 3). The bytes on the cache's tensors "
                        f"{'equal' if same else 'DIFFER from'} the formula.")
-            st.dataframe(measured, hide_index=True)
+            ui.table(measured)
         else:
             right.caption("Press **Measure generation** to time a cached step against rerunning the whole prefix "
                           f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors (a few seconds).")

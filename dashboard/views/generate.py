@@ -12,7 +12,7 @@ import streamlit as st
 import probes
 from probes.effects.lens import stage
 
-from .. import charts, data, ui
+from .. import charts, data, ui, words
 
 MAX_NEW = 64  # tokens per generation in the app (the CLI takes more)
 LIMITS = {"new_tokens": (1, MAX_NEW), "temperature": (0.05, 5.0), "top_k": (0, 1000), "top_p": (0.01, 1.0),
@@ -140,10 +140,10 @@ def render(ctx: ui.Context) -> None:
                            "cache": [f"{m.n_kv_heads} key/value heads (this model)"] * n
                            + [f"{m.n_heads} key/value heads (one per query head)"] * n})
     left, right = st.columns([1, 2])
-    left.metric("Cache at this step", _size(gen.cache_bytes[step]),
+    left.metric("Cache at this step", words.size(gen.cache_bytes[step]),
                 help="2 × layers × key/value heads × d_head × tokens × 4 bytes (fp32)")
     if m.n_kv_heads < m.n_heads:
-        left.metric("Without grouped-query attention", _size(gen.cache_bytes_mha[step]),
+        left.metric("Without grouped-query attention", words.size(gen.cache_bytes_mha[step]),
                     help=f"{m.n_heads} query heads share {m.n_kv_heads} key/value heads: the cache is "
                          f"{m.n_heads // m.n_kv_heads}× smaller than with one key/value head per query head")
     left.metric("Time of this step", f"{gen.step_seconds[step] * 1e3:.0f} ms",
@@ -177,16 +177,12 @@ def _proof(w: data.Writing) -> None:
         " · Hugging Face's generate writes the same tokens" if proof.hf_same_tokens
         else " · Hugging Face's generate writes DIFFERENT tokens")
     exact = ("float64 check skipped on this deployment, " if proof.exact_attention_max_abs_diff is None
-             else f"float64 max |Δ| {proof.exact_attention_max_abs_diff:.0e}, ")
+             else f"float64 max |Δ| {words.difference(proof.exact_attention_max_abs_diff, 0)}, ")
     label = (f"Cache proof {'PASS' if proof.passed else 'FAIL'} · every step's attention row equals one full pass: "
-             f"{exact}fp32 {proof.attention_max_abs_diff:.1e}{same}")
+             f"{exact}fp32 {words.difference(proof.attention_max_abs_diff)}{same}")
     good = proof.passed and proof.hf_same_tokens is not False
     st.badge(label, icon=":material/check_circle:" if good else ":material/error:", color="green" if good else "red",
              help="The same steps rerun in float64 against a float64 full pass of our network (only a wrong cache "
                   "could differ by more than ~1e-14), and the fp32 steps shown here against Hugging Face's fp32 full "
                   "pass (one row and a whole matrix round differently: up to ~1e-5). Greedy: Hugging Face's own "
                   "generate must write the same tokens.")
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:,.2f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"

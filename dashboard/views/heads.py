@@ -16,7 +16,7 @@ from probes.corpus import readback
 from probes.effects.ablation import lm_measures
 from probes.heads import registry
 
-from .. import charts, data, ui
+from .. import charts, data, ui, words
 
 
 def _run(ctx: ui.Context):
@@ -176,11 +176,12 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     shares = registry.share_labels()  # labels read as plain shares 0..1 (the sink share), not against a baseline
     cols = st.columns(2)
     if ui.view().label not in labels:  # a new table (or none chosen yet): the label that gains most
-        ui.update(label=charts.best_label(frame, skip=set(shares)))
-    label = ui.bound("selectbox", "label", "Label", cols[0], options=labels,
-                     help="opens on the label whose best head rises most above its baseline")
+        ui.update(label=charts.best_label(frame, skip=set(shares), least=FEW))
+    label = ui.bound("selectbox", "label", "Label", cols[0], options=labels, format_func=words.said,
+                     help=f"opens on the label whose best head rises most above its baseline, among the labels with "
+                          f"{FEW} examples or more (if any)")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
-    value = cols[1].radio("Colour by", values, horizontal=True, key="heads_value")
+    value = cols[1].radio("Colour by", values, horizontal=True, key="heads_value", format_func=words.said)
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)
     heads = max(int(frame["head"].max()) + 1, ctx.model.n_heads)
     v = ui.view()
@@ -190,14 +191,17 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
                              selected=(v.layer, v.head), value=value, reach=reach, share=share)
     shared = (f" One colour scale (gain ±{reach:.3g}) with {', '.join(ui.safe(m) for m in others)}: switch the "
               "sidebar's model to compare, the colours mean the same." if reach else "")
-    what = (f" {ui.safe(label)} is {shares[label]}. A share from 0 to 1, coloured as it is on one fixed scale "
+    what = (f" {ui.safe(words.opening(label))} is {shares[label]}. A share from 0 to 1, coloured as it is on one "
+            "fixed scale "
             "(white 0, dark blue 1), not against a baseline: uniform attention's share is in the tooltip."
             if share else "")
     st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.{what}{shared}")
     n = frame.loc[frame["label"].astype(str) == label, "n"].min() if "n" in frame else None
     if n is not None and n == n and n < FEW:
-        st.warning(f"Only {int(n)} examples behind these scores: below {FEW}, a head's score moves by chance more "
-                   "than its colour suggests. Run more items before trusting one head over another.")
+        none = not (frame["n"].groupby(frame["label"].astype(str)).min() >= FEW).any()  # no label to open on instead
+        st.warning(f"Only {int(n)} example{'' if int(n) == 1 else 's'} behind these scores"
+                   f"{f', and no label here has {FEW} or more:' if none else f': below {FEW},'} a head's score moves "
+                   "by chance more than its colour suggests. Run more items before trusting one head over another.")
     ui.chart(chart, on_select=lambda: ui.open_clicked_head("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)
@@ -205,11 +209,9 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
 
 
 def _table(frame, rows, label: str, value: str) -> None:
-    st.subheader(f"Every head: {ui.safe(label)}, by {value}")
-    rows = rows.drop(columns=["offset_counts"], errors="ignore").dropna(axis="columns", how="all")
-    st.dataframe(rows, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.4f") for c in ("score", "baseline", "mean_attention", "importance")
-        if c in rows})
+    st.subheader(f"Every head: {ui.safe(words.said(label))}, by {words.said(value)}")
+    ui.table(rows.drop(columns=["offset_counts"], errors="ignore"),
+             formats={c: "%.4f" for c in ("score", "baseline", "mean_attention", "importance")})
     st.download_button("Whole table (CSV)", frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
                        on_click="ignore", icon=":material/download:")
 
@@ -253,7 +255,8 @@ def _importance(ctx: ui.Context, rows, label: str):
     joined = rows.merge(table[["layer", "head", "score"]].rename(columns={"score": "importance"}),
                         on=["layer", "head"], how="left")
     rank = joined[["score", "importance"]].rank().corr().iloc[0, 1]
-    st.caption(f"Across the heads, Spearman's ρ between {ui.safe(label)} and importance: {rank:+.2f} (1: the probe's "
+    st.caption(f"Across the heads, Spearman's ρ between {ui.safe(words.said(label))} and importance: {rank:+.2f} "
+               "(1: the probe's "
                "order is the order of what the model uses; 0: unrelated). The table below has both.")
     return joined
 

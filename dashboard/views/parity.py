@@ -13,12 +13,12 @@ import streamlit as st
 import probes
 from probes.scratch import FLOAT64_BACKENDS
 
-from .. import charts, data, ui
+from .. import charts, data, ui, words
 
 
 def _figure(x: float | None) -> str:
-    """A metric's max |Δ|: "0" when bit-identical (the words are in the banner and under the grid)."""
-    return "0" if x == 0 else charts.difference(x)
+    """A metric's max |Δ|: "0 (identical)" when bit-identical, "n/a" when there is nothing to compare."""
+    return words.difference(x)
 
 
 def render(ctx: ui.Context) -> None:
@@ -31,16 +31,18 @@ def render(ctx: ui.Context) -> None:
         return
     r = data.parity_report(ctx.inp)
     layer, head, _ = r.worst_head()
-    versus = f"{r.reference} vs {r.candidate}" + (f" ({r.backend})" if r.backend not in ("", "eager") else "")
+    versus = words.versus(r.reference, r.candidate) + (f" (kernel: {r.backend})" if r.backend not in ("", "eager")
+                                                         else "")
     tol = r.tolerance
     if r.passed and r.attention_max_abs_diff == 0:
         st.success(f"PASS · {versus} · the attention is identical to the last bit on every layer and head")
     elif r.passed:
-        st.success(f"PASS · {versus} · max |Δ| attention {r.attention_max_abs_diff:.1e} over every layer and head "
+        st.success(f"PASS · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} over every layer "
+                   "and head "
                    f"(float32 rounding allows {tol['attention']:.1e} at {len(r.tokens)} tokens); worst head "
                    f"{layer}.{head}")
     else:
-        st.error(f"FAIL · {versus} · max |Δ| attention {r.attention_max_abs_diff:.1e} at head {layer}.{head} "
+        st.error(f"FAIL · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} at head {layer}.{head} "
                  f"(tolerance {tol['attention']:.1e})")
     if r.note:
         st.info(r.note)
@@ -53,12 +55,12 @@ def render(ctx: ui.Context) -> None:
                    help=f"tolerance {tol['hidden']:.0e} of each layer's scale: max |Δ| divided by the largest |value| "
                         f"of that layer's hidden state when it is over 1 (modern decoders carry values in the "
                         f"thousands, where fp32 itself steps by more than 1e-4); absolute max |Δ| "
-                        f"{r.hidden_max_abs_diff:.1e}")
+                        f"{words.difference(r.hidden_max_abs_diff)}")
     logits = r.logits_max_rel_diff
     cols[2].metric("logits max |Δ| ÷ scale", _figure(logits),
                    help="n/a: the model has no language-model head" if logits is None else
                    f"tolerance {tol['logits']:.0e} of the logits' scale (their largest |value| when over 1); "
-                   f"absolute max |Δ| {r.logits_max_abs_diff:.1e}")
+                   f"absolute max |Δ| {words.difference(r.logits_max_abs_diff)}")
     qkv = r.qkv_max_abs_diff
     cols[3].metric("q, k, v max |Δ|", _figure(qkv))
 
@@ -67,7 +69,7 @@ def render(ctx: ui.Context) -> None:
     ui.chart(chart)
     over = int((diffs > tol["attention"]).sum())
     if diffs.max(initial=0) == 0:
-        st.caption("Every head: 0 (bit-identical).")
+        st.caption("Every head: 0 (identical to the last bit).")
     else:
         layer, head = np.unravel_index(int(diffs.argmax()), diffs.shape)
         st.caption(f"Largest max |Δ| {diffs.max():.1e}, at layer {layer}, head {head}; {over} of {diffs.size} heads "
@@ -109,9 +111,7 @@ def _massive(ctx: ui.Context) -> None:
                "stream after block ℓ (the last is after the final norm). They usually sit on the first token, where "
                "many heads park their weight (the attention sink), and they are why the hidden-state figures above "
                "are judged in units of their scale.")
-    st.dataframe(frame, hide_index=True, column_config={
-        "value": st.column_config.NumberColumn(format="%.1f"),
-        "times_median": st.column_config.NumberColumn("× median", format="%.0f")})
+    ui.table(frame, formats={"value": "%.1f", "times_median": "%.0f"})
 
 
 def _float64(inp: data.Input) -> None:
@@ -136,9 +136,11 @@ def _float64(inp: data.Input) -> None:
             st.warning(f"The float64 proof could not run: {ui.safe(ui.in_app_words(exc))}")
             return
         st.rerun()  # the page again, proven: the badge above it and the command below it say so
-    logits = "" if proof.logits_max_rel_diff is None else f", logits {proof.logits_max_rel_diff:.0e} of their scale"
-    figures = (f"attention max |Δ| {proof.attention_max_abs_diff:.0e}, hidden states "
-               f"{proof.hidden_max_rel_diff:.0e} of their scale{logits} (tolerance {proof.tolerance['attention']:.0e})")
+    logits = ("" if proof.logits_max_rel_diff is None
+              else f", logits {words.difference(proof.logits_max_rel_diff, 0)} of their scale")
+    figures = (f"attention max |Δ| {words.difference(proof.attention_max_abs_diff, 0)}, hidden states "
+               f"{words.difference(proof.hidden_max_rel_diff, 0)} of their scale{logits} "
+               f"(tolerance {proof.tolerance['attention']:.0e})")
     if proof.passed:
         st.success(f"Proven in float64 · our pass ({backend}) and Hugging Face's compute the same function: {figures}",
                    icon=":material/verified:")

@@ -9,7 +9,7 @@ import streamlit as st
 
 from probes import explain
 
-from .. import charts, data, qkv_charts, ui
+from .. import charts, data, qkv_charts, ui, words
 
 SHOWN_KEYS = 12  # k and v vectors drawn as rows (the table has every key)
 TOP_KEYS = 3  # keys whose first numbers are written out
@@ -58,13 +58,11 @@ def render(ctx: ui.Context) -> None:
             "softmax weight": np.where(s.allowed, s.weights, np.nan)}
     chart = qkv_charts.step_bars(s.tokens, bars, query)
     ui.chart(chart)
-    st.dataframe(table, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.6f")
-        for c in ("q·k", "× scale", "softmax weight", "model's weight")})
+    ui.table(table, formats={c: "%.6f" for c in ("q·k", "× scale", "softmax weight", "model's weight")})
     ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
     check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
     st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
-               f"max |Δ| {s.max_abs_diff:.1e}.")
+               f"max |Δ| {words.difference(s.max_abs_diff)}.")
 
     _worked(s, keys, d)
 

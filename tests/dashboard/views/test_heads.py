@@ -5,6 +5,7 @@ several-model table, and bad uploads answered with a message."""
 from __future__ import annotations
 
 import io
+import json
 
 import pandas as pd
 import pytest
@@ -12,11 +13,13 @@ from apptest import open_app, texts
 from apptest import rerun as _rerun
 from apptest import run_probe as _run_probe
 from apptest import specs as _specs
+from apptest import said
 from apptest import titles as _titles
 from apptest import upload as _upload
 from numeric import F64, fp32
 
-from dashboard import charts
+from dashboard import charts, ui
+from dashboard.words import said as said_as
 from probes.corpus import readback
 
 
@@ -99,14 +102,15 @@ def test_a_runs_table_of_several_models_shows_the_selected_ones_beside_its_examp
     both = pd.concat([stats, stats.assign(model="gpt2", layer=stats["layer"] + 6)]).to_csv(index=False).encode()
     at = _uploads(open_app(page="heads", layer=0, head=7), raw, both)
     assert not at.error
-    grid = [t for t in _titles(at) if t and "click a cell" in str(t)]
-    assert grid, _titles(at)
+    grid = [t for t in said(at) if "click a cell" in t]
+    assert grid, said(at)
     whole = next(d for d in at.dataframe if d.key != "heads_examples").value
-    assert set(whole["model"]) == {"minilm"} and whole["layer"].max() == 5  # only the selected model's rows
+    assert "model" not in whole and whole["layer"].max() == 5  # only the selected model's rows…
+    assert "model: minilm" in texts(at.caption)  # …the same in every row: said once above the table
     best = at.selectbox(key="w_label").value
     assert best == charts.best_label(stats) and best in ("previous", "offset-1")  # the label that gains most
     assert [s.value for s in at.subheader] == ["Top examples of head 0.7", "Does the model use these heads?",
-                                               f"Every head: {best.replace('-', chr(92) + '-')}, by score"]
+                                               f"Every head: {ui.safe(said_as(best))}, by score"]
     assert "The head is the one selected in the sidebar" not in texts(at.caption)  # the grid is there
     assert len(_examples_table(at)) == 3
     at.sidebar.slider(key="w_head").set_value(3)
@@ -169,7 +173,7 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
 
 def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
     at = _run_probe("positional", 5)
-    assert "previous" in at.selectbox(key="w_label").options
+    assert "previous token" in at.selectbox(key="w_label").options  # the label "previous", in words
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].is_monotonic_decreasing
     at = _upload(open_app(page="heads"), "mine.csv",
@@ -219,8 +223,27 @@ def test_heads_grid_opens_on_the_label_that_gains_most_and_warns_on_few_examples
                  b"probe,label,layer,head,score,baseline,n\nsyntactic,acl,0,0,0.9,0.85,12\n"
                  b"syntactic,nsubj,0,1,0.8,0.3,12\nsyntactic,nsubj,1,0,0.35,0.3,12\n")
     assert at.selectbox(key="w_label").value == "nsubj"  # 0.5 above its baseline; acl only 0.05
-    assert "nsubj: score above or below its baseline 0.3 (click a cell to open it)" in _titles(at)
-    assert "Only 12 examples behind these scores" in texts(at.warning)
+    assert "nsubj: score above or below its baseline 0.3" in _titles(at)  # "click a cell to open it" below it
+    assert "Only 12 examples behind these scores, and no label here has 30 or more: a head's score" in texts(at.warning)
+
+
+def test_heads_grid_opens_on_a_label_with_enough_examples_and_counts_them_in_english():
+    at = _upload(open_app(page="heads"), "mine.csv",
+                 b"probe,label,layer,head,score,baseline,n\nsyntactic,parataxis,0,0,0.9,0.2,1\n"
+                 b"syntactic,nsubj,0,1,0.6,0.3,38\nsyntactic,nsubj,1,0,0.35,0.3,38\n")
+    assert at.selectbox(key="w_label").value == "nsubj"  # parataxis gains more, over one example
+    assert "parataxis" in at.selectbox(key="w_label").options and not texts(at.warning)
+    at.selectbox(key="w_label").set_value("parataxis")  # any label can still be picked
+    _rerun(at)
+    assert "Only 1 example behind these scores: below 30, a head's score moves by chance" in texts(at.warning)
+
+
+def test_a_syntactic_run_opens_on_a_relation_with_thirty_examples_or_more():
+    """50 sentences of the built-in treebank: the label that gains most (expl, 5 examples) is not the one opened."""
+    at = _run_probe("syntactic", 50)
+    table, label = at.session_state["probe_tables"][("minilm", "syntactic", 50)], at.selectbox(key="w_label").value
+    assert table.loc[table["label"].astype(str) == label, "n"].min() >= 30, label  # the run's own counts
+    assert not texts(at.warning) and len(at.selectbox(key="w_label").options) > 40  # the rest can still be picked
 
 
 def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
@@ -257,14 +280,46 @@ def test_several_models_share_one_colour_scale(corpus_run):
 
 def test_the_sink_share_has_its_own_grid_on_a_fixed_share_scale():
     at = _run_probe("positional", 5)
-    assert "sink" in at.selectbox(key="w_label").options and at.selectbox(key="w_label").value != "sink"
+    assert "attention sink (first token)" in at.selectbox(key="w_label").options
+    assert at.selectbox(key="w_label").value != "sink"
     at.selectbox(key="w_label").set_value("sink")
     _rerun(at)
     grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
-    assert grid["title"].startswith("sink: share of attention from 0 to 1; uniform attention gives")
+    title = json.dumps(grid["title"], ensure_ascii=False)
+    assert "attention sink (first token)" in title and "share of attention from 0 to 1; uniform attention gives" in title
     color = grid["layer"][0]["encoding"]["color"]
     assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # not a gain over the baseline
     captions = texts(at.caption)
     assert "the sink share: the weight on the first token" in captions and "not against a baseline" in captions
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].between(0, 1).all()
+
+
+def test_the_heads_table_says_constant_columns_once_shows_no_none_and_its_csv_keeps_raw_names(monkeypatch):
+    """An uploaded table whose model, probe, label, baseline and count are the same on every row and whose offset is
+    missing on some: the table shows the columns that differ, in words, with "—" for a missing value (no "None",
+    no "nan"); the rest is said once above it. The CSV download is the table as it came: raw names, every column."""
+    import streamlit as st
+
+    saved = {}
+    button = st.download_button
+
+    def keep(label, data, *args, **kwargs):
+        saved[label] = data() if callable(data) else data
+        return button(label, data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", keep)
+    csv = (b"model,probe,label,layer,head,score,baseline,n,offset\nminilm,positional,offset-1,0,0,0.9,0.2,40,\n"
+           b"minilm,positional,offset-1,0,1,0.5,0.2,40,1\nminilm,positional,offset-1,1,0,0.1,0.2,40,\n")
+    at = _upload(open_app(page="heads"), "mine.csv", csv)
+    assert list(at.selectbox(key="w_label").options) == ["previous token (1 token back)"]  # not "offset-1"
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["layer", "head", "score", "most attended offset"]
+    assert list(table["most attended offset"]) == ["—", "1", "—"]
+    cells = table.astype(str).to_numpy().ravel().tolist()
+    assert not {"None", "nan", "NaN", "<NA>"} & set(cells)
+    assert ("In every row: model: minilm; probe: positional; label: previous token (1 token back); baseline: 0.2; "
+            "examples: 40.") in texts(at.caption)
+    whole = pd.read_csv(io.BytesIO(saved["Whole table (CSV)"]))
+    assert list(whole.columns) == ["model", "probe", "label", "layer", "head", "score", "baseline", "n", "offset"]
+    assert set(whole["label"]) == {"offset-1"}

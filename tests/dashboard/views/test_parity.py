@@ -31,7 +31,7 @@ def test_parity_page_shows_the_per_head_grid_and_a_pass():
 def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     at = _app(page="parity", source="scratch", backend="sdpa")
     verdict = _texts(at.success)
-    assert "hf vs scratch/sdpa" in verdict and "identical to the last bit" not in verdict
+    assert "Hugging Face vs ours (sdpa)" in verdict and "identical to the last bit" not in verdict
     diffs = [r["max_abs_diff"] for r in _rows(at, "per head")]
     assert 0 < max(diffs) <= TOLERANCES["attention"]  # fp32 rounding of a row of under 128 keys: eps × 128
     at = _upload(_app(page="heads"), "mine.csv",
@@ -40,6 +40,18 @@ def test_parity_page_follows_the_backend_and_heads_grid_follows_the_label():
     _rerun(at)
     assert "obj: score by head, no baseline (click a cell to open it)" in _titles(at)
     assert [(r["layer"], r["head"], r["score"]) for r in _rows(at, "obj: score")] == [(0, 3, 0.4)]
+
+
+def test_parity_says_what_it_compared_in_words_and_a_difference_of_zero_as_identical():
+    """minilm's eager pass equals Hugging Face's to the last bit: the verdict names the two passes in words (not
+    "hf vs scratch/eager"), every figure of 0 reads "0 (identical)" (not "0.0e+00"), in the sidebar's badge too."""
+    at = _app(page="parity")
+    verdict = _texts(at.success)
+    assert "Hugging Face vs ours (eager)" in verdict and "hf vs" not in verdict and "scratch/" not in verdict
+    assert [m.value for m in at.metric] == ["0 (identical)", "0 (identical)", "n/a", "0 (identical)"]
+    assert "0 (identical)" in _texts(at.sidebar.markdown) and "e+00" not in _texts(at.sidebar.markdown)
+    assert "e+00" not in "\n".join([verdict, _texts(at.caption), *(m.help or "" for m in at.metric)])
+    assert {r["difference"] for r in _rows(at, "per head")} == {"0 (identical)"}  # the grid's tooltip
 
 
 def test_parity_page_and_badge_on_smollm2():
@@ -96,10 +108,10 @@ def test_parity_page_lists_smollm2s_massive_activations_and_says_when_there_are_
     at = _app(model="smollm2", page="parity")  # the story sentence
     assert "Massive activations" in [s.value for s in at.subheader]
     table = next(d.value for d in at.dataframe if "dimension" in d.value.columns)
-    assert list(table.columns)[:4] == ["layer", "dimension", "value", "token"]
+    assert list(table.columns) == ["layer", "dimension", "value", "× median"]  # token and position: the same in
+    assert "In every row: token: X; position: 0." in _texts(at.caption)     # every row, said once above it
     first = table.iloc[0]
-    assert (first["layer"], first["dimension"], first["token"], first["position"]) == (11, 507, "X", 0)
-    assert set(table["token"]) == {"X"} and table["value"].abs().max() > 20_000
+    assert (first["layer"], first["dimension"]) == (11, 507) and table["value"].abs().max() > 20_000
     assert "over 100 and over 1,000 × the median size" in _texts(at.caption)
     plain = _app(page="parity")  # the offline encoder has none
     assert "No massive activations in minilm on this text" in _texts(plain.info)
