@@ -16,11 +16,12 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
-from dashboard import warm  # noqa: E402
+from dashboard import fonts, warm  # noqa: E402
 
 FAVICON = str(Path(__file__).parent / "static" / "favicon.png")  # served by this app: no request leaves the machine
 st.set_page_config(page_title="Attention workbench", page_icon=FAVICON, layout="wide")
-warm.wait_in_page()  # served by dashboard/serve.py: the warm start imports and loads the default view first
+fonts.webfont()  # the CJK webfont that .streamlit/config.toml's theme names, written once per process
+WARM_SPOT = warm.wait_in_page()  # served by dashboard/serve.py: the warm start imports and loads the default view first
 
 import probes  # noqa: E402
 from probes import threads  # noqa: E402
@@ -33,6 +34,7 @@ from probes.runner import SOURCES  # noqa: E402
 from probes.scratch import BACKENDS  # noqa: E402
 
 CUSTOM = "other…"
+DOWNLOAD = "↓"  # the Model menu's mark of a hub model to download (a word cuts long names at the sidebar's width)
 log = logging.getLogger("dashboard")
 
 
@@ -51,9 +53,26 @@ def start_session() -> None:
 
 
 def model_choices() -> list[str]:
+    """The Model menu, in a stable order: what loads here first (the offline models, then hub models in this machine's
+    Hugging Face cache), then hub models to download where the hub is reachable, then "other…" (a name typed). Hub
+    models this server can neither find in its cache nor download are not offered: one line under the menu names
+    them (:func:`unreachable_models`). A deployment's own list (``PROBES_MODELS``) is kept as it is."""
     if (allowed := data.allowed_models()) is not None:
         return allowed
-    return [probes.OFFLINE_DEFAULT, *probes.KNOWN_HUB_MODELS, "smollm2", CUSTOM]
+    from probes.models import SHORT_NAMES, in_local_cache
+
+    cached = [name for name in probes.KNOWN_HUB_MODELS if in_local_cache(name)]
+    download = [name for name in probes.KNOWN_HUB_MODELS if name not in cached] if data.hub_reachable() else []
+    return [*SHORT_NAMES, *cached, *download, CUSTOM]
+
+
+def unreachable_models() -> list[str]:
+    """The known hub models left out of the menu: not in the local cache, and the hub cannot be reached."""
+    if data.allowed_models() is not None or data.hub_reachable():
+        return []
+    from probes.models import in_local_cache
+
+    return [name for name in probes.KNOWN_HUB_MODELS if not in_local_cache(name)]
 
 
 def offered(name: str, choices: list[str]) -> bool:
@@ -93,14 +112,14 @@ def pick_model(sidebar) -> None:
     def named(choice: str) -> str:  # a hub model that is not cached here loads only where the hub is reachable
         if choice == CUSTOM or in_local_cache(choice):
             return choice
-        return f"{choice} · hub unreachable: cannot load" if unreachable(choice) else f"{choice} · needs download"
+        return f"{choice} · hub unreachable" if unreachable(choice) else f"{choice} {DOWNLOAD}"
 
     sidebar.selectbox("Model", choices, key="w_model_pick", on_change=picked, format_func=named,
                       help=f"'{probes.OFFLINE_DEFAULT}' is all-MiniLM-L6-v2 (a BERT encoder) and 'smollm2' is "
-                           "SmolLM2-135M (a Llama decoder), both shipped as Python packages: no network. Hub ids need "
-                           "the Hugging Face hub (\"needs download\": not in this machine's cache, so it loads only "
-                           "where the hub is reachable; \"hub unreachable\": this server has no network, so it cannot "
-                           f"load them); {families.coverage()}, other architectures show the Hugging Face view only")
+                           "SmolLM2-135M (a Llama decoder), both shipped as Python packages: no network. Next come hub "
+                           "models in this machine's Hugging Face cache, then, where the hub is reachable, hub models "
+                           f"to download (marked {DOWNLOAD}); \"other…\" takes any other name. "
+                           f"{families.coverage()}, other architectures show the Hugging Face view only")
     if st.session_state["w_model_pick"] == CUSTOM:
         hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
         st.session_state.setdefault("w_model_custom", "" if current in choices else current)
@@ -109,6 +128,17 @@ def pick_model(sidebar) -> None:
             ui.update(model=st.session_state["w_model_custom"].strip() or probes.OFFLINE_DEFAULT)
 
         sidebar.text_input("Model name", key="w_model_custom", placeholder=hint, on_change=typed)
+    if missing := unreachable_models():  # not options (none would load): one line names them
+        some = [m for m in (next((m for m in f.examples if m in missing), None) for f in families.families()) if m]
+        names = missing if len(missing) <= 2 else some[:2]  # one of each of the first families
+        one = len(missing) == 1
+        sidebar.caption(f"{len(missing)} hub model{'' if one else 's'} ({', '.join(names)}"
+                        f"{', …' if len(names) < len(missing) else ''}) need{'s' if one else ''} the Hugging Face "
+                        "hub, which this server cannot reach.", help=f"Not in this machine's Hugging Face cache: "
+                        f"{', '.join(missing)}. Where the hub is reachable they are in the menu, marked {DOWNLOAD}.")
+    elif any(named(choice).endswith(DOWNLOAD) for choice in choices):  # the mark is short (no name cut): said once
+        sidebar.caption(f"{DOWNLOAD} needs download: a hub model not in this machine's Hugging Face cache, fetched "
+                        "from the hub when picked.")
 
 
 def sidebar_input() -> data.Input:
@@ -185,8 +215,9 @@ def open_on_the_story(inp: data.Input) -> None:
 def main() -> None:
     start_session()
     inp = sidebar_input()
-    pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(ctx), title=title,
-                          icon=icon, url_path=key, default=key == "explore")
+    context: dict[str, ui.Context] = {}  # the page's context, made by draw_page before the page runs
+    pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(context["page"]),
+                          title=title, icon=icon, url_path=key, default=key == "explore")
              for key, (title, icon) in PAGES.items()}
     page = st.navigation(list(pages.values()))
     key = page.url_path or "explore"
@@ -194,6 +225,29 @@ def main() -> None:
     if goto and goto != key:
         st.switch_page(pages[goto])
     ui.update(page=key)
+    with page_area(inp.model):
+        draw_page(inp, page, key, context)
+    st.query_params.from_dict(ui.view().to_query())
+
+
+def page_area(model: str):
+    """The main area's one container that the page draws in. A run for another model than the last one's draws in a
+    new container after it, the old one replaced by an empty placeholder: the "Loading the model…" message (and then
+    the new page) stands alone, not over the old page's title with the old charts still below it. Runs for the same
+    model draw in the same container, which keeps the old page on screen while the new one replaces it, element by
+    element. (Streamlit keeps a container's elements across runs; only another kind of element at its place clears
+    it.)"""
+    slot = st.session_state.get("page_slot", 0)
+    if st.session_state.get("page_model", model) != model:
+        slot += 1
+    st.session_state.update(page_model=model, page_slot=slot)
+    for _ in range(slot + 1 - WARM_SPOT):  # the warm start's placeholder, if it drew one, is the first of them
+        st.empty()
+    return st.container()
+
+
+def draw_page(inp: data.Input, page, key: str, context: dict) -> None:
+    """The model, the sidebar's model controls and the page (its context put in ``context``)."""
     try:
         model = data.model_of(inp)
     except probes.ProbesError as exc:
@@ -219,7 +273,7 @@ def main() -> None:
     # the parity badge's place in the sidebar; it is filled after the page has drawn, so the scratch pass it
     # needs never delays the first chart
     badge = st.sidebar.empty() if info is not None and model.scratch_supported else None
-    ctx = ui.Context(inp, model, info, error)
+    context["page"] = ui.Context(inp, model, info, error)
     try:
         page.run()
     except (probes.ProbesError, ValueError) as exc:
@@ -230,7 +284,6 @@ def main() -> None:
                  "work; if it happens again, please report it with this page's link.")
     if badge is not None:
         ui.parity_badge(inp, badge)
-    st.query_params.from_dict(ui.view().to_query())
 
 
 main()

@@ -7,6 +7,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from .words import difference as _difference
+from .words import said, size
+
 # Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
 # script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the
 # tests, which call ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips it too.
@@ -20,6 +23,56 @@ MAX_CELLS = 64  # a heatmap wider than this is windowed by the caller: never shi
 # drawn on a canvas: Streamlit draws a chart of up to 2,000 rows as SVG, one element a cell, and a 40×40 heatmap's
 # 1,600 elements were most of the browser's time on a head change
 CANVAS = {"embedOptions": {"renderer": "canvas"}}
+# Charts are as wide as the page's column ("container": the app draws them stretched, axes and legend inside that
+# width) and as tall as their rows need. A title is one short line: a longer one is split, its closing parenthesis
+# (or the rest) going to a subtitle, and both are wrapped, so no title is cut at the chart's edge, even in a half-width
+# column.
+TITLE_MAX, SUBTITLE_MAX = 60, 80  # characters a line
+MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
+GRID_CELL = 30  # px: a layers × heads grid's row height
+
+
+def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
+    """A chart title that is never cut: ``text`` as it is when short. A longer one is split: a trailing "(…)" goes to
+    the subtitle, and then, if it is still long, what follows its last ": " goes before it ("sink: share of
+    attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell to open it");
+    title and subtitle are wrapped into lines of :data:`TITLE_MAX` / :data:`SUBTITLE_MAX` characters."""
+    import textwrap
+
+    parts = [subtitle] if subtitle else []
+    if not parts and len(text) > TITLE_MAX and text.endswith(")") and " (" in text:
+        cut = text.rindex(" (")
+        text, parts = text[:cut], [text[cut + 2:-1]]
+    if len(text) > TITLE_MAX and ": " in text:  # the last ": ": a label may hold one ("gradient: hidden")
+        text, rest = text.rsplit(": ", 1)
+        parts.insert(0, rest)
+    if not parts and len(text) <= TITLE_MAX:
+        return text
+    lines = textwrap.wrap(text, TITLE_MAX) or [text]
+    below = [line for part in parts for line in textwrap.wrap(part, SUBTITLE_MAX)]
+    return alt.TitleParams(text=lines if len(lines) > 1 else lines[0], subtitle=below or alt.Undefined,
+                           anchor="start")
+
+
+def _grid_axes(n_layers: int, n_heads: int) -> tuple[alt.X, alt.Y, dict]:
+    """The axes of a layers × heads grid: the longer side across, so a deep model (smollm2: 30 layers × 9 heads) is
+    a wide band one screen tall rather than a tall column, and a wide one (minilm: 6 × 12) stays heads across.
+    Returns x, y and the fields of x and y (for layers drawn over the grid)."""
+    layers = dict(field="layer", type="ordinal", title="layer", scale=alt.Scale(domain=list(range(n_layers))))
+    heads = dict(field="head", type="ordinal", title="head", scale=alt.Scale(domain=list(range(n_heads))))
+    across, down = (layers, heads) if n_layers > n_heads else (heads, layers)
+    return (alt.X(**across, axis=alt.Axis(labelAngle=0)), alt.Y(**down),
+            {"x": f"{across['field']}:O", "y": f"{down['field']}:O"})
+
+
+GRID_COLUMN = 60  # px: a grid's column is at most this wide (a 12-head grid does not stretch into flat bands)
+
+
+def _grid_size(n_layers: int, n_heads: int) -> dict:
+    """A layers × heads grid's size: the page's width (at most :data:`GRID_COLUMN` a column), :data:`GRID_CELL` a
+    row (see :func:`_grid_axes`)."""
+    across, down = max(n_layers, n_heads), min(n_layers, n_heads)
+    return dict(width="container", height=GRID_CELL * down, usermeta={MAX_WIDTH: GRID_COLUMN * across + 160})
 
 
 def compact(frame: pd.DataFrame) -> pd.DataFrame:
@@ -77,6 +130,15 @@ def _step(n: int) -> int:
     return 22 if n <= 40 else max(10, 880 // n)  # one cell per token, labels readable
 
 
+def _row(n: int) -> int:
+    """A heatmap row's height in pixels: :func:`_step`, and taller for a short text (up to 32 px), so its cells are
+    not flat bands across a wide page."""
+    return max(_step(n), min(32, 480 // max(n, 1)))
+
+
+HEATMAP_COLUMN, HEATMAP_LABELS = 40, 240  # px: a heatmap is at most 40 px a column wide (plus its labels and legend)
+
+
 NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their own hue (they are not weights)
 
 
@@ -101,34 +163,34 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         frame["true_weight"] = attention_frame(tokens, true, causal, start, key_tokens=key_tokens,
                                                key_start=key_start)["weight"].to_numpy()
         frame = frame.dropna(subset=["weight"]).reset_index(drop=True)
-        extra = [alt.Tooltip("true_weight:Q", format=".6f", title="true weight")]
+        extra = [alt.Tooltip("true_weight:Q", format=".6f", title=said("true_weight"))]
     if value != "weight":
         frame = frame.rename(columns={"weight": value})
     scale = BLUE
     if top is not None:
         scale = alt.Scale(domain=[0, float(top) or 1e-9], range=NORM_RANGE, interpolate="rgb")
     order = labels(tokens, start)
-    step = _step(len(tokens))
     outline = alt.Undefined
     if query is not None:
         outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
     chart = (
-        alt.Chart(compact(frame), title=title)
+        alt.Chart(compact(frame), title=titled(title))
         .mark_rect(strokeWidth=1.5, cursor="pointer" if clickable else alt.Undefined)
         .encode(
             x=alt.X("key:N", sort=labels(key_tokens, key_start), title="key (attended to)",
                     axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
-            color=alt.Color(f"{value}:Q", scale=scale, title=value),
+            color=alt.Color(f"{value}:Q", scale=scale, title=said(value)),
             stroke=outline,
-            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"), alt.Tooltip(f"{value}:Q", format=".6f"), *extra],
+            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"),
+                     alt.Tooltip(f"{value}:Q", format=".6f", title=said(value)), *extra],
         )
-        .properties(width=alt.Step(step), height=alt.Step(step))
+        .properties(width="container", height=alt.Step(_row(len(tokens))))
     )
     if clickable:
         chart = chart.add_params(alt.selection_point(name="cell", fields=["query_pos", "key_pos"], on="click",
                                                      clear=False))
-    return chart.properties(usermeta=CANVAS)
+    return chart.properties(usermeta={**CANVAS, MAX_WIDTH: HEATMAP_COLUMN * len(key_tokens) + HEATMAP_LABELS})
 
 
 def without_first(rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -189,15 +251,16 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
     if marked is not None:
         colour = alt.condition(alt.datum[pos] == marked, alt.value(HIGHLIGHT), alt.value("#08519c"))
     chart = (
-        alt.Chart(compact(frame), title=title)
+        alt.Chart(compact(frame), title=titled(title))
         .mark_bar(cursor="pointer" if clickable else alt.Undefined)
         .encode(
             x=alt.X(f"{field}:N", sort=order, title=axis, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
             y=alt.Y("weight:Q", scale=alt.Scale(domain=[0, 1]), title="attention weight"),
             color=colour,
-            tooltip=[alt.Tooltip(f"{field}:N"), alt.Tooltip("weight:Q", format=".6f")],
+            tooltip=[alt.Tooltip(f"{field}:N"), alt.Tooltip("weight:Q", format=".6f", title=said("weight"))],
         )
-        .properties(width=alt.Step(_step(len(order))), height=180)
+        .properties(width="container", height=180,
+                    usermeta={MAX_WIDTH: HEATMAP_COLUMN * len(order) + HEATMAP_LABELS})
     )
     if clickable:
         chart = chart.add_params(alt.selection_point(name=field, fields=[pos], on="click", clear=False))
@@ -260,7 +323,8 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, colum
         alt.Chart()
         .mark_image(width=edge, height=edge, align="left", baseline="top", cursor="pointer")
         .encode(x=alt.value(0), y=alt.value(0), url="url:N",
-                tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"), alt.Tooltip("peak:Q", format=".3f")])
+                tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"), alt.Tooltip("peak:Q", format=".3f",
+                                                                                   title=said("peak"))])
         .add_params(pick)
     )
     layers = [image]
@@ -295,8 +359,8 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     frame = pd.DataFrame({"layer": l.ravel(), "head": h.ravel(), "max_abs_diff": d,
                           "shown": np.clip(d, low, high), "within": d <= tolerance,
                           "difference": [difference(x) for x in d]})
-    base = alt.Chart(frame).encode(
-        x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"))
+    x, y, _ = _grid_axes(layers, heads)
+    base = alt.Chart(frame).encode(x=x, y=y)
     ticks = sorted({low, 1e-7, 1e-5, high, tolerance})
     rect = base.mark_rect().encode(
         color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[low, high], scheme="orangered", clamp=True),
@@ -305,15 +369,13 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
                  alt.Tooltip("within:N", title="within tolerance")],
     )
     failed = base.transform_filter("!datum.within").mark_rect(fill=None, stroke="#cb181d", strokeWidth=2)
-    return alt.layer(rect, failed, title=f"max |Δ| attention per head (tolerance {tolerance:.2g}; red outline: "
-                     "above it)").properties(width=alt.Step(28), height=alt.Step(28))
+    return alt.layer(rect, failed, title=titled(f"max |Δ| attention per head (tolerance {tolerance:.2g}; red outline: "
+                                                "above it)")).properties(**_grid_size(layers, heads))
 
 
 def difference(x: float | None) -> str:
-    """A max |Δ| in words: "0 (bit-identical)", "n/a" (nothing to compare), or its value."""
-    if x is None:
-        return "n/a"
-    return "0 (bit-identical)" if x == 0 else f"{x:.1e}"
+    """A max |Δ| in words: "0 (identical)", "n/a" (nothing to compare), or its value (:func:`words.difference`)."""
+    return _difference(x)
 
 
 def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:
@@ -323,15 +385,21 @@ def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:
     return frame[value] - frame["baseline"]
 
 
-def best_label(frame: pd.DataFrame, value: str = "score", skip: frozenset[str] | set[str] = frozenset()) -> str:
+def best_label(frame: pd.DataFrame, value: str = "score", skip: frozenset[str] | set[str] = frozenset(),
+               least: int = 0) -> str:
     """The label whose best head gains most over its baseline (the raw best score where none has one): the
     grid a reader should see first, not the alphabetically first one. Among labels scored as shares or
     accuracies (0 to 1) where there are any: a gain of 5 tokens of attention distance or 0.5 nats of entropy
     is not comparable with a gain of 0.5 in accuracy. Labels in ``skip`` (the sink share: the first token is
-    never the answer unless asked for) only when there is nothing else."""
+    never the answer unless asked for) only when there is nothing else; labels with fewer than ``least`` examples
+    (column ``n``: a gain over one example is chance) only when no label has that many."""
     skipped = frame["label"].astype(str).isin(skip)
     if not skipped.all():
         frame = frame[~skipped]
+    if least and "n" in frame:
+        enough = frame["n"].groupby(frame["label"].astype(str)).transform("min") >= least
+        if enough.any():
+            frame = frame[enough]
     labels = frame["label"].astype(str)
     shares = frame[value].groupby(labels).transform(lambda col: bool(col.between(0, 1).all()))
     if shares.any():
@@ -358,38 +426,38 @@ def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, sele
     rows = rows.assign(gain=gains(rows, value))
     relative = not share and value == "score" and bool(rows["gain"].notna().any())  # the baseline is the score's
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
-    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".4f")]
-    tooltip += [alt.Tooltip(f"{c}:Q", format=".4f") for c in ("baseline", "gain", "mean_attention")
+    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"),
+               alt.Tooltip(f"{value}:Q", format=".4f", title=said(value))]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".4f", title=said(c))
+                for c in ("baseline", "gain", "mean_attention", "sink")
                 if c in rows and c != value and rows[c].notna().any()]
-    tooltip += [alt.Tooltip("n:Q")] if "n" in rows else []
-    base = alt.Chart(rows).encode(
-        x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
-        y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
-    )
+    tooltip += [alt.Tooltip("n:Q", title=said("n"))] if "n" in rows else []
+    name, what = said(label), said(value)
+    x, y, fields = _grid_axes(n_layers, n_heads)
+    base = alt.Chart(rows).encode(x=x, y=y)
     if share:
-        color = alt.Color(f"{value}:Q", scale=BLUE, title=[value, "(0 to 1)"])
+        color = alt.Color(f"{value}:Q", scale=BLUE, title=[what, "(0 to 1)"])
         baselines = rows["baseline"].dropna().unique() if "baseline" in rows else []
         uniform = f"; uniform attention gives {baselines[0]:.3g}" if len(baselines) == 1 else ""
-        title = f"{label}: share of attention from 0 to 1{uniform} (click a cell to open it)"
+        title = f"{name}: share of attention from 0 to 1{uniform} (click a cell to open it)"
     elif relative:
         reach = float(reach if reach is not None else rows["gain"].abs().max()) or 1e-9
-        color = alt.Color("gain:Q", title=[f"{value} −", "baseline"],
+        color = alt.Color("gain:Q", title=[f"{what} −", "baseline"],
                           scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach], domainMid=0))
         baselines = rows["baseline"].dropna().unique()
-        said = f"baseline {baselines[0]:.3g}" if len(baselines) == 1 else "baseline per head"
-        title = f"{label}: {value} above or below its {said} (click a cell to open it)"
+        against = f"baseline {baselines[0]:.3g}" if len(baselines) == 1 else "baseline per head"
+        title = f"{name}: {what} above or below its {against} (click a cell to open it)"
     else:
-        color = alt.Color(f"{value}:Q", scale=alt.Scale(scheme="viridis"), title=value)
-        title = f"{label}: {value} by head, no baseline (click a cell to open it)"
+        color = alt.Color(f"{value}:Q", scale=alt.Scale(scheme="viridis"), title=what)
+        title = f"{name}: {what} by head, no baseline (click a cell to open it)"
     rect = base.mark_rect(cursor="pointer").encode(
         color=color, tooltip=tooltip, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
     ).add_params(pick)
     layers = [rect]
     if selected is not None:
         mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
-        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
-                      .encode(x="head:O", y="layer:O"))
-    return alt.layer(*layers, title=title).properties(width=alt.Step(30), height=alt.Step(30))
+        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5).encode(**fields))
+    return alt.layer(*layers, title=titled(title)).properties(**_grid_size(n_layers, n_heads))
 
 
 SIGNED = ("loss", "logit_diff", "diff", "share")  # measures that can go below 0: drawn diverging around 0
@@ -419,22 +487,20 @@ def effect_grid(frame: pd.DataFrame, value: str, n_layers: int, n_heads: int, ti
     else:
         scale = alt.Scale(domain=[0, reach], range=EFFECT_RANGE, interpolate="rgb")
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
-    base = alt.Chart(rows).encode(
-        x=alt.X("head:O", title="head", scale=alt.Scale(domain=list(range(n_heads)))),
-        y=alt.Y("layer:O", title="layer", scale=alt.Scale(domain=list(range(n_layers)))),
-    )
-    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip(f"{value}:Q", format=".5f")]
-    tooltip += [alt.Tooltip(f"{c}:Q", format=".5f") for c in extra]
+    x, y, fields = _grid_axes(n_layers, n_heads)
+    base = alt.Chart(rows).encode(x=x, y=y)
+    tooltip = [alt.Tooltip("layer:O"), alt.Tooltip("head:O"),
+               alt.Tooltip(f"{value}:Q", format=".5f", title=said(value))]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".5f", title=said(c)) for c in extra]
     rect = base.mark_rect(cursor="pointer").encode(
-        color=alt.Color(f"{value}:Q", scale=scale, title=value),
+        color=alt.Color(f"{value}:Q", scale=scale, title=said(value)),
         tooltip=tooltip, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.75)),
     ).add_params(pick)
     layers = [rect]
     if selected is not None:
         mark = pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})
-        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5)
-                      .encode(x="head:O", y="layer:O"))
-    return alt.layer(*layers, title=title).properties(width=alt.Step(30), height=alt.Step(30))
+        layers.append(alt.Chart(mark).mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=2.5).encode(**fields))
+    return alt.layer(*layers, title=titled(title)).properties(**_grid_size(n_layers, n_heads))
 
 
 def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None = None) -> alt.Chart:
@@ -448,17 +514,18 @@ def cost_chart(frame: pd.DataFrame, y: str, title: str, quadratic: float | None 
         data = pd.concat([data, pd.DataFrame({"tokens": grid, "path": QUADRATIC, y: quadratic * grid**2})])
         paths, colours = paths + [QUADRATIC], colours + ["#969696"]
     return (
-        alt.Chart(data, title=title)
+        alt.Chart(data, title=titled(title))
         .mark_line(point=True)
         .encode(
             x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2), title="input length (tokens)"),
-            y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=y.replace("_", " ")),
+            y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=said(y)),
             color=alt.Color("path:N", title=None, scale=alt.Scale(domain=paths, range=colours),
                             legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
             strokeDash=alt.condition(alt.datum.path == QUADRATIC, alt.value([4, 3]), alt.value([1, 0])),
-            tooltip=[alt.Tooltip("path:N"), alt.Tooltip("tokens:Q"), alt.Tooltip(f"{y}:Q", format=".4g")],
+            tooltip=[alt.Tooltip("path:N"), alt.Tooltip("tokens:Q"),
+                     alt.Tooltip(f"{y}:Q", format=".4g", title=said(y))],
         )
-        .properties(width=380, height=280)
+        .properties(width="container", height=280)
     )
 
 
@@ -479,7 +546,7 @@ def generation_band(queries: list[str], keys: list[str], band: np.ndarray, step:
     frame = frame[frame["key_pos"] <= last - (steps - 1 - frame["step"])]
     cell = _step(width)
     return (
-        alt.Chart(frame, title="the fed token of each step (rows) over the text (columns)")
+        alt.Chart(frame, title=titled("the fed token of each step (rows) over the text (columns)"))
         .mark_rect(strokeWidth=2)
         .encode(
             x=alt.X("key:N", sort=names, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
@@ -488,29 +555,31 @@ def generation_band(queries: list[str], keys: list[str], band: np.ndarray, step:
             stroke=alt.condition(alt.datum.step == step, alt.value(HIGHLIGHT), alt.value(None)),
             tooltip=[alt.Tooltip("row:N", title="step"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
         )
-        .properties(width=alt.Step(cell), height=alt.Step(min(cell, 22)))
+        .properties(width="container", height=alt.Step(min(cell, 22)),
+                    usermeta={MAX_WIDTH: HEATMAP_COLUMN * width + HEATMAP_LABELS})
     )
 
 
 def cache_growth(frame: pd.DataFrame, step: int) -> alt.Chart:
     """The KV cache's bytes at each step (a tidy ``step, tokens cached, bytes, cache`` table: one line per
-    cache kind), the shown step marked by a rule."""
+    cache kind), drawn in KiB with the size in words in the tooltip; the shown step marked by a rule."""
+    frame = frame.assign(KiB=frame["bytes"] / 2**10, size=[size(b) for b in frame["bytes"]])
     kinds = list(dict.fromkeys(frame["cache"]))
     lines = (
         alt.Chart(frame, title="KV cache size as the text grows")
         .mark_line(point=True)
         .encode(
             x=alt.X("tokens cached:Q", title="tokens in the cache"),
-            y=alt.Y("bytes:Q", title="bytes (fp32)", scale=alt.Scale(zero=True)),
+            y=alt.Y("KiB:Q", title="KiB (fp32)", scale=alt.Scale(zero=True)),
             color=alt.Color("cache:N", title=None, scale=alt.Scale(domain=kinds, range=["#08519c", "#969696"][: len(kinds)]),
                             legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
             tooltip=[alt.Tooltip("cache:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens cached:Q"),
-                     alt.Tooltip("bytes:Q", format=",")],
+                     alt.Tooltip("size:N", title="size")],
         )
     )
     here = frame[frame["step"] == step].iloc[:1]
     rule = alt.Chart(here).mark_rule(color=HIGHLIGHT, strokeDash=[4, 3]).encode(x="tokens cached:Q")
-    return (lines + rule).properties(width=420, height=240)
+    return (lines + rule).properties(width="container", height=240)
 
 
 LENS_CELL = 50  # px: a logit-lens cell holds a token as text (16 fit beside the sidebar)
@@ -564,11 +633,11 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
     )
     rect = base.mark_rect(stroke="#d9d9d9", strokeWidth=0.5).encode(
         color=alt.Color(f"{value}:Q", scale=scale, title=value if value == "probability" else "logit (direct)"))
-    text = base.mark_text(fontSize=11, limit=LENS_CELL - 4).encode(
+    text = base.mark_text(fontSize=11, limit=alt.expr(f"width / {len(positions)} - 4")).encode(
         text=alt.Text("shown:N"),
         color=alt.condition(f"datum['{value}'] > {dark}", alt.value("white"), alt.value("black")))
-    return alt.layer(rect, text, title=title).properties(width=alt.Step(LENS_CELL), height=alt.Step(20),
-                                                         usermeta=CANVAS)
+    return alt.layer(rect, text, title=titled(title)).properties(
+        width="container", height=alt.Step(20), usermeta={**CANVAS, MAX_WIDTH: LENS_CELL * len(positions) + 200})
 
 
 def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
@@ -596,8 +665,9 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
     )
     text = base.mark_text(fontSize=10).encode(text=alt.Text("contribution:Q", format="+.2f"),
                                               color=alt.Color("ink:N", scale=None))
-    return (alt.layer(rect, text, title=title).resolve_scale(color="independent")  # the ink is not on the term's scale
-            .properties(width=alt.Step(58), height=alt.Step(26)))
+    return (alt.layer(rect, text, title=titled(title)).resolve_scale(color="independent")  # the ink is not the term's
+            .properties(width="container", height=alt.Step(26),
+                        usermeta={MAX_WIDTH: 90 * len(order["key"]) + 400}))
 
 
 KIND_COLOURS = {"q": "#08519c", "k": "#e6550d", "v": "#31a354"}  # Q-, K-, V-composition (and the patched input)
@@ -623,7 +693,8 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
                             strokeWidth=alt.StrokeWidth("width:Q", scale=alt.Scale(domain=[0, reach], range=[0.5, 9]),
                                                         legend=None),
                             color=alt.Color("kind:N", scale=kinds, title="into"),
-                            tooltip=[alt.Tooltip("label:N", title="edge"), alt.Tooltip("value:Q", format="+.4f")])
+                            tooltip=[alt.Tooltip("label:N", title="edge"), alt.Tooltip("value:Q", format="+.4f",
+                                                                                           title="size")])
     heads = pd.concat([edges[["sender_layer", "sender_head"]].set_axis(["layer", "head"], axis=1),
                        pd.DataFrame({"layer": [r_layer], "head": [r_head]})]).drop_duplicates()
     heads["name"] = [f"{a}.{b}" for a, b in zip(heads["layer"], heads["head"])]
@@ -634,5 +705,6 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
                                                               range=[HIGHLIGHT, "#444444"]), title="head"),
         tooltip=[alt.Tooltip("name:N", title="head"), alt.Tooltip("role:N")]).add_params(pick)
     label = alt.Chart(heads).mark_text(dy=-14, fontSize=10).encode(x=x, y=y, text="name:N")
-    return (alt.layer(edge, node, label, title=title).resolve_scale(color="independent")
-            .properties(width=max(240, 60 * (r_layer + 1)), height=max(200, 22 * n_heads)))
+    return (alt.layer(edge, node, label, title=titled(title)).resolve_scale(color="independent")
+            .properties(width="container", height=max(200, 22 * n_heads),
+                        usermeta={MAX_WIDTH: max(240, 60 * (r_layer + 1)) + 200}))

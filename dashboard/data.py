@@ -12,6 +12,7 @@ backend, layer, head…), never tensors.
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -160,6 +161,28 @@ def massive_activations(inp: Input) -> pd.DataFrame:
 def query_weights(inp: Input, query: int, keys: tuple[int, ...]) -> tuple[np.ndarray, float]:
     """Every layer × head's weight from one query token on some key tokens, and uniform attention's."""
     return explain.query_weights(trace(inp), query, list(keys))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def margins(inp: Input, query: int, keys: tuple[int, ...], other: tuple[int, ...] = ()) -> explain.Margins:
+    """Every layer × head's weight from one query token on a key word, on a distractor word and on the sink."""
+    return explain.margins(trace(inp), query, list(keys), list(other))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def question(inp: Input, query: int) -> tuple[int | None, int | None]:
+    """The key word and the distractor word (indices among :func:`text_words`) the pages open on for this query
+    token: for a text with a question (``state.STORIES``) its referent and the other candidate, else the word the
+    query attends to most (never the sink) and no distractor. One place for Find heads, the minimal pair and
+    the callout, so 小红 is the default everywhere."""
+    from .state import STORIES
+
+    words = [w.lower() for w, _ in text_words(inp)]
+    story = STORIES.get(inp.text.strip()) if not inp.pair else None
+    if story and story[1].lower() in words:
+        other = words.index(story[2].lower()) if story[2].lower() in words else None
+        return words.index(story[1].lower()), other
+    return explain.likely_key(trace(inp), inp.text, query), None
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -328,14 +351,48 @@ def reference_texts() -> list[str]:
     return catalog.texts(catalog.read_items(REFERENCE)[:REFERENCE_SIZE])
 
 
-@st.cache_data(max_entries=16, show_spinner="Removing every head in turn and measuring what changed…")
-def ablation(name: str, text: str, how: str, position: int) -> pd.DataFrame:
+class _NotCached(Exception):
+    """Raised by :func:`_ablation_kept` when it is asked for a grid it does not hold (an exception is never cached)."""
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _ablation_kept(name: str, text: str, how: str, position: int, measure: str | None,
+                   _frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The cache of :func:`ablation`: ``_frame`` (not part of the key) is stored when given; without it a grid that
+    is not held raises :class:`_NotCached`, so the caller can compute it outside the cache, with a progress bar (a
+    cached function must not draw: its elements would be replayed on every hit)."""
+    if _frame is None:
+        raise _NotCached
+    return _frame
+
+
+def ablation(name: str, text: str, how: str, position: int, measure: str | None = None,
+             progress=None) -> pd.DataFrame:
     """Every single-head ablation of ``text`` (``how``: zero or mean over :func:`reference_texts`): layer, head and
-    one column per measure, ``position`` the token whose change ``token_change`` measures."""
+    the column of ``measure`` (None: one column per measure), ``position`` the token whose change
+    ``token_change`` measures. Cached (:func:`_ablation_kept`); on a miss ``progress(done, total)`` is called after
+    each head."""
     from probes.effects.ablation import ablate_each
 
+    try:
+        return _ablation_kept(name, text, how, position, measure)
+    except _NotCached:
+        pass
     reference = reference_texts() if how == "mean" else None
-    return ablate_each(model_named(name), text, how=how, reference=reference, position=position)
+    wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
+    with wait:
+        frame = ablate_each(model_named(name), text, how=how, reference=reference, position=position,
+                            measures=None if measure is None else [measure], progress=progress)
+    return _ablation_kept(name, text, how, position, measure, _frame=frame)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def attribution_default(name: str, text: str) -> tuple[int, str] | None:
+    """The last token of ``text`` that can be typed as a logit-attribution target: (its position, its raw text), or
+    None (:func:`probes.effects.attribution.last_target`)."""
+    from probes.effects.attribution import last_target
+
+    return last_target(model_named(name), text)
 
 
 @st.cache_data(max_entries=16, show_spinner="Splitting the logit into each head's share…")

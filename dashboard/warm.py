@@ -70,10 +70,11 @@ def pending() -> bool:
     return _started.is_set() and not _done.is_set()
 
 
-def wait_in_page() -> None:
-    """:func:`wait`, saying so in the page meanwhile (and letting the browser load its chart library)."""
+def wait_in_page() -> bool:
+    """:func:`wait`, saying so in the page meanwhile (and letting the browser load its chart library). True if it
+    drew in the page (a placeholder, left empty)."""
     if not pending():
-        return
+        return False
     import streamlit as st
 
     spot = st.empty()
@@ -82,6 +83,7 @@ def wait_in_page() -> None:
         st.vega_lite_chart({"mark": "point", "data": {"values": []}}, width=1, height=1)  # fetches Vega now
     wait()
     spot.empty()
+    return True
 
 
 def wait() -> None:

@@ -39,10 +39,20 @@ def specs(at: AppTest) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
 
 
+def _lines(part) -> list[str]:
+    return [] if part is None else [part] if isinstance(part, str) else list(part)
+
+
 def titles(at: AppTest) -> list[str]:
-    """Every chart's title as text (a title given as ``{"text": ...}`` too)."""
-    return [s.get("title") if isinstance(s.get("title"), str) else (s.get("title") or {}).get("text")
-            for s in specs(at)]
+    """Every chart's title as text (a title given as ``{"text": ...}`` too, its lines joined; not its subtitle)."""
+    return [s.get("title") if isinstance(s.get("title"), str) else " ".join(_lines((s.get("title") or {}).get("text")))
+            or None for s in specs(at)]
+
+
+def said(at: AppTest) -> list[str]:
+    """Every chart's title and subtitle as a reader reads them: the title's lines, then the subtitle's."""
+    return [" ".join(_lines(t) if isinstance(t := s.get("title"), str) or t is None
+                     else _lines(t.get("text")) + _lines(t.get("subtitle"))) for s in specs(at)]
 
 
 def rows(at: AppTest, title: str) -> list[dict]:

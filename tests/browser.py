@@ -103,13 +103,11 @@ TIP = """(() => { const e = document.getElementById('vg-tooltip-element');
 
 class Cells:
     """Where Explore's heatmap cells are on its canvas (Vega draws it on a canvas: no element per cell), for a
-    text of ``tokens`` tokens. The mouse scans the canvas until Vega's tooltip names a cell, then steps back to
-    the cell's edges; a cell is ``charts._step(tokens)`` pixels a side."""
+    text of ``tokens`` tokens. The mouse scans the canvas until Vega's tooltip names a cell, then steps to the
+    cell's edges: its width and height (the heatmap is as wide as the page, its rows ``charts._row(tokens)`` px)."""
 
     def __init__(self, page, tokens: int):
-        from dashboard.charts import _step
-
-        self.page, self.step = page, _step(tokens)
+        self.page = page
         box = page.locator("[data-testid=stVegaLiteChart] canvas").first.bounding_box()
         hit = next(((x, y, c) for y in range(int(box["y"]) + 30, int(box["y"] + box["height"]), 7)
                     for x in range(int(box["x"]) + 30, int(box["x"] + box["width"]), 7)
@@ -123,7 +121,13 @@ class Cells:
         top = y
         while self.cell(x, top - 1) == (query, key):
             top -= 1
-        self.x0, self.y0 = left - key * self.step, top - query * self.step  # the corner of cell (0, 0)
+        right, bottom = x, y
+        while self.cell(right + 1, y) == (query, key):
+            right += 1
+        while self.cell(x, bottom + 1) == (query, key):
+            bottom += 1
+        self.width, self.height = right + 1 - left, bottom + 1 - top
+        self.x0, self.y0 = left - key * self.width, top - query * self.height  # the corner of cell (0, 0)
 
     def cell(self, x: float, y: float) -> tuple[int, int] | None:
         """The (query, key) of the cell under (x, y), from Vega's tooltip, or None."""
@@ -135,4 +139,4 @@ class Cells:
         return (int(found[0][1]), int(found[1][1])) if all(found) else None
 
     def centre(self, query: int, key: int) -> tuple[float, float]:
-        return self.x0 + (key + 0.5) * self.step, self.y0 + (query + 0.5) * self.step
+        return self.x0 + (key + 0.5) * self.width, self.y0 + (query + 0.5) * self.height

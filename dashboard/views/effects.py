@@ -15,12 +15,13 @@ import probes
 from probes.effects.ablation import lm_measures
 from probes.effects.measures import ABOUT
 
-from .. import charts, data, ui
+from .. import charts, data, ui, words
 from ..state import STORIES
 
 HOWS = {"zero": "zero (the head writes nothing)",
         "mean": f"mean (its average output over {data.REFERENCE_SIZE} reference sentences)"}
 SWAPS = {"she": "he", "he": "she", "her": "him", "him": "her", "她": "他", "他": "她"}  # the default minimal pair
+PAIR_SIDE_BY_SIDE = 12  # tokens: the pair's two heatmaps side by side up to this long, one above the other beyond
 DEFAULTS = "effects_for"  # the (model, text) the page's own inputs were last filled for
 
 
@@ -51,16 +52,21 @@ def _fill_defaults(ctx: ui.Context, info: data.RunInfo, words: list[str]) -> Non
     if at is not None:  # " she" against " he", predicted at the token before "she"
         lead = " " if tokens[at].startswith(" ") else ""
         target, other, position = lead + swap[1], lead + swap[2], at - 1
-    else:  # the text's own last token, predicted at the one before
-        target, other, position = tokens[-1], "", max(len(tokens) - 2, 0)
+    else:  # the text's last token that can be typed as a target (one token's raw text), predicted at the one before
+        found = data.attribution_default(ctx.inp.model, text) if lm_measures(ctx.model) else None
+        target, other, position = (found[1], "", found[0] - 1) if found else ("", "", max(len(tokens) - 2, 0))
     st.session_state.update(effects_target=target, effects_other=other, effects_at=position,
                             effects_b=swap[0] if swap else text)
     story = STORIES.get(text.strip())
     lower = [w.lower() for w in words]
     query = story[0] if story else (swap[1] if swap else words[0])
-    keyword = story[1] if story else words[0]
     st.session_state["effects_qword"] = words[lower.index(query.lower())] if query.lower() in lower else words[0]
-    st.session_state["effects_kword"] = words[lower.index(keyword.lower())] if keyword.lower() in lower else words[0]
+    # the key word: where Find heads and the callout point (the story's referent, else never the sink's word)
+    alone = replace(ctx.inp, pair=None)
+    found = data.text_words(alone)
+    pieces = next((p for w, p in found if w == st.session_state["effects_qword"]), found[0][1])
+    keyword, _ = data.question(alone, pieces[-1] if info.causal else pieces[0])
+    st.session_state["effects_kword"] = found[keyword][0] if keyword is not None else words[0]
 
 
 def _token(tokens: list[str], i: int) -> str:
@@ -72,11 +78,11 @@ def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
     st.subheader("Take one head out: what changes?")
     lm = lm_measures(m)
     measures = (["loss", "top_changed"] if lm else []) + ["token_change", "hidden_change", "embedding_change"]
-    if st.session_state.get("effects_measure") not in measures:
-        st.session_state["effects_measure"] = "loss" if lm else "token_change"
+    if st.session_state.get("effects_measure") not in measures:  # the change at the query token picked beside it
+        st.session_state["effects_measure"] = "token_change"
     cols = st.columns([2, 2, 2])
-    measure = cols[0].selectbox("Measure", measures, key="effects_measure", format_func=str,
-                                help="; ".join(f"{name}: {ABOUT[name]}" for name in measures))
+    measure = cols[0].selectbox("Measure", measures, key="effects_measure", format_func=words.said,
+                                help="; ".join(f"{words.said(name)}: {ABOUT[name]}" for name in measures))
     how = cols[1].radio("Ablation", list(HOWS), key="effects_how", horizontal=True,
                         help="; ".join(HOWS.values()) + ". Every head is removed alone, one copy of the text each")
     query = ui.query_picker(info, cols[2])
@@ -88,13 +94,21 @@ def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
                        f"{data.REFERENCE_SIZE} of {data.REFERENCE}), which could not be read here "
                        f"({ui.safe(ui.in_app_words(exc))}): showing zero-ablation instead.")
             how = "zero"
-    frame = data.ablation(ctx.inp.model, ctx.inp.text, how, query)
-    st.caption(f"{ui.safe(measure)}: {ABOUT[measure]}"
+    bar = st.empty()  # drawn only while the grid is computed (not when it is cached)
+
+    def step(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Removing every head in turn and measuring what changed: head {done} of "
+                                        f"{total}")
+
+    frame = data.ablation(ctx.inp.model, ctx.inp.text, how, query, measure, progress=step)
+    bar.empty()
+    st.caption(f"{words.opening(measure)}: {ABOUT[measure]}"
                + (f", at {_token(info.tokens, query)}, the query token" if measure == "token_change" else "")
                + ". White is no change.")
     done = {"zero": "zeroed", "mean": "mean-ablated"}[how]
     chart = charts.effect_grid(frame, measure, m.n_layers, m.n_heads, selected=(v.layer, v.head),
-                               title=f"{measure} when one head is {done} (click a cell to open it on Explore)")
+                               title=f"{words.opening(measure)} when one head is {done} (click a cell to "
+                                     "open it on Explore)")
     problem = st.session_state.pop("heads_problem", None)
     if problem:
         st.warning(ui.safe(problem))
@@ -114,7 +128,7 @@ def _biggest(frame: pd.DataFrame, measure: str) -> str:
             line += (f" Taking out {name(low)} lowers it the most ({low[measure]:+.3f} nats, blue): on this text the "
                      "model predicts better without it.")
         return line
-    return f"Taking out {name(best)} changes {measure} the most: {best[measure]:.4g}."
+    return f"The largest {words.said(measure)}: {best[measure]:.4g}, when {name(best)} is taken out."
 
 
 def shown(token: str) -> str:
@@ -209,7 +223,8 @@ def _pair(ctx: ui.Context, words: list[str]) -> None:
                "row is outlined." + (f" The first {charts.MAX_CELLS} tokens." if max(len(shown.tokens_a),
                                                                                       len(shown.tokens_b))
                                      > charts.MAX_CELLS else ""))
-    left, right = st.columns(2)
+    side_by_side = max(len(shown.tokens_a), len(shown.tokens_b)) <= PAIR_SIDE_BY_SIDE  # else one above the other
+    left, right = st.columns(2) if side_by_side else (st.container(), st.container())
     for col, tokens, weights, row, name in ((left, shown.tokens_a, shown.weights_a, shown.query_a, "First text"),
                                             (right, shown.tokens_b, shown.weights_b, shown.query_b, "Second text")):
         hi = min(len(tokens), charts.MAX_CELLS)

@@ -18,6 +18,7 @@ from .. import charts, data, ui
 from ..state import COLOURS
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
+SCROLL = "explore_scroll"  # a small multiple was clicked: the next run scrolls up to the heatmap
 CLICKS = "explore_clicks"  # clicks taken so far, per chart: each chart that answers clicks is keyed by it (_key)
 log = logging.getLogger("dashboard")
 
@@ -49,21 +50,33 @@ def _window(n: int) -> tuple[int, int]:
 
 
 def _story(ctx: ui.Context) -> None:
-    """For a text with a question, one line on the head that answers it best (the one the app opened on)."""
+    """For a text with a question, one line on the head that answers it best (the one the app opened on): the
+    largest margin of the referent's weight over the distractor's, both weights said, and the sink's share; or,
+    when no head prefers the referent, that no head does and which comes closest."""
     answer = data.story(ctx.inp)
     if answer is None:
         return
     from ..state import STORIES
 
-    query, said, other = STORIES[ctx.inp.text.strip()]
-    v = ui.view()
+    query, said, other = (ui.safe(w) for w in STORIES[ctx.inp.text.strip()])
+    v, name = ui.view(), ui.safe(ctx.model.name)
     also = f" ({answer.other_weight:.2f} on “{other}”)" if answer.other_weight is not None else ""
-    line = (f"puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}: of every layer and head of "
-            f"{ui.safe(ctx.model.name)}, the most")
-    if (v.layer, v.head, v.query) == (answer.layer, answer.head, answer.query):
-        st.success(f"Who is “{query}”? This head, {answer.layer}.{answer.head}, {line}.", icon=":material/search:")
+    sink = (f" It gives {answer.sink:.2f} to the first token (“{ui.safe(ctx.info.tokens[0].strip())}”), where heads "
+            "park the attention they do not need (the attention sink).")
+    here = (v.layer, v.head, v.query) == (answer.layer, answer.head, answer.query)
+    if not answer.prefers:
+        st.warning(f"Who is “{query}”? No head of {name} prefers “{said}” over “{other}” for “{query}”; the closest is "
+                   f"{answer.layer}.{answer.head}" + ("" if here else f" (query token {answer.query})")
+                   + f", which puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}.{sink}",
+                   icon=":material/help:")
+        return
+    versus = f", the largest margin for “{said}” over “{other}”" if answer.other_weight is not None else ", the most"
+    line = (f"puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}: of every layer and head of {name}"
+            f"{versus}.{sink}")
+    if here:
+        st.success(f"Who is “{query}”? This head, {answer.layer}.{answer.head}, {line}", icon=":material/search:")
     else:
-        st.caption(f"Who is “{query}”? Head {answer.layer}.{answer.head} (query token {answer.query}) {line}.")
+        st.caption(f"Who is “{query}”? Head {answer.layer}.{answer.head} (query token {answer.query}) {line}")
 
 
 def _colour_by(ctx: ui.Context, container) -> str:
@@ -142,6 +155,8 @@ def render(ctx: ui.Context) -> None:
                       selection_mode="head", key=_key("heads"))
     if _open_head(picked):  # a selection the callback has not taken (AppTest sets one without a click)
         st.rerun()
+    if st.session_state.pop(SCROLL, False):
+        _scroll_to_heatmap()
 
     st.subheader("bertviz")
     if st.toggle("Show bertviz's head view and model view", key="bertviz"):
@@ -164,7 +179,27 @@ def _open_head(picked=None) -> bool:
     if (layer, head) == (v.layer, v.head):
         return False
     ui.update(layer=layer, head=head)
+    st.session_state[SCROLL] = True  # the next run shows the head's heatmap, far above the small multiples
     return True
+
+
+def _scroll_to_heatmap() -> None:
+    """Bring the heatmap (its element: the chart keyed ``explore_cell_…``) to the top of the window, after a click on
+    a small multiple far below it opened another head. A script in the page, run once a click (the click count makes
+    each one new); where no script runs (AppTest, a browser without JavaScript) the page simply stays where it is."""
+    clicks = st.session_state.get(f"{CLICKS}_heads", 0)
+    st.html(f"""<script>/* click {clicks} */
+(() => {{
+  const go = (tries) => {{
+    const heatmap = document.querySelector('[class*="st-key-explore_cell_"]');
+    if (!heatmap) {{ if (tries > 0) setTimeout(() => go(tries - 1), 100); return; }}
+    heatmap.style.scrollMarginTop = "4rem";  // below Streamlit's header bar
+    heatmap.scrollIntoView({{block: "start"}});
+  }};
+  go(50);
+  setTimeout(() => go(0), 700);  // again once the charts have been drawn (the page above may have grown)
+}})();
+</script>""", unsafe_allow_javascript=True)
 
 
 @st.fragment

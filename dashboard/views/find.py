@@ -6,14 +6,13 @@ token's representation changes when the head is taken out)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 import probes
+from probes import explain
 
 from .. import charts, data, ui
-from ..state import STORIES
 
 
 def render(ctx: ui.Context) -> None:
@@ -24,20 +23,37 @@ def render(ctx: ui.Context) -> None:
     if not words:
         st.info("The text has no words to look at.")
         return
-    cols = st.columns(2)
+    cols = st.columns(3)
     query = ui.query_picker(ctx.info, cols[0])
-    story = STORIES.get(ctx.inp.text.strip())
-    default = next((i for i, (w, _) in enumerate(words) if story and w.lower() == story[1].lower()), 0)
-    key = cols[1].selectbox("Key word", range(len(words)), index=default, key="find_key",
+    key_default, other_default = data.question(ctx.inp, query)  # the story's referent and distractor, never the sink
+    key = cols[1].selectbox("Key word", range(len(words)), index=key_default or 0, key="find_key",
                             format_func=lambda i: f"{i}: {words[i][0]}",
                             help="the word attended to; its pieces' weights are summed")
-    word, keys = words[key]
-    weights, uniform = data.query_weights(ctx.inp, query, tuple(keys))
+    against = cols[2].selectbox("Against (optional)", [-1, *range(len(words))], key="find_against",
+                                index=0 if other_default is None else other_default + 1,
+                                format_func=lambda i: "no other word" if i < 0 else f"{i}: {words[i][0]}",
+                                help="the other candidate (for a pronoun, the other name it could refer to): heads are "
+                                     "then ranked by the key word's weight minus this word's, so a head that looks at "
+                                     "both does not win")
+    word, pieces = words[key]
+    other_pieces = words[against][1] if against >= 0 and against != key else []
+    holder = next((words[i][0] for i, p in ((key, pieces), (against, other_pieces))
+                   if explain.SINK in p and len(p) > 1), None)  # the word whose first piece is the first token
+    sink = holder is not None and st.checkbox(
+        f"Count “{ui.safe(holder)}”'s first piece", key="find_sink",
+        help="it is the text's first token, where heads park the attention they do not need (the attention sink): "
+             "left out, a head neither answers nor looks at the other word by parking its attention there")
+    keys, others = explain.counted(pieces, sink=sink), tuple(explain.counted(other_pieces, sink=sink))
+    found = data.margins(ctx.inp, query, tuple(keys), others)
+    weights, uniform = found.on_key, found.uniform
     layers, heads = weights.shape
     token = ctx.info.tokens[query]
     label = f"“{token.strip()}” → “{word}”"
     frame = pd.DataFrame([dict(label=label, layer=layer, head=head, score=float(weights[layer, head]),
-                               baseline=uniform, n=1) for layer in range(layers) for head in range(heads)])
+                               baseline=uniform, n=1, sink=float(found.on_sink[layer, head]))
+                          for layer in range(layers) for head in range(heads)])
+    if others:
+        frame = frame.assign(against=found.on_other.ravel(), margin=found.score.ravel())
     v = ui.view()
     problem = st.session_state.pop("heads_problem", None)
     if problem:
@@ -54,18 +70,43 @@ def render(ctx: ui.Context) -> None:
     if measure != "weight":
         _other_measure(ctx, measure, query, keys, label, frame, v)
         return
-    chart = charts.head_grid(frame, label, layers, heads, selected=(v.layer, v.head))
+    if others:
+        other_word = words[against][0]
+        chart = charts.effect_grid(frame.rename(columns={"score": "weight"}), "margin", layers, heads, signed=True,
+                                   selected=(v.layer, v.head), extra=("weight", "against", "sink"),
+                                   title=f"“{token.strip()}”: weight on “{word}” minus on “{other_word}” (click a "
+                                         "cell to open it on Explore)")
+    else:
+        chart = charts.head_grid(frame, label, layers, heads, selected=(v.layer, v.head))
     ui.chart(chart, on_select=lambda: ui.open_clicked_head("find_grid", ctx.model.n_layers, ctx.model.n_heads),
              selection_mode="head", key="find_grid")
-    best = np.unravel_index(int(weights.argmax()), weights.shape)
-    if ctx.info.causal and min(keys) > query:
-        st.caption(f"“{ui.safe(word)}” comes after the query in a decoder: no head can look at it (every weight is 0).")
-    else:
-        st.caption(f"Head {best[0]}.{best[1]} puts the most of “{ui.safe(token.strip())}”'s attention on "
-                   f"“{ui.safe(word)}”: {weights.max():.2f}, against {uniform:.2f} under uniform attention (the "
-                   "grid's 0). The outlined cell is the sidebar's head; click any cell to open it on Explore.")
-    ui.downloads("find-heads", chart, frame[["layer", "head", "score", "baseline"]].rename(
-        columns={"score": "weight", "baseline": "uniform"}))
+    st.caption(_ranked(ctx, found, token, word, words[against][0] if others else None, pieces, query,
+                       holder if holder is not None and not sink else None)
+               + " The outlined cell is the sidebar's head; click any cell to open it on Explore.")
+    shown = frame[["layer", "head", "score", "baseline", "sink", *(["against", "margin"] if others else [])]]
+    ui.downloads("find-heads", chart, shown.rename(columns={"score": "weight", "baseline": "uniform"}))
+
+
+def _ranked(ctx: ui.Context, found, token: str, word: str, other: str | None, pieces: list[int], query: int,
+            sink_left_out: str | None) -> str:
+    """What the grid answers, in words: the head with the largest margin over the other word (or that none
+    prefers the key word, and the closest), or with the most weight on the key word; and its share on the sink."""
+    token, word, name = ui.safe(token.strip()), ui.safe(word), ui.safe(ctx.model.name)
+    if ctx.info.causal and min(pieces) > query:
+        return f"“{word}” comes after the query in a decoder: no head can look at it (every weight is 0)."
+    layer, head = found.best()
+    on_key, on_sink = found.on_key[layer, head], found.on_sink[layer, head]
+    sink = (f" It gives {on_sink:.2f} to the first token (“{ui.safe(ctx.info.tokens[0].strip())}”, the attention "
+            "sink)" + (f", left out of “{ui.safe(sink_left_out)}”'s weight" if sink_left_out else "") + ".")
+    if other is None:
+        return (f"Head {layer}.{head} puts the most of “{token}”'s attention on “{word}”: {on_key:.2f}, against "
+                f"{found.uniform:.2f} under uniform attention (the grid's 0).{sink}")
+    other, on_other = ui.safe(other), found.on_other[layer, head]
+    if found.score[layer, head] <= 0:
+        return (f"No head of {name} prefers “{word}” over “{other}” for “{token}”; the closest is {layer}.{head}: "
+                f"{on_key:.2f} on “{word}”, {on_other:.2f} on “{other}”.{sink}")
+    return (f"Head {layer}.{head} gives “{word}” the largest margin over “{other}” for “{token}”: {on_key:.2f} "
+            f"against {on_other:.2f} (red: more on “{word}”, blue: more on “{other}”).{sink}")
 
 
 MEASURES = {"weight": "attention weight", "norm": "value-weighted norm", "ablation": "ablation effect"}
@@ -81,7 +122,7 @@ def _other_measure(ctx: ui.Context, measure: str, query: int, keys: list[int], l
             grid = frame[["layer", "head"]].assign(norm=values.ravel(), weight=frame["score"])
             column, title = "norm", f"{label}: value-weighted norm (click a cell to open it on Explore)"
         else:
-            effects = data.ablation(ctx.inp.model, ctx.inp.text, "zero", query)
+            effects = data.ablation(ctx.inp.model, ctx.inp.text, "zero", query, "token_change")
             grid = effects[["layer", "head", "token_change"]].merge(
                 frame[["layer", "head", "score"]].rename(columns={"score": "weight"}), on=["layer", "head"])
             column = "token_change"

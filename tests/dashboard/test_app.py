@@ -57,22 +57,37 @@ def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
     assert ViewState.from_query({"page": "nowhere"})[0].page == "explore"
 
 
-def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch, tmp_path):
+def _hub_cache(monkeypatch, tmp_path, *names: str) -> None:
+    """A local Hugging Face cache holding these hub models (their config), and nothing else."""
     from huggingface_hub import constants
 
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    for name in names:
+        folder = tmp_path / f"models--{name.replace('/', '--')}"
+        (folder / "snapshots" / "abc").mkdir(parents=True)
+        (folder / "snapshots" / "abc" / "config.json").write_text("{}")
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text("abc")
+
+
+def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch, tmp_path):
+    """Where the hub is reachable, every hub model can be picked: after what loads here, marked ↓ (a mark short enough
+    for the sidebar's width), which one line under the menu reads as "needs download"."""
+    import probes
     from dashboard import data
 
     monkeypatch.setattr(data, "hub_reachable", lambda: True)  # a server with network (this one has none)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # a cache holding gpt2 only
-    snapshot = tmp_path / "models--gpt2" / "snapshots" / "abc"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
-    (tmp_path / "models--gpt2" / "refs").mkdir()
-    (tmp_path / "models--gpt2" / "refs" / "main").write_text("abc")
-    options = _app().sidebar.selectbox(key="w_model_pick").options
-    assert options[0] == "minilm" and "smollm2" in options  # built in: no mark
-    assert "gpt2" in options  # cached: loads without the hub
-    assert "bert-base-uncased · needs download" in options and "bert-base-uncased" not in options
+    _hub_cache(monkeypatch, tmp_path, "gpt2")
+    at = _app()
+    options = at.sidebar.selectbox(key="w_model_pick").options
+    # built in (no mark), then cached (loads without the hub), then the rest, then a name typed
+    assert options == ["minilm", "smollm2", "gpt2",
+                       *(f"{m} ↓" for m in probes.KNOWN_HUB_MODELS if m != "gpt2"), "other…"]
+    assert "hub models" not in _texts(at.sidebar.caption)  # nothing left out
+    assert "↓ needs download: a hub model not in this machine's Hugging Face cache" in _texts(at.sidebar.caption)
+    at.sidebar.selectbox[0].set_value("distilgpt2")  # selectable: the view follows (its load is the page's business)
+    _rerun(at)
+    assert at.query_params["model"] in ("distilgpt2", ["distilgpt2"])
 
 
 def test_a_hf_only_model_offers_no_scratch_source_and_says_why(neox_dir):
@@ -268,15 +283,41 @@ def test_the_public_setting_can_come_from_streamlit_secrets(monkeypatch):
     assert "this deployment takes up to 30" in _texts(at.error)
 
 
-def test_a_hub_model_is_marked_and_refused_when_the_hub_cannot_be_reached(monkeypatch):
-    """No network here, no cache: the menu says a hub model cannot load, and picking it keeps the model shown."""
+def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_that_cannot(monkeypatch, tmp_path):
+    """No network here: the menu offers what loads (the offline models, then the cached hub models) and "other…";
+    the hub models that cannot load are not options, one line under the menu names them."""
+    import probes
     from dashboard import data
 
     monkeypatch.setattr(data, "hub_reachable", lambda: False)
+    _hub_cache(monkeypatch, tmp_path)  # an empty cache
+    at = _app()
+    assert at_options(at) == ["minilm", "smollm2", "other…"]
+    assert not any(m in option for m in probes.KNOWN_HUB_MODELS for option in at_options(at))
+    lines = [c.value for c in at.sidebar.caption if "hub model" in c.value]
+    assert lines == ["8 hub models (bert-base-uncased, gpt2, …) need the Hugging Face hub, which this server cannot "
+                     "reach."]
+    _hub_cache(monkeypatch, tmp_path, "gpt2")  # gpt2 in the cache: it loads without the hub, so it is offered
+    at = _app()
+    assert at_options(at) == ["minilm", "smollm2", "gpt2", "other…"]
+    assert "7 hub models (bert-base-uncased, distilgpt2, …) need the Hugging Face hub" in _texts(at.sidebar.caption)
+    at = _app(model="distilgpt2")  # a link to a hub model that cannot load: typed under "other…", and why it fails
+    assert at.sidebar.selectbox[0].value == "other…"
+    assert at.sidebar.text_input(key="w_model_custom").value == "distilgpt2"
+    assert "'distilgpt2' is not in the local cache" in _texts(at.error)
+
+
+def test_a_deployments_hub_model_is_marked_and_refused_when_the_hub_cannot_be_reached(monkeypatch, tmp_path):
+    """A deployment's own list (PROBES_MODELS) is kept as it is: a hub model in it that cannot load here is marked,
+    and picking it keeps the model shown."""
+    from dashboard import data
+
+    monkeypatch.setattr(data, "hub_reachable", lambda: False)
+    _hub_cache(monkeypatch, tmp_path)  # an empty cache
+    monkeypatch.setenv("PROBES_MODELS", "minilm,smollm2,gpt2")
     at = _app()
     menu = at.sidebar.selectbox[0]
-    assert menu.format_func("gpt2") == "gpt2 · hub unreachable: cannot load"
-    assert menu.format_func("minilm") == "minilm" and menu.format_func("smollm2") == "smollm2"
+    assert at_options(at) == ["minilm", "smollm2", "gpt2 · hub unreachable"]
     menu.set_value("gpt2")
     at.run()
     assert not at.exception and not at.error
@@ -284,7 +325,7 @@ def test_a_hub_model_is_marked_and_refused_when_the_hub_cannot_be_reached(monkey
     assert "gpt2 needs the Hugging Face hub, which this server cannot reach" in _texts(at.warning)
     monkeypatch.setattr(data, "hub_reachable", lambda: True)
     at = _app()
-    assert at.sidebar.selectbox[0].format_func("gpt2") == "gpt2 · needs download"
+    assert at.sidebar.selectbox[0].format_func("gpt2") == "gpt2 ↓"
 
 
 def test_a_decoder_with_a_second_sentence_reads_the_first_with_a_note():

@@ -236,3 +236,114 @@ def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_circuit.png")
         browser.close()
+
+
+ZH = "小明把苹果给了小红，因为她很饿"
+# the text's glyphs against empty boxes, in the element's own font: "小红" drawn by a CJK font is two em wide, and
+# where no font has them they are the same boxes as two private-use characters (which no font has), once the webfont
+# has loaded
+TEXT_FONT = r"""async (selector) => {
+  const el = [...document.querySelectorAll(selector)].find(e => /[\u4e00-\u9fff]/.test(e.value ?? e.textContent));
+  if (!el) return null;
+  const style = getComputedStyle(el);
+  const font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  await document.fonts.load(font, '小红');
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = font;
+  return {family: style.fontFamily, size: parseFloat(style.fontSize),
+          zh: ctx.measureText('小红').width, tofu: ctx.measureText('\uE000\uE001').width};
+}"""
+# a chart's token label as drawn (Vega's SVG text, in the font the charts are given; the canvas charts get the same)
+CHART_LABEL = r"""async () => {
+  const label = [...document.querySelectorAll('[data-testid=stVegaLiteChart] svg text')]
+    .find(t => /[\u4e00-\u9fff]/.test(t.textContent));
+  if (!label) return null;
+  const style = getComputedStyle(label);
+  await document.fonts.load(`${style.fontSize} ${style.fontFamily}`, label.textContent);
+  const boxes = label.cloneNode();  // the same label with every hanzi an empty box
+  boxes.textContent = label.textContent.replace(/[\u4e00-\u9fff]/g, '\uE000');
+  label.parentNode.appendChild(boxes);
+  const found = {text: label.textContent, family: style.fontFamily, size: parseFloat(style.fontSize),
+                 hanzi: (label.textContent.match(/[\u4e00-\u9fff]/g) || []).length,
+                 zh: label.getComputedTextLength(), tofu: boxes.getComputedTextLength()};
+  boxes.remove();
+  return found;
+}"""
+
+
+def _drawn_not_boxes(found: dict | None, where: str) -> None:
+    assert found is not None, f"no Chinese text found in {where}"
+    assert abs(found["zh"] - found["tofu"]) > 0.2 * found["size"], f"{where}: empty boxes (tofu): {found}"
+
+
+def test_chinese_is_drawn_without_cjk_system_fonts(app_url):
+    """The story in Chinese on SmolLM2, on Explore, Find heads and Does it matter?, in a Chromium without CJK fonts of
+    its own (this machine has none): the sidebar, the callouts and the charts' labels draw hanzi, not empty boxes,
+    with the WenQuanYi Micro Hei the app serves (dashboard/fonts.py, .streamlit/config.toml)."""
+    import shutil
+    import subprocess
+    from urllib.parse import quote
+
+    cjk = shutil.which("fc-list") and subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True).stdout
+    if cjk and cjk.strip():
+        pytest.skip("this machine has a CJK system font: the test is for a browser without one")
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        for key, heading in (("explore", "smollm2: layer"), ("find", "Find heads"), ("effects", "Does it matter?")):
+            page.goto(f"{app_url}/{'' if key == 'explore' else key}?model=smollm2&page={key}&text={quote(ZH)}")
+            _settle(page)
+            page.get_by_role("heading", name=heading).first.wait_for(timeout=180_000)
+            _charts_drawn(page, 1, timeout=180_000, main=True)
+            page.wait_for_timeout(1000)  # Vega draws in the browser
+            page.screenshot(path=SHOTS / f"{key}_smollm2_zh.png", full_page=True)
+            assert page.locator("[data-testid=stException]").count() == 0
+            sidebar = page.evaluate(TEXT_FONT, "[data-testid=stSidebar] textarea")
+            _drawn_not_boxes(sidebar, f"{key}: the sidebar's text")
+            # two full-width hanzi are two em wide (a quarter em either way for hinting; empty boxes are narrower)
+            assert 1.75 * sidebar["size"] <= sidebar["zh"] <= 2.25 * sidebar["size"], sidebar
+            assert "WenQuanYi Micro Hei Web" in sidebar["family"]
+            _drawn_not_boxes(page.evaluate(TEXT_FONT, "[data-testid=stMain] :is(p, li, h1, h2, h3, td, code)"),
+                             f"{key}: the page's text")
+            _drawn_not_boxes(page.evaluate(CHART_LABEL), f"{key}: a chart's label")
+        browser.close()
+
+
+WIDTHS = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')].map(e => {
+  const drawn = e.querySelector('canvas, svg.marks');
+  return {chart: drawn ? drawn.getBoundingClientRect().width : 0,
+          column: e.closest('[data-testid=stElementContainer]').parentElement.getBoundingClientRect().width}; })"""
+
+
+def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app_url):
+    """At 1400 px the heatmap takes more than half the main area and no chart is wider than its column; a click on
+    a small multiple (far below the heatmap) opens that head and brings its heatmap into the window."""
+    from dashboard.charts import MULTIPLES_PX
+
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url)
+        _settle(page)
+        _charts_drawn(page, 4, main=True)
+        page.wait_for_timeout(1000)
+        main = page.locator("[data-testid=stMainBlockContainer]").bounding_box()["width"]
+        heatmap = page.locator('[class*="st-key-explore_cell_"]')
+        assert heatmap.bounding_box()["width"] > main / 2
+        widths = page.evaluate(WIDTHS)
+        assert widths and all(w["chart"] <= w["column"] + 1 for w in widths), widths
+        thumbs = page.locator('[class*="st-key-explore_heads_"] [data-testid=stVegaLiteChart]')
+        thumbs.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        assert heatmap.bounding_box()["y"] + heatmap.bounding_box()["height"] < 0  # scrolled past it
+        edge = 15 * (MULTIPLES_PX // 15)  # the default text's 15 tokens: one small multiple's side
+        box = thumbs.bounding_box()
+        page.mouse.click(box["x"] + 4 * (edge + 20) + edge / 2, box["y"] + 24 + edge / 2)  # head 1.4
+        page.get_by_role("heading", name="minilm: layer 1, head 4").wait_for(timeout=60_000)
+        _settle(page)
+        page.wait_for_timeout(1500)
+        top = heatmap.bounding_box()["y"]
+        assert 0 <= top < 1000 / 2, top  # the new head's heatmap, in view
+        page.screenshot(path=SHOTS / "explore_after_thumbnail_click.png")
+        browser.close()

@@ -13,6 +13,18 @@ def _rows(spec: dict) -> list[dict]:
     return [r for rows in spec["datasets"].values() for r in rows]
 
 
+def _lines(part) -> list[str]:
+    return [] if part is None else [part] if isinstance(part, str) else list(part)
+
+
+def _said(spec: dict) -> str:
+    """A chart's title as a reader reads it: its lines, then its subtitle's."""
+    title = spec.get("title")
+    if isinstance(title, str) or title is None:
+        return title or ""
+    return " ".join(_lines(title.get("text")) + _lines(title.get("subtitle")))
+
+
 def test_heatmap_spec_carries_exact_weights_and_order():
     tokens = ["[CLS]", "she", "she", "[SEP]"]
     w = np.eye(4) * 0.75 + 0.0625
@@ -81,8 +93,8 @@ def test_parity_heatmap_has_one_fixed_scale_and_says_bit_identical_in_words():
     color = spec["layer"][0]["encoding"]["color"]
     assert color["scale"]["domain"] == [1e-9, 1e-3]  # never fitted to the data: zeros do not look like a signal
     assert 1e-5 in color["legend"]["values"] and "tolerance 1e-05" in color["legend"]["title"]
-    assert "tolerance 1.5e-05" in charts.parity_heatmap(np.zeros((1, 1)), 1.5e-5).to_dict()["title"]  # not rounded to 2e-05
-    assert {r["difference"] for r in _rows(spec)} == {"0 (bit-identical)"}
+    assert "tolerance 1.5e-05" in _said(charts.parity_heatmap(np.zeros((1, 1)), 1.5e-5).to_dict())  # not 2e-05
+    assert {r["difference"] for r in _rows(spec)} == {"0 (identical)"}
     assert all(r["shown"] == 1e-9 for r in _rows(spec))
     big = _rows(charts.parity_heatmap(np.array([[3e-2, 2e-6]]), 1e-5).to_dict())
     assert [r["difference"] for r in big] == ["3.0e-02", "2.0e-06"] and big[0]["shown"] == 1e-3
@@ -101,10 +113,10 @@ def test_head_grid_colours_the_gain_over_the_baseline_centred_at_zero():
     assert low == -high and high == pytest.approx(0.0007, abs=F64, rel=0)
     gains = {(r["layer"], r["head"]): r["gain"] for r in _rows(spec)}
     assert gains[(0, 0)] == 0.0 and gains[(1, 0)] == pytest.approx(-0.0004, abs=F64, rel=0)
-    assert "baseline 0.0093" in spec["title"]
+    assert "baseline 0.0093" in _said(spec)
     assert {t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]} >= {"score", "baseline", "gain", "n"}
     no_base = charts.head_grid(frame.drop(columns="baseline"), "induction", 2, 2).to_dict()
-    assert no_base["layer"][0]["encoding"]["color"]["field"] == "score" and "no baseline" in no_base["title"]
+    assert no_base["layer"][0]["encoding"]["color"]["field"] == "score" and "no baseline" in _said(no_base)
     other = charts.head_grid(frame.assign(mean_attention=0.5), "induction", 2, 2, value="mean_attention").to_dict()
     assert other["layer"][0]["encoding"]["color"]["field"] == "mean_attention"  # the baseline is the score's
 
@@ -117,6 +129,18 @@ def test_the_default_label_is_the_one_whose_best_head_gains_most():
     corpus = pd.DataFrame({"label": ["distance", "distance", "previous", "first"], "score": [26.6, 12.0, 0.99, 0.8],
                            "baseline": [19.1, 19.1, 0.02, 0.02]})
     assert charts.best_label(corpus) == "previous"  # not distance's 7.5 tokens: shares are compared with shares
+
+
+def test_the_default_label_has_enough_examples_behind_it():
+    """A gain over one example is chance: the grid opens on the best-gaining label with n ≥ ``least`` (syntactic on
+    minilm opened on parataxis, 1 example, over nsubj's 38), on the best of all only when none has that many."""
+    frame = pd.DataFrame({"label": ["parataxis", "parataxis", "nsubj", "nsubj", "det"],
+                          "score": [0.9, 0.1, 0.6, 0.5, 0.4],
+                          "baseline": [0.2, 0.2, 0.3, 0.3, 0.3], "n": [1, 1, 38, 38, 31]})
+    assert charts.best_label(frame) == "parataxis"  # 0.7 above its baseline, over one example
+    assert charts.best_label(frame, least=30) == "nsubj"  # 0.3 above, over 38
+    assert charts.best_label(frame.assign(n=12), least=30) == "parataxis"  # none has 30: the best of all
+    assert charts.best_label(frame.drop(columns="n"), least=30) == "parataxis"  # a table without counts
 
 
 def test_head_grid_is_clickable_and_marks_the_selected_head():
@@ -160,14 +184,16 @@ def test_cache_growth_draws_both_caches_and_marks_the_step():
     lines, rule = spec["layer"]
     assert lines["encoding"]["color"]["scale"]["domain"] == ["3 kv heads", "9 kv heads"]
     marked = spec["datasets"][rule["data"]["name"]]
-    assert marked == [{"step": 1, "tokens cached": 6, "bytes": 12, "cache": "3 kv heads"}]
+    assert marked == [{"step": 1, "tokens cached": 6, "bytes": 12, "cache": "3 kv heads", "KiB": 12 / 1024,
+                       "size": "12 bytes"}]  # drawn in KiB, the size in words in the tooltip
+    assert lines["encoding"]["y"]["title"] == "KiB (fp32)"
 
 
 def test_heatmap_of_norms_says_norm_and_runs_from_zero_to_its_largest():
     w = np.array([[0.5, 2.0], [1.0, 3.0]])
     spec = charts.attention_heatmap(["a", "b"], w, "norms", value="norm", top=3.0).to_dict()
     colour = spec["encoding"]["color"]
-    assert colour["field"] == "norm" and colour["title"] == "norm"
+    assert colour["field"] == "norm" and colour["title"] == "value-weighted norm"
     assert colour["scale"]["domain"] == [0, 3.0] and colour["scale"]["range"] == charts.NORM_RANGE
     assert sorted(r["norm"] for r in _rows(spec)) == [0.5, 1.0, 2.0, 3.0] and "weight" not in _rows(spec)[0]
     assert spec["encoding"]["tooltip"][2]["field"] == "norm"
@@ -285,7 +311,7 @@ def test_the_sink_share_grid_reads_on_a_fixed_share_scale_and_is_never_the_defau
     spec = charts.head_grid(frame, "sink", 2, 1, share=True).to_dict()
     color = spec["layer"][0]["encoding"]["color"]
     assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # a share, not a gain over a baseline
-    assert "share of attention from 0 to 1; uniform attention gives 0.1" in spec["title"]
+    assert "share of attention from 0 to 1; uniform attention gives 0.1" in _said(spec)
     assert {t["field"] for t in spec["layer"][0]["encoding"]["tooltip"]} >= {"score", "baseline"}
     assert charts.best_label(frame) == "sink" and charts.best_label(frame, skip={"sink"}) == "previous"
     assert charts.best_label(frame[frame.label == "sink"], skip={"sink"}) == "sink"  # nothing else to show
@@ -343,3 +369,67 @@ def test_qk_grid_is_diverging_around_zero_and_keeps_the_parts_order():
     data = spec["datasets"][spec["data"]["name"]] if "datasets" in spec else None
     shares = sorted(row["share"] for row in data) if data else []
     assert shares == sorted(c / 1.75 for c in frame.contribution)  # each term's share of the score, in the tooltip
+
+
+# -- layout: charts take the page's width, titles are never cut, deep models' grids fit one screen -----------------
+def _grid_frame(layers: int, heads: int) -> pd.DataFrame:
+    l, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    return pd.DataFrame({"label": "prev", "layer": l.ravel(), "head": h.ravel(), "score": np.linspace(0, 1, l.size),
+                         "baseline": 0.2, "n": 10})
+
+
+def test_charts_take_the_page_width_and_a_heatmap_of_many_tokens_shrinks_its_cells():
+    """Every chart the app draws in the page's column is as wide as that column ("container"), so a 64-token heatmap
+    never overflows it and a short one does not leave most of the page empty (it asks for at most ~40 px a column)."""
+    tokens = [f"t{i}" for i in range(64)]
+    w = np.full((64, 64), 1 / 64)
+    heat = charts.attention_heatmap(tokens, w, "Layer 0, head 0").to_dict()
+    short = charts.attention_heatmap(tokens[:12], np.full((12, 12), 1 / 12), "Layer 0, head 0").to_dict()
+    bars = charts.query_bars(tokens[:12], np.full(12, 1 / 12), 3).to_dict()
+    grid = charts.head_grid(_grid_frame(6, 12), "prev", 6, 12).to_dict()
+    effect = charts.effect_grid(_grid_frame(6, 12), "score", 6, 12, "loss").to_dict()
+    parity = charts.parity_heatmap(np.zeros((6, 12)), 1e-5).to_dict()
+    cost = charts.cost_chart(pd.DataFrame({"tokens": [16, 32], "path": "HF", "bytes": [1.0, 4.0]}), "bytes", "m")
+    for spec in (heat, short, bars, grid, effect, parity, cost.to_dict()):
+        assert spec["width"] == "container"
+    assert short["usermeta"][charts.MAX_WIDTH] == 12 * 40 + 240 < heat["usermeta"][charts.MAX_WIDTH]
+    assert short["height"]["step"] == 32 > heat["height"]["step"]  # rows of a short text are taller, not flat bands
+
+
+def test_long_titles_are_a_short_title_and_a_subtitle_never_one_long_line():
+    long = charts.head_grid(_grid_frame(6, 12), "prev", 6, 12).to_dict()["title"]
+    assert long["text"] == "prev: score above or below its baseline 0.2"
+    assert long["subtitle"] == ["click a cell to open it"]
+    sink = charts.head_grid(_grid_frame(6, 12).assign(label="attention sink (first token)"), "attention sink (first token)",
+                            6, 12, share=True).to_dict()["title"]
+    assert sink["text"] == "attention sink (first token)"  # what follows ": " is the subtitle's first line
+    assert sink["subtitle"][0].startswith("share of attention from 0 to 1")
+    words = " ".join(["word"] * 40)
+    wrapped = charts.effect_grid(_grid_frame(2, 2), "score", 2, 2, words).to_dict()["title"]
+    assert " ".join(wrapped["text"]) == words and all(len(line) <= charts.TITLE_MAX for line in wrapped["text"])
+    for spec in (long, sink, wrapped):
+        assert all(len(line) <= charts.SUBTITLE_MAX for line in _lines(spec.get("subtitle")))
+    assert charts.attention_heatmap(["a", "b"], np.eye(2), "Layer 1, head 2").to_dict()["title"] == "Layer 1, head 2"
+
+
+@pytest.mark.parametrize("grid", ["head", "effect", "parity"])
+def test_a_deep_models_grid_is_layers_across_and_one_screen_tall(grid):
+    """smollm2's 30 layers × 9 heads: layers across (x), heads down (y), at most 500 px tall; a click still selects
+    the (layer, head) of the cell; minilm's 6 × 12 stays heads across."""
+    def draw(layers, heads):
+        frame = _grid_frame(layers, heads)
+        if grid == "head":
+            return charts.head_grid(frame, "prev", layers, heads, selected=(20, 3)).to_dict()
+        if grid == "effect":
+            return charts.effect_grid(frame, "score", layers, heads, "loss", selected=(20, 3)).to_dict()
+        return charts.parity_heatmap(np.zeros((layers, heads)), 1e-5).to_dict()
+
+    deep, wide = draw(30, 9), draw(6, 12)
+    x, y = deep["layer"][0]["encoding"]["x"], deep["layer"][0]["encoding"]["y"]
+    assert (x["field"], y["field"]) == ("layer", "head") and deep["height"] <= 500
+    assert (wide["layer"][0]["encoding"]["x"]["field"], wide["layer"][0]["encoding"]["y"]["field"]) == ("head", "layer")
+    if grid != "parity":
+        assert x["scale"]["domain"] == list(range(30)) and y["scale"]["domain"] == list(range(9))
+        assert deep["params"][0]["select"]["fields"] == ["layer", "head"]  # a click opens the same head
+        outline = deep["layer"][1]["encoding"]
+        assert (outline["x"]["field"], outline["y"]["field"]) == ("layer", "head")  # the outline on its own cell

@@ -58,7 +58,8 @@ def test_the_heatmap_spec_still_reads_the_same():
     rows = [r for rows in spec["datasets"].values() for r in rows]
     assert rows[4] == {"query_pos": 1, "key_pos": 1, "query": "1: token1", "key": "1: token1",
                        "weight": float(w[1, 1])}  # the fp32 weight exactly
-    assert spec["encoding"]["tooltip"][2] == {"field": "weight", "format": ".6f", "type": "quantitative"}
+    assert spec["encoding"]["tooltip"][2] == {"field": "weight", "format": ".6f", "type": "quantitative",
+                                              "title": "attention weight"}
 
 
 def test_a_head_change_on_a_long_text_sends_the_heads_cells_and_the_small_pictures():

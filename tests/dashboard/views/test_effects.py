@@ -8,11 +8,12 @@ import json
 
 import numpy as np
 import pytest
-from apptest import open_app, texts
+from apptest import open_app, texts, titles
 from numeric import fp32
 
 import probes
 from dashboard.state import DEFAULT_TEXT
+from dashboard.words import said
 from probes.effects import ablation, attribution, norms, pairs, rollout
 from probes.parity import TOLERANCES
 
@@ -29,7 +30,8 @@ def _specs(at) -> list[dict]:
 
 def _title(spec: dict) -> str:
     title = spec.get("title")
-    return title if isinstance(title, str) else (title or {}).get("text", "")
+    text = title if isinstance(title, str) else (title or {}).get("text", "")
+    return text if isinstance(text, str) else " ".join(text)  # a long title wraps into lines
 
 
 def _spec(at, title: str) -> dict:
@@ -82,7 +84,7 @@ def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     # not probabilities: a row of n probabilities sums to 1 within eps × n
     assert np.array_equal(got, expected) and not np.allclose(expected.sum(-1), 1, atol=fp32(n), rtol=0)
     colour = spec["encoding"]["color"]
-    assert colour["title"] == "norm" and colour["scale"]["domain"] == [0, float(expected.max())]
+    assert colour["title"] == "value-weighted norm" and colour["scale"]["domain"] == [0, float(expected.max())]
     assert "Not probabilities" in texts(at.caption)
 
     at.radio(key="w_colour").set_value("rollout")
@@ -116,12 +118,12 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
                                                "Minimal pair: change a word, see which heads move"]  # no LM head
     assert at.selectbox(key="effects_measure").value == "token_change" and at.selectbox(key="w_query").value == 10
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, position=10)
-    title = "token_change when one head is zeroed"
+    title = "Change of the query token when one head is zeroed"
     got = _grid(_rows(at, title), "token_change")
     assert np.array_equal(got, _grid(expected, "token_change"))  # the same call: the same numbers
     top = expected.loc[expected["token_change"].idxmax()]
-    assert f"Taking out head {int(top['layer'])}.{int(top['head'])} changes token_change the most" in \
-        texts(at.markdown)
+    assert (f"The largest change of the query token: {top['token_change']:.4g}, when head {int(top['layer'])}."
+            f"{int(top['head'])} is taken out") in texts(at.markdown)
     spec = _spec(at, title)
     rect = spec["layer"][0]
     assert rect["encoding"]["color"]["scale"]["domain"][0] == 0  # a change ≥ 0: from 0 (white)
@@ -134,7 +136,7 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
 
     reference = catalog.texts(catalog.read_items("ewt-dev")[:32])
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, how="mean", reference=reference, position=10)
-    got = _grid(_rows(at, "embedding_change when one head is mean-ablated"), "embedding_change")
+    got = _grid(_rows(at, "Change of the sentence embedding when one head is"), "embedding_change")
     assert np.array_equal(got, _grid(expected, "embedding_change"))
 
 
@@ -175,13 +177,32 @@ def test_user_text_on_the_page_is_escaped():
     assert "Changed: “she” → “he”." in texts(at.caption)
 
 
+def test_does_it_matter_says_its_measures_in_words_not_their_identifiers():
+    """The Measure menu, the caption, the grid's title and legend and the line under it say "change of the query
+    token", never the identifier token_change; the CSV keeps the raw column names."""
+    at = open_app(page="effects")
+    menu = at.selectbox(key="effects_measure")
+    assert list(menu.options) == ["change of the query token", "change of the hidden states",
+                                  "change of the sentence embedding"]
+    shown = texts(at.caption) + texts(at.markdown) + "\n".join(str(t) for t in titles(at) if t)
+    assert "token_change" not in shown and "hidden_change" not in shown
+    spec = _spec(at, "Change of the query token when one head is zeroed")
+    assert spec["layer"][0]["encoding"]["color"]["title"] == "change of the query token"
+    assert "token_change" in _rows(at, "Change of the query token when one head is zeroed").columns  # data: raw
+
+
 # -- Does it matter? on a decoder --------------------------------------------------------------------
 @pytest.mark.numeric
-def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
+def test_a_decoder_opens_on_the_query_token_and_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
     at = open_app(page="effects", model="smollm2")
-    assert at.selectbox(key="effects_measure").value == "loss"
+    # the grid answers the question beside it (the query token "she"), not the whole text's loss
+    assert at.selectbox(key="effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
-    got = _grid(_rows(at, "loss when one head is zeroed"), "loss")
+    assert smollm2.encode(DEFAULT_TEXT).tokens[0][query].text == " she"
+    assert _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change").shape == (30, 9)
+    at.selectbox(key="effects_measure").set_value("loss")
+    _rerun(at)
+    got = _grid(_rows(at, "Loss on the text when one head is zeroed"), "loss")
     assert got.shape == (30, 9)
     top = np.unravel_index(int(got.argmax()), got.shape)
     assert f"Taking out head {top[0]}.{top[1]} raises the loss the most" in texts(at.markdown)
@@ -192,7 +213,7 @@ def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2
     for layer, head in {top, (0, 0), (15, 4), (29, 8)}:
         want = ablation.ablate(smollm2, DEFAULT_TEXT, [(layer, head)], position=query)["loss"]
         assert got[layer, head] == pytest.approx(want, abs=2 * TOLERANCES["logits"] * scale, rel=0), (layer, head)
-    scale = _spec(at, "loss when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
+    scale = _spec(at, "Loss on the text when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
     assert scale["domainMid"] == 0  # a loss can fall: diverging
 
     # " she" against " he", predicted at "because" (the token before "she")
@@ -211,6 +232,29 @@ def test_a_decoder_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2
     assert "Minimal pair: change a word, see which heads move" in [s.value for s in at.subheader]
 
 
+@pytest.mark.numeric
+def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2):
+    """小明把苹果给了小红，因为她很饿 on smollm2: the ablation grid is the change of the query token 她 (the library's
+    numbers for that one measure), and the logit attribution's target is the raw text of one token that the text
+    predicts (为, predicted at 因's second piece), never a token's label such as 饿(3/3), which is 8 tokens."""
+    text = "小明把苹果给了小红，因为她很饿"
+    at = open_app(page="effects", model="smollm2", text=text)
+    assert not at.error, texts(at.error)
+    assert at.selectbox(key="effects_measure").value == "token_change"
+    query = at.selectbox(key="w_query").value
+    assert smollm2.encode(text).tokens[0][query].text.startswith("她")
+    expected = ablation.ablate_each(smollm2, text, position=query, measures=["token_change"])
+    got = _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change")
+    assert np.array_equal(got, _grid(expected, "token_change"))  # the same call: the same numbers
+
+    target, position = at.text_input(key="effects_target").value, at.selectbox(key="effects_at").value
+    ids = smollm2.encode(text).input_ids[0].tolist()
+    assert target == "为" and attribution.target_id(smollm2, target) == ids[position + 1]
+    assert smollm2.tokenizer.encode(target, add_special_tokens=False) == [ids[position + 1]]  # one token
+    want = attribution.logit_attribution(smollm2, text, ids[position + 1], None, position)
+    assert np.array_equal(_grid(_rows(at, "each head's direct share of logit(为)"), "share"), want.heads)
+
+
 def test_an_importance_table_uploads_on_the_heads_page():
     """A table as ``python -m probes importance --out F.csv`` writes it (probe, label gradient/ablation, layer, head,
     score, baseline, n, model, n_layers, n_heads) shows on Heads like a probe's."""
@@ -227,5 +271,40 @@ def test_an_importance_table_uploads_on_the_heads_page():
                                                    "text/csv"))
     _rerun(at)
     assert not at.error
-    assert set(at.selectbox(key="w_label").options) == {"gradient: hidden", "ablation: hidden_change"}
-    assert any("score above or below its baseline" in _title(s) for s in _specs(at))
+    assert set(at.selectbox(key="w_label").options) == {"gradient: hidden", "ablation: change of the hidden states"}
+    label = said(at.selectbox(key="w_label").value)
+    grid = [s for s in _specs(at) if _title(s) == label]  # the label whole as the title…
+    assert grid and "score above or below its baseline" in " ".join(grid[0]["title"]["subtitle"])  # …detail below
+
+
+def test_the_minimal_pair_opens_on_the_same_words_as_find_heads():
+    """The pair's query and key words come from where Find heads and the callout take theirs: on the Chinese
+    sentence 她 → 小红 (words, not the characters 小 and 红), and on a text with no question a key word that is not
+    the first word (the sink's)."""
+    at = open_app(page="effects", text="小明把苹果给了小红，因为她很饿")
+    assert (at.selectbox(key="effects_qword").value, at.selectbox(key="effects_kword").value) == ("她", "小红")
+    assert at.text_input(key="effects_b").value == "小明把苹果给了小红，因为他很饿"
+    at = open_app(page="effects", text="The keys to the cabinet are on the table.")
+    words = at.selectbox(key="effects_kword").options
+    assert words[0] == "The" and at.selectbox(key="effects_kword").value not in ("The", at.selectbox(
+        key="effects_qword").value)
+
+
+def _pair_heatmaps(at) -> tuple[list[str], list[str]]:
+    """The titles of the minimal pair's two heatmaps: all of them, and those drawn inside columns (side by side)."""
+    pair = ("First text:", "Second text:")
+    everywhere = [t for t in map(_title, _specs(at)) if t.startswith(pair)]
+    in_columns = [t for col in at.columns for c in col.get("vega_lite_chart")
+                  if (t := _title(json.loads(c.proto.spec))).startswith(pair)]
+    return everywhere, in_columns
+
+
+def test_the_minimal_pairs_heatmaps_stack_when_the_text_is_long():
+    """Side by side, two heatmaps of 15 tokens squeeze their cells and clip their legends: past 12 tokens they are
+    drawn one above the other, each the page's width; a short pair stays side by side."""
+    at = open_app(page="effects")  # the default text: 15 tokens
+    everywhere, in_columns = _pair_heatmaps(at)
+    assert everywhere == ["First text: layer 1, head 2", "Second text: layer 1, head 2"] and not in_columns
+    short = open_app(page="effects", text="She saw him there.")
+    everywhere, in_columns = _pair_heatmaps(short)
+    assert len(everywhere) == 2 and in_columns == everywhere

@@ -127,3 +127,28 @@ def test_explore_on_smollm2_from_scratch_says_its_heads_share_keys():
     assert "30 layers × 9 heads reading 3 key/value heads · source: our from-scratch pass" in at.caption[0].value
     rows = [r for r in _rows(at, '"Layer 18, head 6"') if "weight" in r]
     assert rows and all(r["key_pos"] <= r["query_pos"] for r in rows)  # a decoder: no future drawn
+
+
+def test_the_chinese_story_opens_on_a_head_that_prefers_the_referent_and_names_the_sink():
+    """smollm2 on 小明把苹果给了小红，因为她很饿: the callout's head gives 小红 more than 小明 (the weight alone crowned 9.2,
+    0.30 on 小红 against 0.41 on 小明), asks with 她's last piece (the one that has read the whole character) and
+    says what went to the first token."""
+    at = _app(model="smollm2", text="小明把苹果给了小红，因为她很饿")
+    said = _texts(at.success)
+    assert ("Who is “她”? This head, 1.3, puts 0.31 of “她”'s attention on “小红” (0.07 on “小明”): of every layer "
+            "and head of smollm2, the largest margin for “小红” over “小明”." in said)
+    assert "It gives 0.01 to the first token (“小(1/2)”)" in said and "attention sink" in said
+    assert at.header[0].value == "smollm2: layer 1, head 3" and at.selectbox(key="w_query").value == 22
+
+
+def test_a_question_no_head_answers_is_said_in_those_words(gpt2_dir, monkeypatch):
+    """In a decoder "cat" cannot see "mat" (after it): no head prefers "mat" over "sat", and the callout says so and
+    names the closest head, instead of crowning one."""
+    from dashboard import state
+
+    text = "the cat sat on the mat by the door"  # a text of its own: the app caches a text's answer per process
+    monkeypatch.setitem(state.STORIES, text, ("cat", "mat", "sat"))
+    at = _app(model=str(gpt2_dir), text=text)
+    said = _texts(at.warning)
+    assert f"Who is “cat”? No head of {gpt2_dir} prefers “mat” over “sat” for “cat”; the closest is" in said
+    assert "puts 0.00 of “cat”'s attention on “mat”" in said and not _texts(at.success)
