@@ -115,7 +115,9 @@ def in_app_words(exc: Exception) -> str:
 def query_picker(info: data.RunInfo, container=st) -> int:
     """The query token (shared by Explore and Q/K/V)."""
     n = len(info.tokens)
-    if view().query >= n:
+    if view().query >= n:  # a link's number, or a shorter text than the last one: said, not silently moved
+        container.caption(f"Query token {view().query:,} does not exist in this text (tokens 0–{n - 1}): showing "
+                          f"{n - 1}, the last.")
         update(query=n - 1)
     names = labels(info.tokens)
     return bound("selectbox", "query", "Query token", container, options=list(range(n)),

@@ -64,6 +64,10 @@ WORDS: dict[str, str] = {
     "sink": "attention sink (first token)",
     # Find heads' margin grid (dashboard/views/find.py)
     "margin": "margin over the other word",
+    # Generate's settings (dashboard/views/generate.py)
+    "new_tokens": "new tokens",
+    "top_k": "top-k",
+    "top_p": "top-p",
     "against": "weight on the other word",
     "entropy": "entropy",
     "distance": "mean distance",

@@ -23,7 +23,10 @@ def _clamp_settings() -> None:
     """A link may carry any number: keep each setting inside what its widget takes."""
     v = ui.view()
     fixed = {name: min(max(getattr(v, name), lo), hi) for name, (lo, hi) in LIMITS.items()}
-    if any(getattr(v, name) != value for name, value in fixed.items()):
+    moved = [f"{words.said(name)} {getattr(v, name):,} (this page takes {lo:,} to {hi:,}: set to {fixed[name]:,})"
+             for name, (lo, hi) in LIMITS.items() if getattr(v, name) != fixed[name]]
+    if moved:
+        st.warning("The link asks for " + "; ".join(moved) + ".")
         ui.update(**fixed)
 
 

@@ -308,3 +308,18 @@ def test_the_minimal_pairs_heatmaps_stack_when_the_text_is_long():
     short = open_app(page="effects", text="She saw him there.")
     everywhere, in_columns = _pair_heatmaps(short)
     assert len(everywhere) == 2 and in_columns == everywhere
+
+
+def test_a_public_deployment_bounds_the_pages_work_by_the_texts_length(monkeypatch):
+    """The link that held a public server (smollm2, "Does it matter?", 2,000 characters: 270 copies of a long text)
+    gets a message at once and computes nothing."""
+    import time
+
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    long_text = ("Xiaoming gave the apple to Xiaohong because she was hungry. " * 34)[:2000]
+    start = time.perf_counter()
+    at = open_app(model="smollm2", page="effects", text=long_text)
+    said = texts(at.info)
+    assert "on this public deployment this page takes up to 64" in said and "270 heads" in said
+    assert not at.get("vega_lite_chart") and not at.error
+    assert time.perf_counter() - start < 60  # a hang guard (the issue's bound), not a speed test

@@ -152,3 +152,9 @@ def test_a_question_no_head_answers_is_said_in_those_words(gpt2_dir, monkeypatch
     said = _texts(at.warning)
     assert f"Who is “cat”? No head of {gpt2_dir} prefers “mat” over “sat” for “cat”; the closest is" in said
     assert "puts 0.00 of “cat”'s attention on “mat”" in said and not _texts(at.success)
+
+
+def test_a_query_token_past_the_text_is_said_not_silently_moved():
+    at = _app(query=999999)
+    assert "Query token 999,999 does not exist in this text (tokens 0–14): showing 14, the last." in _texts(at.caption)
+    assert at.selectbox(key="w_query").value == 14

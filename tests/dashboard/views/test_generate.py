@@ -69,6 +69,7 @@ def test_an_encoder_gets_a_note_and_bad_prompts_get_advice(gpt2_dir):
     assert "at most 64: shorten the prompt" in _texts(at.error)
     at = _app(model=str(gpt2_dir), page="generate", new_tokens=500)  # clamped to what the widget takes (64)...
     assert at.number_input(key="w_new_tokens").value == 64
+    assert "The link asks for new tokens 500 (this page takes 1 to 64: set to 64)." in _texts(at.warning)
     assert "ask for at most" in _texts(at.error)  # ...which the tiny GPT-2's 64 positions cannot hold
     at = _app(model=str(gpt2_dir), page="generate", new_tokens=4, step=99)  # a step beyond the text: the last
     assert at.slider(key="w_step").value == 3 and "Step 3 of 3" in _texts(at.caption)
@@ -118,3 +119,14 @@ def test_the_step_shows_the_logit_lens_at_the_fed_token(gpt2_dir):
     assert [c["stage"] for c in cells] == ["embeddings", "after layer 0", "after layer 1"]
     assert {c["position"] for c in cells} == {gen.query_position(2)}
     assert cells[-1]["shown"] == visible(gen.tokens[gen.query_position(2) + 1].text)
+
+
+def test_a_links_sampling_settings_out_of_range_are_said_not_silently_moved(gpt2_dir):
+    """A link with absurd numbers opens, every setting moved into its widget's range, and one warning says each."""
+    at = _app(model=str(gpt2_dir), page="generate", new_tokens=3, sample=1, seed=2**70, temperature=100, top_p=5)
+    said = _texts(at.warning)
+    assert f"seed {2**70:,} (this page takes 0 to {2**31 - 1:,}: set to {2**31 - 1:,})" in said
+    assert "temperature 100.0 (this page takes 0.05 to 5.0: set to 5.0)" in said
+    assert "top-p 5.0 (this page takes 0.01 to 1.0: set to 1.0)" in said
+    assert (at.number_input(key="w_seed").value, at.number_input(key="w_temperature").value) == (2**31 - 1, 5.0)
+    assert not at.error and not at.exception
