@@ -62,3 +62,7 @@ class BadOption(ProbesError):
 
 class NothingToScore(BadData):
     """A probe left with no usable item of its data, or nothing in them it measures."""
+
+
+class RayUnavailable(ProbesError):
+    """A Ray cluster that cannot be used: nothing answers at the address, none runs, or a Ray Client address."""

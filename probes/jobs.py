@@ -85,17 +85,84 @@ def check_format(out: Path) -> None:
         raise BadData(f"{out}: write .csv, .json or .parquet")
 
 
-def check_out(out: Path, force: bool = False) -> None:
-    """Refuse, before any work, an output path that cannot be the result: a folder, an existing file
-    (unless ``force``), an unknown format, a folder that cannot be written."""
+def check_out(out: Path, force: bool = False, inputs: dict[str, str | None] | None = None, notify=None) -> None:
+    """Refuse, before any work, an output path that cannot be the result: a folder, one of the command's
+    ``inputs`` (flag -> path; even with ``force``), an existing file (unless ``force``), an unknown format, a
+    folder that cannot be written, a file another run is writing (:func:`claim`). Passed, ``out`` is this
+    run's until :func:`release` (the CLI's ``main`` calls it when the command ends)."""
     if out.is_dir():
         raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
     check_format(out)
-    if out.exists() and not force:
-        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
+    for flag, given in (inputs or {}).items():
+        if given and same_file(out, Path(given)):
+            raise CannotWrite(f"--out {out} is the input file ({flag}): writing there would destroy it, so "
+                              "choose another --out")
     parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
     if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
         raise CannotWrite(f"cannot write in {parent or out.parent}: choose another --out")
+    claim(out, notify)  # before the check below: a run that finished meanwhile has written it
+    if out.exists() and not force:
+        release(out)
+        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """The same file: one resolved path, or (both there) one file under two names (a link)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+_CLAIMS: dict[Path, int] = {}  # the outputs this process is writing: resolved path -> its lock file's descriptor
+
+
+def claim(out: Path, notify=None) -> None:
+    """Make ``out`` this run's: ``OUT.lock`` beside it, locked (``flock``) for as long as the run goes and holding
+    its pid, so a second run writing the same file (and the same ``OUT.partial`` checkpoints) is refused at once
+    with ``CannotWrite`` naming the first run's pid. The lock dies with its process, so a lock file left by a
+    killed run is taken over (``notify`` says so). Without ``fcntl`` (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        return
+    key = out.resolve()
+    if key in _CLAIMS:
+        return
+    lock = key.with_name(key.name + ".lock")
+    key.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose another --out")
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # (else the run before removed this file as this one locked it: lock the new one)
+            break
+        os.close(fd)
+    left = os.read(fd, 32).decode(errors="replace").strip()
+    if left and notify:
+        notify(f"took over {lock}, left by a run (pid {left}) that is no longer running")
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _CLAIMS[key] = fd
+
+
+def release(out: Path | None = None) -> None:
+    """Give up this process's claim on ``out`` (every claim, without it): its lock file is removed."""
+    for key in [out.resolve()] if out is not None else list(_CLAIMS):
+        fd = _CLAIMS.pop(key, None)
+        if fd is not None:
+            key.with_name(key.name + ".lock").unlink(missing_ok=True)  # removed while still locked: no gap
+            os.close(fd)
 
 
 def write_file(path: Path, data: bytes) -> None:
@@ -156,7 +223,10 @@ SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side fi
 
 
 def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
-    """Report the bad items a job's data had (its ``bad``, if any; :func:`report_bad`)."""
+    """Report the bad items a job's data had (its ``bad``, if any; :func:`report_bad`) and what its reader noted
+    (its ``notes``: items placed only by a looser match)."""
+    for note in getattr(items, "notes", []) if notify else []:
+        notify(f"{name}: {note}")
     report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
 
 

@@ -76,6 +76,20 @@ def _smollm2_path() -> str:
     return str(derived_folder(cache_dir() / "smollm2" / "fp32", dequantise))
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+def weight_files(location: str) -> list[Path]:
+    """The weight files a model was read from: the GGUF file itself, or every safetensors, bin, gguf, pt or pth file
+    in its directory; none for a hub id (its weights are read from memory instead)."""
+    path = Path(location)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(f for f in path.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+    return []
+
+
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2", "owner/name"; no "..", no deeper path
 
@@ -118,17 +132,26 @@ class Model:
     _fingerprint: str | None = field(default=None, repr=False)
 
     def fingerprint(self) -> str:
-        """A digest of the config and of every weight tensor (its name, shape and a sample of its values):
-        two different checkpoints, even under one name or path, never share it. Computed once."""
+        """A digest of the config, of every weight tensor's name, shape and dtype, and of every weight's value: the
+        sha256 of each weight file the model was read from (:func:`weight_files`; remembered by path, size and
+        times, :func:`~probes.datasets.cache.cached_sha256`), else of every tensor's bytes. Two checkpoints that
+        differ in any one weight, even under one name or path (a training run saving into one folder), never
+        share it. Computed once per loaded model."""
         if self._fingerprint is None:
             import hashlib
 
+            from .datasets.cache import cached_sha256
+
             h = hashlib.sha256(self.config.to_json_string(use_diff=False).encode())
-            for key, tensor in sorted(self.hf.state_dict().items()):
-                flat = tensor.detach().reshape(-1).float().cpu()
-                step = max(1, flat.numel() // 64)
+            state = sorted(self.hf.state_dict().items())
+            for key, tensor in state:
                 h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype}".encode())
-                h.update(flat[::step][:64].numpy().tobytes() + flat[-8:].numpy().tobytes())
+            files = weight_files(self.location)
+            for f in files:
+                h.update(f.name.encode() + b"\0" + cached_sha256(f).encode())
+            if not files:  # a hub model (or one built in memory): every value, read from memory
+                for _, tensor in state:
+                    h.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
 

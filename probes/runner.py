@@ -61,6 +61,26 @@ def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "au
             progress(len(batch))
 
 
+def too_long(model, texts: Iterable[str]) -> int:
+    """How many of ``texts`` are longer than the model's context window (special tokens included): the ones
+    :func:`batches` cuts to their first ``model.max_tokens`` tokens, which a reader says it did."""
+    limit = model.max_tokens
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        return 0
+    ids = model.tokenizer(texts, truncation=True, max_length=limit + 1)["input_ids"]  # one more: enough to know
+    return sum(len(row) > limit for row in ids)
+
+
+def cut_note(name: str, model, data: str, texts: Iterable[str]) -> str | None:
+    """The note a reader prints when :func:`batches` will cut some of ``texts`` (None: it cuts none)."""
+    n = too_long(model, texts)
+    if not n:
+        return None
+    return (f"{name}: {n} item(s) of {data} are longer than {model.name}'s context window of {model.max_tokens} "
+            f"tokens: each is cut to its first {model.max_tokens}")
+
+
 def items(traces: Iterable[Trace]) -> Iterator[tuple[Trace, int]]:
     """Each batch item of each Trace in turn, as (trace, item): one per text, in order."""
     for trace in traces:

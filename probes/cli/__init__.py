@@ -15,8 +15,8 @@ statistics of every head over a corpus, and each head's top examples, on this pr
 ``python -m probes generate --model MODEL --prompt TEXT --max-new-tokens N [--json]``: write text with the
 from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
 
-``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--json]``: what
-ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
+``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--truncate] [--json]``:
+what ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
 over a dataset (gradient and exact ablation), checkpointed like ``profile``.
 
 ``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--json]``:
@@ -36,15 +36,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ProbesError
+from ..errors import InputTooLong, ProbesError
 from . import compose, effects, generate, parity, paths, profile, why
 
 
 COMMANDS = (parity, profile, generate, effects, why, compose, paths)  # each adds its subcommand(s): add_parser(sub)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistake on the command line is one line on stderr and exit 2, like every other bad input
+    (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
@@ -56,9 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ProbesError as exc:
+        if isinstance(exc, InputTooLong) and not exc.custom_advice and "truncate" not in args:
+            exc = InputTooLong(exc.n_tokens, exc.max_tokens, exc.model, "shorten it")  # no --truncate to advise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         resume = " to resume" if args.command in ("profile", "importance") else ""
         print(f"\ninterrupted: rerun the same command{resume}", file=sys.stderr)
         return 130
+    finally:
+        if "probes.jobs" in sys.modules:  # the --out files this command claimed (probes.jobs.check_out) are free
+            sys.modules["probes.jobs"].release()

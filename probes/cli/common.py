@@ -1,10 +1,12 @@
-"""What every command shares: one way to quiet transformers, to load the model a command names, to read a count
-and to print the best heads of a table."""
+"""What every command shares: one way to quiet transformers, to load the model a command names, the types of its
+numbers and head lists (one vocabulary for every command), and to print the best heads of a table."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import sys
 
 from ..models import OFFLINE_DEFAULT, Model, load
 
@@ -33,15 +35,127 @@ def loading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub-only", action="store_true", help="refuse local paths")
 
 
-def positive(text: str) -> int:
-    """argparse type: a whole number of 1 or more (0 and negative counts are mistakes, not "all")."""
+def _shown(text: str) -> str:
+    """What the user typed, quoted, and cut short when it is long (a message is one line)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+class Count:
+    """argparse type: a whole number from ``minimum`` to ``maximum``. Every whole-number option of every command
+    takes one (the vocabulary below), so 0 and negative counts are mistakes, not "all", and a huge number is refused
+    in one line instead of overflowing later; ``why`` says what the upper bound protects, ``zero`` what 0 means where
+    it is allowed."""
+
+    def __init__(self, minimum: int = 1, maximum: int = 10**9, why: str = "", zero: str = ""):
+        self.minimum, self.maximum, self.why, self.zero = minimum, maximum, why, zero
+        self.__name__ = "whole number"  # argparse names the type by it
+
+    def __call__(self, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {_shown(text)}") from None
+        if not self.minimum <= value <= self.maximum:
+            zero = f" ({self.zero})" if self.zero else ""
+            why = f": {self.why}" if self.why and value > self.maximum else ""
+            shown = value if len(str(value)) <= 40 else _shown(str(value))
+            raise argparse.ArgumentTypeError(f"expected a whole number from {self.minimum}{zero} to {self.maximum:,}, "
+                                             f"got {shown}{why}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"Count({self.minimum}, {self.maximum})"
+
+
+class Real:
+    """argparse type: a finite number above ``low`` (or from it, ``low_open=False``) and at most ``high``."""
+
+    def __init__(self, low: float, high: float = math.inf, low_open: bool = True, hint: str = ""):
+        self.low, self.high, self.low_open, self.hint = low, high, low_open, hint
+        self.__name__ = "number"
+
+    def __call__(self, text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+        low_ok = value > self.low if self.low_open else value >= self.low
+        if not (math.isfinite(value) and low_ok and value <= self.high):
+            if math.isfinite(self.high):
+                what = (f"above {self.low:g} and at most {self.high:g}" if self.low_open
+                        else f"from {self.low:g} to {self.high:g}")
+            else:
+                what = f"above {self.low:g}" if self.low_open else f"of {self.low:g} or more"
+            hint = f" ({self.hint})" if self.hint else ""
+            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {_shown(text)}{hint}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"Real({self.low}, {self.high})"
+
+
+# The one vocabulary of the command line's numbers (tests/test_cli_contract.py walks every option of this type).
+positive = Count(1)  # a count: items, texts, tokens, rows to print
+index = Count(0, why="no model has that many")  # a layer, head or token number, checked against the model later
+batch_size = Count(1, 1024, "a batch's activations must fit in memory")
+threads = Count(1, 1024, "more threads than any machine has CPUs")
+workers = Count(1, 1024, "more Ray workers than a cluster has CPUs")
+projections = Count(1, 1024, "every item holds that many copies in memory at once")
+draws = Count(1, 1000, "the random draws are held in memory at once")
+seed = Count(0, 2**64 - 1, "torch's generator takes seeds below 2^64")
+top_k = Count(0, zero="off")
+temperature = Real(1e-3, low_open=False, hint="below that the logits overflow; leave out --sample for greedy decoding")
+top_p = Real(0, 1, hint="1 keeps every token")
+gpus = Real(0, 1024, low_open=False)
+
+
+def text_arg(text: str) -> str:
+    """argparse type of every text typed on the command line (``--text``, ``--pair``, ``--prompt``, ``--other``,
+    ``--corrupt``, a word): bytes that are not UTF-8 (a Latin-1 terminal's 'café') reach Python as lone surrogates
+    ('caf\\udce9'), which no tokenizer takes; they are refused here, saying where the first one is."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        what = f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}, a lone surrogate"
+        raise argparse.ArgumentTypeError(
+            f"the text is not UTF-8 at character {exc.start + 1} ({what}): set your terminal to UTF-8 and type it "
+            'again, or save the text in a UTF-8 file and pass "$(cat FILE)"') from None
+    return text
+
+
+def head_list(text: str) -> list[tuple[int, int]]:
+    """argparse type: ``"1.2,5.4"`` -> [(1, 2), (5, 4)], each LAYER.HEAD two whole numbers, a head named twice kept
+    once with a note on stderr (its range is checked against the model by :func:`heads_of`)."""
+    found: list[tuple[int, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        layer, _, head = part.partition(".")
+        if not (layer.isdigit() and head.isdigit()):
+            raise argparse.ArgumentTypeError(f"head {_shown(part)}: write each head as LAYER.HEAD, two whole numbers "
+                                             "(e.g. 1.2,5.4)")
+        pair = (int(layer), int(head))
+        if pair in found:
+            print(f"note: head {pair[0]}.{pair[1]} is named more than once: it is used once", file=sys.stderr)
+            continue
+        found.append(pair)
+    if not found:
+        raise argparse.ArgumentTypeError("no heads given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
+    return found
+
+
+def head_list_or_all(text: str) -> list[tuple[int, int]] | None:
+    """argparse type: ``all`` (None) or a :func:`head_list`."""
+    return None if text.strip() == "all" else head_list(text)
+
+
+def heads_of(model: Model, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
+    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.effects.ablation.parse_head`,
+    the one parser of a head)."""
+    from ..effects.ablation import parse_head
+
+    return [parse_head(f"{layer}.{head}", model.n_layers, model.n_heads, what, model.name) for layer, head in heads]
 
 
 def print_top(frame, top: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import MODEL_HELP, load_model, loading_options, positive
+from .common import MODEL_HELP, draws, load_model, loading_options, positive, seed
 
 
 def run_compose(args: argparse.Namespace) -> int:
@@ -58,8 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument("--receiver", required=True, help="the receiving head, LAYER.HEAD (layer 1 or later), e.g. 18.6")
     p.add_argument("--kind", default="all", help="q, k, v or all (default: all)")
     p.add_argument("--top", type=positive, default=5, help="senders to print per kind (default: 5)")
-    p.add_argument("--draws", type=positive, default=20, help="random draws for the baseline (default: 20)")
-    p.add_argument("--seed", type=int, default=0, help="the baseline's random seed (default: 0)")
+    p.add_argument("--draws", type=draws, default=20, help="random draws for the baseline (default: 20)")
+    p.add_argument("--seed", type=seed, default=0, help="the baseline's random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
     p.set_defaults(func=run_compose)

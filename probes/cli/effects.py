@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, loading_options, print_top
+from .common import (MODEL_HELP, batch_size, head_list, heads_of, index, load_model, loading_options, positive,
+                     print_top, projections, text_arg, threads)
 
 
 def run_ablate(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
-    from ..effects.ablation import ablate, lm_measures, parse_heads
+    from ..effects.ablation import ablate, lm_measures
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
 
@@ -22,7 +23,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.other and args.how != "patch":
         raise BadOption("--other is the text patched from: it goes with --how patch")
     model = load_model(args)
-    heads = parse_heads(args.heads, model)
+    heads = heads_of(model, args.heads)
     targets = None
     if args.target or args.versus:
         if not lm_measures(model):
@@ -37,7 +38,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 
         reference = texts(read_items(args.reference))[:args.reference_limit]
     effect = ablate(model, args.text, heads, args.how, other=args.other, reference=reference,
-                    position=args.position, targets=targets)
+                    position=args.position, targets=targets, truncate=args.truncate)
     names = ", ".join(f"{layer}.{head}" for layer, head in heads)
     if args.json:
         print(json.dumps(dict(model=model.name, text=args.text, heads=names, how=args.how, other=args.other,
@@ -59,7 +60,8 @@ def run_importance(args: argparse.Namespace) -> int:
     from ..threads import apply
     from ..effects.importance import profile_importance
 
-    check_out(Path(args.out), args.force)
+    check_out(Path(args.out), args.force, {"--data": args.data},
+              notify=lambda message: print(f"note: {message}", file=sys.stderr))
     threads = apply("profile", args.threads)  # batch work, like profile
     model = load_model(args)
     from ..scratch import build
@@ -87,19 +89,23 @@ def add_parser(sub) -> None:
                        "the change in each measure: next-token loss, top predictions and a logit difference (decoders "
                        "with a language-model head), and the last hidden states (every model).")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
-    p.add_argument("--text", required=True)
-    p.add_argument("--heads", required=True, help="LAYER.HEAD, comma-separated (e.g. 1.2,5.4): ablated together")
+    p.add_argument("--text", type=text_arg, required=True)
+    p.add_argument("--heads", type=head_list, required=True, help="LAYER.HEAD, comma-separated (e.g. 1.2,5.4): "
+                   "ablated together (a head named twice counts once)")
     p.add_argument("--how", choices=("zero", "mean", "patch"), default="zero",
                    help="zero: the head writes nothing; mean: its mean output over --reference; patch: its output "
                    "on --other (a text of the same length in tokens)")
-    p.add_argument("--other", help="the text patched from (--how patch)")
+    p.add_argument("--other", type=text_arg, help="the text patched from (--how patch)")
+    p.add_argument("--truncate", action="store_true", help="keep the first tokens of a text (and of --other) longer "
+                   "than the context window instead of refusing it")
     p.add_argument("--reference", default="ewt-dev", help=f"texts averaged for --how mean: {', '.join(BUILTIN)} or "
                    "a .txt/.conllu/.jsonl file (default: ewt-dev)")
-    p.add_argument("--reference-limit", type=int, default=64, help="first N reference texts (default: 64)")
-    p.add_argument("--position", type=int, help="token whose change token_change and the logit difference measure "
+    p.add_argument("--reference-limit", type=positive, default=64, help="first N reference texts (default: 64)")
+    p.add_argument("--position", type=index, help="token whose change token_change and the logit difference measure "
                    "(default: the last)")
-    p.add_argument("--target", help="a one-token word: the logit difference is logit(target) − logit(versus)")
-    p.add_argument("--versus", help="the second word of the logit difference")
+    p.add_argument("--target", type=text_arg,
+                   help="a one-token word: the logit difference is logit(target) − logit(versus)")
+    p.add_argument("--versus", type=text_arg, help="the second word of the logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
     p.set_defaults(func=run_ablate)
@@ -111,16 +117,16 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--data", default="ewt-dev", help=f"{', '.join(BUILTIN)}, or a .conllu, .jsonl or .txt file "
                    "(default: ewt-dev)")
-    p.add_argument("--limit", type=int, help="use only the first N items")
+    p.add_argument("--limit", type=positive, help="use only the first N items")
     p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--checkpoint-every", type=int, default=32, help="items per checkpoint (a rerun resumes)")
-    p.add_argument("--projections", type=int, default=8, help="random directions per item (encoders)")
+    p.add_argument("--batch-size", type=batch_size, default=8)
+    p.add_argument("--checkpoint-every", type=positive, default=32, help="items per checkpoint (a rerun resumes)")
+    p.add_argument("--projections", type=projections, default=8, help="random directions per item (encoders)")
     p.add_argument("--no-ablation", action="store_true", help="the gradient only (ablating every head of every "
                    "item takes layers × heads edited copies)")
-    p.add_argument("--top", type=int, default=3, help="heads to print per label")
+    p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true", help="stop on any bad item of the data")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=threads)
     loading_options(p)
     p.set_defaults(func=run_importance)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..generation import GENERATE_BACKENDS
-from .common import load_model, loading_options, positive
+from .common import index, load_model, loading_options, positive, seed, temperature, top_k, top_p, text_arg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,15 +68,15 @@ def add_parser(sub) -> None:
                        "(and, greedy, that Hugging Face's generate writes the same tokens). Decoders only.")
     p.add_argument("--model", default="smollm2", help="a decoder: short name, hub id or local directory "
                    "(default: smollm2)")
-    p.add_argument("--prompt", required=True, help="the start of the text")
+    p.add_argument("--prompt", type=text_arg, required=True, help="the start of the text")
     p.add_argument("--max-new-tokens", type=positive, default=20)
-    p.add_argument("--layer", type=int, help="layer whose head is shown per step (default: the last)")
-    p.add_argument("--head", type=int, default=0)
+    p.add_argument("--layer", type=index, help="layer whose head is shown per step (default: the last)")
+    p.add_argument("--head", type=index, default=0)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy (seeded)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="sample within the smallest set reaching this mass")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--temperature", type=temperature, default=1.0)
+    p.add_argument("--top-k", type=top_k, default=0, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=top_p, default=1.0, help="sample within the smallest set reaching this mass")
     p.add_argument("--no-eos", action="store_true", help="keep writing past the end-of-text token")
     p.add_argument("--backend", choices=GENERATE_BACKENDS, default="eager",
                    help="attention of each step: eager (the formula) or flash (our Triton kernel; needs CUDA, "

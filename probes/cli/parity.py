@@ -7,7 +7,7 @@ import argparse
 from ..families import coverage
 from ..models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, load_model
+from .common import MODEL_HELP, load_model, text_arg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +32,8 @@ def add_parser(sub) -> None:
         f"{', '.join(KNOWN_HUB_MODELS)}, or a local model directory.",
     )
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
-    p.add_argument("--text", required=True, help="the text to run")
-    p.add_argument("--pair", default=None, help="a second sentence (BERT sentence pairs)")
+    p.add_argument("--text", type=text_arg, required=True, help="the text to run")
+    p.add_argument("--pair", type=text_arg, default=None, help="a second sentence (BERT sentence pairs)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--truncate", action="store_true",
                    help="keep the first tokens of a text longer than the context window instead of refusing it")

@@ -7,11 +7,12 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, loading_options, positive
+from .common import (MODEL_HELP, head_list_or_all, heads_of, index, load_model, loading_options, positive,
+                     text_arg)
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from ..effects.ablation import lm_measures, parse_heads
+    from ..effects.ablation import lm_measures
     from ..effects.attribution import target_id
     from ..effects.paths import ABOUT, parse_head, path_patch
     from ..errors import BadOption, EmptyInput
@@ -20,7 +21,7 @@ def run_patch(args: argparse.Namespace) -> int:
         raise EmptyInput("a text is empty: give the clean text (--text) and the corrupted one (--corrupt)")
     model = load_model(args)
     receiver = parse_head(args.receiver, model, "receiver")
-    senders = None if args.senders == "all" else parse_heads(args.senders, model)
+    senders = None if args.senders is None else heads_of(model, args.senders)
     lm = lm_measures(model)
     targets = None
     if args.target or args.versus:
@@ -69,15 +70,16 @@ def add_parser(sub) -> None:
                        "pattern and in the next-token loss (decoders with a language-model head). The two texts must "
                        "have the same length in tokens.")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
-    p.add_argument("--text", required=True, help="the clean text")
-    p.add_argument("--corrupt", required=True, help="the corrupted text (same length in tokens)")
+    p.add_argument("--text", type=text_arg, required=True, help="the clean text")
+    p.add_argument("--corrupt", type=text_arg, required=True, help="the corrupted text (same length in tokens)")
     p.add_argument("--receiver", required=True, help="LAYER.HEAD of the receiver (layer 1 or later)")
     p.add_argument("--into", choices=("q", "k", "v"), default="k", help="which input of the receiver (default: k)")
-    p.add_argument("--senders", default="all", help="all (every head before the receiver's layer) or LAYER.HEAD, "
-                   "comma-separated")
-    p.add_argument("--position", type=int, help="token whose change the logit difference measures (default: last)")
-    p.add_argument("--target", help="a one-token word: the logit difference is logit(target) − logit(versus)")
-    p.add_argument("--versus", help="the second word of the logit difference")
+    p.add_argument("--senders", type=head_list_or_all, default="all", help="all (every head before the receiver's "
+                   "layer) or LAYER.HEAD, comma-separated")
+    p.add_argument("--position", type=index, help="token whose change the logit difference measures (default: last)")
+    p.add_argument("--target", type=text_arg,
+                   help="a one-token word: the logit difference is logit(target) − logit(versus)")
+    p.add_argument("--versus", type=text_arg, help="the second word of the logit difference")
     p.add_argument("--top", type=positive, default=10, help="senders to print (default: 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object (every sender, ranked)")
     loading_options(p)

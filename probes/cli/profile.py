@@ -8,7 +8,8 @@ import sys
 
 from ..models import OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, load_model, loading_options, positive, print_top, quiet_transformers
+from .common import (MODEL_HELP, batch_size, gpus, load_model, loading_options, positive, print_top,
+                     quiet_transformers, threads, workers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from ..heads.registry import for_data
     from ..jobs import check_out
 
-    check_out(Path(args.out), args.force)  # before anything heavy: a bad --out is one line, at once
+    check_out(Path(args.out), args.force, {"--data": args.data},  # before anything heavy: one line, at once
+              notify=lambda message: print(f"note: {message}", file=sys.stderr))
     from ..threads import apply
 
     threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
@@ -56,14 +58,17 @@ def run_corpus(args: argparse.Namespace) -> int:
     from ..corpus.reader import Corpus
     from ..corpus.run import examples_path, in_process, profile_corpus
     from ..errors import BadOption
-    from ..jobs import check_out
+    from ..jobs import check_out, same_file
 
     if args.probe is not None:
         raise BadOption("--corpus profiles the label-free statistics (entropy, distance, first/previous/self, "
                         "special, punctuation, fixed offset): leave out --probe")
     out = Path(args.out)
     examples = Path(args.examples) if args.examples else examples_path(out)
-    check_out(out, args.force)  # before anything heavy: bad paths are one line, at once
+    check_out(out, args.force, {"--corpus": args.corpus},  # before anything heavy: bad paths are one line, at once
+              notify=lambda message: print(f"note: {message}", file=sys.stderr))
+    if same_file(examples, Path(args.corpus)):
+        raise BadOption(f"--examples {examples} is the input file (--corpus): choose another --examples")
     if examples.suffix.lower() != ".parquet":
         raise BadOption(f"--examples {examples}: the top examples are written as .parquet")
     if examples.exists() and not args.force:
@@ -139,12 +144,12 @@ def add_parser(sub) -> None:
                    f".txt (one sentence a line) file (default: each probe's own: {defaults})")
     p.add_argument("--limit", type=positive, help="use only the first N items")
     p.add_argument("--out", required=True, help="result table: .csv, .json or .parquet")
-    p.add_argument("--batch-size", type=positive, default=16)
+    p.add_argument("--batch-size", type=batch_size, default=16)
     p.add_argument("--checkpoint-every", type=positive, default=64,
                    help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
     loading_options(p)
-    p.add_argument("--threads", type=positive, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
+    p.add_argument("--threads", type=threads, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
                    "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -160,8 +165,9 @@ def add_parser(sub) -> None:
     c.add_argument("--examples", help="where the top examples go (.parquet; default: OUT's name + .examples.parquet)")
     c.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run the chunks on Ray: alone, a local Ray on this machine; with an address "
-                   "(ray://host:10001, or auto), that cluster")
-    c.add_argument("--workers", type=positive, help="Ray workers (default: the cluster's CPUs / --cpus-per-worker)")
-    c.add_argument("--cpus-per-worker", type=positive, default=1, help="CPUs (torch threads) per Ray worker")
-    c.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per Ray worker (GPU clusters)")
+                   "(HEAD:6379, or auto on a node of the cluster), that cluster (ray:// is refused: Ray Data "
+                   "does not run through Ray Client)")
+    c.add_argument("--workers", type=workers, help="Ray workers (default: the cluster's CPUs / --cpus-per-worker)")
+    c.add_argument("--cpus-per-worker", type=threads, default=1, help="CPUs (torch threads) per Ray worker")
+    c.add_argument("--gpus-per-worker", type=gpus, default=0, help="GPUs per Ray worker (GPU clusters)")
     p.set_defaults(func=run)

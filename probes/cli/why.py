@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, load_model, loading_options, positive
+from .common import MODEL_HELP, index, load_model, loading_options, positive, text_arg
 
 
 def token_index(model, text: str, pair: str | None, given: str, what: str) -> tuple[int, str | None]:
@@ -80,14 +80,14 @@ def add_parser(sub) -> None:
                        "MLP's output, biases), the norms frozen at their scale in this pass. Prints the largest terms "
                        "and checks that the parts sum to the model's own score.")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
-    p.add_argument("--text", required=True)
-    p.add_argument("--pair", help="a second sentence (BERT sentence pairs)")
-    p.add_argument("--layer", type=int, required=True)
-    p.add_argument("--head", type=int, required=True)
-    p.add_argument("--query", required=True, help="the query token: a word of the text (its first piece) or a token "
-                   "number")
-    p.add_argument("--key", required=True, help="the key token: a word of the text (its first piece) or a token "
-                   "number")
+    p.add_argument("--text", type=text_arg, required=True)
+    p.add_argument("--pair", type=text_arg, help="a second sentence (BERT sentence pairs)")
+    p.add_argument("--layer", type=index, required=True)
+    p.add_argument("--head", type=index, required=True)
+    p.add_argument("--query", type=text_arg, required=True,
+                   help="the query token: a word of the text (its first piece) or a token number")
+    p.add_argument("--key", type=text_arg, required=True,
+                   help="the key token: a word of the text (its first piece) or a token number")
     p.add_argument("--top", type=positive, default=10, help="terms to print (default: 10)")
     p.add_argument("--csv", help="write every term to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import RayUnavailable
 
 
 WAIT_FOR_WORKERS_S = 600
@@ -56,6 +60,61 @@ class ChunkWorker:
                 "busy_seconds": busy, "load_seconds": [self.load_seconds] * n}
 
 
+CONNECT_TIMEOUT_S = 3.0  # a head's GCS port answers at once; more is a firewall or no cluster
+HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # preface, SETTINGS
+_WHAT_TO_DO = ("give the address of a running Ray head (HOST:6379, which `ray start --head` prints), "
+               "give --ray alone to start a local Ray for this run, or leave --ray out to run on this process")
+
+
+def check_address(address: str) -> str:
+    """The GCS address (``host:port``) that ``address`` (``auto`` or ``host:port``; ``ray://`` is refused)
+    names, once it has answered a plain TCP connect and HTTP/2's opening (as a GCS, a gRPC server, does) within
+    :data:`CONNECT_TIMEOUT_S`; :class:`~probes.errors.RayUnavailable` (what was tried, what to do) otherwise.
+    Ray itself would wait on an address that does not answer until killed."""
+    import socket
+
+    source, gcs = f"--ray {address}", address
+    if address == "auto":  # what ray.init("auto") would join: RAY_ADDRESS, else the Ray last started here
+        env = os.environ.get("RAY_ADDRESS", "")
+        if env and env != "auto":
+            source, gcs = f"--ray auto (RAY_ADDRESS={env})", env
+        else:
+            # where `ray start` notes the cluster it started ($RAY_TMPDIR/ray, /tmp/ray by default), as ray.init reads it
+            noted = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+            try:
+                gcs = noted.read_text().strip().splitlines()[0]
+            except (OSError, IndexError):
+                raise RayUnavailable("--ray auto: no running Ray cluster was found on this machine; start one with "
+                                     "`ray start --head`, give --ray alone to start a local Ray for this run, or "
+                                     "leave --ray out to run on this process") from None
+            source = f"--ray auto (the Ray found on this machine, at {gcs})"  # ray start's note
+    if gcs.startswith("ray://"):
+        # Ray Data's pipelines do not run through Ray Client (Ray 2.60: "'Worker' object has no attribute
+        # 'core_worker'" once the pool starts), so ray:// is refused whether or not ray[client] is installed
+        raise RayUnavailable(f"{source}: Ray Data does not run through Ray Client (ray:// addresses); run the "
+                             "command on a node of the cluster with --ray auto, or give the head's plain address "
+                             "(--ray HEAD:6379)")
+    host, _, port = gcs.rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"{source}: give the Ray head's address as HOST:PORT (its GCS port, 6379 unless "
+                             "changed), or auto on a node of the cluster")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as connection:
+            if not os.environ.get("RAY_USE_TLS"):
+                # a GCS is a gRPC server: to HTTP/2's opening it answers with its settings at once (a port that
+                # accepts and stays silent, or is not HTTP/2, would keep ray.init waiting until killed)
+                connection.sendall(HTTP2_OPENING)
+                if connection.recv(9)[3:4] != b"\x04":  # a frame header: 3 bytes of length, then its type
+                    raise RayUnavailable(f"{source}: {host}:{port} accepts connections but is not a Ray head's "
+                                         f"GCS port: {_WHAT_TO_DO}")
+    except OSError as e:
+        why = (f"no answer within {CONNECT_TIMEOUT_S:g} s" if isinstance(e, TimeoutError)
+               else (e.strerror or str(e) or type(e).__name__).lower())
+        raise RayUnavailable(f"{source}: nothing answers at {host}:{port} ({why}): {_WHAT_TO_DO}") from None
+    return gcs
+
+
 def start(address: str | None, cpus: int | None = None) -> bool:
     """Connect to the Ray cluster at ``address``, or start a local one (``cpus`` of this machine's CPUs);
     True when this call started it (and so should shut it down)."""
@@ -73,9 +132,14 @@ def start(address: str | None, cpus: int | None = None) -> bool:
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     if address:
-        ray.init(address=address, **options)
-    else:
-        ray.init(num_cpus=cpus or os.cpu_count(), **options)
+        gcs = check_address(address)  # before ray.init, which waits on an address that does not answer
+        try:
+            ray.init(address=gcs, **options)
+        except (ConnectionError, TimeoutError) as e:  # a gRPC server that would not take this driver
+            raise RayUnavailable(f"--ray {address}: could not join the Ray cluster at {gcs} "
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): {_WHAT_TO_DO}") from None
+    else:  # "local": a new Ray for this run, even where RAY_ADDRESS names a cluster
+        ray.init(address="local", num_cpus=cpus or os.cpu_count(), **options)
     import ray.data
 
     for name in ("ray", "ray.data"):  # again: importing ray.data sets its own level

@@ -9,6 +9,10 @@ Three formats, by extension:
 * ``.parquet``: a string column (``text``, or ``field=``), read in record batches, never whole; id: the row
   number (from 0). An empty or null cell is a bad row.
 
+A .txt or .jsonl file is UTF-8 (:mod:`probes.datasets.utf8`, as for ``--data``): a UTF-8 byte-order mark is
+dropped, a file that starts with a UTF-16 or UTF-32 one is refused as a whole, and a line that is not UTF-8 (or
+holds a NUL) is a bad row naming its byte.
+
 The file is never read into memory whole. One streaming pass (:meth:`Corpus.scan`) counts the usable texts,
 collects the bad rows and notes where every ``size`` usable texts start (a byte offset, or a Parquet row group
 and row): those are the :class:`Chunk` s, the unit of work, checkpointing and of the Ray pipeline. A worker
@@ -23,6 +27,7 @@ that is one window, nothing is dropped, and no token is seen twice.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..datasets.cache import sha256_of
+from ..datasets.utf8 import check_start, decode_line
 from ..errors import BadData, BadOption
 from ..models import Piece
 
@@ -74,6 +80,9 @@ class Corpus:
         if self.suffix not in FORMATS:
             raise BadData(f"{self.path}: unknown corpus format {path.suffix!r}: give a .txt (one text a line), "
                           ".jsonl (a {\"text\": …} object a line) or .parquet file (a text column)")
+        if self.suffix != ".parquet":
+            with open(path, "rb") as f:
+                check_start(self.path, f.read(4))  # UTF-16 or UTF-32 (a byte-order mark): refused as a whole
 
     @property
     def suffix(self) -> str:
@@ -90,10 +99,7 @@ class Corpus:
     # -- one text at a time ------------------------------------------------------------------------------
     def _line(self, number: int, raw: bytes) -> str | None:
         """The text of one line, None for a blank line; a bad line raises BadData naming it."""
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BadData(f"{self.name} line {number}: not UTF-8 text (byte {exc.start})") from None
+        line = decode_line(self.name, number, raw)  # not UTF-8, or a NUL: BadData naming the byte
         if not line.strip():
             return None
         if self.suffix == ".txt":
@@ -120,8 +126,9 @@ class Corpus:
             f.seek(offset)
             number, position = first, offset
             for raw in f:
+                text = raw.removeprefix(codecs.BOM_UTF8) if position == 0 else raw  # a UTF-8 byte-order mark
                 try:
-                    yield number, position, self._line(number, raw), None
+                    yield number, position, self._line(number, text), None
                 except BadData as exc:
                     yield number, position, None, str(exc)
                 number += 1

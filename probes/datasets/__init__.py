@@ -22,6 +22,7 @@ class Items(list):
     """The usable items of a data set, in order, with the bad ones that were skipped (``bad``), so a run
     can report every one of them (or, ``--strict``, refuse)."""
 
-    def __init__(self, items=(), bad=()):
+    def __init__(self, items=(), bad=(), notes=()):
         super().__init__(items)
         self.bad: list[BadItem] = list(bad)
+        self.notes: list[str] = list(notes)  # what a reader did to place items (said once, with counts)

@@ -85,6 +85,38 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+DIGESTS = "file-digests.json"  # in cache_dir(): sha256 of big files (model weights) by path, size and times
+
+
+def cached_sha256(path: Path) -> str:
+    """``sha256_of(path)``, remembered in ``cache_dir()/file-digests.json`` under the file's resolved path with
+    its size, inode, mtime and ctime (any write or replacement changes one of them, so a changed file is read
+    again). A cache that cannot be read or written only costs the reading."""
+    import json
+
+    path = Path(path).resolve()
+    st = path.stat()
+    stamp = [st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
+    store = cache_dir() / DIGESTS
+    try:
+        known = json.loads(store.read_text())
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(str(path))
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
+        return entry["sha256"]
+    digest = sha256_of(path)
+    known = {name: e for name, e in known.items() if os.path.exists(name)}  # files since removed are forgotten
+    known[str(path)] = {"stamp": stamp, "sha256": digest}
+    try:  # (two processes may race here: the loser's entry is read again next time, nothing worse)
+        write_atomic(store, json.dumps(known, indent=0).encode())
+    except OSError:
+        pass
+    return digest
+
+
 def _record(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 

@@ -39,10 +39,9 @@ def read_items(data: str) -> list:
     if path.suffix == ".jsonl":
         return coreference.read_jsonl(path)
     if path.suffix == ".txt":
-        try:
-            lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
-        except UnicodeDecodeError as exc:
-            raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
+        from .utf8 import read_text
+
+        lines = [line.strip() for line in read_text(path).splitlines()]  # not UTF-8: BadData naming the line
         items = [line.split() for line in lines if line]
         if not items:
             raise BadData(f"{path}:1: no sentences (one per line)")

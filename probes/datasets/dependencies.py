@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import BadData
 from . import BadItem, Items
 from .cache import PinnedWheel, cache_dir, derived
+from .utf8 import read_text
 
 DECOMP = PinnedWheel("decomp", "0.3.2", "decomp-0.3.2-py3-none-any.whl",
                      "f93dd0e893d4e726ce71da12e8793170a525184766acb34bd749dbac1a073079", python_version="3.12")
@@ -75,10 +76,7 @@ def read_conllu(path: str | Path) -> Items:
     from conllu.exceptions import ParseException
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadData(f"{path}: cannot be read as UTF-8 text ({exc})") from exc
+    text = read_text(path)  # not UTF-8: BadData naming the line
     out, bad = [], []
     line_no = 1
     for block in text.split("\n\n"):

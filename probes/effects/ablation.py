@@ -160,8 +160,9 @@ def check_measures(model, measures: Sequence[str] | None,
 
 
 def replacements(model, how: str, clean: Clean, other: str | None = None,
-                 reference: Sequence[str] | None = None) -> dict:
-    """What ``how`` writes into an ablated head: ``{"means": …}`` or ``{"patch": …}`` (none for zero)."""
+                 reference: Sequence[str] | None = None, truncate: bool = False) -> dict:
+    """What ``how`` writes into an ablated head: ``{"means": …}`` or ``{"patch": …}`` (none for zero);
+    ``truncate``: the other text cut to the context window, as the clean one was."""
     if how == "mean":
         if not reference:
             raise BadOption("mean-ablation needs a reference set of texts to average each head's output over")
@@ -169,7 +170,7 @@ def replacements(model, how: str, clean: Clean, other: str | None = None,
     if how == "patch":
         if not other:
             raise BadOption("patching needs the other text (--other): the heads' outputs are taken from it")
-        enc = model.encode(other)
+        enc = model.encode(other, truncate=truncate)
         if enc.input_ids.shape[1] != clean.enc.input_ids.shape[1]:
             raise BadOption(f"patching needs two texts of the same length in tokens: this one has "
                             f"{clean.enc.input_ids.shape[1]}, the other {enc.input_ids.shape[1]} on {model.name} "
@@ -230,12 +231,13 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
 
 def ablate(model, text: str, heads: list[tuple[int, int]], how: str = "zero", other: str | None = None,
            reference: Sequence[str] | None = None, position: int | None = None,
-           targets: tuple[int, int] | None = None) -> dict[str, float]:
-    """Ablate ``heads`` together on ``text``; each measure's change (:mod:`probes.effects.measures`)."""
-    clean = clean_pass(model, text)
+           targets: tuple[int, int] | None = None, truncate: bool = False) -> dict[str, float]:
+    """Ablate ``heads`` together on ``text``; each measure's change (:mod:`probes.effects.measures`).
+    ``truncate``: cut the text (and ``other``) to the context window instead of refusing a longer one."""
+    clean = clean_pass(model, text, truncate=truncate)
     check_position(position, clean.n)
     got = run_rows(model, clean, [list(heads)], how, position, targets, **replacements(model, how, clean, other,
-                                                                                         reference))
+                                                                                         reference, truncate))
     return {key: float(value[0]) for key, value in got.items()}
 
 
@@ -259,7 +261,7 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
     upto = position + 1 if at_one and model.is_causal and how != "patch" else None
     clean = clean_pass(model, text, truncate=truncate, logits=logits, upto=upto)
     check_position(position, clean.n)
-    writes = replacements(model, how, clean, other, reference)
+    writes = replacements(model, how, clean, other, reference, truncate)
     heads = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
     got = run_rows(model, clean, [[h] for h in heads], how, position, targets, batch=None if batched else 1,
                    share=batched, measures=measures, progress=progress, **writes)

@@ -47,7 +47,7 @@ def loader(check: Callable[[str, list], None] | None = None,
                 bad.append(BadItem(data, getattr(item, "line", 0), reason))
             else:
                 usable.append(item)
-        return Items(usable[:limit] if limit else usable, bad)
+        return Items(usable[:limit] if limit else usable, bad, getattr(items, "notes", []))
     return load
 
 

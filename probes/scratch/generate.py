@@ -162,8 +162,11 @@ class Sampling:
     top_p: float = 1.0
 
     def check(self) -> None:
-        if not self.temperature > 0:
-            raise BadOption(f"temperature must be above 0 (got {self.temperature}); use greedy decoding for 0")
+        if not 0 < self.temperature < float("inf"):
+            raise BadOption(f"temperature must be a finite number above 0 (got {self.temperature}); use greedy "
+                            "decoding for 0")
+        if not 0 <= self.seed < 2**64:
+            raise BadOption(f"the seed must be a whole number from 0 to 2^64 − 1 (got {self.seed})")
         if self.top_k < 0:
             raise BadOption(f"top-k must be 0 (off) or more (got {self.top_k})")
         if not 0 < self.top_p <= 1:

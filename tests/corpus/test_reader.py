@@ -1,5 +1,6 @@
 """The corpus reader: three formats streamed in chunks, bad rows named by line, and the window rule."""
 
+import codecs
 import json
 
 import pandas as pd
@@ -52,7 +53,43 @@ def test_a_line_that_is_not_utf8_is_a_bad_row(tmp_path):
     path.write_bytes(b"fine\n\xff\xfe broken\nalso fine\n")
     scan, texts = _all(Corpus(str(path)), 5)
     assert texts == [(1, "fine"), (3, "also fine")]
-    assert scan.bad == ["c.txt line 2: not UTF-8 text (byte 0)"]
+    assert scan.bad == ["c.txt line 2: not UTF-8 text (byte 1 of the line is 0xFF): save the file as UTF-8 and rerun"]
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+@pytest.mark.parametrize("mark, codec, name", [
+    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16"),
+    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32")])
+def test_a_utf16_or_utf32_file_is_refused_as_a_whole(tmp_path, suffix, mark, codec, name):
+    path = tmp_path / f"c{suffix}"
+    lines = ["first text", "second text"] if suffix == ".txt" else [json.dumps({"text": t}) for t in ("a", "b")]
+    path.write_bytes(mark + "\n".join(lines).encode(codec))  # read as UTF-8: line 1 bad, line 2 full of NULs
+    with pytest.raises(BadData) as refused:
+        Corpus(str(path))
+    assert str(refused.value) == (f"{path} is {name} text (it starts with a {name} byte-order mark), not UTF-8: "
+                                  "save the file as UTF-8 and rerun")
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_utf8_byte_order_mark_is_dropped(tmp_path, suffix):
+    path = tmp_path / f"c{suffix}"
+    lines = ["first text", "second text"] if suffix == ".txt" else [json.dumps({"text": t}) for t in
+                                                                     ("first text", "second text")]
+    path.write_bytes(codecs.BOM_UTF8 + "\n".join(lines).encode())
+    scan, texts = _all(Corpus(str(path)), 1)
+    assert texts == [(1, "first text"), (2, "second text")] and scan.bad == []
+    assert [c.offset for c in scan.chunks] == [0, len(codecs.BOM_UTF8) + len(lines[0]) + 1]
+
+
+def test_a_line_with_a_nul_is_a_bad_row(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"fine\n" + "utf-16 text\n".encode("utf-16-le") + b"\nalso fine\n")  # no byte-order mark
+    scan, texts = _all(Corpus(str(path)), 5)
+    assert texts == [(1, "fine"), (4, "also fine")]
+    assert scan.bad == ["c.txt line 2: a NUL character at byte 2 of the line (UTF-16 text without a byte-order mark, "
+                        "or not a text file): save the file as UTF-8 and rerun",
+                        "c.txt line 3: a NUL character at byte 1 of the line (UTF-16 text without a byte-order mark, "
+                        "or not a text file): save the file as UTF-8 and rerun"]
 
 
 def test_parquet_is_read_by_row_groups_with_null_and_empty_cells_reported(tmp_path):

@@ -53,3 +53,31 @@ def test_winobias_from_the_pinned_wheel():
     assert first.words[first.antecedent] == "accountant" and first.words[first.pronoun] == "she"
     assert anti.words[anti.pronoun] == "he" and anti.label == "anti-stereotyped"
     assert all(i.antecedent in i.candidates and i.antecedent < i.pronoun for i in items)
+
+
+def test_an_antecedent_is_placed_exactly_first_then_ignoring_case_or_a_possessive(gpt2_dir, tmp_path, capsys):
+    """WSC273 writes its answers lower-cased ("ann" for "Ann") and sometimes names the owner of a possessive: such
+    an item is placed (and counted in one note), an exact match wins over a looser one, and only an antecedent no
+    match can place is refused. Synthetic items in WSC273's shape."""
+    from probes.cli import main
+
+    rows = [
+        {"text": "Nora thanked Lena because she had helped.", "pronoun": "she", "antecedent": "lena"},
+        {"text": "The rose that Rose picked was red, so she kept it.", "pronoun": "she", "antecedent": "Rose"},
+        {"text": "Omar's sister called because he was late.", "pronoun": "he", "antecedent": "omar"},
+        {"text": "Tom met Ida after he had eaten.", "pronoun": "he", "antecedent": "tom"},
+        {"text": "Bob said she would come.", "pronoun": "she", "antecedent": "carl"},
+    ]
+    path = tmp_path / "wsc.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    items = read_jsonl(path)
+    assert [i.words[i.antecedent] for i in items] == ["Lena", "Rose", "Omar's", "Tom"]
+    assert items[1].antecedent == 3  # the name, not the flower before it (word 1)
+    assert [b.line for b in items.bad] == [5] and "'carl'" in items.bad[0].reason
+    assert items.notes == [f"{path}: 2 antecedent(s) found in the text only when case is ignored (e.g. 'ann' for "
+                           "'Ann')", f"{path}: 1 antecedent(s) found in the text only as a possessive (e.g. 'Ann' in "
+                           "\"Ann's\")"]
+    assert main(["profile", "--model", str(gpt2_dir), "--probe", "coreference", "--data", str(path),
+                 "--out", str(tmp_path / "c.csv")]) == 0
+    err = capsys.readouterr().err
+    assert f"note: coreference: {items.notes[0]}" in err and f"note: coreference: {items.notes[1]}" in err
