@@ -33,6 +33,10 @@ def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
 
 
 MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
+# a table shown in the app is read whole and its labels go to the browser (menus, titles): a table of more rows, or a
+# label longer than this, is refused before anything is drawn (a 1 MB label froze a browser tab for minutes)
+MAX_ROWS = 200_000  # a profile table has a row per model, label, layer and head: 200k is 100 labels of a 2,000-head model
+MAX_LABEL = 200  # characters: the longest built-in label is under 40
 
 
 def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int | None = None) -> pd.DataFrame:
@@ -50,6 +54,14 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
                       "`python -m probes profile --out FILE.csv`")
     if frame.empty:
         raise BadData(f"{name}: no rows")
+    if len(frame) > MAX_ROWS:
+        raise BadData(f"{name}: {len(frame):,} rows, more than the {MAX_ROWS:,} a table shown here may have (one row "
+                      "per model, label, layer and head): split it, or keep the labels you want to look at")
+    lengths = frame["label"].astype(str).str.len()
+    if (lengths > MAX_LABEL).any():
+        row = int(lengths.to_numpy().argmax())
+        raise BadData(f"{name} line {row + 2}: a label of {int(lengths.iloc[row]):,} characters; labels are at most "
+                      f"{MAX_LABEL} (names such as 'nsubj (dep→head)'): shorten it")
     for col in ("layer", "head", "score"):
         if not pd.api.types.is_numeric_dtype(frame[col]):
             raise BadData(f"{name}: column {col!r} holds non-numbers")

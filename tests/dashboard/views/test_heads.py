@@ -323,3 +323,13 @@ def test_the_heads_table_says_constant_columns_once_shows_no_none_and_its_csv_ke
     whole = pd.read_csv(io.BytesIO(saved["Whole table (CSV)"]))
     assert list(whole.columns) == ["model", "probe", "label", "layer", "head", "score", "baseline", "n", "offset"]
     assert set(whole["label"]) == {"offset-1"}
+
+
+def test_an_upload_with_a_huge_label_is_refused_before_anything_is_drawn():
+    """A CSV whose one label is 1 MB froze the browser's tab for minutes (the label went into the menu and the title):
+    it is refused with its line, and no chart or menu carries it."""
+    csv = b"label,layer,head,score\nx,0,0,0.5\n" + b"y" * 2**20 + b",1,1,0.5\n"
+    at = _upload(open_app(page="heads"), "big.csv", csv)
+    assert "big.csv line 3: a label of 1,048,576 characters; labels are at most 200" in texts(at.error)
+    assert not at.get("vega_lite_chart") or all(len(c.proto.spec) < 100_000 for c in at.get("vega_lite_chart"))
+    assert all(len(str(o)) <= 200 for s in at.selectbox for o in s.options)
