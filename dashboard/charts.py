@@ -7,7 +7,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .words import difference as _difference
+from .words import difference
 from .words import said, size
 
 # Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
@@ -371,11 +371,6 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     failed = base.transform_filter("!datum.within").mark_rect(fill=None, stroke="#cb181d", strokeWidth=2)
     return alt.layer(rect, failed, title=titled(f"max |Δ| attention per head (tolerance {tolerance:.2g}; red outline: "
                                                 "above it)")).properties(**_grid_size(layers, heads))
-
-
-def difference(x: float | None) -> str:
-    """A max |Δ| in words: "0 (identical)", "n/a" (nothing to compare), or its value (:func:`words.difference`)."""
-    return _difference(x)
 
 
 def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:

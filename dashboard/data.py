@@ -158,12 +158,6 @@ def massive_activations(inp: Input) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def query_weights(inp: Input, query: int, keys: tuple[int, ...]) -> tuple[np.ndarray, float]:
-    """Every layer × head's weight from one query token on some key tokens, and uniform attention's."""
-    return explain.query_weights(trace(inp), query, list(keys))
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
 def margins(inp: Input, query: int, keys: tuple[int, ...], other: tuple[int, ...] = ()) -> explain.Margins:
     """Every layer × head's weight from one query token on a key word, on a distractor word and on the sink."""
     return explain.margins(trace(inp), query, list(keys), list(other))

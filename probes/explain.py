@@ -232,17 +232,6 @@ def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, o
                   float(found.on_sink[layer, head]))
 
 
-def query_weights(trace: Trace, query: int, keys: list[int], item: int = 0) -> tuple[np.ndarray, float]:
-    """Every layer × head's attention from one query token on some key tokens (summed: a word's pieces),
-    ``[layers, heads]``, and what uniform attention over the keys the query may see would put there. Reads one
-    row per layer from the Trace."""
-    weights = _on_keys(_query_rows(trace, query, item), keys)
-    n = len(trace.real_tokens(item))
-    seen = query + 1 if trace.is_causal else n
-    uniform = sum(1 for k in keys if k < seen) / seen
-    return weights, uniform
-
-
 def _query_rows(trace: Trace, query: int, item: int) -> list:
     """The query token's attention row in every head of every layer: one ``[heads, n]`` tensor per layer."""
     return [upcast(trace.attention(layer, item=item, rows=[query])[:, 0]) for layer in range(trace.n_layers)]

@@ -16,11 +16,6 @@ from probes.scratch import FLOAT64_BACKENDS
 from .. import charts, data, ui, words
 
 
-def _figure(x: float | None) -> str:
-    """A metric's max |Δ|: "0 (identical)" when bit-identical, "n/a" when there is nothing to compare."""
-    return words.difference(x)
-
-
 def render(ctx: ui.Context) -> None:
     st.header("Parity: Hugging Face vs our from-scratch pass")
     if not ctx.model.scratch_supported:
@@ -48,21 +43,21 @@ def render(ctx: ui.Context) -> None:
         st.info(r.note)
     _float64(ctx.inp)
     cols = st.columns(4)
-    cols[0].metric("attention max |Δ|", _figure(r.attention_max_abs_diff),
+    cols[0].metric("attention max |Δ|", words.difference(r.attention_max_abs_diff),
                    help=f"tolerance {tol['attention']:.1e}: float32 rounding of a row of {len(r.tokens)} keys "
                         "(eps × max(tokens, 128))")
-    cols[1].metric("hidden states max |Δ| ÷ scale", _figure(r.hidden_max_rel_diff),
+    cols[1].metric("hidden states max |Δ| ÷ scale", words.difference(r.hidden_max_rel_diff),
                    help=f"tolerance {tol['hidden']:.0e} of each layer's scale: max |Δ| divided by the largest |value| "
                         f"of that layer's hidden state when it is over 1 (modern decoders carry values in the "
                         f"thousands, where fp32 itself steps by more than 1e-4); absolute max |Δ| "
                         f"{words.difference(r.hidden_max_abs_diff)}")
     logits = r.logits_max_rel_diff
-    cols[2].metric("logits max |Δ| ÷ scale", _figure(logits),
+    cols[2].metric("logits max |Δ| ÷ scale", words.difference(logits),
                    help="n/a: the model has no language-model head" if logits is None else
                    f"tolerance {tol['logits']:.0e} of the logits' scale (their largest |value| when over 1); "
                    f"absolute max |Δ| {words.difference(r.logits_max_abs_diff)}")
     qkv = r.qkv_max_abs_diff
-    cols[3].metric("q, k, v max |Δ|", _figure(qkv))
+    cols[3].metric("q, k, v max |Δ|", words.difference(qkv))
 
     diffs = np.array([lp.per_head for lp in r.per_layer])
     chart = charts.parity_heatmap(diffs, tol["attention"])
