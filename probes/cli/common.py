@@ -151,11 +151,11 @@ def head_list_or_all(text: str) -> list[tuple[int, int]] | None:
 
 
 def heads_of(model: Model, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
-    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.effects.ablation.parse_head`,
-    the one parser of a head)."""
-    from ..effects.ablation import parse_head
+    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.effects.ablation.check_head`,
+    the check :func:`~probes.effects.ablation.parse_head` makes)."""
+    from ..effects.ablation import check_head
 
-    return [parse_head(f"{layer}.{head}", model.n_layers, model.n_heads, what, model.name) for layer, head in heads]
+    return [check_head(head, model.n_layers, model.n_heads, what, model.name) for head in heads]
 
 
 def print_top(frame, top: int) -> None:

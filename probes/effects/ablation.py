@@ -39,16 +39,22 @@ def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where
         layer, head = (int(x) for x in spec.strip().split("."))
     except ValueError:
         raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)") from None
-    if not (0 <= layer < n_layers and 0 <= head < n_heads):
-        raise BadOption(f"{what} {spec.strip()} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
-    return layer, head
+    return check_head((layer, head), n_layers, n_heads, what, where)
+
+
+def check_head(head: tuple[int, int], n_layers: int, n_heads: int, what: str = "head",
+               where: str = "the model") -> tuple[int, int]:
+    """A (layer, head) inside a model of ``n_layers`` × ``n_heads``; else BadOption naming it (``what``) and the
+    model's ranges (``where``: the model)."""
+    layer, index = head
+    if not (0 <= layer < n_layers and 0 <= index < n_heads):
+        raise BadOption(f"{what} {layer}.{index} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
+    return layer, index
 
 
 def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int, where: str = "the model") -> tuple[int, int]:
     """A head that reads other heads' outputs (composition, path patching): inside the model and not in layer 0."""
-    layer, head = receiver
-    if not (0 <= layer < n_layers and 0 <= head < n_heads):
-        raise BadOption(f"receiver {layer}.{head} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
+    layer, head = check_head(receiver, n_layers, n_heads, "receiver", where)
     if layer == 0:
         raise BadOption(f"receiver {layer}.{head} is in layer 0: no head writes before it (give a receiver in layer 1 "
                         "or later)")
