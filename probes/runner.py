@@ -72,13 +72,12 @@ def too_long(model, texts: Iterable[str]) -> int:
     return sum(len(row) > limit for row in ids)
 
 
-def cut_note(name: str, model, data: str, texts: Iterable[str]) -> str | None:
-    """The note a reader prints when :func:`batches` will cut some of ``texts`` (None: it cuts none)."""
-    n = too_long(model, texts)
-    if not n:
-        return None
-    return (f"{name}: {n} item(s) of {data} are longer than {model.name}'s context window of {model.max_tokens} "
-            f"tokens: each is cut to its first {model.max_tokens}")
+def note_cuts(name: str, model, data: str, texts: Iterable[str], notify) -> None:
+    """Tell ``notify`` (when there is one) how many of ``texts`` :func:`batches` will cut to the context window."""
+    n = too_long(model, texts) if notify else 0
+    if n:
+        notify(f"{name}: {n} item(s) of {data} are longer than {model.name}'s context window of {model.max_tokens} "
+               f"tokens: each is cut to its first {model.max_tokens}")
 
 
 def items(traces: Iterable[Trace]) -> Iterator[tuple[Trace, int]]:

@@ -32,7 +32,7 @@ import torch
 from ..datasets.catalog import read_items, texts as texts_of
 from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
-from ..runner import cut_note
+from ..runner import note_cuts
 from ..scratch import outputs
 from .ablation import ablate_each, lm_measures
 
@@ -146,9 +146,7 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
     items = read_items(data)
     report_bad("importance", data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
     texts = [t for t in texts_of(items) if t.strip()][:limit]
-    cut = notify and cut_note("importance", model, data, texts)
-    if cut:
-        notify(cut)
+    note_cuts("importance", model, data, texts, notify)
     print_ = {"data": digest(texts), "model": model.fingerprint(), "code": code_version(),
               "options": digest(["importance", checkpoint_every, projections, ablation])}
     folder = checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)

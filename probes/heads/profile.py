@@ -106,10 +106,8 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     probe = get(name)
     items = probe.items(data, limit)
     bad_items(name, data or probe.default_data, items, out, strict, notify)
-    cut = notify and probe.encodings is None and runner.cut_note(name, model, data or probe.default_data,
-                                                                 probe.texts(items))
-    if cut:
-        notify(cut)
+    if probe.encodings is None:  # items read as texts (a probe with its own encodings is not cut by batches)
+        runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
     parts = checkpointed(folder, items, checkpoint_every,
