@@ -199,13 +199,14 @@ def difference(x: float | None, digits: int = 1) -> str:
 
 
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
+BLANK = "—"  # a cell with no value (None, NaN) in a table people read
 
 
 def size(n_bytes: float | None) -> str:
     """A number of bytes in the largest binary unit that keeps it at 1 or more: "512 bytes", "585 KiB",
     "1.71 MiB" (three significant figures)."""
     if n_bytes is None or (isinstance(n_bytes, float) and math.isnan(n_bytes)):
-        return "—"
+        return BLANK
     value, unit = float(n_bytes), 0
     while abs(value) >= 1024 and unit < len(UNITS) - 1:
         value, unit = value / 1024, unit + 1
@@ -213,8 +214,6 @@ def size(n_bytes: float | None) -> str:
         return f"{int(value):,} bytes"
     return f"{value:.3g} {UNITS[unit]}" if value < 1000 else f"{value:,.0f} {UNITS[unit]}"
 
-
-BLANK = "—"  # a cell with no value (None, NaN) in a table people read
 
 
 def readable(frame: pd.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict[str, object]]:

@@ -62,8 +62,8 @@ class ChunkWorker:
 
 CONNECT_TIMEOUT_S = 3.0  # a head's GCS port answers at once; more is a firewall or no cluster
 HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # preface, SETTINGS
-_WHAT_TO_DO = ("give the address of a running Ray head (HOST:6379, which `ray start --head` prints), "
-               "give --ray alone to start a local Ray for this run, or leave --ray out to run on this process")
+_OR_NOT = "give --ray alone to start a local Ray for this run, or leave --ray out to run on this process"
+_WHAT_TO_DO = f"give the address of a running Ray head (HOST:6379, which `ray start --head` prints), {_OR_NOT}"
 
 
 def check_address(address: str) -> str:
@@ -85,8 +85,7 @@ def check_address(address: str) -> str:
                 gcs = noted.read_text().strip().splitlines()[0]
             except (OSError, IndexError):
                 raise RayUnavailable("--ray auto: no running Ray cluster was found on this machine; start one with "
-                                     "`ray start --head`, give --ray alone to start a local Ray for this run, or "
-                                     "leave --ray out to run on this process") from None
+                                     f"`ray start --head`, {_OR_NOT}") from None
             source = f"--ray auto (the Ray found on this machine, at {gcs})"  # ray start's note
     if gcs.startswith("ray://"):
         # Ray Data's pipelines do not run through Ray Client (Ray 2.60: "'Worker' object has no attribute
