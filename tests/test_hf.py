@@ -128,3 +128,51 @@ def test_over_its_budget_the_scratch_eager_pass_computes_the_same_and_keeps_a_lo
             enc.input_ids.shape[1])
         both_lazy = parity.compare(hf.forward(model, enc, attention_budget=0), bounded)
         assert both_lazy.passed and both_lazy.hidden_max_abs_diff == 0 and both_lazy.attention_max_abs_diff == 0
+
+
+def _first_layer(model) -> torch.nn.Module:
+    base = model.hf.base_model
+    return base.h[0] if hasattr(base, "h") else base.layers[0] if hasattr(base, "layers") else base.encoder.layer[0]
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("fixture", ["gpt2_model", "minilm", "llama_dir"])
+def test_two_threads_on_one_model_each_get_their_own_q_k_v(request, fixture):
+    """A server runs one loaded model for several visitors at once, each in its own thread. Thread A is held at its
+    first layer while thread B runs a whole pass of another text on the same model: each trace still holds its own
+    text's q, k and v (exactly those of a pass alone), and B's pass does not end up in A's trace."""
+    import threading
+
+    model = request.getfixturevalue(fixture)
+    model = probes.load(str(model)) if isinstance(model, type(request.path)) else model
+    texts = {"a": "the cat sat on the mat", "b": "a much longer sentence than the first one, by several words"}
+    alone = {name: hf.forward(model, model.encode(text)) for name, text in texts.items()}
+    b_done, got, failed = threading.Event(), {}, []
+
+    def hold_a(_module, _args):
+        if threading.current_thread().name == "a":
+            b_done.wait(timeout=60)
+
+    def run(name):
+        try:
+            got[name] = hf.forward(model, model.encode(texts[name]))
+        except Exception as exc:  # noqa: BLE001 - reported below, with the thread's name
+            failed.append(f"{name}: {exc!r}")
+        finally:
+            if name == "b":
+                b_done.set()
+
+    hold = _first_layer(model).register_forward_pre_hook(hold_a)
+    try:
+        a = threading.Thread(target=run, args=("a",), name="a")
+        a.start()
+        b = threading.Thread(target=run, args=("b",), name="b")
+        b.start()
+        b.join(60)
+        a.join(60)
+    finally:
+        hold.remove()
+    assert not failed
+    for name in texts:
+        for mine, own in zip((*got[name].q, *got[name].k, *got[name].v), (*alone[name].q, *alone[name].k, *alone[name].v)):
+            assert torch.equal(mine, own)

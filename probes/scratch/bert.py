@@ -218,9 +218,8 @@ def capture(hf, config, cap: Capture) -> None:
     """The Hugging Face view's q, k, v: the outputs of each layer's ``query``, ``key`` and ``value``."""
     for layer in hf.base_model.encoder.layer:
         for name in ("query", "key", "value"):
-            cap.hooks.append(getattr(layer.attention.self, name).register_forward_hook(
-                lambda _m, _i, out, key=name[0]: getattr(cap, key).append(
-                    split_heads(out, config.num_attention_heads))))
+            cap.hook(getattr(layer.attention.self, name), lambda _m, _i, out, key=name[0]: getattr(cap, key).append(
+                split_heads(out, config.num_attention_heads)))
 
 
 FAMILIES = (Family(

@@ -20,6 +20,7 @@ them. The layer loop the pre-norm decoders share is :class:`probes.scratch.preno
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -203,6 +204,18 @@ class Capture:
         self.v: list[torch.Tensor] = []
         self.rotary: tuple[torch.Tensor, torch.Tensor] | None = None
         self.hooks: list = []
+        self.thread = threading.get_ident()  # the thread whose pass this catches
+
+    def hook(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
+        """Register ``fn`` as a forward hook of ``module`` (removed on exit) that catches this thread's pass only.
+        A server runs one model in several threads at once, one per visitor, and every pass goes through the same
+        modules, so a hook that caught every pass would hand one visitor another's q, k and v."""
+        def mine(*args):
+            if threading.get_ident() == self.thread:
+                return fn(*args)
+            return None
+
+        self.hooks.append(module.register_forward_hook(mine, with_kwargs=with_kwargs))
 
     def __enter__(self) -> Capture:
         return self

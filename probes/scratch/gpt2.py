@@ -158,7 +158,8 @@ def capture(hf, config, cap: Capture) -> None:
         for name, t in zip("qkv", out.split(config.hidden_size, dim=2)):
             getattr(cap, name).append(split_heads(t, config.num_attention_heads))
 
-    cap.hooks += [block.attn.c_attn.register_forward_hook(grab) for block in hf.base_model.h]
+    for block in hf.base_model.h:
+        cap.hook(block.attn.c_attn, grab)
 
 
 FAMILIES = (Family(

@@ -264,8 +264,7 @@ def capture(hf, config, cap: Capture) -> None:
         attn = layer.self_attn
         raw: dict[str, torch.Tensor] = {}
         for key in "qkv":
-            cap.hooks.append(getattr(attn, f"{key}_proj").register_forward_hook(
-                lambda _m, _i, out, key=key, raw=raw: raw.__setitem__(key, out)))
+            cap.hook(getattr(attn, f"{key}_proj"), lambda _m, _i, out, key=key, raw=raw: raw.__setitem__(key, out))
 
         def rotated(module, _args, kwargs, _out, raw=raw):
             cos, sin = kwargs["position_embeddings"]
@@ -276,7 +275,7 @@ def capture(hf, config, cap: Capture) -> None:
             cap.v.append(split_heads(raw["v"], groups))
             cap.rotary = (cos, sin)
 
-        cap.hooks.append(attn.register_forward_hook(rotated, with_kwargs=True))
+        cap.hook(attn, rotated, with_kwargs=True)
 
 
 def mistral_window(config, layer: int) -> int | None:
