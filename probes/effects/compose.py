@@ -79,26 +79,27 @@ def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
 
 
 class HeadMaps:
-    """Every head's factors, float64 (or ``dtype``), gathered once: W_Q, W_K, W_V ``[L, H, D, d]`` (key/value heads
-    repeated for the query heads that read them) and W_O ``[L, H, d, D]``."""
+    """Every head as a sender, float64 (or ``dtype``), gathered once: X = R_V·W_O ``[L, H, d, D]`` and ‖W_OV‖_F; a
+    receiver's factors are read from its own layer's weights when asked (:meth:`receiver_factors`), so no stack of
+    every layer's W_Q, W_K, W_V and W_O is held (SmolLM2's would be 0.3 GiB in float64, beside the model)."""
 
     def __init__(self, net, dtype: torch.dtype = torch.float64):
-        qs, ks, vs, os_ = [], [], [], []
-        for layer in range(len(net.layers)):
-            w_q, w_k, w_v = (t.detach().to("cpu", dtype) for t in net.head_weights(layer))
-            group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
-            qs.append(w_q)
-            ks.append(w_k.repeat_interleave(group, dim=0))
-            vs.append(w_v.repeat_interleave(group, dim=0))
-            os_.append(net.head_out(layer)[0].detach().to("cpu", dtype))
-        self.q, self.k, self.v, self.o = (torch.stack(t) for t in (qs, ks, vs, os_))
-        self.n_layers, self.n_heads, self.width, self.d = self.q.shape
-        self.x = sender_rows(self.v, self.o)  # [L, H, d, D]: every head as a sender, shared by the three kinds
+        self.net, self.dtype = net, dtype
+        self.x = torch.stack([sender_rows(*self._factors(layer)[2:]) for layer in range(len(net.layers))])
+        self.n_layers, self.n_heads, self.d, self.width = self.x.shape
         self.x_norm = self.x.flatten(-2).norm(dim=-1)  # ‖W_OV‖_F [L, H]
 
-    def receiver_factors(self, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(C, E) ``[L, H, D, d]`` each, the receiver's map being C·Eᵀ."""
-        return {"q": (self.q, self.k), "k": (self.k, self.q), "v": (self.v, self.o.transpose(-1, -2))}[kind]
+    def _factors(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """W_Q, W_K, W_V ``[H, D, d]`` (key/value heads repeated for the query heads that read them), W_O ``[H, d, D]``."""
+        w_q, w_k, w_v = (t.detach().to("cpu", self.dtype) for t in self.net.head_weights(layer))
+        group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
+        w_o = self.net.head_out(layer)[0].detach().to("cpu", self.dtype)
+        return w_q, w_k.repeat_interleave(group, dim=0), w_v.repeat_interleave(group, dim=0), w_o
+
+    def receiver_factors(self, kind: str, layer: int, heads: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, E) ``[R, D, d]`` each for ``heads`` of ``layer``, the receiver's map being C·Eᵀ."""
+        q, k, v, o = (t[list(heads)] for t in self._factors(layer))
+        return {"q": (q, k), "k": (k, q), "v": (v, o.transpose(-1, -2))}[kind]
 
 
 def triangle(a: torch.Tensor) -> torch.Tensor:
@@ -127,11 +128,10 @@ def block_norms(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def scores(maps: HeadMaps, kind: str, receivers: Sequence[tuple[int, int]]) -> pd.DataFrame:
     """The ``kind`` score of every earlier head onto each of ``receivers``, as a tidy frame (no baseline)."""
     x, x_norm = maps.x, maps.x_norm
-    c, e = maps.receiver_factors(kind)
     frames = []
     for layer in sorted({lay for lay, _ in receivers}):
         heads = sorted({h for lay, h in receivers if lay == layer})
-        y = receiver_cols(c[layer, heads], e[layer, heads])  # [R, D, d]
+        y = receiver_cols(*maps.receiver_factors(kind, layer, heads))  # [R, D, d]
         y_norm = y.flatten(-2).norm(dim=-1)
         senders = x[:layer].reshape(layer * maps.n_heads, maps.d, maps.width)
         num = block_norms(senders, y)  # [S, R]
