@@ -74,6 +74,16 @@ class Trace:
         return self.attn is None
 
     @property
+    def nbytes(self) -> int:
+        """The memory its tensors hold, each storage counted once (a view of q, k and v shares one buffer): what
+        keeping this trace costs a server that caches it."""
+        held = [self.input_ids, self.attention_mask, *self.hidden_states, self.logits,
+                *(t for group in (self.attn, self.q, self.k, self.v, self.lse) for t in group or ()),
+                *(self.rotary or ())]
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held if t is not None}
+        return sum(storages.values())
+
+    @property
     def n_layers(self) -> int:
         return len(self.hidden_states) - 1
 

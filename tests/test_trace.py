@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 from numeric import fp32
@@ -33,3 +35,20 @@ def test_hidden_states_follow_hf_convention(gpt2_model):
     trace = hf.forward(gpt2_model, gpt2_model.encode("the cat"))
     assert len(trace.hidden_states) == gpt2_model.n_layers + 1
     assert trace.logits.shape[-1] == gpt2_model.config.vocab_size
+
+
+def test_nbytes_counts_what_a_trace_holds_once_per_buffer(gpt2_model):
+    """What a cached trace costs a server: every tensor it keeps, by hand here, and a lazy trace (a logsumexp per
+    row instead of the probabilities) holds less."""
+    from probes import runner
+
+    enc = gpt2_model.encode("the cat sat on the mat because it was warm")
+    full = runner.forward(gpt2_model, enc, "hf", "eager", logits=True)
+    kept = [full.input_ids, full.attention_mask, *full.hidden_states, full.logits, *full.attn, *full.q, *full.k,
+            *full.v, *(full.rotary or ())]
+    assert full.nbytes == sum(t.nbytes for t in kept)  # nothing left out, and q, k, v (views of one buffer) once
+    twice = dataclasses.replace(full, logits=full.hidden_states[-1])  # one buffer under two names counts once
+    assert twice.nbytes == full.nbytes - full.logits.nbytes
+    lazy = runner.forward(gpt2_model, enc, "hf", "eager", logits=True, attention_budget=1)
+    assert lazy.lazy and lazy.nbytes < full.nbytes
+    assert full.nbytes - lazy.nbytes >= sum(a.nbytes for a in full.attn) - sum(s.nbytes for s in lazy.lse)
