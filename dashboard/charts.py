@@ -396,7 +396,7 @@ def best_label(frame: pd.DataFrame, value: str = "score", skip: frozenset[str] |
         if enough.any():
             frame = frame[enough]
     labels = frame["label"].astype(str)
-    shares = frame[value].groupby(labels).transform(lambda col: bool(col.between(0, 1).all()))
+    shares = frame[value].between(0, 1).groupby(labels).transform("all")
     if shares.any():
         frame, labels = frame[shares.astype(bool)], labels[shares.astype(bool)]
     gain = gains(frame, value)

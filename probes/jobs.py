@@ -33,9 +33,10 @@ def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
 
 
 MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
-# a table shown in the app is read whole and its labels go to the browser (menus, titles): a table of more rows, or a
-# label longer than this, is refused before anything is drawn (a 1 MB label froze a browser tab for minutes)
-MAX_ROWS = 200_000  # a profile table has a row per model, label, layer and head: 200k is 100 labels of a 2,000-head model
+# a table shown in the app is read whole on the server, which sends the browser only a summary (one label's grid, its
+# top rows, a bounded label menu); a table of more rows, or a label longer than this, is refused before anything is
+# drawn (a 1 MB label froze a browser tab for minutes)
+MAX_ROWS = 2_000_000  # about 100 MB in memory once read: a 10⁶-row table (14,000 labels of a 72-head model) fits
 MAX_LABEL = 200  # characters: the longest built-in label is under 40
 
 

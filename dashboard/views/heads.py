@@ -88,20 +88,22 @@ def _kept_upload(container, label: str, key: str, **kwargs) -> Upload | None:
 
 
 def _read_table(upload: Upload, model):
-    """An uploaded probe table: a corpus run's statistics may hold several models, of which the sidebar's is shown
-    (the others only share their colour scale with it)."""
-    frame = jobs.read_table(upload.raw, upload.name)
-    return readback.for_model(frame, upload.name, model.name, model.n_layers, model.n_heads), upload.name
+    """An uploaded probe table, read once (up to :data:`jobs.MAX_ROWS` rows, kept on the server): the sidebar's
+    model's rows, their source, and the whole table (a corpus run's statistics may hold several models, of which the
+    sidebar's is shown; the others only share their colour scale with it)."""
+    whole = jobs.read_table(upload.raw, upload.name)
+    return readback.for_model(whole, upload.name, model.name, model.n_layers, model.n_heads), upload.name, whole
 
 
-def _others(ctx: ui.Context, how: str, upload: Upload | None) -> dict:
-    """The same scores for other models, by model name: the rest of a several-model upload, or this session's runs
-    of the same probe on other models. Their grids share one colour scale with this one."""
+def _others(ctx: ui.Context, how: str, whole) -> dict:
+    """The same scores for other models, by model name: the rest of a several-model upload (``whole``, the table
+    read), or this session's runs of the same probe on other models. Their grids share one colour scale with this
+    one."""
     name = ctx.model.name
     if how == "Upload a table":
-        if upload is None:
+        if whole is None:
             return {}
-        frame = jobs.read_table(upload.raw, upload.name)
+        frame = whole
         if "model" not in frame:
             return {}
         return {str(m): part for m, part in frame.groupby("model", sort=False) if str(m) != name}
@@ -164,6 +166,30 @@ def _examples(ctx: ui.Context, upload: Upload, alone: bool) -> None:
 
 
 FEW = 30  # examples behind a score below which the grid warns
+# what goes to the browser is bounded whatever the size of the table (up to jobs.MAX_ROWS rows stay on the server):
+MENU = 300  # labels the Label menu offers at once (a menu is shipped whole); "Find a label" reaches the others
+TOP = 500  # rows of the table under the grid (the label's best first); the whole table is a download
+NAMED = 5  # other models named in the grid's caption
+MAX_FIND = jobs.MAX_LABEL  # characters typed in "Find a label": no label is longer
+
+
+def _offered(labels: list[str], container) -> list[str]:
+    """The labels the menu offers: all of them, or past :data:`MENU`, the first MENU that contain what is typed in
+    "Find a label" (the label shown always among them), with a caption that says how many there are."""
+    if len(labels) <= MENU:
+        return labels
+    find = container.text_input("Find a label", key="heads_label_find", max_chars=MAX_FIND,
+                                help=f"the menu offers {MENU} labels at a time: type part of a label's name")
+    want = find.strip().lower()
+    matched = [x for x in labels if want in x.lower() or want in words.said(x).lower()] if want else labels
+    offered = matched[:MENU]
+    current = ui.view().label
+    if current in labels and current not in offered:
+        offered = [current, *offered[:MENU - 1]]
+    container.caption(f"The menu offers {len(offered):,} of {len(labels):,} labels"
+                      f"{f' ({len(matched):,} match)' if want else ''}: type part of a label in Find a label for "
+                      "the others.")
+    return offered
 
 
 def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
@@ -177,7 +203,7 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     cols = st.columns(2)
     if ui.view().label not in labels:  # a new table (or none chosen yet): the label that gains most
         ui.update(label=charts.best_label(frame, skip=set(shares), least=FEW))
-    label = ui.bound("selectbox", "label", "Label", cols[0], options=labels, format_func=words.said,
+    label = ui.bound("selectbox", "label", "Label", cols[0], options=_offered(labels, cols[0]), format_func=words.said,
                      help=f"opens on the label whose best head rises most above its baseline, among the labels with "
                           f"{FEW} examples or more (if any)")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
@@ -187,9 +213,16 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     v = ui.view()
     share = label in shares
     reach = shared_reach(frame, others or {}, label) if value == "score" and not share else None
-    chart = charts.head_grid(frame.assign(label=frame["label"].astype(str)), label, layers, heads,
+    mine = frame[frame["label"].astype(str) == label]
+    repeated = mine.duplicated(["layer", "head"])
+    if repeated.any():  # the grid is one cell a head: never more than layers × heads rows go to the browser
+        st.warning(f"{int(repeated.sum()):,} rows of this label repeat a head: the grid shows the first row of each "
+                   "head, the table below every row.")
+    chart = charts.head_grid(mine[~repeated].assign(label=label), label, layers, heads,
                              selected=(v.layer, v.head), value=value, reach=reach, share=share)
-    shared = (f" One colour scale (gain ±{reach:.3g}) with {', '.join(ui.safe(m) for m in others)}: switch the "
+    names = [ui.safe(m) for m in others or {}]
+    named = ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED:,} more" if len(names) > NAMED else "")
+    shared = (f" One colour scale (gain ±{reach:.3g}) with {named}: switch the "
               "sidebar's model to compare, the colours mean the same." if reach else "")
     what = (f" {ui.safe(words.opening(label))} is {shares[label]}. A share from 0 to 1, coloured as it is on one "
             "fixed scale "
@@ -205,14 +238,18 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     ui.chart(chart, on_select=lambda: ui.open_clicked_head("heads_grid", ctx.model.n_layers, ctx.model.n_heads),
                     selection_mode="head", key="heads_grid")
     ui.downloads(f"heads-{label}", chart, None)
-    return frame[frame["label"].astype(str) == label].sort_values(value, ascending=False), label, value
+    return mine.sort_values(value, ascending=False), label, value
 
 
 def _table(frame, rows, label: str, value: str) -> None:
+    """The label's rows, best first: at most :data:`TOP` of them (the whole table is a download, made when
+    clicked)."""
     st.subheader(f"Every head: {ui.safe(words.said(label))}, by {words.said(value)}")
-    ui.table(rows.drop(columns=["offset_counts"], errors="ignore"),
+    if len(rows) > TOP:
+        st.caption(f"Showing the top {TOP:,} of {len(rows):,} rows; download the whole table (CSV) for all.")
+    ui.table(rows.head(TOP).drop(columns=["offset_counts"], errors="ignore"),
              formats={c: "%.4f" for c in ("score", "baseline", "mean_attention", "importance")})
-    st.download_button("Whole table (CSV)", frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
+    st.download_button("Whole table (CSV)", lambda: frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
                        on_click="ignore", icon=":material/download:")
 
 
@@ -268,18 +305,18 @@ def render(ctx: ui.Context) -> None:
     how = st.segmented_control("Scores from", ["Run a probe", "Upload a table"], key="heads_how",
                                on_change=lambda: kept.update(how=st.session_state["heads_how"]))
     upload, found = _uploaders() if how == "Upload a table" else (None, None)
-    frame = source = None
+    frame = source = whole = None
     try:
         if how != "Upload a table":
             frame, source = _run(ctx)
         elif upload is not None:
-            frame, source = _read_table(upload, ctx.model)
+            frame, source, whole = _read_table(upload, ctx.model)
     except probes.ProbesError as exc:
         st.error(ui.safe(ui.in_app_words(exc)))
     shown = None
     if frame is not None:
         try:
-            others = _others(ctx, how, upload)
+            others = _others(ctx, how, whole)
         except probes.ProbesError:
             others = {}
         shown = _grid(ctx, frame, source, others)

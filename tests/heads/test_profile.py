@@ -150,7 +150,8 @@ def test_read_table_reads_what_profile_writes_and_refuses_what_it_cannot_use(min
         (b"label,layer,head,score\nx,0,0,\ny,1,1,\n", "the score column is empty"),
         (b"label,layer,head,score\nx,0,0,0.5\n" + b"y" * 2**20 + b",1,1,0.5\n",
          "p.csv line 3: a label of 1,048,576 characters; labels are at most 200"),  # it froze a browser tab
-        (b"label,layer,head,score\n" + b"x,0,0,0.5\n" * (jobs.MAX_ROWS + 1), "200,001 rows, more than the 200,000"),
+        (b"label,layer,head,score\n" + b"x,0,0,0.5\n" * (jobs.MAX_ROWS + 1),
+         f"{jobs.MAX_ROWS + 1:,} rows, more than the {jobs.MAX_ROWS:,}"),
     ]:
         with pytest.raises(jobs.BadData, match=re.escape(message)):
             jobs.read_table(raw, "p.csv", n_layers=6, n_heads=12)

@@ -333,3 +333,50 @@ def test_an_upload_with_a_huge_label_is_refused_before_anything_is_drawn():
     assert "big.csv line 3: a label of 1,048,576 characters; labels are at most 200" in texts(at.error)
     assert not at.get("vega_lite_chart") or all(len(c.proto.spec) < 100_000 for c in at.get("vega_lite_chart"))
     assert all(len(str(o)) <= 200 for s in at.selectbox for o in s.options)
+
+
+@pytest.fixture(scope="module")
+def million_rows() -> bytes:
+    """A probe table of 10⁶ rows for minilm (6 layers × 12 heads): every head of 13,875 labels, and 1,000 rows of one
+    label, "many", that repeat its 72 heads (12 MB, built as text: about a second)."""
+    return ("label,layer,head,score\n" + "".join(
+        f"{f'label-{i // 72}' if i < 999_000 else 'many'},{(i % 72) // 12},{i % 12},0.{i % 9973:04d}\n"
+        for i in range(1_000_000))).encode()
+
+
+def _bounded(at) -> None:
+    """No error, a grid, and what went to the browser bounded: every table's and chart's rows, every menu."""
+    from apptest import rows as chart_rows
+
+    from dashboard.views import heads
+
+    assert not at.error, texts(at.error)
+    assert [s for s in _specs(at) if "click a cell" in str(s.get("title"))], "no grid"
+    assert all(len(d.value) <= heads.TOP for d in at.dataframe) and at.dataframe
+    assert all(len(s.options) <= heads.MENU for s in at.selectbox)
+    assert len(chart_rows(at, "click a cell")) <= 72
+
+
+def test_a_million_row_table_is_summarised_on_the_server(million_rows):
+    """A 10⁶-row upload (12 MB) froze the tab for 25–48 s on an older main, and was then refused: it is read on the
+    server, which sends one label's grid, its top rows and a bounded menu; "Find a label" reaches any label."""
+    from dashboard.views import heads
+
+    at = _upload(open_app(page="heads"), "big.csv", million_rows)
+    _bounded(at)
+    assert "The menu offers 300 of 13,876 labels: type part of a label in Find a label" in texts(at.caption)
+    at.text_input(key="heads_label_find").set_value("many")
+    _rerun(at)
+    assert "many" in at.selectbox(key="w_label").options
+    at.selectbox(key="w_label").set_value("many")
+    _rerun(at)
+    _bounded(at)
+    assert f"Showing the top {heads.TOP} of 1,000 rows; download the whole table (CSV) for all." in texts(at.caption)
+    assert "928 rows of this label repeat a head: the grid shows the first row of each head" in texts(at.warning)
+    assert at.dataframe[0].value["score"].is_monotonic_decreasing  # the top rows, best first
+
+
+def test_a_table_of_more_than_two_million_rows_is_refused_with_its_count():
+    at = _upload(open_app(page="heads"), "huge.csv", b"label,layer,head,score\n" + b"x,0,0,0.5\n" * 2_000_001)
+    assert "huge.csv: 2,000,001 rows, more than the 2,000,000 a table shown here may have" in texts(at.error)
+    assert not at.get("vega_lite_chart")
