@@ -14,6 +14,7 @@ import os
 import pickle
 import re
 import socket
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -452,7 +453,9 @@ def _load_gguf(name: str, path: Path) -> Model:
 
 def _check_pickle(path: Path, name: str) -> None:
     try:
-        torch.load(path, map_location="meta", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of a pickle protocol it did not write: a second stderr line
+            warnings.simplefilter("ignore")
+            torch.load(path, map_location="meta", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError or RuntimeError
         raise UnsafeCheckpoint(
             f"{name!r}: {path.name} is a pickle that holds more than plain tensors, and loading it could run "

@@ -317,6 +317,81 @@ def test_a_second_run_writing_the_same_out_is_refused_while_the_first_writes(gpt
     assert refused_while_writing and out.is_file() and not (tmp_path / "p.csv.lock").exists()
 
 
+def flock_held_by(pid: int, lock) -> bool:
+    """Whether the kernel's lock table (``/proc/locks``, read without locking anything, so looking cannot disturb a
+    claim) lists a FLOCK that process ``pid`` holds on the file ``lock`` (matched by its inode)."""
+    try:
+        inode = str(os.stat(lock).st_ino)
+        table = open("/proc/locks").read()
+    except FileNotFoundError:  # not created yet (or removed: the run ended)
+        return False
+    for line in table.splitlines():
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid) and fields[5].split(":")[-1] == inode:
+            return True
+    return False
+
+
+@pytest.mark.numeric  # the two tables are compared exactly (check_exact)
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads the kernel's lock table (Linux)")
+def test_two_corpus_runs_of_one_out_the_second_is_refused_and_the_first_writes_a_single_runs_table(gpt2_dir,
+                                                                                                   tmp_path, capsys):
+    """Issue 30: two corpus runs writing the same --out at once, identical inputs: one crashed with
+    FileNotFoundError on a .partial chunk. Now the second is refused while the first holds OUT.lock, and the first,
+    paused meanwhile, writes what a run alone writes."""
+    import signal
+    import time
+
+    import pandas as pd
+    import torch
+
+    corpus = tmp_path / "c.txt"  # 300 texts: seconds of work on the tiny model, so the first is seen while it runs
+    corpus.write_text("".join(f"Text {i}: Xiaoming gave the apple to Xiaohong because she was hungry.\n"
+                              for i in range(300)))
+
+    def command(out):
+        return [sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--model", str(gpt2_dir),
+                "--window", "16", "--threads", "1", "--checkpoint-every", "10", "--out", str(out)]
+
+    out, lock = tmp_path / "t.csv", tmp_path / "t.csv.lock"
+    first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not flock_held_by(first.pid, lock):
+            assert first.poll() is None, ("the first run ended without being seen holding a flock on "
+                                          f"{lock}: {first.communicate()[1]}")
+            assert time.monotonic() < deadline, f"the first run (pid {first.pid}) held no flock on {lock} after 60 s"
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)  # it holds the lock, and keeps it while paused
+        second = subprocess.run(command(out), capture_output=True, text=True, timeout=60)
+        first.send_signal(signal.SIGCONT)
+        # a run alone, on another --out, while the first finishes: this process, through the command line's entry
+        # point (one thread, as the first)
+        threads = torch.get_num_threads()
+        try:
+            capsys.readouterr()
+            single = main(command(tmp_path / "single.csv")[3:])
+            alone = capsys.readouterr().err
+        finally:
+            torch.set_num_threads(threads)  # the command chose its own: the rest of the session keeps the suite's
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    lines = second.stderr.splitlines()
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert "another run is writing" in lines[0] and f"(pid {first.pid})" in lines[0], lines[0]
+    for stderr in (second.stderr, err, alone):
+        assert "FileNotFoundError" not in stderr and "Traceback" not in stderr, stderr
+    assert first.returncode == 0 and err.count("wrote") == 1, err
+    assert single == 0 and alone.count("wrote") == 1, alone
+    assert not lock.exists()
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(tmp_path / "single.csv"), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "t.examples.parquet"),
+                                  pd.read_parquet(tmp_path / "single.examples.parquet"), check_exact=True)
+
+
 def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_note(gpt2_dir, tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -432,3 +507,278 @@ def test_ray_auto_without_a_cluster_says_how_to_start_one(tmp_path):
     line = profile_on_ray(tmp_path, "auto")
     assert line.startswith(f"error: --ray auto (the Ray found on this machine, at 127.0.0.1:{port}): "
                            f"nothing answers at 127.0.0.1:{port} (connection refused)"), line
+
+
+# -- the adversarial pass (issue 30's 218 cases, rerunnable) ---------------------------------------------------------
+# One table: each case is a command line, the exit code it must end with and a fragment of what it says (exit 2: the
+# one line on stderr; exit 0: stdout or stderr). Placeholders: {gpt2} and {bert} (tiny checkpoints, 64 tokens of
+# context), {d} (the folder of FILES, made once), {out} (a fresh output path). Corpus mode reads windows of 16 tokens
+# (the default 128 is longer than the tiny models' context). Every case runs in this process through main().
+
+HUGE = "cat " * 100_000
+GOOD = "The cat sat on the mat.\nShe said that he would come back.\n"
+FILES = {  # name -> bytes
+    "good.txt": GOOD.encode(),
+    "empty.txt": b"",
+    "blank.txt": b"   \n\t\n\n",
+    "binary.bin": bytes(range(256)) * 4,
+    "binary.txt": bytes(range(256)) * 4,
+    "latin1.txt": "The café is open.\n".encode("latin-1"),
+    "utf16.txt": GOOD.encode("utf-16"),
+    "utf32.txt": GOOD.encode("utf-32"),
+    "utf16le.txt": GOOD.encode("utf-16-le"),
+    "bom.txt": GOOD.encode("utf-8-sig"),
+    "crlf.txt": GOOD.replace("\n", "\r\n").encode(),
+    "nul.txt": b"The cat\x00 sat on the mat.\n",
+    "control.txt": "The cat\x07 sat on the mat.\x1b\n".encode(),
+    "good.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": "She said that he would come back."}\n',
+    "notjson.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": "She said\n',
+    "nofield.jsonl": b'{"text": "The cat sat on the mat."}\n{"body": "x"}\n',
+    "number.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": 5}\n',
+    "emptytext.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": ""}\n',
+    "list.jsonl": b'{"text": "The cat sat on the mat."}\n[1, 2]\n',
+    "allbad.jsonl": b'not json\n{"body": 1}\n',
+    "bad.parquet": b"PAR1 this is not parquet",
+}
+C = ["--window", "16"]  # corpus mode on the tiny models
+
+
+def cases() -> list:
+    out = []
+
+    def case(name: str, code: int, says: str, *argv: str):
+        out.append(pytest.param(list(argv), code, says, id=name))
+
+    # text typed on the command line, for each command that takes one
+    for cmd, flag, extra in (("parity", "--text", []), ("ablate", "--text", ["--heads", "0.0"]),
+                             ("generate", "--prompt", ["--max-new-tokens", "1"])):
+        run = [cmd, "--model", "{gpt2}", *extra, flag]
+        empty = "the prompt is empty" if cmd == "generate" else "the text is empty"
+        case(f"{cmd}-text-empty", 2, empty, *run, "")
+        case(f"{cmd}-text-whitespace", 2, empty, *run, " \t \n")
+        case(f"{cmd}-text-huge", 2, "tokens but {gpt2} reads at most 64", *run, HUGE)
+        case(f"{cmd}-text-not-utf8", 2, "not UTF-8 at character 4 (byte 0xE9)", *run, NOT_UTF8)
+        case(f"{cmd}-text-nul", 0, "", *run, "a\x00b")
+        case(f"{cmd}-text-control", 0, "", *run, "a\x07b\x1b c")
+        case(f"{cmd}-text-crlf", 0, "", *run, "the cat\r\nsat")
+    # models that are not there, not models, or not safe to load: each command refuses them alike
+    commands = {
+        "parity": ["parity", "--text", "a cat"],
+        "profile": ["profile", "--probe", "positional", "--data", "{d}/good.txt", "--out", "{out}"],
+        "corpus": ["profile", "--corpus", "{d}/good.txt", *C, "--out", "{out}"],
+        "ablate": ["ablate", "--text", "a cat", "--heads", "0.0"],
+        "importance": ["importance", "--data", "{d}/good.txt", "--no-ablation", "--out", "{out}"],
+        "generate": ["generate", "--prompt", "a cat", "--max-new-tokens", "1"],
+    }
+    for name, argv in commands.items():
+        for what, model, says in (
+                ("unknown-name", "no-such-model-b31", "'no-such-model-b31' is not in the local cache"),
+                ("empty-name", "", "no model named: give a hub id, a local directory, or 'minilm'"),
+                ("missing-path", "{d}/no-model", "no model directory at '{d}/no-model'"),
+                ("a-file", "{d}/good.txt", "no model directory at '{d}/good.txt'"),
+                ("folder-not-a-model", "{d}/notmodel", "'{d}/notmodel' has no config.json"),
+                ("config-not-json", "{d}/badconfig", "cannot load the config of '{d}/badconfig'"),
+                ("planted-pickle", "{d}/pickled", "is a pickle that holds more than plain tensors")):
+            if name == "corpus" and what == "empty-name":  # corpus mode takes several models
+                says = "--model is empty: give one model, or several separated by commas"
+            case(f"{name}-model-{what}", 2, says, *argv, "--model", model)
+    # data files: --data (profile, importance), --corpus, --reference (ablate --how mean)
+    readers = {
+        "profile": ["profile", "--model", "{gpt2}", "--probe", "positional", "--out", "{out}", "--data"],
+        "importance": ["importance", "--model", "{gpt2}", "--no-ablation", "--out", "{out}", "--data"],
+        "corpus": ["profile", "--model", "{gpt2}", *C, "--out", "{out}", "--corpus"],
+        "reference": ["ablate", "--model", "{gpt2}", "--text", "a cat", "--heads", "0.0", "--how", "mean",
+                      "--reference"],
+    }
+    items = {  # what the probes' reader (--data, --reference) says of each file
+        "empty.txt": "{d}/empty.txt:1: no sentences (one per line)",
+        "blank.txt": "{d}/blank.txt:1: no sentences (one per line)",
+        "binary.bin": "{d}/binary.bin: unknown data format '.bin': use .conllu, .jsonl or .txt",
+        "binary.txt": "{d}/binary.txt line 2: not UTF-8 text (byte 118 of the line is 0x80)",
+        "latin1.txt": "{d}/latin1.txt line 1: not UTF-8 text (byte 8 of the line is 0xE9): save the file as UTF-8",
+        "utf16.txt": "{d}/utf16.txt is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8",
+        "utf32.txt": "{d}/utf32.txt is UTF-32 text (it starts with a UTF-32 byte-order mark), not UTF-8",
+        "utf16le.txt": "{d}/utf16le.txt line 1: a NUL character at byte 2 of the line (UTF-16 text without a byte-order",
+        "nul.txt": "{d}/nul.txt line 1: a NUL character at byte 8 of the line",
+        "missing.txt": "no data file '{d}/missing.txt': give a path or one of ewt-dev",
+        "folder": "'{d}/folder' is a folder, not a data file",
+        "good.jsonl": "no usable items in {d}/good.jsonl: all 2 are bad, e.g. {d}/good.jsonl:1: missing field(s) "
+                      "pronoun, antecedent",  # a .jsonl of --data is coreference items
+        "notjson.jsonl": "no usable items in {d}/notjson.jsonl: all 2 are bad",
+        "allbad.jsonl": "no usable items in {d}/allbad.jsonl: all 2 are bad, e.g. {d}/allbad.jsonl:1: not JSON",
+        "bom.txt": "", "crlf.txt": "", "control.txt": "",  # read as they should be
+    }
+    texts = {  # what the corpus reader (--corpus) says of each file
+        "empty.txt": "corpus: no usable items in {d}/empty.txt: it has none",
+        "blank.txt": "corpus: no usable items in {d}/blank.txt: it has none",
+        "binary.bin": "{d}/binary.bin: unknown corpus format '.bin': give a .txt",
+        "binary.txt": "no usable items in {d}/binary.txt: all 5 are bad",
+        "latin1.txt": "all 1 are bad, e.g. latin1.txt line 1: not UTF-8 text (byte 8 of the line is 0xE9)",
+        "nul.txt": "all 1 are bad, e.g. nul.txt line 1: a NUL character at byte 8 of the line",
+        "utf16le.txt": "all 3 are bad, e.g. utf16le.txt line 1: a NUL character at byte 2 of the line",
+        "missing.txt": "{d}/missing.txt: no such file: give a .txt (one text a line), .jsonl or .parquet corpus",
+        "folder": "{d}/folder: a folder, not a file: give a .txt (one text a line), .jsonl or .parquet corpus",
+        "allbad.jsonl": "all 2 are bad, e.g. allbad.jsonl line 1: not JSON (Expecting value, column 1)",
+        "bad.parquet": "bad.parquet: not a readable Parquet file",
+        "bom.txt": "wrote 160 rows", "crlf.txt": "wrote 160 rows", "control.txt": "wrote 160 rows",
+        "good.jsonl": "wrote 160 rows", "good.parquet": "wrote 160 rows",
+        # one bad row of two: skipped, each named by its line
+        "notjson.jsonl": "notjson.jsonl line 2: not JSON", "nofield.jsonl": "nofield.jsonl line 2: no 'text' field "
+        "(it has 'body')", "number.jsonl": "number.jsonl line 2: 'text' is a int, not text",
+        "emptytext.jsonl": "emptytext.jsonl line 2: 'text' is empty",
+        "list.jsonl": "list.jsonl line 2: a JSON list, not an object with a 'text' field",
+    }
+    for file in ("utf16.txt", "utf32.txt"):
+        texts[file] = items[file]
+    for name, argv in readers.items():
+        for file, says in (texts if name == "corpus" else items).items():
+            if name == "reference" and file.endswith(".jsonl"):
+                says = "mean-ablation needs a reference set of texts"  # it reads the sentences only
+            code = 0 if not says or says.startswith("wrote") or says.startswith(file + " line 2") else 2
+            case(f"{name}-file-{file}", code, says, *argv, "{d}/" + file)
+    # counts and reals: 0, −1, huge, not a number, nan, inf
+    numbers = {
+        "profile": (["profile", "--model", "{gpt2}", "--probe", "positional", "--data", "{d}/good.txt", "--out",
+                     "{out}"], ["--limit", "--batch-size", "--checkpoint-every"]),
+        "corpus": (["profile", "--model", "{gpt2}", "--corpus", "{d}/good.txt", "--out", "{out}"],
+                   ["--window", "--top-k", "--workers"]),
+        "importance": (["importance", "--model", "{gpt2}", "--data", "{d}/good.txt", "--out", "{out}"],
+                       ["--limit", "--projections", "--top"]),
+        "ablate": (["ablate", "--model", "{gpt2}", "--text", "a cat", "--heads", "0.0"], ["--position"]),
+        "generate": (["generate", "--model", "{gpt2}", "--prompt", "a cat"], ["--max-new-tokens", "--top-k"]),
+    }
+    for name, (argv, flags) in numbers.items():
+        for flag in flags:
+            for value in ("0", "-1", "1e3", "10" * 20, "x", "nan", "inf"):
+                if value == "0" and flag in ("--position", "--top-k") or value == "-1" and flag == "--position":
+                    continue  # 0 is a position and (generate) top-k 0 keeps every token; -1 is below 0 below
+                code, says = 2, f"argument {flag}: expected a whole number"
+                if value == "10" * 20:
+                    code, says = 2, f"argument {flag}: expected a whole number from"
+                case(f"{name}{flag}={value}", code, says, *argv, f"{flag}={value}")
+    for value in ("0", "-1", "nan", "inf", "-inf", "1e400", "x", "1e-300"):
+        case(f"generate--temperature={value}", 2, "argument --temperature: expected a", "generate", "--model",
+             "{gpt2}", "--prompt", "a cat", "--sample", f"--temperature={value}")
+    for value in ("0", "-1", "nan", "inf", "1.5", "x"):
+        case(f"generate--top-p={value}", 2, "argument --top-p: expected a",
+             "generate", "--model", "{gpt2}", "--prompt", "a cat", "--sample", f"--top-p={value}")
+    case("generate--seed=-1", 2, "argument --seed: expected", "generate", "--model", "{gpt2}", "--prompt", "a",
+         "--sample", "--seed=-1")
+    case("generate-max-new-tokens-past-the-context", 2,
+         "the prompt is 3 tokens and {gpt2} reads at most 64: ask for at most 62 new tokens (not 100,000)",
+         "generate", "--model", "{gpt2}", "--prompt", "a cat", "--max-new-tokens", "100000")
+    # heads: out of range, malformed, repeated (a note)
+    ablate = ["ablate", "--model", "{gpt2}", "--text", "a cat sat"]
+    for heads, code, says in (("2.0", 2, "head 2.0 is outside {gpt2}: layers 0–1, heads 0–3"),
+                              ("0.4", 2, "head 0.4 is outside {gpt2}: layers 0–1, heads 0–3"),
+                              ("99999999999999999999.0", 2, "head 99999999999999999999.0 is outside"),
+                              ("0.0.0", 2, "head '0.0.0': write each head as LAYER.HEAD"),
+                              ("a.b", 2, "head 'a.b': write each head as LAYER.HEAD"),
+                              ("1", 2, "head '1': write each head as LAYER.HEAD"),
+                              ("-1.0", 2, "head '-1.0'"), ("1.-2", 2, "head '1.-2'"),
+                              ("", 2, "no heads given"), (",,", 2, "no heads given"),
+                              ("0.0,0.0", 0, "note: head 0.0 is named more than once: it is used once"),
+                              (" 0.1 , 1.3 ", 0, "")):
+        case(f"ablate-heads={heads}", code, says, *ablate, f"--heads={heads}")
+    for flag, value, says in (("--layer", "2", "--layer 2 does not exist in {gpt2} (0–1)"),
+                              ("--head", "4", "--head 4 does not exist in {gpt2} (0–3)")):
+        case(f"generate-{flag}={value}", 2, says, "generate", "--model", "{gpt2}", "--prompt", "a", flag, value)
+    case("ablate-position-past-the-text", 2, "token 9 is outside the text's 4 tokens (0–3)", *ablate,
+         "--heads", "0.0", "--position", "9")
+    case("ablate-patch-without-other", 2, "--how patch takes the heads' outputs from another text: give it with "
+         "--other", *ablate, "--heads", "0.0", "--how", "patch")
+    case("ablate-target-without-versus", 2, "a logit difference needs two tokens", *ablate, "--heads", "0.0",
+         "--target", "cat")
+    case("ablate-encoder-target", 2, "is an encoder without a language-model head", "ablate", "--model", "{bert}",
+         "--text", "a cat", "--heads", "0.0", "--target", "a", "--versus", "cat")
+    case("generate-encoder", 2, "is an encoder (BERT): it reads the whole text at once and does not write text",
+         "generate", "--model", "{bert}", "--prompt", "a cat")
+    # --out: the input, a folder, a missing folder (made), under a file, another format, empty
+    writers = {
+        "profile": ["profile", "--model", "{gpt2}", "--probe", "positional", "--data", "{d}/good.txt"],
+        "corpus": ["profile", "--model", "{gpt2}", *C, "--corpus", "{d}/good.parquet"],
+        "importance": ["importance", "--model", "{gpt2}", "--no-ablation", "--data", "{d}/good.txt"],
+    }
+    for name, argv in writers.items():
+        flag = "--corpus" if name == "corpus" else "--data"
+        same = "{d}/good.parquet" if name == "corpus" else "{d}/same.csv"  # same.csv: another name of good.txt
+        for what, out_path, code, says in (
+                ("the-input", same, 2, f"is the input file ({flag}): writing there would destroy it"),
+                ("a-folder", "{d}/folder", 2, "--out {d}/folder is a folder: give a file name ending in .csv"),
+                ("missing-folder", "{tmp}/new/folder/out.csv", 0, "wrote"),
+                ("under-a-file", "{d}/good.txt/out.csv", 2, "cannot write in {d}/good.txt: choose another --out"),
+                ("not-a-table", "{tmp}/out.txt", 2, "{tmp}/out.txt: write .csv, .json or .parquet"),
+                ("empty", "", 2, "is a folder: give a file name ending in .csv, .json or .parquet"),
+                ("json", "{tmp}/out.json", 0, "wrote"), ("parquet", "{tmp}/out.parquet", 0, "wrote")):
+            case(f"{name}-out-{what}", code, says, *argv, "--out", out_path)
+    case("profile---ray-without-corpus", 2, "--ray goes with --corpus FILE", "profile", "--model", "{gpt2}", "--probe", "positional",
+         "--data", "{d}/good.txt", "--out", "{out}", "--ray", "ray://127.0.0.1:1")
+    case("profile-corpus-with-probe", 2, "--corpus profiles the label-free statistics", "profile", "--model",
+         "{gpt2}", "--corpus", "{d}/good.txt", *C, "--probe", "positional", "--out", "{out}")
+    case("profile-corpus-window-past-the-context", 2, "--window 128 is longer than {gpt2}'s context window of 64",
+         "profile", "--model", "{gpt2}", "--corpus", "{d}/good.txt", "--out", "{out}")
+    case("profile-corpus-field-missing", 2, "good.jsonl line 1: no 'body' field (it has 'text')", "profile", "--model", "{gpt2}", "--corpus", "{d}/good.jsonl", *C,
+         "--field", "body", "--out", "{out}")
+    case("profile-coreference-on-plain-text", 2, "the coreference probe needs pronoun/antecedent items", "profile",
+         "--model", "{gpt2}", "--probe", "coreference", "--data", "{d}/good.txt", "--out", "{out}")
+    case("profile-syntactic-on-plain-text", 2, "the syntactic probe needs parsed sentences", "profile", "--model",
+         "{gpt2}", "--probe", "syntactic", "--data", "{d}/good.txt", "--out", "{out}")
+    return out
+
+
+CASES = cases()
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory, gpt2_dir, bert_dir) -> dict[str, str]:
+    """The files of the table, a folder that is not a model, one whose config is not JSON, and one whose weights are a
+    pickle that would create ``PLANTED`` if it were ever unpickled (it must not be)."""
+    import pickle
+    import shutil
+
+    import pandas as pd
+
+    d = tmp_path_factory.mktemp("contract")
+    for name, raw in FILES.items():
+        (d / name).write_bytes(raw)
+    pd.DataFrame({"text": ["The cat sat on the mat.", "She said that he would come back."]}).to_parquet(
+        d / "good.parquet")
+    (d / "same.csv").symlink_to(d / "good.txt")
+    (d / "folder").mkdir()
+    (d / "notmodel").mkdir()
+    (d / "notmodel" / "notes.txt").write_text("not a model")
+    broken = d / "badconfig"
+    shutil.copytree(gpt2_dir, broken)
+    (broken / "config.json").write_text("{not json")
+    planted = d / "pickled"
+    shutil.copytree(gpt2_dir, planted)
+    (planted / "model.safetensors").unlink()
+
+    class Plant:
+        def __reduce__(self):
+            return open, (str(d / "PLANTED"), "w")
+
+    (planted / "pytorch_model.bin").write_bytes(pickle.dumps({"weight": Plant()}))
+    return {"d": str(d), "gpt2": str(gpt2_dir), "bert": str(bert_dir)}
+
+
+@pytest.mark.parametrize("argv, code, says", CASES)
+def test_the_adversarial_pass(places, argv, code, says, tmp_path, capsys):
+    where = {**places, "tmp": str(tmp_path), "out": str(tmp_path / "out.csv")}
+    argv = [a.format(**where) if "{" in a else a for a in argv]
+    says = says.format(**where)
+    try:
+        got = main(argv)
+    except SystemExit as stop:
+        got = stop.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    assert got == code, (got, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), err
+        assert says in lines[0], lines[0]
+        assert not (tmp_path / "out.csv").exists()
+    else:
+        assert says in out + err, out + err
+    assert not (tmp_path.parent / "PLANTED").exists() and not os.path.exists(os.path.join(places["d"], "PLANTED"))

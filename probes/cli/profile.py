@@ -64,9 +64,9 @@ def run_corpus(args: argparse.Namespace) -> int:
         raise BadOption("--corpus profiles the label-free statistics (entropy, distance, first/previous/self, "
                         "special, punctuation, fixed offset): leave out --probe")
     out = Path(args.out)
-    examples = Path(args.examples) if args.examples else examples_path(out)
     check_out(out, args.force, {"--corpus": args.corpus},  # before anything heavy: bad paths are one line, at once
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
+    examples = Path(args.examples) if args.examples else examples_path(out)  # after: --out "" has no name to extend
     if same_file(examples, Path(args.corpus)):
         raise BadOption(f"--examples {examples} is the input file (--corpus): choose another --examples")
     if examples.suffix.lower() != ".parquet":

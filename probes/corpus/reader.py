@@ -76,7 +76,8 @@ class Corpus:
     def __post_init__(self):
         path = Path(self.path)
         if not path.is_file():
-            raise BadData(f"{self.path}: no such file: give a .txt (one text a line), .jsonl or .parquet corpus")
+            what = "a folder, not a file" if path.is_dir() else "no such file"
+            raise BadData(f"{self.path}: {what}: give a .txt (one text a line), .jsonl or .parquet corpus")
         if self.suffix not in FORMATS:
             raise BadData(f"{self.path}: unknown corpus format {path.suffix!r}: give a .txt (one text a line), "
                           ".jsonl (a {\"text\": …} object a line) or .parquet file (a text column)")

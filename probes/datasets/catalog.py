@@ -32,6 +32,8 @@ def read_items(data: str) -> list:
     if data == "winobias":
         return coreference.winobias()
     path = Path(data)
+    if path.is_dir():
+        raise BadData(f"{data!r} is a folder, not a data file: give a file or one of {', '.join(sorted(BUILTIN))}")
     if not path.is_file():
         raise BadData(f"no data file {data!r}: give a path or one of {', '.join(sorted(BUILTIN))}")
     if path.suffix == ".conllu":

@@ -274,8 +274,8 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
     if n + max_new_tokens - 1 > limit:  # the last token written is never fed back in
         if n >= limit:
             raise InputTooLong(n, limit, model.name, shorten)
-        raise BadOption(f"the prompt is {n} tokens and {model.name} reads at most {limit}: ask for at most "
-                        f"{limit - n + 1} new tokens (not {max_new_tokens})")
+        raise BadOption(f"the prompt is {n} token{'' if n == 1 else 's'} and {model.name} reads at most {limit}: ask "
+                        f"for at most {limit - n + 1:,} new tokens (not {max_new_tokens:,})")
     cache = new_cache(model, n + max_new_tokens)
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.sample else None
     eos = model.tokenizer.eos_token_id
