@@ -2,8 +2,8 @@
 backend, layer, head…), never tensors.
 
 * models: ``st.cache_resource``, at most ``MODELS_LOADED`` at once (a model is hundreds of MB);
-* traces: ``st.cache_resource`` too, bounded: a Trace holds tensors, and ``st.cache_data`` would
-  pickle and copy all of them on every rerun just to read one head;
+* traces: ``st.cache_resource`` too, bounded in bytes (``trace``): a Trace holds tensors, and ``st.cache_data``
+  would pickle and copy all of them on every rerun just to read one head;
 * everything the pages draw (one head, one layer, the Q/K/V steps, parity): ``st.cache_data``, small
   numpy arrays and frames, so a head change reruns no model;
 * probe tables: in the session (see ``probe_table``).
@@ -12,12 +12,17 @@ backend, layer, head…), never tensors.
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit import runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import probes
 from probes import explain, parity
@@ -27,8 +32,14 @@ from probes.tokens import unknown_tokens
 # with the memory for more; the tests keep every model they open)
 MODELS_LOADED = max(1, int(os.environ.get("PROBES_MODELS_LOADED", "2") or 2))
 TRACES_KEPT = 6
+TRACE_BYTES = 2**31  # the traces kept at once hold at most 2 GiB (a trace of 8,192 tokens on SmolLM2 holds more alone)
+PUBLIC_TRACE_BYTES = 3 * 2**27  # 384 MiB on a public deployment: two long texts on SmolLM2 (see `trace`), which keeps
+# the server within 1.5 GB with both offline models loaded (benchmarks/public_memory.py)
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
+PUBLIC_ATTENTION_BUDGET = 2**26  # 64 MiB on a public deployment: SmolLM2 past about 240 tokens, minilm never (512)
 PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)
+PUBLIC_SECONDS = 60  # one computation on a public deployment: a visitor waits a minute at most, and the machine's
+# one or two cores serve every visitor (work past it is stopped: see `watched`)
 
 
 def setting(name: str) -> str:
@@ -81,6 +92,34 @@ def max_chars() -> int | None:
     return 2000 if public() else None
 
 
+class TookTooLong(probes.ProbesError):
+    """A computation on a public deployment ran past :data:`PUBLIC_SECONDS` and was stopped (nothing is kept)."""
+
+
+def watched(progress=None, advice: str | None = None):
+    """``progress``, the callback a long loop calls between its steps (any arguments), made to stop the loop when
+    nobody waits for it: when this session's browser has gone (a closed tab: quietly, as ``st.stop``; nothing is
+    cached), and on a public deployment once it has run :data:`PUBLIC_SECONDS` (:class:`TookTooLong`, which the page
+    shows; ``advice``: what to ask for besides running the app elsewhere). Cheap: a clock read and a dictionary
+    lookup per call. Outside a script run (the warm start, a plain test) only ``progress`` runs."""
+    started = time.monotonic()
+    bound = PUBLIC_SECONDS if public() else None
+    ctx = get_script_run_ctx(suppress_warning=True)
+    server = runtime.get_instance() if ctx is not None and runtime.exists() else None
+
+    def step(*args) -> None:
+        if server is not None and not server.is_active_session(ctx.session_id):
+            st.stop()  # the browser has gone (Streamlit keeps a closed tab's session a while, and its run going)
+        if bound is not None and time.monotonic() - started > bound:
+            raise TookTooLong(f"This took longer than the {bound:g} seconds the public app gives one computation, so "
+                              f"it was stopped: {f'{advice}, or ' if advice else ''}run the app on your own machine "
+                              "(make app).")
+        if progress is not None:
+            progress(*args)
+
+    return step
+
+
 @dataclass(frozen=True)
 class Input:
     """Everything that decides a forward pass: the cache key of a trace."""
@@ -118,10 +157,31 @@ def model_of(inp: Input) -> probes.Model:
     return load_model(name, not public())
 
 
-@st.cache_resource(max_entries=TRACES_KEPT, show_spinner="Running the model…")
-def trace(inp: Input) -> probes.Trace:
+@st.cache_resource(max_entries=4 * TRACES_KEPT, show_spinner="Running the model…")  # `trace` evicts, by bytes
+def _traced(inp: Input) -> probes.Trace:
+    budget = min(ATTENTION_BUDGET, PUBLIC_ATTENTION_BUDGET) if public() else ATTENTION_BUDGET
     return probes.run(model_of(inp), inp.text, inp.pair, source=inp.source, truncate=inp.truncate,
-                      backend=inp.backend, attention_budget=ATTENTION_BUDGET)
+                      backend=inp.backend, attention_budget=budget)
+
+
+_held: OrderedDict[Input, int] = OrderedDict()  # the traces kept, least recently used first, with their bytes
+_held_lock = threading.Lock()
+
+
+def trace(inp: Input) -> probes.Trace:
+    """The trace of this input, kept for the next rerun (a head change reruns no model). At most ``TRACES_KEPT``
+    are kept, and at most ``TRACE_BYTES`` of them (``PUBLIC_TRACE_BYTES`` on a public deployment): the least
+    recently used go first, and the newest is always kept. Counted in bytes, not entries: one 2,000-character
+    text on SmolLM2 holds 150–300 MiB (its logits alone are 88 MiB), a sentence 5 MiB."""
+    t = _traced(inp)
+    limit = PUBLIC_TRACE_BYTES if public() else TRACE_BYTES
+    with _held_lock:
+        if inp not in _held:
+            _held[inp] = t.nbytes
+        _held.move_to_end(inp)
+        while len(_held) > 1 and (len(_held) > TRACES_KEPT or sum(_held.values()) > limit):
+            _traced.clear(_held.popitem(last=False)[0])
+    return t
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -227,12 +287,21 @@ def composition(name: str, layer: int, head: int) -> pd.DataFrame:
     return composition_scores(model_named(name), receivers=[(layer, head)])
 
 
+# token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one
+# pass (about a second on smollm2); on a CPU bigger passes are no faster (smollm2, 57 tokens, 261 senders: 74 s in
+# passes of 16, 68 s in passes of 4)
+PATCH_ROWS = 256
+
+
 @st.cache_data(max_entries=8, show_spinner="Patching each earlier head from the corrupted text into this head…")
 def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into: str) -> pd.DataFrame:
     """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender."""
     from probes.effects.paths import path_patch as patch
 
-    return patch(model_named(name), text, corrupted, (layer, head), into=into).frame
+    model = model_named(name)
+    batch = max(1, PATCH_ROWS // model.encode(text).input_ids.shape[-1])
+    return patch(model, text, corrupted, (layer, head), into=into, batch=batch,
+                 progress=watched(advice="shorten the text, or pick a head in an earlier layer (fewer senders)")).frame
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -280,7 +349,8 @@ def parity_report(inp: Input) -> parity.ParityReport:
     with the chosen backend (eager when the page shows Hugging Face). Both are the traces the pages
     use (``trace``, cached), so the one the page already made is not run again."""
     return parity.compare(trace(replace(inp, source="hf", backend="eager")),
-                          trace(replace(inp, source="scratch", backend=parity_backend(inp))))
+                          trace(replace(inp, source="scratch", backend=parity_backend(inp))),
+                          progress=watched(advice="shorten the text"))
 
 
 @dataclass(frozen=True)
@@ -376,7 +446,8 @@ def ablation(name: str, text: str, how: str, position: int, measure: str | None 
     wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
     with wait:
         frame = ablate_each(model_named(name), text, how=how, reference=reference, position=position,
-                            measures=None if measure is None else [measure], progress=progress)
+                            measures=None if measure is None else [measure],
+                            progress=watched(progress, "shorten the text"))
     return _ablation_kept(name, text, how, position, measure, _frame=frame)
 
 
@@ -516,7 +587,7 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     key = (name, probe, limit)
     if key not in tables:
         tables[key] = profile.run_probe(model_named(name), probe, limit,
-                                        progress=progress)
+                                        progress=watched(progress, "run fewer items"))
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]
@@ -541,12 +612,11 @@ def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
     if key not in tables:
         model = model_named(name)
         texts = catalog.texts(catalog.read_items(REFERENCE)[:limit])
-        done = [0]
+        done, checked = [0], watched(progress)
 
         def step(n: int) -> None:
             done[0] += n
-            if progress:
-                progress(done[0], len(texts))
+            checked(done[0], len(texts))
 
         tables[key] = jobs.with_model(importance(model, texts, ablation=False, progress=step), model)
         while len(tables) > PROBE_TABLES_KEPT:

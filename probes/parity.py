@@ -23,6 +23,7 @@ Probabilities lie in [0, 1]: their scale is 1. :func:`massive_activations` reads
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -155,9 +156,11 @@ def _scaled_diff(reference: torch.Tensor, candidate: torch.Tensor, real: torch.T
     return diff, diff / max(1.0, _max(reference.abs()[real]))
 
 
-def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | None = None) -> ParityReport:
+def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> ParityReport:
     """Compare two Traces of the same input, layer by layer and head by head. The tolerances follow the
-    traces' precision (:func:`tolerances`); ``tolerance`` overrides some of them."""
+    traces' precision (:func:`tolerances`); ``tolerance`` overrides some of them. ``progress(done, total)``: called
+    after each layer."""
     dtype = reference.hidden_states[0].dtype
     if candidate.hidden_states[0].dtype != dtype:
         raise ValueError(f"the two traces were computed in different precisions ({dtype} and "
@@ -180,6 +183,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         per_head = diff.amax(dim=(0, 2, 3)).tolist()
         hidden = _scaled_diff(reference.hidden_states[layer + 1], candidate.hidden_states[layer + 1], real)
         per_layer.append(LayerParity(layer, max(per_head), per_head, *hidden))
+        if progress is not None:
+            progress(layer + 1, reference.n_layers)
 
     hidden_all = [_scaled_diff(a, b, real) for a, b in zip(reference.hidden_states, candidate.hidden_states)]
     hidden_abs, hidden_rel = max(h[0] for h in hidden_all), max(h[1] for h in hidden_all)

@@ -101,8 +101,10 @@ def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
         bar.progress(done / total, text=f"Removing every head in turn and measuring what changed: head {done} of "
                                         f"{total}")
 
-    frame = data.ablation(ctx.inp.model, ctx.inp.text, how, query, measure, progress=step)
-    bar.empty()
+    try:
+        frame = data.ablation(ctx.inp.model, ctx.inp.text, how, query, measure, progress=step)
+    finally:  # done, or stopped (past the public bound: the page says so)
+        bar.empty()
     st.caption(f"{words.opening(measure)}: {ABOUT[measure]}"
                + (f", at {_token(info.tokens, query)}, the query token" if measure == "token_change" else "")
                + ". White is no change.")

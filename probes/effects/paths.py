@@ -26,7 +26,7 @@ is still the receiver's own, the path an approximation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -99,12 +99,13 @@ def _check(model, receiver, into, senders, n, cells):
 def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "k",
                senders: Sequence[tuple[int, int]] | None = None, cells: Sequence[tuple[int, int]] | None = None,
                position: int | None = None, targets: tuple[int, int] | None = None, batch: int | None = None,
-               keep_patterns: bool = False) -> PathPatch:
+               keep_patterns: bool = False, progress: Callable[[int, int], None] | None = None) -> PathPatch:
     """Patch each sender's output on ``corrupted`` into receiver ``(layer, head)``'s ``into`` (q, k or v) on ``clean``
     (two texts, or :class:`~probes.models.Encoding` s of one text each, of the same length in tokens). ``senders``:
     default every head before the receiver's layer. ``cells``: (query, key) token pairs whose mean receiver weight is
     reported; ``position``, ``targets``: as in :func:`probes.effects.measures.compare`; ``batch``: senders per pass
-    (default: as many as ``LOGIT_BUDGET`` allows)."""
+    (default: as many as ``LOGIT_BUDGET`` allows); ``progress(done, total)``: called after each pass, ``done`` senders
+    of ``total`` patched."""
     r_layer, r_head = receiver
     if senders is None:
         senders = [(layer, head) for layer in range(max(r_layer, 0)) for head in range(model.n_heads)]
@@ -177,6 +178,8 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
         rows.append({key: value.cpu() for key, value in measured.items()})
         if keep_patterns:
             patterns.append(patched)
+        if progress is not None:
+            progress(start + len(chunk), len(senders))
 
     frame = pd.DataFrame(senders, columns=["layer", "head"])
     order = [*PATTERN_MEASURES, *(("cells", "cells_change") if cells else ()),

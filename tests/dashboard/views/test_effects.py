@@ -323,3 +323,41 @@ def test_a_public_deployment_bounds_the_pages_work_by_the_texts_length(monkeypat
     assert "on this public deployment this page takes up to 64" in said and "270 heads" in said
     assert not at.get("vega_lite_chart") and not at.error
     assert time.perf_counter() - start < 60  # a hang guard (the issue's bound), not a speed test
+
+
+def test_a_public_deployment_stops_a_grid_that_runs_past_its_seconds(monkeypatch):
+    """Past ``data.PUBLIC_SECONDS`` (here 0: the first head trips it) the grid stops with one line that says what to
+    do; the page goes on (the minimal pair below), and nothing raises."""
+    from dashboard import data
+
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    monkeypatch.setattr(data, "PUBLIC_SECONDS", 0, raising=False)
+    at = open_app(page="effects", text="She waited for him by the door.")  # a text no other test's grid is kept for
+    assert texts(at.error) == ("This took longer than the 0 seconds the public app gives one computation, so it was "
+                               "stopped: shorten the text, or run the app on your own machine (make app).")
+    assert not any("when one head is" in t for t in titles(at))  # no grid
+    assert "Minimal pair: change a word, see which heads move" in [s.value for s in at.subheader]
+    assert not at.get("progress")  # the bar is gone
+
+
+def test_a_grid_whose_browser_has_gone_stops_quietly(monkeypatch):
+    """A closed tab's session stays on the server for a while (to reconnect), and its run with it: the grid's next
+    step sees the session is no longer connected and stops the run, with nothing drawn and nothing kept."""
+    from streamlit import runtime
+
+    real = runtime.get_instance
+
+    class Gone:  # the runtime, with no session connected
+        def is_active_session(self, session_id: str) -> bool:
+            return False
+
+        def __getattr__(self, name: str):
+            return getattr(real(), name)
+
+    monkeypatch.setattr(runtime, "get_instance", lambda: Gone())
+    at = open_app(page="effects", text="She sang to him at dawn.")
+    assert not at.error and not any("when one head is" in t for t in titles(at))
+    assert "Minimal pair: change a word, see which heads move" not in [s.value for s in at.subheader]  # stopped there
+    monkeypatch.undo()
+    at = open_app(page="effects", text="She sang to him at dawn.")  # the browser back: the grid is computed afresh
+    assert any("when one head is zeroed" in t for t in titles(at))
