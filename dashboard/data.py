@@ -33,8 +33,8 @@ from probes.tokens import unknown_tokens
 MODELS_LOADED = max(1, int(os.environ.get("PROBES_MODELS_LOADED", "2") or 2))
 TRACES_KEPT = 6
 TRACE_BYTES = 2**31  # the traces kept at once hold at most 2 GiB (a trace of 8,192 tokens on SmolLM2 holds more alone)
-PUBLIC_TRACE_BYTES = 3 * 2**27  # 384 MiB on a public deployment: two long texts on SmolLM2 (see `trace`), which keeps
-# the server within 1.5 GB with both offline models loaded (benchmarks/public_memory.py)
+PUBLIC_TRACE_BYTES = 2**28  # 256 MiB on a public deployment: three 2,000-character texts on SmolLM2 (no logits there,
+# see `_run`), beside 1.2 GB of runtime and both offline models: within 1.5 GB (benchmarks/public_memory.py)
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
 PUBLIC_ATTENTION_BUDGET = 2**26  # 64 MiB on a public deployment: SmolLM2 past about 240 tokens, minilm never (512)
 PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)
@@ -157,11 +157,18 @@ def model_of(inp: Input) -> probes.Model:
     return load_model(name, not public())
 
 
-@st.cache_resource(max_entries=4 * TRACES_KEPT, show_spinner="Running the model…")  # `trace` evicts, by bytes
-def _traced(inp: Input) -> probes.Trace:
+def _run(inp: Input) -> probes.Trace:
+    """The trace of this input, made now (not kept). On a public app with the public budget of probabilities, and
+    without the logits: no page draws them (the lens and the attributions make their own), only the parity badge
+    compared them, and on SmolLM2 they are half a trace (a 2,000-character text: 88 MiB of its 170)."""
     budget = min(ATTENTION_BUDGET, PUBLIC_ATTENTION_BUDGET) if public() else ATTENTION_BUDGET
     return probes.run(model_of(inp), inp.text, inp.pair, source=inp.source, truncate=inp.truncate,
-                      backend=inp.backend, attention_budget=budget)
+                      backend=inp.backend, logits=not public(), attention_budget=budget)
+
+
+@st.cache_resource(max_entries=4 * TRACES_KEPT, show_spinner="Running the model…")  # `trace` evicts, by bytes
+def _traced(inp: Input) -> probes.Trace:
+    return _run(inp)
 
 
 _held: OrderedDict[Input, int] = OrderedDict()  # the traces kept, least recently used first, with their bytes
@@ -172,7 +179,7 @@ def trace(inp: Input) -> probes.Trace:
     """The trace of this input, kept for the next rerun (a head change reruns no model). At most ``TRACES_KEPT``
     are kept, and at most ``TRACE_BYTES`` of them (``PUBLIC_TRACE_BYTES`` on a public deployment): the least
     recently used go first, and the newest is always kept. Counted in bytes, not entries: one 2,000-character
-    text on SmolLM2 holds 150–300 MiB (its logits alone are 88 MiB), a sentence 5 MiB."""
+    text on SmolLM2 holds 80–300 MiB (and 88 MiB more with its logits), a sentence 5 MiB."""
     t = _traced(inp)
     limit = PUBLIC_TRACE_BYTES if public() else TRACE_BYTES
     with _held_lock:
@@ -347,10 +354,12 @@ def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
 def parity_report(inp: Input) -> parity.ParityReport:
     """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
     with the chosen backend (eager when the page shows Hugging Face). Both are the traces the pages
-    use (``trace``, cached), so the one the page already made is not run again."""
+    use (``trace``, cached), so the one the page already made is not run again; on a public app the
+    candidate is kept only when the page shows it (a long text's trace on SmolLM2 holds 150 MiB or more)."""
+    candidate = replace(inp, source="scratch", backend=parity_backend(inp))
+    keep = inp.source == "scratch" or not public()
     return parity.compare(trace(replace(inp, source="hf", backend="eager")),
-                          trace(replace(inp, source="scratch", backend=parity_backend(inp))),
-                          progress=watched(advice="shorten the text"))
+                          trace(candidate) if keep else _run(candidate), progress=watched(advice="shorten the text"))
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ __all__ = [
 
 
 def run(model: Model, text: str, pair: str | None = None, source: str = "hf", truncate: bool = False,
-        backend: str = "eager", attention_budget: int | None = None) -> Trace:
+        backend: str = "eager", attention_budget: int | None = None, logits: bool = True) -> Trace:
     """Encode ``text`` (and ``pair``) and return the Trace of the Hugging Face (``source="hf"``) or the
     from-scratch (``source="scratch"``, attention ``backend`` eager | sdpa | flash) forward pass.
-    ``attention_budget`` (bytes): keep every probability only up to that size, else a lazy Trace."""
-    return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate,
+    ``attention_budget`` (bytes): keep every probability only up to that size, else a lazy Trace.
+    ``logits=False`` leaves the logits out (tokens × vocabulary numbers)."""
+    return runner.run(model, text, pair, source=source, backend=backend, truncate=truncate, logits=logits,
                       attention_budget=attention_budget)

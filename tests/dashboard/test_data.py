@@ -35,3 +35,29 @@ def test_a_public_server_keeps_less_and_traces_long_texts_lazily(monkeypatch):
     assert data.trace(a) is first  # the newest is kept, even over the size
     data.trace(b)
     assert data.trace(a) is not first
+
+
+def test_a_public_parity_badge_keeps_only_the_trace_the_page_shows(monkeypatch):
+    """The sidebar's parity badge compares Hugging Face with our pass; on a public app our pass's trace, which the
+    page does not show, is compared and dropped, not kept beside the one shown."""
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    shown = _inputs("badge", 1)[0]
+    report = data.parity_report(shown)
+    assert report.passed
+    assert shown in data._held
+    assert data.replace(shown, source="scratch") not in data._held
+
+
+def test_a_public_app_keeps_no_logits_in_its_traces_and_its_badge_still_compares_the_rest(monkeypatch):
+    """SmolLM2's logits are half a long text's trace, and no page draws them from it: a public app leaves them out
+    (the parity badge compares attention, hidden states and q, k, v, and says the logits were not compared)."""
+    text = "The public trace of this sentence keeps no logits."
+    private = data.trace(data.Input("smollm2", text, None, "hf", "eager", False))
+    assert private.logits is not None and private.logits.shape[-1] == 49152
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    shown = data.Input("smollm2", text, None, "hf", "eager", True)  # the same tokens (a short text: nothing cut)
+    public = data.trace(shown)
+    assert public.logits is None
+    assert private.nbytes - public.nbytes == private.logits.nbytes
+    report = data.parity_report(shown)
+    assert report.passed and report.logits_max_rel_diff is None and report.attention_max_abs_diff is not None
