@@ -102,7 +102,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
     for layer in head_layers:
         if not 0 <= layer < model.n_layers:
             raise BadOption(f"layer {layer} is outside {model.name}'s layers (0–{model.n_layers - 1})")
-    got = outputs(model, enc, keep_z=heads, keep_inputs=True)
+    got = outputs(model, enc, logits=False, keep_z=heads, keep_inputs=True)  # each layer read alone: not the logits
     at = torch.tensor(positions, dtype=torch.long, device=got.residual.device)
     vocab = net.unembedding.shape[0]
     chunk = max(1, LOGIT_BUDGET // (vocab * got.residual.element_size() * (model.n_heads if heads else 1)))
