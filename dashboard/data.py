@@ -34,7 +34,7 @@ MODELS_LOADED = max(1, int(os.environ.get("PROBES_MODELS_LOADED", "2") or 2))
 TRACES_KEPT = 6
 TRACE_BYTES = 2**31  # the traces kept at once hold at most 2 GiB (a trace of 8,192 tokens on SmolLM2 holds more alone)
 PUBLIC_TRACE_BYTES = 2**28  # 256 MiB on a public deployment: three 2,000-character texts on SmolLM2 (no logits there,
-# see `_run`), beside 1.2 GB of runtime and both offline models: within 1.5 GB (benchmarks/public_memory.py)
+# see `_run`), beside 1.1 GB of runtime and both offline models (benchmarks/public_memory.py)
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
 PUBLIC_ATTENTION_BUDGET = 2**26  # 64 MiB on a public deployment: SmolLM2 past about 240 tokens, minilm never (512)
 PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)
@@ -355,7 +355,7 @@ def parity_report(inp: Input) -> parity.ParityReport:
     """Parity of this input: the reference is always Hugging Face; the candidate our scratch pass
     with the chosen backend (eager when the page shows Hugging Face). Both are the traces the pages
     use (``trace``, cached), so the one the page already made is not run again; on a public app the
-    candidate is kept only when the page shows it (a long text's trace on SmolLM2 holds 150 MiB or more)."""
+    candidate is kept only when the page shows it (else it would take a place among the traces kept there)."""
     candidate = replace(inp, source="scratch", backend=parity_backend(inp))
     keep = inp.source == "scratch" or not public()
     return parity.compare(trace(replace(inp, source="hf", backend="eager")),
