@@ -52,10 +52,11 @@ def render(ctx: ui.Context) -> None:
                         f"thousands, where fp32 itself steps by more than 1e-4); absolute max |Δ| "
                         f"{words.difference(r.hidden_max_abs_diff)}")
     logits = r.logits_max_rel_diff
-    cols[2].metric("logits max |Δ| ÷ scale", words.difference(logits),
-                   help=("n/a: the model has no language-model head" if not ctx.model.has_lm_head else
-                         "not compared on a public app, which keeps no logits (tokens × vocabulary numbers a text); "
-                         "run the app yourself (make app) to compare them")
+    unread = logits is None and ctx.model.has_lm_head  # a public app keeps no logits in its traces (data._run)
+    cols[2].metric("logits max |Δ| ÷ scale", "not compared" if unread else words.difference(logits),
+                   help=("not compared on a public app, which keeps no logits (tokens × vocabulary numbers a text); "
+                         "run the app yourself (make app) to compare them" if unread else
+                         "n/a: the model has no language-model head")
                    if logits is None else
                    f"tolerance {tol['logits']:.0e} of the logits' scale (their largest |value| when over 1); "
                    f"absolute max |Δ| {words.difference(r.logits_max_abs_diff)}")

@@ -116,3 +116,14 @@ def test_parity_page_lists_smollm2s_massive_activations_and_says_when_there_are_
     plain = _app(page="parity")  # the offline encoder has none
     assert "No massive activations in minilm on this text" in _texts(plain.info)
     assert not [d for d in plain.dataframe if "dimension" in d.value.columns]
+
+
+def test_a_public_deployment_says_the_logits_were_not_compared(monkeypatch):
+    """A public app keeps no logits in its traces (half a long SmolLM2 trace): the page says the logits were not
+    compared, rather than a bare n/a that reads as 'the model has none'."""
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    at = _app(page="parity", model="smollm2", text="A sentence whose logits a public app does not keep.")
+    logits = next(m for m in at.metric if m.label == "logits max |Δ| ÷ scale")
+    assert logits.value == "not compared"
+    assert "run the app yourself (make app) to compare them" in logits.proto.help
+    assert "PASS" in _texts(at.success)
