@@ -35,6 +35,14 @@ def options(parser: argparse.ArgumentParser):
             yield max(action.option_strings, key=len), action
 
 
+def typed(kind: type):
+    """(subcommand, its parser, flag, type) of every option whose type is a ``kind`` (Count or Real)."""
+    for name, parser in subcommands().items():
+        for flag, action in options(parser):
+            if isinstance(action.type, kind):
+                yield name, parser, flag, action.type
+
+
 def refused(capsys, argv: list[str]) -> str:
     """Run the CLI in-process; assert exit 2 with one line on stderr and no traceback; return that line."""
     try:
@@ -66,16 +74,13 @@ def test_every_number_option_takes_a_type_of_the_vocabulary():
 
 def test_every_count_refuses_below_its_minimum_and_huge_values(tmp_path, capsys):
     walked = set()
-    for name, parser in subcommands().items():
-        for flag, action in options(parser):
-            if not isinstance(action.type, Count):
-                continue
-            walked.add((name, flag))
-            low, high = action.type.minimum, action.type.maximum
-            for value in sorted(v for v in {low - 1, -1, 0, high + 1, 10**30} if not low <= v <= high):
-                line = refused(capsys, [*base_args(name, parser, tmp_path, flag), flag, str(value)])
-                assert f"argument {flag}: expected a whole number from {low}" in line, line
-            refused(capsys, [*base_args(name, parser, tmp_path, flag), flag, "2.5"])
+    for name, parser, flag, count in typed(Count):
+        walked.add((name, flag))
+        low, high = count.minimum, count.maximum
+        for value in sorted(v for v in {low - 1, -1, 0, high + 1, 10**30} if not low <= v <= high):
+            line = refused(capsys, [*base_args(name, parser, tmp_path, flag), flag, str(value)])
+            assert f"argument {flag}: expected a whole number from {low}" in line, line
+        refused(capsys, [*base_args(name, parser, tmp_path, flag), flag, "2.5"])
     assert {("importance", "--batch-size"), ("importance", "--checkpoint-every"), ("importance", "--limit"),
             ("importance", "--projections"), ("importance", "--threads"), ("ablate", "--reference-limit"),
             ("generate", "--seed"), ("generate", "--max-new-tokens"), ("generate", "--top-k"), ("compose", "--seed"),
@@ -85,18 +90,14 @@ def test_every_count_refuses_below_its_minimum_and_huge_values(tmp_path, capsys)
 
 def test_every_real_refuses_non_finite_and_out_of_range(tmp_path, capsys):
     walked = set()
-    for name, parser in subcommands().items():
-        for flag, action in options(parser):
-            if not isinstance(action.type, Real):
-                continue
-            walked.add((name, flag))
-            kind = action.type
-            bad = ["nan", "inf", "-inf", "1e400", "x", str(kind.low - 1)]
-            bad += [str(kind.low)] if kind.low_open else []
-            bad += [str(kind.high * 2 + 1)] if kind.high < float("inf") else []
-            for value in bad:
-                line = refused(capsys, [*base_args(name, parser, tmp_path, flag), f"{flag}={value}"])
-                assert f"argument {flag}: expected a" in line, line
+    for name, parser, flag, kind in typed(Real):
+        walked.add((name, flag))
+        bad = ["nan", "inf", "-inf", "1e400", "x", str(kind.low - 1)]
+        bad += [str(kind.low)] if kind.low_open else []
+        bad += [str(kind.high * 2 + 1)] if kind.high < float("inf") else []
+        for value in bad:
+            line = refused(capsys, [*base_args(name, parser, tmp_path, flag), f"{flag}={value}"])
+            assert f"argument {flag}: expected a" in line, line
     assert {("generate", "--temperature"), ("generate", "--top-p"), ("profile", "--gpus-per-worker")} <= walked
 
 
