@@ -41,10 +41,14 @@ def rss() -> int:
 
 
 class PeakRSS:
-    """Peak resident memory above the starting level while the block runs (polled every 1 ms)."""
+    """Peak resident memory above the starting level while the block runs (polled every ``every`` seconds, 1 ms by
+    default): this process's, or what ``read()`` returns (another process's, in bytes)."""
+
+    def __init__(self, read=None, every: float = 0.001):
+        self.read, self.every = read or rss, every
 
     def __enter__(self):
-        self.start = self.peak = rss()
+        self.start = self.peak = self.read()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -52,13 +56,13 @@ class PeakRSS:
 
     def _poll(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss())
-            time.sleep(0.001)
+            self.peak = max(self.peak, self.read())
+            time.sleep(self.every)
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss())
+        self.peak = max(self.peak, self.read())
         self.extra = self.peak - self.start
 
 

@@ -28,7 +28,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -36,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from load_test import IDLE, start_server  # noqa: E402  (benchmarks/, this script's folder)
+from forward import PeakRSS  # noqa: E402  (benchmarks/, this script's folder)
+from load_test import IDLE, start_server  # noqa: E402
 from report import publish  # noqa: E402
 
 from browser import ARGS, chromium_path  # noqa: E402
@@ -84,18 +84,6 @@ def tree_rss(pid: int) -> int:
             continue
         todo += children.get(p, [])
     return total
-
-
-class Sampler(threading.Thread):
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.last, self.done = pid, 0, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            self.last = tree_rss(self.pid)
-            self.peak = max(self.peak, self.last)
-            time.sleep(0.1)
 
 
 async def visit(browser, url: str, models: list[str], text: str | None, log: list) -> None:
@@ -157,20 +145,16 @@ def main() -> None:
         server, url = start_server([], script="serve.py")
         try:
             time.sleep(5)  # the warm start's work (the default view) settles
-            sampler = Sampler(server.pid)
-            sampler.start()
-            started = tree_rss(server.pid)
-            log = asyncio.run(scenario(url, args.users, models, long))
-            sampler.done.set()
-            sampler.join()
-            end = tree_rss(server.pid)
+            with PeakRSS(lambda: tree_rss(server.pid), every=0.1) as mem:
+                log = asyncio.run(scenario(url, args.users, models, long))
+            started, end = mem.start, tree_rss(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=30)
         goal = GOAL_MIB["both" if len(models) > 1 else "minilm"]
         slowest = max(log, key=lambda r: r[2])
-        lines.append(f"| {name} | {started / MIB:,.0f} | {sampler.peak / MIB:,.0f} | {end / MIB:,.0f} | "
-                     f"≤ {goal:,} ({'met' if sampler.peak / MIB <= goal else 'missed'}) | {len(log)} | "
+        lines.append(f"| {name} | {started / MIB:,.0f} | {mem.peak / MIB:,.0f} | {end / MIB:,.0f} | "
+                     f"≤ {goal:,} ({'met' if mem.peak / MIB <= goal else 'missed'}) | {len(log)} | "
                      f"{slowest[2]:.0f} s ({slowest[0]}, {slowest[1]}) | {sum(r[3] for r in log)} |")
     publish("\n".join(lines), args.out, "public_memory.txt")
 
