@@ -39,9 +39,13 @@ class InputTooLong(ProbesError):
         self.max_tokens = max_tokens
         self.model = model
         self.custom_advice = advice is not None  # the caller said what to do (else: shorten or truncate)
+        self.advice = advice
         advice = advice or (f"shorten it, or ask for truncation (--truncate / truncate=True) to keep the first "
                             f"{max_tokens}")
         super().__init__(f"the text is {n_tokens} tokens but {model} reads at most {max_tokens}: {advice}")
+
+    def __reduce__(self):  # pickled as its arguments (a model server sends it to the one who asked)
+        return type(self), (self.n_tokens, self.max_tokens, self.model, self.advice)
 
 
 class DataUnavailable(ProbesError):
@@ -66,3 +70,7 @@ class NothingToScore(BadData):
 
 class RayUnavailable(ProbesError):
     """A Ray cluster that cannot be used: nothing answers at the address, none runs, or a Ray Client address."""
+
+
+class ServerLost(ProbesError):
+    """A model server on a Ray cluster that died while answering (Ray restarts it; the next call works)."""

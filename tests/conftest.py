@@ -12,6 +12,11 @@ import pytest
 import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test must never reach for the hub by accident
+# The tests' Rays are local clusters that the tests start and join themselves (and their subprocesses join): one
+# authentication mode for every process of the run, none. Ray 2.5x turns token authentication on for a new cluster
+# unless told, and reads the mode once per process, when first imported; so a pytest process whose tests start
+# several clusters (and join some by address) would otherwise hold one mode while a later cluster enforces another.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 if not torch.cuda.is_available():
     # the FlashAttention kernel runs on CPU tensors under Triton's interpreter; with CUDA the same

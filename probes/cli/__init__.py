@@ -29,6 +29,9 @@ bad receiver.
 ``python -m probes patch --model M --text CLEAN --corrupt CORRUPTED --receiver L.H --into q|k|v [--senders all|L.H,...]
 [--json]``: path patching, each sender's output on the corrupted text into only the receiver's q, k or v; senders
 ranked by the change in loss (or the receiver's pattern shift, for an encoder); exit 2 on bad input.
+
+``python -m probes serve --model M [--ray ADDRESS] [--gpus-per-replica N] [--detach | --stop]``: hold a model on a
+Ray cluster for the app (PROBES_RAY_ADDRESS) and the library (``probes.load(M, ray=ADDRESS)``); exit 2 on bad input.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ import argparse
 import sys
 
 from ..errors import InputTooLong, ProbesError
-from . import compose, effects, generate, parity, paths, profile, why
+from . import compose, effects, generate, parity, paths, profile, serve, why
 
 
-COMMANDS = (parity, profile, generate, effects, why, compose, paths)  # each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why, compose, paths, serve)  # each adds its subcommand(s): add_parser(sub)
 
 
 class Parser(argparse.ArgumentParser):

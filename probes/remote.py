@@ -1,0 +1,433 @@
+"""Models served from a Ray cluster: one actor holds the model and its traces; the app and the library ask it
+for only what they draw.
+
+``python -m probes serve --model NAME [--ray ADDRESS]`` starts a :class:`ModelServer` (a named Ray actor,
+restarted by Ray if its process dies); ``probes.load(NAME, ray=ADDRESS)`` returns a :class:`RemoteModel` that
+speaks to it, and ``probes.run(remote_model, text)`` a :class:`RemoteTrace`. The lazy Trace already keeps
+the hidden states and recomputes any head on demand, so a client asks the server for one head's ``[n, n]``
+weights (or one layer's rows, one head's q, k and v, a head summary) and nothing of size layers × heads × L²
+crosses the wire. Work that needs the model itself (parity, generation, ablation grids, attributions) runs on
+the server through :func:`compute`, which sends the function's name and its plain arguments; the server
+runs only functions of this package's public reader modules (:func:`callable_name`).
+
+A trace on the server is keyed by its :class:`Request` (text, pair, source, backend, truncation, logits,
+budget), never by an opaque id: a restarted actor, which has lost its traces, recomputes the one asked for,
+so a client keeps working across a restart. A call that was running when the actor died raises
+:class:`~probes.errors.ServerLost` (one line: what happened, what to do).
+
+The answers are the same numbers as a local run: the server runs the same code on the same weights (a test
+compares every head, q, k, v and hidden state bit for bit, on minilm and smollm2); its torch threads are set
+(``threads``) like a local process's, since a matrix product's rounding may depend on how it is split.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .errors import ModelUnavailable, ProbesError, ServerLost
+from .models import Model
+
+NAMESPACE = "probes"  # the Ray namespace the servers' actors are named in
+PREFIX = "model:"  # an actor named model:NAME serves NAME
+SERVER_TRACE_BYTES = 2**31  # the traces a server keeps at once (least recently used dropped first; newest kept)
+SERVER_TRACES = 32
+ALLOWED = ("probes.parity", "probes.explain", "probes.generation", "probes.scratch.generate", "probes.heads.",
+           "probes.effects.")  # what compute() may run: the readers and edited passes
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything that decides a trace: the key the server keeps it under (and recomputes it from)."""
+
+    text: str
+    pair: str | None = None
+    source: str = "hf"
+    backend: str = "eager"
+    truncate: bool = False
+    logits: bool = True
+    attention_budget: int | None = None
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+class ModelServer:
+    """A Ray actor holding one model and the traces it made (byte-bounded, least recently used first)."""
+
+    def __init__(self, name: str, allow_local_paths: bool = True, device: str = "cpu", threads: int = 1):
+        import torch
+
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        torch.set_num_threads(max(1, threads))
+        from . import models
+
+        self.problem: ProbesError | None = None
+        self.model = None
+        try:
+            self.model = models.load(name, allow_local_paths=allow_local_paths, device=device)
+        except ProbesError as exc:  # said by describe(), to the one who started it: a failed constructor says less
+            self.problem = exc
+        self.traces: OrderedDict[Request, object] = OrderedDict()
+        self.started = time.time()
+
+    def describe(self) -> dict:
+        """What a client needs to be the model's stand-in: its name, record, config and tokenizer (the text is
+        tokenised where it is typed) and the figures that depend on the weights."""
+        if self.problem is not None:
+            raise self.problem
+        m = self.model
+        return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
+                    fingerprint=m.fingerprint(), has_lm_head=m.has_lm_head, dtype=str(m.dtype).replace("torch.", ""),
+                    device=str(m.device), weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem,
+                    pid=os.getpid(), started=self.started)
+
+    def _trace(self, request: Request):
+        from . import runner
+
+        t = self.traces.get(request)
+        if t is None:
+            t = runner.run(self.model, request.text, request.pair, source=request.source, backend=request.backend,
+                           truncate=request.truncate, logits=request.logits,
+                           attention_budget=request.attention_budget)
+            self.traces[request] = t
+        self.traces.move_to_end(request)
+        while len(self.traces) > 1 and (len(self.traces) > SERVER_TRACES or
+                                        sum(x.nbytes for x in self.traces.values()) > SERVER_TRACE_BYTES):
+            self.traces.popitem(last=False)
+        return t
+
+    def trace(self, request: Request) -> dict:
+        """Run (or find) the trace of ``request``; send what is small: tokens, mask, the rule of each layer."""
+        t = self._trace(request)
+        return dict(source=t.source, model=t.model, tokens=t.tokens, input_ids=t.input_ids,
+                    attention_mask=t.attention_mask, is_causal=t.is_causal, scales=t.scales, windows=t.windows,
+                    n_kv_heads=t.n_kv_heads, backend=t.backend, note=t.note, lazy=t.lazy, n_layers=t.n_layers,
+                    n_heads=t.n_heads, has_logits=t.logits is not None, has_qkv=t.q is not None or t.qkv_of is not None)
+
+    def read(self, request: Request, what: str, args: tuple = (), kwargs: dict | None = None):
+        """One of the trace's readers (:data:`READS`) or fields (:data:`FIELDS`), on the trace of ``request``."""
+        t = self._trace(request)
+        if what in FIELDS:
+            return getattr(t, what)
+        if what not in READS:
+            raise ValueError(f"{what!r} is not a reader of a trace: ask for one of {', '.join(READS + FIELDS)}")
+        return getattr(t, what)(*args, **(kwargs or {}))
+
+    def compute(self, name: str, args: tuple, kwargs: dict):
+        """``name`` (module:function, one of this package's readers) on this server's model and traces: the
+        arguments :data:`MODEL` and :class:`Request` s stand for them."""
+        fn = resolve(name)
+        held = lambda a: self.model if isinstance(a, ServerModel) else (self._trace(a) if isinstance(a, Request) else a)  # noqa: E731
+        return fn(*[held(a) for a in args], **{k: held(v) for k, v in kwargs.items()})
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+READS = ("attention", "qkv", "layer_qkv", "head_summary", "all_attention", "layer_attention", "kv_head")
+FIELDS = ("hidden_states", "logits", "rotary", "lse")
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    """What :func:`compute` sends in place of a :class:`RemoteModel`: the server's own model."""
+
+
+MODEL = ServerModel()
+
+
+def callable_name(fn) -> str:
+    """``module:qualname`` of a function of this package's readers; others are refused (a server runs no other
+    code)."""
+    name = f"{fn.__module__}:{fn.__qualname__}"
+    if not fn.__module__.startswith(ALLOWED) or "<" in fn.__qualname__:
+        raise ValueError(f"{name} is not one of the library's readers: a model server runs only those")
+    return name
+
+
+def resolve(name: str):
+    """The function ``module:qualname`` names: a function (or a class's method) defined in one of the reader
+    modules, never something a module merely imported (``probes.parity:os.system``)."""
+    module, _, qualname = name.partition(":")
+    refused = ValueError(f"{name} is not one of the library's readers: a model server runs only those")
+    if not module.startswith(ALLOWED) or not qualname or "<" in qualname or qualname.startswith("_"):
+        raise refused
+    fn = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part, None)
+    if not inspect.isfunction(fn) or fn.__module__ != module or fn.__qualname__ != qualname:
+        raise refused
+    return fn
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+@dataclass
+class Wire:
+    """What crossed the wire, as pickled (Ray adds its own framing, a few hundred bytes a call); with
+    ``PROBES_WIRE_LOG`` set, each call is also a line of that file (bytes sent, bytes received)."""
+
+    calls: int = 0
+    sent: int = 0
+    received: int = 0
+
+    def count(self, sent: object, received: object) -> None:
+        from ray import cloudpickle  # what Ray serialises with (functions of records by value, tensors as buffers)
+
+        out, back = len(cloudpickle.dumps(sent, protocol=5)), len(cloudpickle.dumps(received, protocol=5))
+        self.calls += 1
+        self.sent += out
+        self.received += back
+        if log := os.environ.get("PROBES_WIRE_LOG"):  # a benchmark reads what an app's server sent, call by call
+            with open(log, "a") as f:
+                f.write(f"{out} {back}\n")
+
+
+@dataclass
+class RemoteModel(Model):
+    """A model held by a :class:`ModelServer`: the tokenizer, config and record are here (texts are tokenised
+    where they are typed), the weights are not (``hf`` says so). Pass it to :func:`probes.run` for a
+    :class:`RemoteTrace`, and to :func:`compute` for work that needs the weights."""
+
+    address: str = ""
+    handle: object = field(default=None, repr=False)
+    facts: dict = field(default_factory=dict, repr=False)
+    wire: Wire = field(default_factory=Wire, repr=False)
+
+    def ask(self, method: str, *args):
+        """Call the server; a dead actor is one line (:class:`ServerLost`), and Ray restarts it for the next call.
+        A server stopped and started again (a new actor under the same name) is found again by its name."""
+        import ray
+        from ray import exceptions
+
+        for attempt in (0, 1):
+            try:
+                result = ray.get(getattr(self.handle, method).remote(*args))
+                break
+            except exceptions.ActorUnavailableError:  # restarting: its new process loads the model
+                raise self._restarting() from None
+            except exceptions.RayActorError:  # dead, or restarting: the actor that has the name now, if any
+                try:
+                    self.handle = ray.get_actor(PREFIX + self.name, namespace=NAMESPACE)
+                except ValueError:
+                    raise ServerLost(f"the server of {self.name} on the Ray cluster at {self.address} was stopped: "
+                                     f"start it again (python -m probes serve --model {self.name} --ray "
+                                     f"{self.address})") from None
+                if attempt:
+                    raise self._restarting() from None
+            except exceptions.RayTaskError as exc:  # the server's own error, e.g. an InputTooLong: raised as itself
+                cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
+                raise (cause or ProbesError(str(exc).splitlines()[-1])) from None
+        self.wire.count(args, result)
+        return result
+
+    def _restarting(self) -> ServerLost:
+        return ServerLost(f"the server of {self.name} on the Ray cluster at {self.address} stopped answering (its "
+                          "process died); Ray is restarting it: try again in a few seconds")
+
+    @property
+    def hf(self):
+        raise ProbesError(f"{self.name} is served from the Ray cluster at {self.address}: its weights are not in this "
+                          "process; this needs a model loaded here (load it without ray=)")
+
+    @hf.setter
+    def hf(self, value) -> None:  # the dataclass's own __init__ sets it (to None)
+        pass
+
+    def fingerprint(self) -> str:
+        return self.facts["fingerprint"]
+
+    @property
+    def has_lm_head(self) -> bool:
+        return self.facts["has_lm_head"]
+
+    @property
+    def device(self):
+        import torch
+
+        return torch.device(self.facts["device"])
+
+    @property
+    def dtype(self):
+        import torch
+
+        return getattr(torch, self.facts["dtype"])
+
+    def weight_bytes(self, dtype=None) -> int:
+        return self.facts["weight_bytes"] // self.dtype.itemsize * (dtype or self.dtype).itemsize
+
+    @property
+    def scratch_problem(self) -> str | None:
+        return self.facts["scratch_problem"]
+
+    def cast(self, dtype):
+        raise ProbesError(f"{self.name} is served from the Ray cluster: its float64 copy is made there "
+                          "(probes.remote.compute(probes.parity.check, model, ..., dtype='float64'))")
+
+    def run(self, request: Request) -> RemoteTrace:
+        facts = self.ask("trace", request)
+        return RemoteTrace(self, request, **facts)
+
+
+class RemoteTrace:
+    """A trace held by the server: tokens and mask here, every number read from there, one call per question.
+    Its readers are :class:`~probes.trace.Trace`'s, with the same answers."""
+
+    def __init__(self, server: RemoteModel, request: Request, **facts):
+        self.remote, self.request = server, request
+        self.__dict__.update(facts)
+        self.lse = None
+        self._fields: dict = {}
+
+    def _read(self, what: str, *args, **kwargs):
+        return self.remote.ask("read", self.request, what, args, kwargs)
+
+    def _field(self, name: str):
+        if name not in self._fields:
+            self._fields[name] = self._read(name)
+        return self._fields[name]
+
+    @property
+    def hidden_states(self):
+        return self._field("hidden_states")
+
+    @property
+    def logits(self):
+        return self._field("logits") if self.has_logits else None
+
+    @property
+    def rotary(self):
+        return self._field("rotary")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.untyped_storage().nbytes() for t in (self.input_ids, self.attention_mask))
+
+    @property
+    def batch_size(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def group(self) -> int:
+        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 1
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    def attention(self, layer: int, head: int | None = None, item: int = 0, rows=None):
+        return self._read("attention", layer, head, item, rows)
+
+    def qkv(self, layer: int, head: int, item: int = 0):
+        return self._read("qkv", layer, head, item)
+
+    def layer_qkv(self, layer: int):
+        return self._read("layer_qkv", layer)
+
+    def kv_head(self, layer: int, head: int) -> int:
+        return self._read("kv_head", layer, head)
+
+    def head_summary(self, layer: int, item: int = 0, block: int | None = None):
+        return self._read("head_summary", layer, item, *(() if block is None else (block,)))
+
+    def all_attention(self, item: int = 0):
+        return self._read("all_attention", item)
+
+    def layer_attention(self, layer: int):
+        return self._read("layer_attention", layer)
+
+    def real_tokens(self, item: int = 0):
+        return [self.tokens[item][i] for i in self.attention_mask[item].nonzero().squeeze(-1).tolist()]
+
+    def token_strings(self, item: int = 0) -> list[str]:
+        return [t.text for t in self.real_tokens(item)]
+
+
+def compute(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, where it can run: here for local models and traces, on the server when an
+    argument is a :class:`RemoteModel` or :class:`RemoteTrace` (which then stand for the server's own model and
+    traces; a ``progress`` callback stays here and is not called)."""
+    remote = next((a.remote if isinstance(a, RemoteTrace) else a for a in (*args, *kwargs.values())
+                   if isinstance(a, (RemoteModel, RemoteTrace))), None)
+    if remote is None:
+        return fn(*args, **kwargs)
+    kwargs.pop("progress", None)
+    sent = lambda a: MODEL if isinstance(a, RemoteModel) else (a.request if isinstance(a, RemoteTrace) else a)  # noqa: E731
+    return remote.ask("compute", callable_name(fn), tuple(sent(a) for a in args),
+                      {k: sent(v) for k, v in kwargs.items()})
+
+
+# -- joining a cluster, finding and starting servers ----------------------------------------------
+
+def join(address: str) -> str:
+    """Join the Ray cluster at ``address`` (``auto``: the one this process is connected to already, else the one
+    RAY_ADDRESS or ``ray start`` names); the address joined. A quick, one-line failure when none answers."""
+    from .corpus import ray_pool
+
+    ray_pool.start(address)  # nothing, where this process has joined one already
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def served(address: str = "auto") -> list[str]:
+    """The models that servers on the cluster at ``address`` hold."""
+    join(address)
+    from ray import util
+
+    return sorted(a["name"][len(PREFIX):] for a in util.list_named_actors(all_namespaces=True)
+                  if a.get("namespace") == NAMESPACE and a["name"].startswith(PREFIX))
+
+
+def connect(name: str, address: str = "auto", handle=None) -> RemoteModel:
+    """The model ``name`` as served on the Ray cluster at ``address`` (:func:`probes.load` with ``ray=``);
+    ``handle``: the actor's, where this process started it."""
+    import ray
+
+    gcs = join(address)
+    try:
+        handle = handle or ray.get_actor(PREFIX + name, namespace=NAMESPACE)
+    except ValueError:
+        others = ", ".join(served(address)) or "none"
+        raise ModelUnavailable(f"no server on the Ray cluster at {gcs} holds {name!r} (served there: {others}): "
+                               f"start one with `python -m probes serve --model {name} --ray {gcs}`") from None
+    stub = RemoteModel(name=name, location=f"ray://{gcs}/{name}", family=None, hf=None, tokenizer=None, config=None,
+                       address=gcs, handle=handle)
+    facts = stub.ask("describe")
+    stub.name, stub.family, stub.tokenizer, stub.config = facts["name"], facts["family"], facts["tokenizer"], facts["config"]
+    stub.facts = facts
+    stub.wire = Wire()  # the description is the model's stand-in, not a question: counted from here on
+    return stub
+
+
+def serve(name: str, address: str = "auto", gpus: float = 0, cpus: int = 1, allow_local_paths: bool = True,
+          detached: bool = True):
+    """Start the server of ``name`` on the Ray cluster at ``address`` (a named actor that Ray restarts when its
+    process dies) and wait until its model is loaded; returns the connected :class:`RemoteModel`. A model that
+    cannot be loaded is its one-line error, and no actor is left behind."""
+    import ray
+
+    join(address)
+    actor = ray.remote(ModelServer).options(
+        name=PREFIX + name, namespace=NAMESPACE, lifetime="detached" if detached else None, max_restarts=-1,
+        num_cpus=cpus, num_gpus=gpus or None, get_if_exists=True)
+    handle = actor.remote(name, allow_local_paths, "cuda" if gpus else "cpu", cpus)
+    try:
+        return connect(name, address, handle)  # this handle keeps an actor that is not detached alive
+    except ProbesError:
+        ray.kill(handle, no_restart=True)
+        raise
+
+
+def stop(name: str, address: str = "auto") -> None:
+    """Stop the server of ``name`` (no restart)."""
+    import ray
+
+    join(address)
+    try:
+        ray.kill(ray.get_actor(PREFIX + name, namespace=NAMESPACE), no_restart=True)
+    except ValueError:
+        pass

@@ -1,0 +1,200 @@
+"""Models served from a Ray cluster (probes.remote): traces from the server equal local ones bit for bit (minilm,
+smollm2), a server whose process dies is one line and then works again, a server runs only the library's readers,
+and ``python -m probes serve`` starts and stops one that another process uses."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray  # the [ray] extra, which the README's install includes
+import torch
+
+import probes
+from probes import generation, parity, remote
+from probes.corpus import ray_pool
+from probes.effects import ablation
+from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
+
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time (make test's workers)
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = ray_pool.start(None, cpus=2)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture()
+def one_thread():
+    """This process sums like the server (one torch thread, what `serve` gives a server of one CPU): a matrix
+    product's rounding may depend on how it is split between threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def served_minilm(cluster):
+    model = remote.serve("minilm", cluster, detached=False)
+    yield model
+    remote.stop("minilm", cluster)
+
+
+def same_trace(remote_trace, local_trace, model) -> None:
+    """Every number a page or a reader asks a trace for, equal bit for bit."""
+    assert remote_trace.token_strings() == local_trace.token_strings()
+    assert torch.equal(remote_trace.input_ids, local_trace.input_ids)
+    assert remote_trace.lazy == local_trace.lazy
+    for a, b in zip(remote_trace.hidden_states, local_trace.hidden_states, strict=True):
+        assert torch.equal(a, b)
+    if local_trace.logits is not None:
+        assert torch.equal(remote_trace.logits, local_trace.logits)
+    for layer in range(model.n_layers):
+        assert torch.equal(remote_trace.attention(layer), local_trace.attention(layer))  # every head, every row
+        for head in range(model.n_heads):
+            assert torch.equal(remote_trace.attention(layer, head, rows=slice(2, 5)),
+                               local_trace.attention(layer, head, rows=slice(2, 5)))
+            for a, b in zip(remote_trace.qkv(layer, head), local_trace.qkv(layer, head), strict=True):
+                assert torch.equal(a, b)
+    summary, expected = remote_trace.head_summary(1), local_trace.head_summary(1)
+    assert all(torch.equal(summary[k], expected[k]) for k in expected)
+
+
+@pytest.mark.numeric  # the server's floats against this process's, exactly
+def test_minilm_traces_from_the_server_equal_local_ones_bit_for_bit(served_minilm, minilm, one_thread):
+    assert isinstance(served_minilm, probes.Model) and served_minilm.fingerprint() == minilm.fingerprint()
+    for source, backend, budget in (("hf", "eager", None), ("scratch", "eager", None), ("scratch", "sdpa", 0)):
+        got = probes.run(served_minilm, TEXT, source=source, backend=backend, attention_budget=budget)
+        same_trace(got, probes.run(minilm, TEXT, source=source, backend=backend, attention_budget=budget), minilm)
+    assert got.lazy  # the budget of 0 bytes: the server kept a logsumexp per row, and answered from it
+
+
+@pytest.mark.numeric  # the server's floats against this process's, exactly
+def test_smollm2_traces_from_the_server_equal_local_ones_bit_for_bit(cluster, smollm2, one_thread):
+    served = probes.load("smollm2", ray="auto") if "smollm2" in remote.served(cluster) else \
+        remote.serve("smollm2", cluster, detached=False)
+    try:
+        assert served.n_kv_heads == 3 and served.has_lm_head  # grouped-query, with logits: what minilm does not test
+        same_trace(probes.run(served, TEXT, source="scratch"), probes.run(smollm2, TEXT, source="scratch"), smollm2)
+        there, here = (remote.compute(generation.generate, m, "The cat sat", 4) for m in (served, smollm2))
+        assert there.new_ids == here.new_ids and all(torch.equal(a, b) for a, b in zip(there.rows, here.rows))
+    finally:
+        remote.stop("smollm2", cluster)
+
+
+def test_a_head_change_sends_only_that_head(served_minilm):
+    t = probes.run(served_minilm, TEXT)
+    before = served_minilm.wire.received
+    weights = t.attention(3, 4)
+    n = len(t.token_strings())
+    assert weights.shape == (n, n)
+    assert served_minilm.wire.received - before < n * n * 4 + 2_000  # the n×n floats and the call's own framing
+
+
+@pytest.mark.numeric  # the server's floats against this process's, exactly
+def test_work_that_needs_the_weights_runs_on_the_server(served_minilm, minilm, one_thread):
+    here = parity.compare(probes.run(minilm, TEXT), probes.run(minilm, TEXT, source="scratch"))
+    there = remote.compute(parity.compare, probes.run(served_minilm, TEXT),
+                           probes.run(served_minilm, TEXT, source="scratch"))
+    assert there.passed and there.attention_max_abs_diff == here.attention_max_abs_diff
+    grid = remote.compute(ablation.ablate_each, served_minilm, "the cat sat", how="zero", position=1,
+                          progress=lambda *a: None)  # the progress callback stays here
+    assert grid.equals(ablation.ablate_each(minilm, "the cat sat", how="zero", position=1))
+
+
+def test_a_server_runs_only_the_library_readers(served_minilm):
+    with pytest.raises(ValueError, match="not one of the library's readers"):
+        remote.compute(os.system, served_minilm, "true")
+    for name in ("os:system", "probes.parity:os.system", "probes.effects.ablation:torch.load"):
+        with pytest.raises(ValueError, match="not one of the library's readers"):  # a client that skips the check
+            served_minilm.ask("compute", name, ("true",), {})
+    with pytest.raises(ValueError, match="not a reader of a trace"):
+        served_minilm.ask("read", remote.Request(TEXT), "__dict__")
+
+
+def test_a_text_the_model_cannot_read_is_the_servers_own_one_line_error(served_minilm):
+    with pytest.raises(probes.InputTooLong, match="shorten it"):
+        probes.run(served_minilm, "word " * 600)
+
+
+def test_a_model_nobody_serves_and_a_cluster_nobody_runs_are_one_line(served_minilm, cluster):
+    with pytest.raises(ModelUnavailable, match=r"holds 'gpt2' \(served there: minilm\): start one with "
+                                               r"`python -m probes serve --model gpt2"):
+        probes.load("gpt2", ray=cluster)
+    code = ("import probes, sys\ntry:\n    probes.load('minilm', ray='127.0.0.1:9')\n"
+            "except probes.ProbesError as e:\n    print(type(e).__name__, e)\n")
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.startswith(RayUnavailable.__name__) and "nothing answers at 127.0.0.1:9" in out.stdout
+    assert time.perf_counter() - start < 30
+
+
+@pytest.mark.numeric  # the server's floats against this process's, exactly
+def test_a_server_whose_process_dies_is_one_line_then_works_again(served_minilm, one_thread):
+    t = probes.run(served_minilm, TEXT)
+    expected = t.attention(2, 5)
+    pid = served_minilm.facts["pid"]
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ServerLost) as lost:
+        t.attention(2, 5)
+    assert str(lost.value).count("\n") == 0 and "try again in a few seconds" in str(lost.value)
+    deadline = time.monotonic() + 90
+    while True:  # Ray restarts the actor, which loads the model again
+        try:
+            again = t.attention(2, 5)  # the same trace: the new server recomputes it from its request
+            break
+        except ServerLost:
+            assert time.monotonic() < deadline, "the server did not come back within 90 s"
+            time.sleep(0.5)
+    assert torch.equal(again, expected)
+    assert ray.get(served_minilm.handle.pid.remote()) != pid
+
+
+def test_a_server_stopped_and_started_again_is_found_by_its_name(cluster):
+    first = remote.serve("minilm", cluster, detached=False) if "minilm" not in remote.served(cluster) else \
+        probes.load("minilm", ray=cluster)
+    remote.stop("minilm", cluster)
+    with pytest.raises(ServerLost, match=r"was stopped: start it again \(python -m probes serve --model minilm"):
+        probes.run(first, "the cat sat")
+    second = remote.serve("minilm", cluster, detached=False)  # a new actor under the same name
+    assert probes.run(first, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    assert ray.get(first.handle.pid.remote()) == second.facts["pid"]
+    remote.stop("minilm", cluster)
+
+
+def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-m", "probes", "serve", "--model", "minilm", "--ray", cluster]
+    if "minilm" in remote.served(cluster):
+        remote.stop("minilm", cluster)
+    up = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    assert up.returncode == 0, up.stderr
+    assert "serving minilm (6 layers × 12 heads" in up.stdout and f"PROBES_RAY_ADDRESS={cluster}" in up.stdout
+    try:
+        assert "minilm" in remote.served(cluster)
+        gpu = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--gpus-per-replica", "1"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT, env=env)
+        assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1] == (
+            f"error: the Ray cluster at {cluster} has 0 GPU(s), fewer than the 1 asked for: ask for fewer, or add a "
+            "node that has them")
+        again = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith(
+            "error: minilm is served on the Ray cluster") and "Traceback" not in again.stderr
+        model = probes.load("minilm", ray=cluster)  # the detached server outlives the command that started it
+        assert probes.run(model, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    finally:
+        down = subprocess.run(cli + ["--stop"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert down.returncode == 0 and "stopped the server of minilm" in down.stdout
+    assert "minilm" not in remote.served(cluster)
+    with pytest.raises(ProbesError):
+        probes.load("minilm", ray=cluster)
