@@ -6,6 +6,7 @@ import sys
 
 import pytest
 from numeric import F64, fp32
+from processes import killed_after_chunks
 
 from probes import models, parity, scratch
 from probes.cli import main
@@ -226,7 +227,8 @@ def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
         (["--corpus", str(corpus), "--examples", str(tmp_path / "x.csv")], "written as .parquet"),
         (["--corpus", str(corpus), "--model", "minilm,minilm"], "named twice"),
         (["--corpus", str(corpus), "--window", "2"], "leaves no room"),
-        (["--probe", "positional", "--ray"], "--ray goes with --corpus"),
+        (["--probe", "positional", "--ray", "ray://127.0.0.1:1"], "Ray Data does not run through Ray Client"),
+        (["--probe", "positional", "--ray", "127.0.0.1"], "give the Ray head's address as HOST:PORT"),
         (["--probe", "positional", "--model", "minilm,smollm2"], "several models in one run go with --corpus"),
         ([], "say what to score"),
     ]
@@ -238,9 +240,6 @@ def test_corpus_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 @pytest.mark.numeric
 def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path, capsys):
-    import signal
-    import time
-
     import pandas as pd
     import torch
 
@@ -250,13 +249,7 @@ def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path, capsys):
     args = [sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--window", "24",
             "--checkpoint-every", "1", "--threads", "1"]
     out = tmp_path / "t.csv"
-    first = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while len(list(tmp_path.glob("t.csv.partial/*/chunk-*.csv"))) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    done = len(list(tmp_path.glob("t.csv.partial/*/chunk-*.csv")))
+    done = killed_after_chunks([*args, "--out", str(out)], out, 3, timeout=240)
     assert 3 <= done < 40 and not out.exists()
     threads = torch.get_num_threads()
     try:  # the rerun and a fresh run through the command line's entry point, in this process (one thread too)

@@ -712,7 +712,7 @@ def cases() -> list:
                 ("empty", "", 2, "is a folder: give a file name ending in .csv, .json or .parquet"),
                 ("json", "{tmp}/out.json", 0, "wrote"), ("parquet", "{tmp}/out.parquet", 0, "wrote")):
             case(f"{name}-out-{what}", code, says, *argv, "--out", out_path)
-    case("profile---ray-without-corpus", 2, "--ray goes with --corpus FILE", "profile", "--model", "{gpt2}", "--probe", "positional",
+    case("profile---probe---ray-client", 2, "--ray ray://127.0.0.1:1: Ray Data does not run through Ray Client", "profile", "--model", "{gpt2}", "--probe", "positional",
          "--data", "{d}/good.txt", "--out", "{out}", "--ray", "ray://127.0.0.1:1")
     case("profile-corpus-with-probe", 2, "--corpus profiles the label-free statistics", "profile", "--model",
          "{gpt2}", "--corpus", "{d}/good.txt", *C, "--probe", "positional", "--out", "{out}")

@@ -21,9 +21,9 @@ def run(args: argparse.Namespace) -> int:
         return run_corpus(args)
     if args.probe is None:
         raise BadOption("say what to score: --probe PROBE|all (built-in or --data), or --corpus FILE")
-    for flag, given in (("--ray", args.ray), ("--examples", args.examples), ("--field", args.field)):
+    for flag, given in (("--examples", args.examples), ("--field", args.field)):
         if given:
-            raise BadOption(f"{flag} goes with --corpus FILE (the corpus statistics); the probes run on one process")
+            raise BadOption(f"{flag} goes with --corpus FILE (the corpus statistics); leave it out with --probe")
     if "," in args.model:
         raise BadOption("several models in one run go with --corpus; run --probe once per model")
 
@@ -35,19 +35,55 @@ def run(args: argparse.Namespace) -> int:
 
     check_out(Path(args.out), args.force, {"--data": args.data},  # before anything heavy: one line, at once
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
-    from ..threads import apply
+    notify = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
+    executor, started, threads, pool_stats = None, False, None, {}
+    if args.ray:
+        quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
+        executor, started = on_ray(args, pool_stats, notify)
+    else:
+        from ..threads import apply
 
-    threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
-    model = load_model(args)
-    # "all": every probe, or with --data the probes whose records say they read it
-    probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
-    frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
-                    checkpoint_every=args.checkpoint_every, backend=args.backend,
-                    notify=lambda message: print(f"note: {message}", file=sys.stderr), strict=args.strict,
-                    progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
+        threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
+    try:
+        model = load_model(args)
+        # "all": every probe, or with --data the probes whose records say they read it
+        probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
+        frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
+                        checkpoint_every=args.checkpoint_every, backend=args.backend, notify=notify, strict=args.strict,
+                        executor=executor,
+                        progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
     print_top(frame, args.top)
-    print(f"wrote {len(frame)} rows to {args.out} ({threads.describe()})", file=sys.stderr)
+    where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
+    print(f"wrote {len(frame)} rows to {args.out} ({where})", file=sys.stderr)
     return 0
+
+
+def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
+    """``--ray``: Ray joined (or started here) and an executor on a pool of its workers, which fills
+    ``pool_stats`` and tells ``notify`` of chunks that ran again; and whether this run started Ray (and so
+    shuts it down)."""
+    from ..errors import BadOption
+
+    try:
+        from ..corpus import ray_pool
+    except ImportError:
+        raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (README, Install)") from None
+    started = ray_pool.start(None if args.ray == "local" else args.ray)
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    workers = args.workers or max(1, cpus // args.cpus_per_worker)
+    executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
+                                 allow_local_paths=not args.hub_only, stats=pool_stats, notify=notify)
+    where = f"Ray at {args.ray}" if args.ray != "local" else "a local Ray"
+    print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
+          + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
+    return executor, started
 
 
 def run_corpus(args: argparse.Namespace) -> int:
@@ -55,7 +91,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from ..corpus.reader import Corpus
+    from ..corpus.reader import Corpus, DatasetCorpus, is_uri
     from ..corpus.run import examples_path, in_process, profile_corpus
     from ..errors import BadOption
     from ..jobs import check_out, same_file
@@ -73,7 +109,13 @@ def run_corpus(args: argparse.Namespace) -> int:
         raise BadOption(f"--examples {examples}: the top examples are written as .parquet")
     if examples.exists() and not args.force:
         raise BadOption(f"--examples {examples} exists: pass --force to replace it, or choose another file")
-    corpus = Corpus(args.corpus, args.field or "text")
+    if is_uri(args.corpus) and not args.ray:
+        raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray (alone, a local Ray on "
+                        "this machine), or give a local path")
+    # with --ray the chunks carry their texts (read here, or by Ray Data from a URI): no worker opens the corpus
+    corpus = (DatasetCorpus if args.ray else Corpus)(args.corpus, args.field or "text")
+    if args.ray:
+        corpus.check()  # a store that cannot be read: one line, before Ray starts and the models load
     names = [n.strip() for n in args.model.split(",") if n.strip()]
     if not names:
         raise BadOption("--model is empty: give one model, or several separated by commas")
@@ -81,22 +123,9 @@ def run_corpus(args: argparse.Namespace) -> int:
         raise BadOption(f"--model {args.model}: a model is named twice")
     quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
     executor, started, threads = in_process, False, None
+    pool_stats: dict = {}
     if args.ray:
-        try:
-            from ..corpus import ray_pool
-        except ImportError:
-            raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (README, Install)") from None
-        started = ray_pool.start(None if args.ray == "local" else args.ray)
-        import ray
-
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        workers = args.workers or max(1, cpus // args.cpus_per_worker)
-        pool_stats: dict = {}
-        executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
-                                     allow_local_paths=not args.hub_only, stats=pool_stats)
-        where = f"Ray at {args.ray}" if args.ray != "local" else "a local Ray"
-        print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
-              + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
+        executor, started = on_ray(args, pool_stats, lambda message: print(f"note: {message}", file=sys.stderr))
     else:
         from ..threads import apply
 
@@ -164,8 +193,8 @@ def add_parser(sub) -> None:
     c.add_argument("--top-k", type=positive, default=10, help="top examples kept per head (default: 10)")
     c.add_argument("--examples", help="where the top examples go (.parquet; default: OUT's name + .examples.parquet)")
     c.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                   help="run the chunks on Ray: alone, a local Ray on this machine; with an address "
-                   "(HEAD:6379, or auto on a node of the cluster), that cluster (ray:// is refused: Ray Data "
+                   help="run the chunks (of --corpus or --probe) on Ray: alone, a local Ray on this machine; with an "
+                   "address (HEAD:6379, or auto on a node of the cluster), that cluster (ray:// is refused: Ray Data "
                    "does not run through Ray Client)")
     c.add_argument("--workers", type=workers, help="Ray workers (default: the cluster's CPUs / --cpus-per-worker)")
     c.add_argument("--cpus-per-worker", type=threads, default=1, help="CPUs (torch threads) per Ray worker")

@@ -10,7 +10,9 @@ skips the chunks already there, so an interrupted run resumes without recomputin
 computed from the same inputs: each probe's checkpoint folder is named by, and holds a manifest of, a
 fingerprint of the items (their content, not the file name), the model's weights, the options that
 change scores and the probes' code; a checkpoint from other inputs is removed, saying which of them
-changed, and the run starts afresh (checkpoints, digests and writes: :mod:`probes.jobs`). The chunks are
+changed, and the run starts afresh (checkpoints, digests and writes: :mod:`probes.jobs`). With an executor
+(``profile --probe ... --ray``: :func:`probes.corpus.ray_pool.executor`) the chunks not written yet run as
+:class:`ProbeJob` s on Ray workers, each with the model it loaded, into the same checkpoints. The chunks are
 then combined exactly by the probe's ``combine`` (:mod:`probes.heads.combine`). The final file (CSV,
 JSON or Parquet, by extension) is written through a temporary file and a rename, so an interrupted run
 never leaves a truncated output.
@@ -20,13 +22,15 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from .. import runner
 from ..errors import NothingToScore
-from ..jobs import bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_table
+from ..jobs import (bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_file,
+                    write_table)
 from ..trace import Trace
 from .registry import Probe, get
 
@@ -99,10 +103,57 @@ def fingerprint(model, probe: Probe, items: list, data: str | None, checkpoint_e
             "options": digest([probe.name, data, checkpoint_every, backend])}
 
 
+@dataclass(frozen=True)
+class ProbeJob:
+    """One chunk of a probe's items, picklable: what a Ray worker (:func:`probes.corpus.ray_pool.executor`) runs
+    on the model it loaded, giving the chunk's scores (:func:`run_chunk`)."""
+
+    probe: str
+    index: int  # the chunk's number: its checkpoint is chunk-NNNNN.csv
+    items: list
+    batch_size: int = 16
+    backend: str = "eager"
+
+    @property
+    def label(self) -> str:
+        return self.probe
+
+    def __call__(self, model) -> pd.DataFrame:
+        return run_chunk(get(self.probe), model, self.items, self.batch_size, self.backend)
+
+
+def on_executor(model, folder: Path, name: str, items: list, every: int, batch_size: int, backend: str, executor,
+                bar=None, notify=None) -> list[pd.DataFrame]:
+    """What :func:`probes.jobs.checkpointed` does, with the chunks not written yet run by ``executor`` (Ray) as
+    :class:`ProbeJob` s: the same chunks and files, so a run begun on one process is finished on Ray and the
+    other way round; each chunk is written once, by its index, whatever order they finish in."""
+    chunks = [items[start:start + every] for start in range(0, len(items), every)]
+    path = lambda i: folder / f"chunk-{i:05d}.csv"  # noqa: E731
+    done = [i for i in range(len(chunks)) if path(i).is_file()]
+    jobs = [ProbeJob(name, i, list(chunk), batch_size, backend) for i, chunk in enumerate(chunks) if i not in done]
+    if notify and done:
+        notify(f"{name}: resuming from {folder}: {len(done)} of {len(chunks)} chunks done already")
+    parts = {i: pd.read_csv(path(i)) for i in done}  # as checkpointed: read back if written before, else as computed
+    try:
+        if bar:
+            bar.update(sum(len(chunks[i]) for i in done))
+        for index, part in executor(model, jobs):
+            if index in parts:  # a retried task that had finished already: counted once
+                continue
+            write_file(path(index), part.to_csv(index=False).encode())
+            parts[index] = part
+            if bar:
+                bar.update(len(chunks[index]))
+    finally:
+        if bar:  # closed before any error is printed, so the message starts its own line
+            bar.close()
+    return [parts[i] for i in range(len(chunks))]
+
+
 def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
-                 notify, strict) -> pd.DataFrame:
-    """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint),
-    combined exactly."""
+                 notify, strict, executor=None) -> pd.DataFrame:
+    """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
+    or by ``executor``), combined exactly."""
     probe = get(name)
     items = probe.items(data, limit)
     bad_items(name, data or probe.default_data, items, out, strict, notify)
@@ -110,8 +161,11 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
         runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
-    parts = checkpointed(folder, items, checkpoint_every,
-                         lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar)
+    if executor is None:
+        parts = checkpointed(folder, items, checkpoint_every,
+                             lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar)
+    else:
+        parts = on_executor(model, folder, name, items, checkpoint_every, batch_size, backend, executor, bar, notify)
     result = probe.combine(parts, items)
     if result.empty:
         raise NothingToScore(f"{name}: nothing to score in the {len(items)} usable item(s) of "
@@ -122,19 +176,21 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
 
 def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
             checkpoint_every: int = 64, backend: str = "eager", progress_factory=None,
-            notify: Callable[[str], None] | None = None, strict: bool = False) -> pd.DataFrame:
+            notify: Callable[[str], None] | None = None, strict: bool = False, executor=None) -> pd.DataFrame:
     """Run the probes (by name, as the registry knows them) over ``data`` (each probe's default when
     None), checkpointing every ``checkpoint_every`` items under ``out.partial/``. ``notify(message)`` is
     told when a checkpoint from other inputs is dropped, and which bad items of the data were skipped
     (all of them are written to ``OUT.bad.txt``); ``strict`` makes any bad item an error listing them all.
-    A probe left with no usable item is an error, never an empty table."""
+    A probe left with no usable item is an error, never an empty table. ``executor`` (e.g.
+    :func:`probes.corpus.ray_pool.executor`: ``executor(model, jobs)`` yields ``(index, scores)``) runs the chunks
+    elsewhere, in the same checkpoints; None: here, one after another."""
     check_format(out)
     partial = out.with_name(out.name + ".partial")
     frames = []
     for name in probes:
         try:
             frames.append(_profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend,
-                                       progress_factory, notify, strict))
+                                       progress_factory, notify, strict, executor))
         except NothingToScore as exc:
             if len(probes) == 1:
                 raise

@@ -1,0 +1,170 @@
+"""Corpus and probe runs over a multi-node Ray on this machine (``ray.cluster_utils.Cluster``: a head with no CPU
+for work and two worker nodes of one CPU, each its own processes): the same tables and top examples as one
+process, a worker node killed mid-run, and a driver killed and rerun."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import ray
+import torch
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+
+import probes
+from processes import killed_after_chunks
+from probes.corpus import ray_pool
+from probes.corpus import run as corpus_run
+from probes.corpus.reader import Corpus
+from probes.heads.profile import profile
+
+# one Ray at a time (make test's workers); every test compares a Ray run with one process: exactly (both run the
+# same chunks in the same batches on one thread, so their sums run in one order)
+pytestmark = [pytest.mark.numeric, pytest.mark.xdist_group("ray")]
+
+SENTENCES = [f"The cat {i} sat on the mat, and the dog watched it from the door." for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (no CPU: it schedules, the workers work) and two worker nodes; this module's driver joins it."""
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        nodes = [made.add_node(num_cpus=1) for _ in range(2)]
+        made.wait_for_nodes()
+        assert ray_pool.start(made.address)  # the command's own way in: check_address, then ray.init
+        yield made, nodes
+    finally:
+        ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_dir):
+    return probes.load(str(gpt2_dir))  # a worker loads it by this name (the folder): the same weights
+
+
+@pytest.fixture()
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray worker (--cpus-per-worker 1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture()
+def data(tmp_path):
+    path = tmp_path / "s.txt"
+    path.write_text("\n".join(SENTENCES) + "\n")
+    return path
+
+
+class Bar:
+    """A progress bar that records what it was told, and may act once the first chunk is in."""
+
+    def __init__(self, total, on_first=None):
+        self.total, self.done, self.on_first = total, 0, on_first
+
+    def update(self, n):
+        self.done += n
+        if n and self.on_first:
+            self.on_first, act = None, self.on_first
+            act()
+
+    def close(self):
+        pass
+
+
+class Slow:
+    """A job that takes half a second longer (sent by value: the workers do not import the tests), so that a node
+    killed when the first chunk is back is in the middle of its next one."""
+
+    def __init__(self, job):
+        self.job, self.index, self.label = job, job.index, job.label
+
+    def __call__(self, model):
+        time.sleep(0.5)
+        return self.job(model)
+
+
+def slowly(pool):
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return lambda model, jobs: pool(model, [Slow(job) for job in jobs])
+
+
+def _probe_run(model, data, out, every=5, **kw):
+    return profile(model, ["positional"], str(data), None, out, batch_size=1, checkpoint_every=every, **kw)
+
+
+def test_corpus_and_probe_runs_over_two_nodes_equal_one_process(cluster, gpt2, data, tmp_path, one_thread):
+    _, nodes = cluster
+    corpus = Corpus(str(data))
+    single, ex_single = corpus_run.profile_corpus([gpt2], corpus, tmp_path / "one.csv", window=32, chunk_size=5)
+    stats, bars = {}, []
+    on_ray, ex_ray = corpus_run.profile_corpus(
+        [gpt2], corpus, tmp_path / "ray.csv", window=32, chunk_size=5, executor=ray_pool.executor(2, stats=stats),
+        progress_factory=lambda total, name: bars.append(Bar(total)) or bars[-1])
+    assert set(stats["node"].values()) == {n.node_id for n in nodes}  # both worker nodes did chunks
+    assert (bars[0].total, bars[0].done) == (6, 6)
+    pd.testing.assert_frame_equal(on_ray, single, check_exact=True)  # max |Δ| = 0
+    pd.testing.assert_frame_equal(ex_ray, ex_single, check_exact=True)
+
+    probe_single = _probe_run(gpt2, data, tmp_path / "p-one.csv")
+    stats.clear()
+    probe_ray = _probe_run(gpt2, data, tmp_path / "p-ray.csv", executor=ray_pool.executor(2, stats=stats))
+    assert set(stats["node"].values()) == {n.node_id for n in nodes}
+    pd.testing.assert_frame_equal(probe_ray, probe_single, check_exact=True)
+
+
+def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, data, tmp_path, one_thread):
+    made, _ = cluster
+    out = tmp_path / "t.csv"
+    args = [sys.executable, "-m", "probes", "profile", "--model", str(gpt2.name), "--probe", "positional", "--data",
+            str(data), "--batch-size", "1", "--checkpoint-every", "1", "--out", str(out), "--ray", made.address,
+            "--workers", "2"]
+    done = killed_after_chunks(args, out, 3, timeout=120)
+    assert 3 <= done < 30 and not out.exists()
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
+    assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in rerun.stderr
+    assert "of 30 chunks done already" in rerun.stderr
+    single = profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1, checkpoint_every=1)
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(tmp_path / "one.csv"), check_exact=True)
+    assert len(single) == len(pd.read_csv(out))
+
+
+def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(cluster, gpt2, data, tmp_path,
+                                                                           one_thread, monkeypatch):
+    from probes.heads import profile as heads_profile
+
+    made, nodes = cluster
+    single = _probe_run(gpt2, data, tmp_path / "one.csv", every=3)
+    stats, notes, killed, bars, written = {}, [], [], [], []
+    write = heads_profile.write_file
+    monkeypatch.setattr(heads_profile, "write_file", lambda path, data: written.append(path.name) or write(path, data))
+
+    def kill_a_node():  # the node that sent the first chunk back, while it runs its next one
+        node = next(iter(stats["node"].values()))
+        victim = next(n for n in nodes if n.node_id == node)
+        for pid in [pid for pid, where in stats["node"].items() if where == node]:
+            os.kill(pid, signal.SIGKILL)  # a machine that dies takes its processes at once (remove_node alone lets
+            # a worker finish the chunk in hand before it notices that its node is gone)
+        made.remove_node(victim, allow_graceful=False)
+        killed.append(victim)
+        made.add_node(num_cpus=1)  # the cluster's replacement, where Ray restarts the lost worker
+
+    out = tmp_path / "ray.csv"
+    on_ray = _probe_run(gpt2, data, out, every=3, notify=notes.append,
+                        executor=slowly(ray_pool.executor(2, stats=stats, notify=notes.append)),
+                        progress_factory=lambda total, name: bars.append(Bar(total, kill_a_node)) or bars[-1])
+    assert killed
+    assert (bars[0].total, bars[0].done) == (30, 30)  # every item counted once
+    chunks = sorted(name for name in written if name.startswith("chunk-"))
+    assert chunks == [f"chunk-{i:05d}.csv" for i in range(10)]  # each chunk's file written once
+    pd.testing.assert_frame_equal(on_ray, single, check_exact=True)
+    retried = [n for n in notes if n.startswith("Ray: chunk ")]
+    assert retried and all("(positional) ran again after its worker was lost (counted once)" in n for n in retried)
