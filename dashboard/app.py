@@ -35,6 +35,7 @@ from probes.scratch import BACKENDS  # noqa: E402
 
 CUSTOM = "other…"
 DOWNLOAD = "↓"  # the Model menu's mark of a hub model to download (a word cuts long names at the sidebar's width)
+ON_CLUSTER = "on the cluster"  # the Model menu's mark of a model served from the Ray cluster (PROBES_RAY_ADDRESS)
 log = logging.getLogger("dashboard")
 
 
@@ -56,14 +57,18 @@ def model_choices() -> list[str]:
     """The Model menu, in a stable order: what loads here first (the offline models, then hub models in this machine's
     Hugging Face cache), then hub models to download where the hub is reachable, then "other…" (a name typed). Hub
     models this server can neither find in its cache nor download are not offered: one line under the menu names
-    them (:func:`unreachable_models`). A deployment's own list (``PROBES_MODELS``) is kept as it is."""
+    them (:func:`unreachable_models`). A deployment's own list (``PROBES_MODELS``) is kept as it is. The models served
+    on the Ray cluster of ``PROBES_RAY_ADDRESS`` are offered too (marked :data:`ON_CLUSTER`), even where this
+    deployment would not load them itself."""
+    served = data.served_models()
     if (allowed := data.allowed_models()) is not None:
-        return allowed
+        return [*allowed, *(name for name in served if name not in allowed)]
     from probes.models import SHORT_NAMES, in_local_cache
 
     cached = [name for name in probes.KNOWN_HUB_MODELS if in_local_cache(name)]
     download = [name for name in probes.KNOWN_HUB_MODELS if name not in cached] if data.hub_reachable() else []
-    return [*SHORT_NAMES, *cached, *download, CUSTOM]
+    here = [*SHORT_NAMES, *cached, *download]
+    return [*here, *(name for name in served if name not in here), CUSTOM]
 
 
 def unreachable_models() -> list[str]:
@@ -96,8 +101,10 @@ def pick_model(sidebar) -> None:
 
     from probes.models import in_local_cache
 
+    served = data.served_models()
+
     def unreachable(choice: str) -> bool:  # a hub model this server can neither find in its cache nor download
-        return choice != CUSTOM and not in_local_cache(choice) and not data.hub_reachable()
+        return choice != CUSTOM and choice not in served and not in_local_cache(choice) and not data.hub_reachable()
 
     def picked():
         choice = st.session_state["w_model_pick"]
@@ -110,6 +117,8 @@ def pick_model(sidebar) -> None:
             ui.update(model=choice)
 
     def named(choice: str) -> str:  # a hub model that is not cached here loads only where the hub is reachable
+        if choice in served:
+            return f"{choice} · {ON_CLUSTER}"
         if choice == CUSTOM or in_local_cache(choice):
             return choice
         return f"{choice} · hub unreachable" if unreachable(choice) else f"{choice} {DOWNLOAD}"
@@ -128,6 +137,11 @@ def pick_model(sidebar) -> None:
             ui.update(model=st.session_state["w_model_custom"].strip() or probes.OFFLINE_DEFAULT)
 
         sidebar.text_input("Model name", key="w_model_custom", placeholder=hint, on_change=typed)
+    if problem := data.cluster_problem():  # PROBES_RAY_ADDRESS names a cluster that does not answer: one line
+        sidebar.warning(ui.safe(problem))
+    elif served:
+        sidebar.caption(f"Models marked \"{ON_CLUSTER}\" run on the Ray cluster at {ui.safe(data.cluster_address())}: "
+                        "only what a page draws comes here.")
     if missing := unreachable_models():  # not options (none would load): one line names them
         some = [m for m in (next((m for m in f.examples if m in missing), None) for f in families.families()) if m]
         names = missing if len(missing) <= 2 else some[:2]  # one of each of the first families

@@ -6,12 +6,15 @@ backend, layer, head…), never tensors.
   would pickle and copy all of them on every rerun just to read one head;
 * everything the pages draw (one head, one layer, the Q/K/V steps, parity): ``st.cache_data``, small
   numpy arrays and frames, so a head change reruns no model;
-* probe tables: in the session (see ``probe_table``).
+* probe tables: in the session (see ``probe_table``);
+* a model that a server on the Ray cluster of ``PROBES_RAY_ADDRESS`` holds is that server's (``model_of``), its
+  traces are read from there, and the work that needs its weights runs there (``compute``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -75,6 +78,53 @@ def hub_reachable() -> bool:
     from probes.models import hub_reachable as reachable
 
     return reachable(timeout=1.5)
+
+
+CLUSTER = "PROBES_RAY_ADDRESS"  # the setting naming a Ray cluster whose served models the app uses (HOST:PORT, auto)
+SERVED_TTL = 30  # seconds the list of served models (or the cluster's silence) is kept before asking again
+
+
+def cluster_address() -> str:
+    """``PROBES_RAY_ADDRESS``: the Ray cluster whose model servers (``python -m probes serve``) this app uses, or ""."""
+    return setting(CLUSTER)
+
+
+@st.cache_data(ttl=SERVED_TTL, show_spinner=False)
+def _served(address: str) -> tuple[tuple[str, ...], str | None]:
+    """The models served on the cluster at ``address``, and why none could be asked (None: it answered). The
+    first ask joins the cluster (once per process); a silent cluster is asked again after :data:`SERVED_TTL`."""
+    from probes import remote
+
+    try:
+        return tuple(remote.served(address)), None
+    except Exception as exc:  # noqa: BLE001 - a cluster that cannot be used: the app works locally, and says so
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        why = re.sub(r"^--ray \S+( \([^)]*\))?: ", "", why)  # the library says it in the CLI's words: its flag,
+        return (), why.split("): ", 1)[0] + ")" if "): " in why else why  # and what to do there, are left out
+
+
+def served_models() -> list[str]:
+    """The models this app opens from the Ray cluster of ``PROBES_RAY_ADDRESS`` (none without the setting, and on a
+    public app none whose name is a local path)."""
+    address = cluster_address()
+    if not address:
+        return []
+    names = []
+    for name in _served(address)[0]:
+        try:
+            names.append(probes.check_name(name, allow_local_paths=not public()))
+        except probes.ProbesError:
+            pass
+    return names
+
+
+def cluster_problem() -> str | None:
+    """One line on why the cluster of ``PROBES_RAY_ADDRESS`` is not used (None: it is, or there is none)."""
+    address = cluster_address()
+    if not address or (why := _served(address)[1]) is None:
+        return None
+    return (f"The Ray cluster at {address} (PROBES_RAY_ADDRESS) cannot be used, so models load here instead: "
+            f"{why.rstrip('.')}.")
 
 
 def offered_models() -> list[str]:
@@ -147,14 +197,53 @@ def load_model(name: str, allow_local_paths: bool) -> probes.Model:
     return probes.load(name, allow_local_paths=allow_local_paths, device="auto")
 
 
+@st.cache_resource(max_entries=16, show_spinner="Connecting to the model's server on the Ray cluster…")
+def served_model(name: str, address: str) -> probes.Model:
+    """The model a server on the Ray cluster at ``address`` holds (a ``RemoteModel``: its tokenizer and config here,
+    its weights there; light, so more are kept than :data:`MODELS_LOADED`)."""
+    return probes.load(name, ray=address)
+
+
 def model_named(name: str) -> probes.Model:
     """The model of that name (for work that does not depend on the sidebar's text: probes, generation)."""
     return model_of(Input(name, "", None, "hf", "eager", False))
 
 
 def model_of(inp: Input) -> probes.Model:
-    name = probes.check_name(inp.model, allow_local_paths=not public(), offered=allowed_models())
+    """The model of this input: from the Ray cluster (``PROBES_RAY_ADDRESS``) when a server there holds it (it may
+    then be one this deployment does not load itself), else loaded here."""
+    served, offered = served_models(), allowed_models()
+    name = probes.check_name(inp.model, allow_local_paths=not public(),
+                             offered=None if offered is None else [*offered, *served])
+    if name in served:
+        return served_model(name, cluster_address())
     return load_model(name, not public())
+
+
+def lm_measures(model: probes.Model) -> bool:
+    """Whether loss and prediction measures apply to ``model`` (:func:`probes.effects.ablation.lm_measures`), asked
+    where the model is: a served model's own server answers, once per model and cluster."""
+    from probes import remote
+    from probes.effects.ablation import lm_measures as applies
+
+    if not isinstance(model, remote.RemoteModel):
+        return applies(model)
+    return _served_lm_measures(model.name, model.address)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _served_lm_measures(name: str, address: str) -> bool:
+    from probes.effects.ablation import lm_measures as applies
+
+    return compute(applies, served_model(name, address))
+
+
+def compute(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` where the model is: here, or on the server of a model served from the Ray cluster
+    (:func:`probes.remote.compute`; a ``progress`` callback is not called there)."""
+    from probes import remote
+
+    return remote.compute(fn, *args, **kwargs)
 
 
 def _run(inp: Input) -> probes.Trace:
@@ -167,11 +256,14 @@ def _run(inp: Input) -> probes.Trace:
 
 
 @st.cache_resource(max_entries=4 * TRACES_KEPT, show_spinner="Running the model…")  # `trace` evicts, by bytes
-def _traced(inp: Input) -> probes.Trace:
+def _traced(inp: Input, where: str = "") -> probes.Trace:
+    """``where``: the Ray cluster whose server holds the model ("": this process), so that a trace made here is not
+    taken for the server's (or the other way round) when the cluster comes or goes."""
     return _run(inp)
 
 
-_held: OrderedDict[Input, int] = OrderedDict()  # the traces kept, least recently used first, with their bytes
+# the traces kept, least recently used first, with where they were made and their bytes
+_held: OrderedDict[Input, tuple[str, int]] = OrderedDict()
 _held_lock = threading.Lock()
 
 
@@ -180,14 +272,18 @@ def trace(inp: Input) -> probes.Trace:
     are kept, and at most ``TRACE_BYTES`` of them (``PUBLIC_TRACE_BYTES`` on a public deployment): the least
     recently used go first, and the newest is always kept. Counted in bytes, not entries: one 2,000-character
     text on SmolLM2 holds 80–300 MiB (and 88 MiB more with its logits), a sentence 5 MiB."""
-    t = _traced(inp)
+    where = cluster_address() if inp.model.strip() in served_models() else ""
+    t = _traced(inp, where)
     limit = PUBLIC_TRACE_BYTES if public() else TRACE_BYTES
     with _held_lock:
+        if inp in _held and _held[inp][0] != where:  # made where the model no longer is: dropped
+            _traced.clear(inp, _held.pop(inp)[0])
         if inp not in _held:
-            _held[inp] = t.nbytes
+            _held[inp] = (where, t.nbytes)
         _held.move_to_end(inp)
-        while len(_held) > 1 and (len(_held) > TRACES_KEPT or sum(_held.values()) > limit):
-            _traced.clear(_held.popitem(last=False)[0])
+        while len(_held) > 1 and (len(_held) > TRACES_KEPT or sum(n for _, n in _held.values()) > limit):
+            gone, (made, _) = _held.popitem(last=False)
+            _traced.clear(gone, made)
     return t
 
 
@@ -209,25 +305,25 @@ def story(inp: Input) -> explain.Answer | None:
     words = STORIES.get(inp.text.strip())
     if words is None or inp.pair:
         return None
-    return explain.answering_head(trace(inp), inp.text, *words)
+    return compute(explain.answering_head, trace(inp), inp.text, *words)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def text_words(inp: Input) -> list[tuple[str, list[int]]]:
     """The words of the text with the tokens each covers (Find heads' key menu)."""
-    return explain.words(trace(inp), inp.text)
+    return compute(explain.words, trace(inp), inp.text)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def massive_activations(inp: Input) -> pd.DataFrame:
     """The hidden-state numbers over 100 and over 1,000 × their layer's median size (Parity's table)."""
-    return parity.massive_activations(trace(inp))
+    return compute(parity.massive_activations, trace(inp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def margins(inp: Input, query: int, keys: tuple[int, ...], other: tuple[int, ...] = ()) -> explain.Margins:
     """Every layer × head's weight from one query token on a key word, on a distractor word and on the sink."""
-    return explain.margins(trace(inp), query, list(keys), list(other))
+    return compute(explain.margins, trace(inp), query, list(keys), list(other))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -243,7 +339,7 @@ def question(inp: Input, query: int) -> tuple[int | None, int | None]:
     if story and story[1].lower() in words:
         other = words.index(story[2].lower()) if story[2].lower() in words else None
         return words.index(story[1].lower()), other
-    return explain.likely_key(trace(inp), inp.text, query), None
+    return compute(explain.likely_key, trace(inp), inp.text, query), None
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -251,7 +347,7 @@ def query_norms(inp: Input, query: int, keys: tuple[int, ...]) -> np.ndarray:
     """Every layer × head's value-weighted norm from one query token on some key tokens ``[layers, heads]``."""
     from probes.effects.norms import query_norms as norms
 
-    return norms(trace(inp), model_of(inp), query, list(keys))
+    return compute(norms, trace(inp), model_of(inp), query, list(keys))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -267,7 +363,7 @@ def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None =
     from probes.effects.norms import value_norms
 
     picked = slice(*rows) if rows else None
-    return value_norms(trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
+    return compute(value_norms, trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -275,7 +371,8 @@ def why(inp: Input, layer: int, head: int, query: int, key: int):
     """One score of one head split into what wrote its query × what wrote its key: a ``QKAttribution``."""
     from probes.effects.qk import qk_attribution
 
-    return qk_attribution(model_of(inp), inp.text, layer, head, query, key, pair=inp.pair, truncate=inp.truncate)
+    return compute(qk_attribution, model_of(inp), inp.text, layer, head, query, key, pair=inp.pair,
+                   truncate=inp.truncate)
 
 
 @st.cache_data(max_entries=16, show_spinner="Splitting the head's scores by the heads that wrote them…")
@@ -283,7 +380,7 @@ def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
     """Each earlier head's share of head ``layer``.``head``'s scores on the text's cells it weighs most (q and k)."""
     from probes.effects.qk import senders_on_text as split
 
-    return split(model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
+    return compute(split, model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
 
 
 @st.cache_data(max_entries=16, show_spinner="Composing every earlier head's weights with this head's…")
@@ -291,7 +388,7 @@ def composition(name: str, layer: int, head: int) -> pd.DataFrame:
     """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone."""
     from probes.effects.compose import composition_scores
 
-    return composition_scores(model_named(name), receivers=[(layer, head)])
+    return compute(composition_scores, model_named(name), receivers=[(layer, head)])
 
 
 # token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one
@@ -307,8 +404,9 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
 
     model = model_named(name)
     batch = max(1, PATCH_ROWS // model.encode(text).input_ids.shape[-1])
-    return patch(model, text, corrupted, (layer, head), into=into, batch=batch,
-                 progress=watched(advice="shorten the text, or pick a head in an earlier layer (fewer senders)")).frame
+    advice = "shorten the text, or pick a head in an earlier layer (fewer senders)"
+    return compute(patch, model, text, corrupted, (layer, head), into=into, batch=batch,
+                   progress=watched(advice=advice)).frame
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -316,7 +414,7 @@ def rollout(inp: Input, layer: int) -> np.ndarray:
     """Attention rollout up to ``layer`` (every head of each layer, with the residual): ``[n, n]``."""
     from probes.effects.rollout import rollout as roll
 
-    return roll(trace(inp), upto=layer)[layer].numpy()
+    return compute(roll, trace(inp), upto=layer)[layer].numpy()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -342,12 +440,12 @@ def bertviz_html(inp: Input, kind: str, layer: int = 0, head: int | None = None)
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def words(inp: Input, layer: int, head: int) -> tuple[list[str], np.ndarray]:
-    return explain.word_level(trace(inp), layer, head, inp.text, inp.pair)
+    return compute(explain.word_level, trace(inp), layer, head, inp.text, inp.pair)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
-    return explain.query_steps(trace(inp), layer, head, query)
+    return compute(explain.query_steps, trace(inp), layer, head, query)
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
@@ -358,8 +456,8 @@ def parity_report(inp: Input) -> parity.ParityReport:
     candidate is kept only when the page shows it (else it would take a place among the traces kept there)."""
     candidate = replace(inp, source="scratch", backend=parity_backend(inp))
     keep = inp.source == "scratch" or not public()
-    return parity.compare(trace(replace(inp, source="hf", backend="eager")),
-                          trace(candidate) if keep else _run(candidate), progress=watched(advice="shorten the text"))
+    return compute(parity.compare, trace(replace(inp, source="hf", backend="eager")),
+                   trace(candidate) if keep else _run(candidate), progress=watched(advice="shorten the text"))
 
 
 @dataclass(frozen=True)
@@ -385,8 +483,8 @@ def parity_backend(inp: Input) -> str:
 def prove_parity(inp: Input) -> Proof:
     """Run the float64 check of this input (a float64 copy of the model, built and dropped: 1 GiB for SmolLM2;
     a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session."""
-    r = parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
-                     dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+    r = compute(parity.check, model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
+                dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
     proof = Proof(r.passed, r.backend, r.attention_max_abs_diff, r.hidden_max_rel_diff, r.logits_max_rel_diff,
                   r.tolerance)
     st.session_state.setdefault(PROOFS, {})[_checked(inp)] = proof
@@ -454,9 +552,9 @@ def ablation(name: str, text: str, how: str, position: int, measure: str | None 
     reference = reference_texts() if how == "mean" else None
     wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
     with wait:
-        frame = ablate_each(model_named(name), text, how=how, reference=reference, position=position,
-                            measures=None if measure is None else [measure],
-                            progress=watched(progress, "shorten the text"))
+        frame = compute(ablate_each, model_named(name), text, how=how, reference=reference, position=position,
+                        measures=None if measure is None else [measure],
+                        progress=watched(progress, "shorten the text"))
     return _ablation_kept(name, text, how, position, measure, _frame=frame)
 
 
@@ -466,7 +564,7 @@ def attribution_default(name: str, text: str) -> tuple[int, str] | None:
     None (:func:`probes.effects.attribution.last_target`)."""
     from probes.effects.attribution import last_target
 
-    return last_target(model_named(name), text)
+    return compute(last_target, model_named(name), text)
 
 
 @st.cache_data(max_entries=16, show_spinner="Splitting the logit into each head's share…")
@@ -475,8 +573,8 @@ def attribution(name: str, text: str, target: str, other: str | None, position: 
     from probes.effects.attribution import logit_attribution, target_id
 
     model = model_named(name)
-    return logit_attribution(model, text, target_id(model, target), target_id(model, other) if other else None,
-                             position)
+    return compute(logit_attribution, model, text, compute(target_id, model, target),
+                   compute(target_id, model, other) if other else None, position)
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading every layer through the unembedding…")
@@ -485,8 +583,8 @@ def lens(name: str, text: str, truncate: bool, positions: tuple[int, int], layer
     with ``layer``, the direct effect of that layer's heads (a ``Lens`` of small frames)."""
     from probes.effects.lens import logit_lens
 
-    return logit_lens(model_named(name), text, truncate=truncate, positions=range(*positions),
-                      heads=layer is not None, head_layers=None if layer is None else [layer])
+    return compute(logit_lens, model_named(name), text, truncate=truncate, positions=range(*positions),
+                   heads=layer is not None, head_layers=None if layer is None else [layer])
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -494,7 +592,7 @@ def lens_column(name: str, ids: tuple[int, ...]) -> pd.DataFrame:
     """The logit lens of the token ids ``ids`` (a generated text, as it is) at its last token, layers only."""
     from probes.effects.lens import logit_lens
 
-    return logit_lens(model_named(name), ids=ids, positions=[len(ids) - 1], heads=False).layers
+    return compute(logit_lens, model_named(name), ids=ids, positions=[len(ids) - 1], heads=False).layers
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running both texts…")
@@ -503,7 +601,7 @@ def minimal_pair(name: str, text_a: str, text_b: str, query: str, key: str):
     both texts' traces: a resource, bounded, like :func:`trace`)."""
     from probes.effects.pairs import minimal_pair as pair
 
-    return pair(model_named(name), text_a, text_b, query, key)
+    return compute(pair, model_named(name), text_a, text_b, query, key)
 
 
 @dataclass(frozen=True)
@@ -566,7 +664,7 @@ def generation(w: Writing):
     """The model's continuation of the prompt with the from-scratch KV cache (a GenerationTrace)."""
     from probes import generation as g
 
-    return g.generate(model_named(w.model), w.prompt, w.new_tokens, w.sampling)
+    return compute(g.generate, model_named(w.model), w.prompt, w.new_tokens, w.sampling)
 
 
 @st.cache_data(max_entries=16, show_spinner="Proving the cache against one full forward pass…")
@@ -577,8 +675,8 @@ def generation_proof(w: Writing) -> GenerationProof:
 
     model = model_named(w.model)
     gen = generation(w)
-    proof = g.prove(model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
-    same = None if w.sample else g.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
+    proof = compute(g.prove, model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+    same = None if w.sample else compute(g.hf_generate, model, w.prompt, gen.n_steps) == gen.new_ids
     return GenerationProof(proof.passed, proof.exact_attention_max_abs_diff, proof.attention_max_abs_diff,
                            proof.logits_max_rel_diff, same)
 
@@ -595,8 +693,8 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
     if key not in tables:
-        tables[key] = profile.run_probe(model_named(name), probe, limit,
-                                        progress=watched(progress, "run fewer items"))
+        tables[key] = compute(profile.run_probe, model_named(name), probe, limit,
+                              progress=watched(progress, "run fewer items"))
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]
@@ -627,7 +725,7 @@ def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
             done[0] += n
             checked(done[0], len(texts))
 
-        tables[key] = jobs.with_model(importance(model, texts, ablation=False, progress=step), model)
+        tables[key] = jobs.with_model(compute(importance, model, texts, ablation=False, progress=step), model)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

@@ -12,10 +12,10 @@ import pandas as pd
 import streamlit as st
 
 import probes
-from probes.effects.ablation import lm_measures
 from probes.effects.measures import ABOUT
 
 from .. import charts, data, ui, words
+from ..data import lm_measures  # asked where the model is (a served model: its server)
 from ..state import STORIES
 
 HOWS = {"zero": "zero (the head writes nothing)",

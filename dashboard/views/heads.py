@@ -13,10 +13,10 @@ import streamlit as st
 import probes
 from probes import jobs
 from probes.corpus import readback
-from probes.effects.ablation import lm_measures
 from probes.heads import registry
 
 from .. import charts, data, ui, words
+from ..data import lm_measures  # asked where the model is (a served model: its server)
 
 
 def _run(ctx: ui.Context):

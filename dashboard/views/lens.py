@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import streamlit as st
 
-from probes.effects.ablation import lm_measures
 
 from .. import charts, data, ui
+from ..data import lm_measures  # asked where the model is (a served model: its server)
 
 COLUMNS = 16  # positions shown at a time: a cell holds a token as text (charts.LENS_CELL wide)
 VIEWS = {"layers": "Layers: the residual stream", "heads": "Heads: direct effect"}
