@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/memory_by_source.py --out benchmarks/results
 	$(BIN)/python benchmarks/parity_reuse.py --out benchmarks/results
 	$(BIN)/python benchmarks/corpus_ray.py --out benchmarks/results
+	$(BIN)/python benchmarks/remote_speed.py --out benchmarks/results
 	$(BIN)/python benchmarks/ablation.py --out benchmarks/results
 	$(BIN)/python benchmarks/effects_checks.py --out benchmarks/results
 	$(BIN)/python benchmarks/effects_first_grid.py --out benchmarks/results

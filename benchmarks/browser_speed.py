@@ -162,7 +162,9 @@ def _idle(page) -> None:
     page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=300_000)
 
 
-def measure(browser, url: str, changes: int, warmup: int) -> dict[str, list[dict]]:
+def measure(browser, url: str, changes: int, warmup: int, meter=None) -> dict[str, list[dict]]:
+    """Each change's times (and, with ``meter``, a callable returning a dict of running totals, what they grew by
+    over the change)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(PROBE)
     page = context.new_page()
@@ -179,6 +181,7 @@ def measure(browser, url: str, changes: int, warmup: int) -> dict[str, list[dict
     for i in range(warmup + changes):
         kind = KINDS[i % len(KINDS)]
         page.evaluate("window.__bench.press = -1")
+        before = meter() if meter else {}
         if kind == "query":
             box.locator("input").click()
             page.wait_for_timeout(250)
@@ -197,6 +200,7 @@ def measure(browser, url: str, changes: int, warmup: int) -> dict[str, list[dict
         page.wait_for_timeout(SETTLE_MS)
         got = page.evaluate(TIMES, title)
         got["seen"] = max(got["drawn"], got["idle"])
+        got.update({k: v - before[k] for k, v in (meter() if meter else {}).items()})
         if i >= warmup:
             out[kind].append(got)
         page.keyboard.press("Escape")  # close the select box's menu, if open

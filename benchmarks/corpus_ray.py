@@ -10,6 +10,9 @@
    EWT sentences joined), on one Ray worker with 2 CPUs: its busy seconds (the chunks, not its start-up),
    and its peak memory (ru_maxrss).
 3. Bytes per head of the top-examples store (the Parquet file / layers × heads), k = 10.
+4. Where the 1-worker Ray run's time goes against one process (:func:`breakdown`): outside the work (``ray.init``
+   and the rest), the worker's start-up, its chunks, the rest of the pipeline; the CPU seconds Ray's own
+   processes take meanwhile (:class:`CpuSampler`), the pickled bytes, and a worker's threads.
 
     .venv/bin/python benchmarks/corpus_ray.py [--texts 2000] [--out benchmarks/results]
 """
@@ -52,6 +55,137 @@ def documents(sentences: list[str], words: int = 450) -> list[str]:
 import pandas as pd  # noqa: E402
 
 
+class CpuSampler:
+    """CPU seconds (user + system) of this process and of every process under it (a local Ray's raylet, GCS,
+    log monitor, idle workers, actors), sampled every ``every`` seconds so that a process that exits (the actor
+    at the end of the pipeline) keeps what it used; by kind (Ray's process title, or the program's name)."""
+
+    def __init__(self, every: float = 0.25):
+        import threading
+
+        self.every, self.seen, self.kinds, self.stop = every, {}, {}, threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self):
+        import psutil
+
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                title = proc.cmdline()[0] if proc.cmdline() else proc.name()
+                # a pooled worker is titled ray::IDLE, then by what it runs (ray::MapWorker), then IDLE again: keep the work
+                if proc.pid not in self.kinds or self.kinds[proc.pid] in ("ray::IDLE", "python default_worker.py") \
+                        or not self.kinds[proc.pid].startswith("ray::"):
+                    kind = ("the driver" if proc.pid == me.pid else
+                                            title.split("(")[0] if title.startswith("ray::") else
+                                            Path(title.split()[0]).name + (" " + Path(proc.cmdline()[1]).name
+                                                                           if Path(title).name.startswith("python")
+                                                                           and len(proc.cmdline()) > 1 else ""))
+                    if kind != "ray::IDLE" or proc.pid not in self.kinds:
+                        self.kinds[proc.pid] = kind
+                self.seen[proc.pid] = times.user + times.system
+            except psutil.Error:
+                pass
+
+    def _loop(self):
+        while not self.stop.is_set():
+            self._sample()
+            self.stop.wait(self.every)
+
+    def __enter__(self):
+        self._sample()
+        self.before = dict(self.seen)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+
+    def by_kind(self) -> dict[str, tuple[int, float]]:
+        """kind -> (processes, CPU seconds used while sampled)."""
+        out: dict[str, tuple[int, float]] = {}
+        for pid, cpu in self.seen.items():
+            n, total = out.get(self.kinds[pid], (0, 0.0))
+            out[self.kinds[pid]] = (n + 1, total + cpu - self.before.get(pid, 0.0))
+        return out
+
+
+def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init_s: float) -> list[str]:
+    """Where the 1-worker Ray run's time goes, against one process, measured on a running local Ray: the
+    worker's start-up, its chunks, the rest of the pipeline, what Ray's own processes took of the CPUs meanwhile,
+    the bytes and seconds of pickling the jobs and the results, and the threads a worker's torch gets."""
+    import pickle
+
+    import ray
+
+    from probes.corpus import ray_pool
+    from probes.corpus.run import CorpusJob, in_process
+
+    scan = corpus.scan(chunk)
+    jobs = [CorpusJob(corpus, c, 128, 10) for c in scan.chunks]
+    results = [r for _, r in in_process(model, jobs[:4])]
+    start = time.perf_counter()
+    sent = sum(len(pickle.dumps(job)) for job in jobs)
+    back = [pickle.dumps(r) for r in results]
+    [pickle.loads(b) for b in back]
+    pickling = (time.perf_counter() - start) * len(jobs) / len(results)  # the results scaled to every chunk
+    back_bytes = sum(map(len, back)) * len(jobs) / len(results)
+
+    @ray.remote(num_cpus=2)
+    def threads():
+        import torch
+
+        return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+    omp, torch_threads = ray.get(threads.remote())
+    stats: dict = {}
+    first: list[float] = []
+    pool = ray_pool.executor(1, cpus_per_worker=2, stats=stats)
+
+    def watched(m, js):
+        for item in pool(m, js):
+            first.append(time.perf_counter())
+            yield item
+
+    with CpuSampler() as cpu:
+        start = time.perf_counter()
+        timed([model], corpus, tmp / "breakdown.csv", 128, watched, chunk)
+        wall = time.perf_counter() - start
+    load, busy = max(stats["load_seconds"].values()), sum(stats["busy_seconds"].values())
+    to_first = first[0] - start
+    kinds = cpu.by_kind()
+    worker = sum(t for k, (n, t) in kinds.items() if k.startswith("ray::MapWorker"))  # Ray Data's actor: ChunkWorker
+    driver = kinds.get("the driver", (1, 0.0))[1]
+    ray_own = {k: v for k, v in kinds.items() if k != "the driver" and not k.startswith("ray::MapWorker") and v[1] >= 0.05}
+    one, on_ray = cli["one process"], cli["Ray, 1 worker × 2 CPUs"]
+    lines = ["## Where the Ray run's time goes (1 worker × 2 CPUs, against one process)", "",
+             "| part | one process, s | Ray, s | Ray − one process, s |", "|---|---|---|---|",
+             f"| the CLI end to end (above) | {one:.1f} | {on_ray:.1f} | {on_ray - one:+.1f} |",
+             f"| outside the work: interpreter, imports, the driver's model load, the scan; for Ray also "
+             f"`ray.init` ({init_s:.1f} s here) and `ray.shutdown` | {one - here:.1f} | {on_ray - wall:.1f} | "
+             f"{(on_ray - wall) - (one - here):+.1f} |",
+             f"| the work, the model loaded (the pipeline, on a running Ray) | {here:.1f} | {wall:.1f} | "
+             f"{wall - here:+.1f} |",
+             f"| … the worker's start-up (its imports and model load, in the actor) | – | {load:.1f} | {load:+.1f} |",
+             f"| … the chunks (the worker's busy seconds) | {here:.1f} | {busy:.1f} | {busy - here:+.1f} |",
+             f"| … the rest of the pipeline: starting the actor's process, Ray Data's scheduling, moving jobs and "
+             f"results, waiting | – | {wall - load - busy:.1f} | {wall - load - busy:+.1f} |", "",
+             f"First result {to_first:.1f} s after the pipeline started (the worker's start-up {load:.1f} s and "
+             f"one chunk). Pickling: {sent / 1e3:,.0f} kB of jobs out and {back_bytes / 1e3:,.0f} kB of results back "
+             f"for {len(jobs)} chunks, {pickling:.2f} s to pickle and unpickle them all. A Ray worker with "
+             f"2 CPUs gets OMP_NUM_THREADS={omp} and torch {torch_threads} threads (ChunkWorker sets torch's to its "
+             "CPUs).", "",
+             f"CPU seconds used during the pipeline ({wall:.1f} s on {os.cpu_count()} CPUs = "
+             f"{wall * (os.cpu_count() or 1):.1f} CPU-s): the worker {worker:.1f}, the driver {driver:.1f}, Ray's "
+             "own processes " + ", ".join(f"{k} {t:.1f} ({n} process{'es' if n > 1 else ''})"
+                                          for k, (n, t) in sorted(ray_own.items(), key=lambda kv: -kv[1][1]))
+             + f"; in all {sum(t for _, t in ray_own.values()):.1f}.", ""]
+    return lines
+
+
 def timed(models, corpus, out: Path, window: int, executor, chunk_size: int) -> tuple[float, object, object]:
     from probes.corpus.run import profile_corpus
 
@@ -66,6 +200,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=64, help="texts per chunk (the CLI's --checkpoint-every)")
     parser.add_argument("--windows", type=int, default=64, help="windows per items/s measurement (long texts)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="parts 1 and 4 only; parts 2 and 3 copied from the saved result, marked so")
     args = parser.parse_args()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
@@ -83,8 +219,9 @@ def main() -> None:
     corpus = Corpus(str(tmp / "ewt.txt"))
     minilm = load("minilm")
     lines = [f"# corpus_ray.py: {len(sentences)} EWT sentences, window 128, chunks of {args.chunk} texts, "
-             f"{os.cpu_count()} CPUs",
-             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --out {args.out}", ""]
+             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start",
+             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --out {args.out}"
+             + (" --overhead-only" if args.overhead_only else ""), ""]
 
     # 1. the CLI, end to end: one process vs Ray with 1 and 2 workers
     import subprocess
@@ -118,7 +255,9 @@ def main() -> None:
 
     # the work alone: in this process with the model loaded, and on Ray's workers (their busy seconds)
     here, _, found = timed([minilm], corpus, tmp / "single.csv", 128, in_process, args.chunk)
+    init_start = time.perf_counter()
     ray_pool.start(None, cpus=os.cpu_count())
+    init_s = time.perf_counter() - init_start
     busy = {}
     for name, (workers, cpus) in {"Ray, 1 worker × 2 CPUs": (1, 2), "Ray, 2 workers × 1 CPU": (2, 1)}.items():
         stats: dict = {}
@@ -130,9 +269,22 @@ def main() -> None:
                                             f"({here / b:.2f}× this process), the pipeline {w:.1f} s after its "
                                             f"workers started ({here / w:.2f}×)" for name, (b, w) in busy.items())
               + ".", ""]
+    lines += breakdown(minilm, corpus, tmp, args.chunk, here, seconds, init_s)
+    print("\n".join(lines[-9:]), flush=True)
     heads = minilm.n_layers * minilm.n_heads
     sizes = [(f"minilm, {len(sentences)} sentences", 128, (tmp / "single.examples.parquet").stat().st_size / heads,
               len(found) / heads)]
+
+    if args.overhead_only:
+        ray.shutdown()
+        saved = (args.out / "corpus_ray.md").read_text() if (args.out / "corpus_ray.md").is_file() else ""
+        kept = saved[saved.find("## Windows per second"):] if "## Windows per second" in saved else ""
+        lines += [f"(load average {os.getloadavg()[0]:.1f} at the end)", ""]
+        if kept:
+            lines += ["*Parts 2 and 3 below are from the previous full run (`--overhead-only` did not rerun them).*",
+                      "", kept.rstrip("\n")]
+        publish("\n".join(lines), args.out, "corpus_ray.md")
+        return
 
     # 2. windows per second and peak memory per worker, long texts
     docs = documents(ewt(max(args.texts, 4000)))

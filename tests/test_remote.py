@@ -187,6 +187,10 @@ def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path):
         assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1] == (
             f"error: the Ray cluster at {cluster} has 0 GPU(s), fewer than the 1 asked for: ask for fewer, or add a "
             "node that has them")
+        absent = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--detach"], capture_output=True, text=True,
+                                timeout=120, cwd=ROOT, env=env)  # the hub is offline here: the server cannot load it
+        assert absent.returncode == 2 and absent.stderr.strip().splitlines()[-1].startswith("error: ")
+        assert "Traceback" not in absent.stderr and "gpt2" not in remote.served(cluster)  # no server left behind
         again = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
         assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith(
             "error: minilm is served on the Ray cluster") and "Traceback" not in again.stderr
