@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from .errors import ModelUnavailable, ProbesError, ServerLost
 from .models import Model
+from .trace import Trace
 
 NAMESPACE = "probes"  # the Ray namespace the servers' actors are named in
 PREFIX = "model:"  # an actor named model:NAME serves NAME
@@ -128,7 +129,7 @@ class ModelServer:
         return os.getpid()
 
 
-READS = ("attention", "qkv", "layer_qkv", "head_summary", "all_attention", "layer_attention", "kv_head")
+READS = ("attention", "qkv", "layer_qkv", "head_summary", "all_attention", "layer_attention")
 FIELDS = ("hidden_states", "logits", "rotary", "lse")
 
 
@@ -307,16 +308,9 @@ class RemoteTrace:
     def nbytes(self) -> int:
         return sum(t.untyped_storage().nbytes() for t in (self.input_ids, self.attention_mask))
 
-    @property
-    def batch_size(self) -> int:
-        return self.input_ids.shape[0]
-
-    @property
-    def group(self) -> int:
-        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 1
-
-    def window(self, layer: int) -> int | None:
-        return self.windows[layer] if self.windows else None
+    # what a trace answers from its tokens, mask and layer rules, which are here: Trace's own code
+    batch_size, group, window, _valid, _check = Trace.batch_size, Trace.group, Trace.window, Trace._valid, Trace._check
+    real_tokens, token_strings, kv_head = Trace.real_tokens, Trace.token_strings, Trace.kv_head
 
     def attention(self, layer: int, head: int | None = None, item: int = 0, rows=None):
         return self._read("attention", layer, head, item, rows)
@@ -327,9 +321,6 @@ class RemoteTrace:
     def layer_qkv(self, layer: int):
         return self._read("layer_qkv", layer)
 
-    def kv_head(self, layer: int, head: int) -> int:
-        return self._read("kv_head", layer, head)
-
     def head_summary(self, layer: int, item: int = 0, block: int | None = None):
         return self._read("head_summary", layer, item, *(() if block is None else (block,)))
 
@@ -338,12 +329,6 @@ class RemoteTrace:
 
     def layer_attention(self, layer: int):
         return self._read("layer_attention", layer)
-
-    def real_tokens(self, item: int = 0):
-        return [self.tokens[item][i] for i in self.attention_mask[item].nonzero().squeeze(-1).tolist()]
-
-    def token_strings(self, item: int = 0) -> list[str]:
-        return [t.text for t in self.real_tokens(item)]
 
 
 def compute(fn, *args, **kwargs):
