@@ -261,24 +261,32 @@ def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: 
                    f"instead):\n{shown}{more}")
 
 
-def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None) -> list[pd.DataFrame]:
+def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None, run: Callable | None = None,
+                 notify: Callable[[str], None] | None = None) -> list[pd.DataFrame]:
     """Each chunk of ``every`` items through ``compute(chunk, step)`` (``step(n)``: n items done) -> a DataFrame,
     written atomically to ``folder/chunk-NNNNN.csv``; a chunk whose file is there already (a run that was
-    interrupted) is read back, not recomputed. ``bar`` (tqdm-like: update, close) counts the items."""
-    parts = []
+    interrupted) is read back, not recomputed. ``bar`` (tqdm-like: update, close) counts the items. ``run``
+    computes the chunks elsewhere instead (Ray: :func:`probes.corpus.ray_pool.executor`): given the indices and
+    chunks not written yet, it yields ``(index, part)`` once each, in any order, and each is written as it comes;
+    the same files either way, so a run begun one way is finished the other. ``notify``, if given, is told how
+    many chunks a resumed run found done."""
+    chunks = [items[start:start + every] for start in range(0, len(items), every)]
+    path = lambda index: folder / f"chunk-{index:05d}.csv"  # noqa: E731
+    parts = {i: pd.read_csv(path(i)) for i in range(len(chunks)) if path(i).is_file()}  # done before: not recomputed
+    todo = [i for i in range(len(chunks)) if i not in parts]
+    if notify and parts:
+        notify(f"resuming from {folder}: {len(parts)} of {len(chunks)} chunks done already")
     try:
-        for index, start in enumerate(range(0, len(items), every)):
-            chunk = items[start:start + every]
-            path = folder / f"chunk-{index:05d}.csv"
-            if path.is_file():  # done before an interruption: not recomputed
-                parts.append(pd.read_csv(path))
-                if bar:
-                    bar.update(len(chunk))
-                continue
-            part = compute(chunk, bar.update if bar else None)
-            write_file(path, part.to_csv(index=False).encode())
-            parts.append(part)
+        if bar:
+            bar.update(sum(len(chunks[i]) for i in parts))
+        step = bar.update if bar and run is None else None  # here: items as they finish; elsewhere: whole chunks
+        done = run([(i, chunks[i]) for i in todo]) if run else ((i, compute(chunks[i], step)) for i in todo)
+        for index, part in done:
+            write_file(path(index), part.to_csv(index=False).encode())
+            parts[index] = part
+            if bar and run is not None:
+                bar.update(len(chunks[index]))
     finally:
         if bar:  # closed before any error is printed, so the message starts its own line
             bar.close()
-    return parts
+    return [parts[i] for i in range(len(chunks))]

@@ -2,7 +2,8 @@
 the labelled probes' chunks (``profile --probe``).
 
 Each chunk is one row of a Ray dataset: its job, pickled (any object with an ``index`` and ``__call__(model)``:
-a :class:`~probes.corpus.run.CorpusJob` holds the corpus path and where the chunk starts, not its texts; a
+a :class:`~probes.corpus.run.CorpusJob` holds its chunk's texts (a :class:`~probes.corpus.reader.DatasetCorpus`,
+what ``--ray`` reads), or the corpus path and where the chunk starts; a
 :class:`~probes.heads.profile.ProbeJob` holds its probe's name and its items); ``map_batches`` hands the rows
 one at a time to a pool of ``workers`` actors (:class:`ChunkWorker`), each of which loads the model once and
 keeps it. Results stream back to the driver as they finish, in any order; the driver (``probes.corpus.run``,
@@ -12,9 +13,9 @@ their tasks by default); every start of a chunk is counted by a small actor on t
 (:class:`Attempts`), so a chunk that ran again is said (``notify``), and the executor yields each chunk once,
 by its index, so a retried chunk is never counted twice.
 
-On a cluster (``address``), a probe's chunk carries its items, but every node reads the corpus at the same path
-(a shared file system, or the same file copied to each node), and this package must be installed on the nodes (their image, or a
-``runtime_env``); the outputs are written by the driver, on the machine that runs the command.
+On a cluster (``address``), a chunk carries its texts or items, so no node needs a shared file system; this
+package must be installed on the nodes (their image, or a ``runtime_env``); the outputs are written by the
+driver, on the machine that runs the command.
 """
 
 from __future__ import annotations

@@ -94,6 +94,7 @@ class CorpusJob:
         return score_windows(model, windows, self.k, self.batch_size, self.backend)
 
 
+# (model, jobs) -> (index, result) of each job once, in any order (a retried Ray task is the executor's to drop)
 Executor = Callable[[object, list[CorpusJob]], Iterator[tuple[int, tuple[pd.DataFrame, pd.DataFrame]]]]
 
 
@@ -145,8 +146,6 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
         if bar:
             bar.update(len(scan.chunks) - len(jobs))
         for index, (stats, examples) in executor(model, jobs):
-            if done(index).is_file():  # a retried task that had finished already: counted once
-                continue
             write_file(found(index), _parquet(examples))
             write_file(done(index), stats.to_csv(index=False).encode())
             if bar:

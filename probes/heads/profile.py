@@ -29,8 +29,7 @@ import pandas as pd
 
 from .. import runner
 from ..errors import NothingToScore
-from ..jobs import (bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_file,
-                    write_table)
+from ..jobs import bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_table
 from ..trace import Trace
 from .registry import Probe, get
 
@@ -122,34 +121,6 @@ class ProbeJob:
         return run_chunk(get(self.probe), model, self.items, self.batch_size, self.backend)
 
 
-def on_executor(model, folder: Path, name: str, items: list, every: int, batch_size: int, backend: str, executor,
-                bar=None, notify=None) -> list[pd.DataFrame]:
-    """What :func:`probes.jobs.checkpointed` does, with the chunks not written yet run by ``executor`` (Ray) as
-    :class:`ProbeJob` s: the same chunks and files, so a run begun on one process is finished on Ray and the
-    other way round; each chunk is written once, by its index, whatever order they finish in."""
-    chunks = [items[start:start + every] for start in range(0, len(items), every)]
-    path = lambda i: folder / f"chunk-{i:05d}.csv"  # noqa: E731
-    done = [i for i in range(len(chunks)) if path(i).is_file()]
-    jobs = [ProbeJob(name, i, list(chunk), batch_size, backend) for i, chunk in enumerate(chunks) if i not in done]
-    if notify and done:
-        notify(f"{name}: resuming from {folder}: {len(done)} of {len(chunks)} chunks done already")
-    parts = {i: pd.read_csv(path(i)) for i in done}  # as checkpointed: read back if written before, else as computed
-    try:
-        if bar:
-            bar.update(sum(len(chunks[i]) for i in done))
-        for index, part in executor(model, jobs):
-            if index in parts:  # a retried task that had finished already: counted once
-                continue
-            write_file(path(index), part.to_csv(index=False).encode())
-            parts[index] = part
-            if bar:
-                bar.update(len(chunks[index]))
-    finally:
-        if bar:  # closed before any error is printed, so the message starts its own line
-            bar.close()
-    return [parts[i] for i in range(len(chunks))]
-
-
 def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
                  notify, strict, executor=None) -> pd.DataFrame:
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
@@ -161,11 +132,14 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
         runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
-    if executor is None:
-        parts = checkpointed(folder, items, checkpoint_every,
-                             lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar)
-    else:
-        parts = on_executor(model, folder, name, items, checkpoint_every, batch_size, backend, executor, bar, notify)
+    elsewhere = resumed = None
+    if executor is not None:  # the chunks not written yet, as ProbeJobs on the executor's workers
+        elsewhere = lambda todo: executor(model, [ProbeJob(name, i, list(chunk), batch_size, backend)  # noqa: E731
+                                                  for i, chunk in todo])
+        resumed = notify and (lambda message: notify(f"{name}: {message}"))  # (one process resumes without a note)
+    parts = checkpointed(folder, items, checkpoint_every,
+                         lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar,
+                         run=elsewhere, notify=resumed)
     result = probe.combine(parts, items)
     if result.empty:
         raise NothingToScore(f"{name}: nothing to score in the {len(items)} usable item(s) of "

@@ -139,13 +139,13 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
 
 def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(cluster, gpt2, data, tmp_path,
                                                                            one_thread, monkeypatch):
-    from probes.heads import profile as heads_profile
+    from probes import jobs  # where every checkpoint file is written
 
     made, nodes = cluster
     single = _probe_run(gpt2, data, tmp_path / "one.csv", every=3)
     stats, notes, killed, bars, written = {}, [], [], [], []
-    write = heads_profile.write_file
-    monkeypatch.setattr(heads_profile, "write_file", lambda path, data: written.append(path.name) or write(path, data))
+    write = jobs.write_file
+    monkeypatch.setattr(jobs, "write_file", lambda path, data: written.append(path.name) or write(path, data))
 
     def kill_a_node():  # the node that sent the first chunk back, while it runs its next one
         node = next(iter(stats["node"].values()))
