@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .evidence import questions
+from .evidence.questions import SINK, counted  # noqa: F401 - the app reads them here
 from .heads.engine import word_attention
 from .precision import upcast
 from .tokens import align_to_words, covered_words, word_positions, word_spans
@@ -147,7 +149,6 @@ class Answer:
         return self.margin > 0
 
 
-SINK = 0  # the attention sink: the first real token (BOS, [CLS], or the text's first token where there is none)
 
 
 def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
@@ -157,17 +158,9 @@ def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
 
 
 def query_token(trace: Trace, pieces: list[int]) -> int:
-    """The piece of a query word whose attention stands for the word's: in a decoder its last piece, the first
-    that has read the whole word (the first byte of 她 could still be 好 or 妈); in an encoder its first, as the
-    head probes take it."""
-    return pieces[-1] if trace.is_causal else pieces[0]
-
-
-def counted(keys: list[int], sink: bool = False) -> list[int]:
-    """The pieces of a key word whose weight counts as the word's: all of them, less the first token (the sink,
-    where heads park the attention they do not need) unless ``sink`` or it is the word's only piece."""
-    kept = [k for k in keys if sink or k != SINK]
-    return kept or list(keys)
+    """The piece of a query word whose attention stands for the word's (:func:`probes.evidence.questions.
+    query_token`: the last piece in a decoder, the first in an encoder)."""
+    return questions.query_token(trace.is_causal, pieces)
 
 
 @dataclass

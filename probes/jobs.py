@@ -243,21 +243,25 @@ def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> N
     report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
 
 
-def report_bad(name: str, data: str, bad: list, usable: int, out: Path, strict: bool, notify) -> None:
+def report_bad(name: str, data: str, bad: list, usable: int, out: Path | None, strict: bool, notify) -> None:
     """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
-    the first ones through ``notify`` and every one in ``OUT.bad.txt``. No usable item left: an error."""
+    the first ones through ``notify`` and every one in ``OUT.bad.txt`` (``out`` None, a command that writes no
+    file: every one through ``notify``). No usable item left: an error."""
     if bad and strict:
         raise BadData(f"{len(bad)} bad item(s) in {data} (--strict):\n" + "\n".join(map(str, bad)))
     if not usable:
         reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
         raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
     if bad:
-        side = out.with_name(out.name + ".bad.txt")
-        write_file(side, ("\n".join(map(str, bad)) + "\n").encode())
+        side = None if out is None else out.with_name(out.name + ".bad.txt")
+        if side is not None:
+            write_file(side, ("\n".join(map(str, bad)) + "\n").encode())
         if notify:
-            shown = "\n".join(f"  {b}" for b in bad[:SHOWN_BAD])
-            more = f"\n  and {len(bad) - SHOWN_BAD} more" if len(bad) > SHOWN_BAD else ""
-            notify(f"{name}: skipped {len(bad)} bad item(s) of {data} (all listed in {side}; --strict to stop "
+            listed = bad if side is None else bad[:SHOWN_BAD]
+            shown = "\n".join(f"  {b}" for b in listed)
+            more = f"\n  and {len(bad) - len(listed)} more" if len(bad) > len(listed) else ""
+            where = "" if side is None else f"all listed in {side}; "
+            notify(f"{name}: skipped {len(bad)} bad item(s) of {data} ({where}--strict to stop "
                    f"instead):\n{shown}{more}")
 
 

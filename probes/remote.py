@@ -38,7 +38,7 @@ PREFIX = "model:"  # an actor named model:NAME serves NAME
 SERVER_TRACE_BYTES = 2**31  # the traces a server keeps at once (least recently used dropped first; newest kept)
 SERVER_TRACES = 32
 ALLOWED = ("probes.parity", "probes.explain", "probes.generation", "probes.scratch.generate", "probes.heads.",
-           "probes.effects.")  # what compute() may run: the readers and edited passes
+           "probes.effects.", "probes.evidence.")  # what compute() may run: the readers and edited passes
 
 
 @dataclass(frozen=True)

@@ -267,21 +267,31 @@ def covered_words(tokens: list[Token], text: str) -> list[tuple[str, list[int]]]
     Trace lists them) each covers, in order; words no token covers are left out."""
     out = []
     for lo, hi in word_spans(text):
-        covered = [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+        covered = span_tokens(tokens, (lo, hi))
         if covered:
             out.append((text[lo:hi], covered))
     return out
 
 
+def word_occurrences(text: str, word: str) -> list[tuple[int, int]]:
+    """The character spans of every whole-word occurrence of ``word`` in ``text``, in order (case-insensitive; a
+    Chinese word: the text's words (:func:`word_spans`) that it is, else its occurrences anywhere)."""
+    if not word:
+        return []
+    if any("\u3400" <= ch <= "\u9fff" for ch in word):
+        whole = [(lo, hi) for lo, hi in word_spans(text) if text[lo:hi] == word]
+        return whole or [m.span() for m in re.finditer(re.escape(word), text)]
+    return [m.span() for m in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", text, flags=re.IGNORECASE)]
+
+
+def span_tokens(tokens: list[Token], span: tuple[int, int], segment: int = 0) -> list[int]:
+    """The indices (among ``tokens``, a text's real tokens) of the pieces that cover the character ``span``."""
+    lo, hi = span
+    return [i for i, t in enumerate(tokens) if not t.special and t.segment == segment and t.start < hi and lo < t.end]
+
+
 def word_positions(tokens: list[Token], text: str, word: str) -> list[int]:
     """The indices (among ``tokens``, a text's real tokens) of the pieces of the first whole-word occurrence of
-    ``word`` in ``text`` (case-insensitive; a Chinese word: the first of the text's words (:func:`word_spans`)
-    that it is, else its first occurrence anywhere); [] when the text does not hold it."""
-    cjk = any("\u3400" <= ch <= "\u9fff" for ch in word)
-    whole = [(lo, hi) for lo, hi in word_spans(text) if text[lo:hi] == word] if cjk else []
-    pattern = re.escape(word) if cjk else rf"(?<!\w){re.escape(word)}(?!\w)"
-    found = re.search(pattern, text, flags=re.IGNORECASE)
-    if found is None:
-        return []
-    lo, hi = whole[0] if whole else found.span()  # a Chinese word as jieba cuts it first, else anywhere in the text
-    return [i for i, t in enumerate(tokens) if not t.special and t.segment == 0 and t.start < hi and lo < t.end]
+    ``word`` in ``text`` (:func:`word_occurrences`); [] when the text does not hold it."""
+    found = word_occurrences(text, word)
+    return span_tokens(tokens, found[0]) if found else []

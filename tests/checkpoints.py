@@ -192,3 +192,119 @@ def make_induction(path: Path) -> tuple[Path, str]:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path, text
+
+
+PRONOUN_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
+FEMALE, MALE = "Xiaohong", "Xiaoming"
+
+
+def pronoun_sentences() -> list[str]:
+    """Every sentence the planted pronoun model is built to read: the story, and the built-in templates filled with
+    every pair of the built-in names (both genders, both pronouns, mixed too)."""
+    from probes.evidence.controls import NAMES, TEMPLATES
+
+    names = [*NAMES[("en", "f")], *NAMES[("en", "m")], FEMALE, MALE]
+    out = [PRONOUN_TEXT]
+    for t in TEMPLATES[("en", "person")]:
+        for a in names:
+            for b in names:
+                if a != b:
+                    for frame in (t.first, t.second):
+                        out += [frame.format(A=a, B=b, p=p) for p in ("she", "he")]
+    return out
+
+
+def pronoun_tokenizer():
+    """A byte-level BPE trained on :func:`pronoun_sentences` until each of their words is one token (" Mary",
+    "Mary", " she"), wrapped as a GPT-2 tokenizer; any other text still tokenises, byte by byte if need be."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2TokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(pronoun_sentences() + CORPUS * 5, vocab_size=2000, min_frequency=1,
+                            special_tokens=["<|endoftext|>"])
+    eot = "<|endoftext|>"
+    return GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=eot, eos_token=eot, unk_token=eot)
+
+
+def make_pronoun(path: Path) -> Path:
+    """A hand-built one-layer GPT-2 with two planted pronoun heads, for the evidence tests.
+
+    Residual dims: 0 "is a name", 1 female name, 2 male name, 3 "she", 4 "he", 5 position (a ramp, p / 64), 6 a
+    constant (every token has one, so LayerNorm never divides by nothing); the rest small noise.
+
+    * head 0.0 **follows the nearer name**: the query of a pronoun meets the key of every name (and, more weakly, of
+      every later position), so of two names the later wins: right whenever the answer is the nearer candidate;
+    * head 0.1 **follows gender**: "she" meets the female names, "he" the male ones: right whenever gender decides.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from probes.evidence.controls import NAMES
+
+    tok = pronoun_tokenizer()
+    width, positions, d = 32, 64, 16
+    config = GPT2Config(vocab_size=len(tok), n_positions=positions, n_embd=width, n_layer=1, n_head=2,
+                        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    gen = torch.Generator().manual_seed(0)
+    vocab = tok.get_vocab()
+
+    def ids(word: str) -> list[int]:  # the word as one token, at the start of a text and after a space
+        return [vocab[w] for w in (word, "Ġ" + word) if w in vocab]
+
+    gain, ramp = 2.0, 4.0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.02 * torch.randn(p.shape, generator=gen)
+            p.copy_(1.0 + noise if "ln" in name and name.endswith("weight") else noise)
+        wte, wpe = model.transformer.wte.weight, model.transformer.wpe.weight
+        wte[:, :8] = 0.0
+        wte[:, 6] = 1.0
+        for gender, dim in (("f", 1), ("m", 2)):
+            for nm in [*NAMES[("en", gender)], FEMALE if gender == "f" else MALE]:
+                for i in ids(nm):
+                    wte[i, 0], wte[i, dim] = 1.0, 1.0
+        for word, dim in (("she", 3), ("She", 3), ("he", 4), ("He", 4)):
+            for i in ids(word):
+                wte[i, dim] = 1.0
+        wpe[:, :8] = 0.0
+        wpe[:, 5] = torch.arange(positions) / positions
+        attn = model.transformer.h[0].attn
+        attn.c_attn.weight.zero_()
+        attn.c_attn.bias.zero_()
+        q, k = attn.c_attn.weight[:, :width], attn.c_attn.weight[:, width:2 * width]
+        q[3, 0] = q[4, 0] = gain  # head 0: a pronoun's query…
+        q[3, 1] = q[4, 1] = gain
+        k[0, 0] = gain  # …meets every name's key…
+        k[5, 1] = ramp  # …and later positions' a little more: of two names, the nearer
+        q[3, d] = gain  # head 1: "she"…
+        k[1, d] = gain  # …meets the female names…
+        q[4, d + 1] = gain  # …"he"…
+        k[2, d + 1] = gain  # …the male ones
+        attn.c_attn.weight[:, 2 * width:] = 0.02 * torch.randn(width, width, generator=gen)  # values: noise
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def gender_questions(count: int = 80, seed: int = 0) -> list[dict]:
+    """Questions in which gender decides: each built-in template filled with a female and a male name in a random
+    order, the pronoun agreeing with the template's answer (so gender and meaning agree): a head that follows gender
+    is right on every one, the nearer name on about half."""
+    import random
+
+    from probes.evidence.controls import NAMES, TEMPLATES
+
+    rng = random.Random(seed)
+    rows = []
+    templates = TEMPLATES[("en", "person")]
+    while len(rows) < count:
+        t = rng.choice(templates)
+        f, m = rng.choice(NAMES[("en", "f")]), rng.choice(NAMES[("en", "m")])
+        a, b = (f, m) if rng.random() < 0.5 else (m, f)
+        frame, slot = rng.choice(((t.first, t.first_answer), (t.second, t.second_answer)))
+        answer = a if slot == "A" else b
+        pronoun = "she" if answer == f else "he"
+        rows.append(dict(text=frame.format(A=a, B=b, p=pronoun), pronoun=pronoun, candidates=[a, b], answer=answer))
+    return rows

@@ -114,3 +114,30 @@ def corpus_run(minilm, tmp_path_factory):
     out = folder / "stats.csv"
     profile_corpus([minilm], Corpus(str(folder / "c.txt")), out, window=64, chunk_size=8, k=3)
     return out.read_bytes(), (folder / "stats.examples.parquet").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def pronoun_dir(ckpt_dir):
+    """The planted pronoun model (checkpoints.make_pronoun): head 0.0 follows the nearer name, head 0.1 gender."""
+    from checkpoints import make_pronoun
+
+    return make_pronoun(ckpt_dir / "pronoun")
+
+
+@pytest.fixture(scope="session")
+def pronoun_model(pronoun_dir):
+    import probes
+
+    return probes.load(str(pronoun_dir))
+
+
+@pytest.fixture(scope="session")
+def gender_file(tmp_path_factory):
+    """80 questions in which gender decides (checkpoints.gender_questions), as a user's .jsonl."""
+    import json
+
+    from checkpoints import gender_questions
+
+    path = tmp_path_factory.mktemp("questions") / "gender.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in gender_questions(80)))
+    return path

@@ -22,6 +22,10 @@ over a dataset (gradient and exact ablation), checkpointed like ``profile``.
 ``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--json]``:
 one attention score split into what wrote its query and its key; exit 2 on bad input.
 
+``python -m probes claim --model M (--text T --query W --key W --against W | --data FILE.jsonl) [--head L.H]
+[--controls N] [--seed S] [--json]``: which head finds what a word refers to, chosen on half the items and judged on the
+other half against the most recent candidate, the first-mentioned one and chance; exit 2 on bad input.
+
 ``python -m probes compose --model M --receiver L.H [--kind q|k|v|all] [--top N] [--json]``: the earlier heads
 head L.H composes with most (Q-, K-, V-composition scores from the weights, beside a random baseline); exit 2 on a
 bad receiver.
@@ -40,10 +44,10 @@ import argparse
 import sys
 
 from ..errors import InputTooLong, ProbesError
-from . import compose, effects, generate, parity, paths, profile, serve, why
+from . import claim, compose, effects, generate, parity, paths, profile, serve, why
 
 
-COMMANDS = (parity, profile, generate, effects, why, compose, paths, serve)  # each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why, claim, compose, paths, serve)  # each adds its subcommand(s): add_parser(sub)
 
 
 class Parser(argparse.ArgumentParser):

@@ -168,7 +168,30 @@ def print_top(frame, top: int) -> None:
         best = pd.concat([top_heads(part, top) for _, part in frame.groupby("model", sort=False)], ignore_index=True)
     else:
         best = top_heads(frame, top)
-    cols = [c for c in ("model", "probe", "label", "layer", "head", "score", "baseline", "n", "offset")
+    cols = [c for c in ("model", "probe", "label", "layer", "head", "score", "baseline", "n", "offset", "verdict")
             if c in best.columns]
     with pd.option_context("display.max_rows", 500, "display.width", 160, "display.float_format", "{:.3f}".format):
         print(best[cols].to_string(index=False))
+    if "chosen" in frame:
+        print_verdicts(frame)
+
+
+def print_verdicts(frame) -> None:
+    """Each label's head chosen on one half of the items and judged on the other (:mod:`probes.evidence.probes`):
+    its scores on both halves, the held-out interval, the baseline on the held-out half and the verdict."""
+    from ..evidence.probes import verdicts
+
+    chosen = verdicts(frame)
+    if chosen.empty:
+        return
+    seed = int(chosen["split_seed"].iloc[0])
+    print(f"\nheld out (split seed {seed}): each label's head chosen on one half of the items, judged on the other")
+    width = max(len(str(x)) for x in chosen["label"])
+    for row in chosen.itertuples():
+        model = f"{row.model}  " if "model" in chosen and chosen["model"].nunique() > 1 else ""
+        head = f"{int(row.layer)}.{int(row.head)}"
+        held = (f"{row.heldout_score:.3f} [{row.heldout_low:.3f}–{row.heldout_high:.3f}]"
+                if row.heldout_low == row.heldout_low else "—")
+        base = f"{row.baseline_heldout:.3f}" if row.baseline_heldout == row.baseline_heldout else "—"
+        print(f"  {model}{str(row.label):<{width}}  {head:>6}  chosen on {row.selection_score:.3f}  held out {held} "
+              f"(n {int(row.heldout_n)})  baseline {base}  {row.verdict}")

@@ -11,23 +11,29 @@ from .common import MODEL_HELP, draws, load_model, loading_options, positive, se
 
 def run_compose(args: argparse.Namespace) -> int:
     from ..effects.compose import ABOUT, composition_scores, notes, parse_kinds, parse_receiver
+    from ..evidence.edges import ALPHA, COMPOSITION_RULE, composition_floors
 
     kinds = parse_kinds(args.kind)  # bad options fail before the model loads
     model = load_model(args)
     layer, head = parse_receiver(args.receiver, model.n_layers, model.n_heads)
-    frame = composition_scores(model, kinds, receivers=[(layer, head)], draws=args.draws, seed=args.seed)
+    frame = composition_floors(composition_scores(model, kinds, receivers=[(layer, head)], draws=args.draws,
+                                                  seed=args.seed))
     lines = notes(model)
     result = {}
     for kind in kinds:
         part = frame[frame.kind == kind].dropna(subset=["score"]).sort_values("score", ascending=False)
         top = part.head(args.top)
+        floor = float(part.floor.iloc[0]) if len(part) else None
         result[kind] = dict(about=ABOUT[kind], baseline_mean=float(frame.baseline_mean.iloc[0]),
                             baseline_sd=float(frame.baseline_sd.iloc[0]),
-                            top=[dict(sender=f"{r.sender_layer}.{r.sender_head}", score=float(r.score))
+                            random_low=float(frame.random_low.iloc[0]), random_high=float(frame.random_high.iloc[0]),
+                            senders=len(part), floor=floor, above_floor=int(part.above_floor.sum()),
+                            top=[dict(sender=f"{r.sender_layer}.{r.sender_head}", score=float(r.score), z=float(r.z),
+                                      floor=float(r.floor), above_floor=bool(r.above_floor))
                                  for r in top.itertuples()])
     if args.json:
         print(json.dumps(dict(model=model.name, receiver=f"{layer}.{head}", draws=args.draws, notes=lines,
-                              kinds=result), ensure_ascii=False))
+                              alpha=ALPHA, rule=COMPOSITION_RULE, kinds=result), ensure_ascii=False))
         return 0
     print(f"{model.name}, receiver head {layer}.{head}: the earlier heads it composes with most")
     print(f"note: {'; '.join(lines)}")
@@ -37,10 +43,14 @@ def run_compose(args: argparse.Namespace) -> int:
             print(f"{kind.upper()}-composition: no score (the receiver's map, or every sender's, is all zero)")
             continue
         print(f"{kind.upper()}-composition: {got['about']}; random baseline {mean:.3f} ± {sd:.3f} "
-              f"({args.draws} draws)")
+              f"({args.draws} draws; 95 % of random matrices {got['random_low']:.3f} to {got['random_high']:.3f}); "
+              f"noise floor {got['floor']:.4f}")
         for rank, row in enumerate(got["top"], start=1):
-            z = (row["score"] - mean) / sd if sd else float("nan")
-            print(f"  {rank:>2}. head {row['sender']:<6} {row['score']:.3f}  ({z:+.1f} sd from the baseline)")
+            mark = "above the floor" if row["above_floor"] else "below the floor"
+            print(f"  {rank:>2}. head {row['sender']:<6} {row['score']:.4f}  floor {row['floor']:.4f}  {mark}  "
+                  f"({row['z']:+.1f} sd from the baseline)")
+        print(f"  {got['above_floor']} of {got['senders']} senders clear the floor {got['floor']:.4f}")
+    print(f"rule: {COMPOSITION_RULE}")
     return 0
 
 
@@ -52,7 +62,8 @@ def add_parser(sub) -> None:
                        description="Composition scores (Elhage et al. 2021) of every earlier head onto head "
                        "LAYER.HEAD, from the weights alone: how much of what the earlier head writes the receiver "
                        "reads as its query (Q), key (K) or value (V), ‖W_OV·W‖ ÷ (‖W_OV‖·‖W‖), beside the same score "
-                       "of random matrices of the same shapes. Norm gains folded in; biases, the norms' scale and "
+                       "of random matrices of the same shapes and its noise floor (Bonferroni over the senders: at "
+                       "most 1 receiver in 20 gets a false edge). Norm gains folded in; biases, the norms' scale and "
                        "rotary positions (offset 0) left out.")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--receiver", required=True, help="the receiving head, LAYER.HEAD (layer 1 or later), e.g. 18.6")

@@ -9,7 +9,7 @@ import sys
 from ..models import OFFLINE_DEFAULT
 from ..scratch import BACKENDS
 from .common import (MODEL_HELP, batch_size, gpus, load_model, loading_options, positive, print_top,
-                     quiet_transformers, threads, workers)
+                     quiet_transformers, seed, threads, workers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from ..heads.profile import profile
+    from ..evidence.probes import profile
     from ..heads.registry import for_data
     from ..jobs import check_out
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         model = load_model(args)
         # "all": every probe, or with --data the probes whose records say they read it
         probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
-        frame = profile(model, probes, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
+        frame = profile(model, probes, args.data, args.limit, Path(args.out), seed=args.seed, batch_size=args.batch_size,
                         checkpoint_every=args.checkpoint_every, backend=args.backend, notify=notify, strict=args.strict,
                         executor=executor,
                         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
@@ -181,6 +181,9 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=threads, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
                    "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
+    p.add_argument("--seed", type=seed, default=0,
+                   help="the seed of the split: each label's head is chosen on one half of the items and judged on "
+                   "the other (default 0; recorded in the table's split_seed column)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true",
                    help="stop (exit 2, listing them all) on any bad item of the data, instead of skipping it")

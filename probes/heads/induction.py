@@ -98,6 +98,16 @@ def repeated_tokens(model, n_sequences: int = 20, length: int = 25, seed: int = 
                     [None] * len(rows))
 
 
+def _items(traces: Iterable) -> Iterable[tuple[Trace, int]]:
+    """Each batch item of each Trace in turn, as (trace, item); (trace, item) pairs pass through (one item scored
+    alone)."""
+    for entry in traces:
+        if isinstance(entry, tuple):
+            yield entry
+        else:
+            yield from ((entry, item) for item in range(entry.batch_size))
+
+
 def induction_scores(traces: Iterable[Trace], exclude_bos: bool = False, exclude_current: bool = False,
                      probe: str = "induction") -> pd.DataFrame:
     """Score every layer × head from the Traces of repeated random tokens (:func:`repeated_tokens`);
@@ -105,18 +115,17 @@ def induction_scores(traces: Iterable[Trace], exclude_bos: bool = False, exclude
     totals: dict[str, torch.Tensor] = {}
     bases: dict[str, float] = {}
     count = 0
-    for trace in traces:
+    for trace, item in _items(traces):
         bidirectional = not trace.is_causal
-        for item in range(trace.batch_size):
-            seq = trace.input_ids[item][trace.attention_mask[item]].cpu()
-            n = len(seq)
-            allowed = torch.ones(n, n).tril() if trace.is_causal else torch.ones(n, n)
-            uniform = allowed / allowed.sum(-1, keepdim=True)
-            attn = trace.all_attention(item)
-            for label, pattern in detection_patterns(seq, bidirectional).items():
-                totals[label] = totals.get(label, 0) + mul_score(attn, pattern, exclude_bos, exclude_current)
-                bases[label] = bases.get(label, 0.0) + float(mul_score(uniform, pattern, exclude_bos, exclude_current))
-            count += 1
+        seq = trace.input_ids[item][trace.attention_mask[item]].cpu()
+        n = len(seq)
+        allowed = torch.ones(n, n).tril() if trace.is_causal else torch.ones(n, n)
+        uniform = allowed / allowed.sum(-1, keepdim=True)
+        attn = trace.all_attention(item)
+        for label, pattern in detection_patterns(seq, bidirectional).items():
+            totals[label] = totals.get(label, 0) + mul_score(attn, pattern, exclude_bos, exclude_current)
+            bases[label] = bases.get(label, 0.0) + float(mul_score(uniform, pattern, exclude_bos, exclude_current))
+        count += 1
     out = []
     for label, total in totals.items():
         mean = (total / count).tolist()
@@ -140,4 +149,5 @@ PROBES = (Probe(
     score=lambda items, traces: induction_scores(traces),
     reads=lambda data: True,  # random tokens: it runs with any --data
     combine=mean(extra=carry("direction")),
+    judged=lambda label: "mean",  # a mean over sequences of TransformerLens's score, against uniform attention
 ),)

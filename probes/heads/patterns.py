@@ -114,4 +114,5 @@ PROBES = (Probe(
     load=loader(),
     score=lambda items, traces: pattern_classes(traces),
     combine=mean(extra=mark_majority),
+    judged=lambda label: None,  # pattern classes describe a head's shape; there is no head-free baseline to beat
 ),)

@@ -139,6 +139,15 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
     return pd.DataFrame(rows, columns=[*COLUMNS, "offset", "positional", "offset_counts"])
 
 
+DESCRIBED = ("entropy", "distance")  # descriptions of a head, not claims: no baseline a head "beats"
+
+
+def judged(label: str) -> str | None:
+    """How a label's best head is judged held out: the Voita share is a count of queries (an accuracy); the others
+    are mean attention over queries, against uniform attention; entropy and distance describe, they claim nothing."""
+    return "accuracy" if label == "positional" else None if label in DESCRIBED else "mean"
+
+
 def voita(offset_counts: dict[int, int]) -> dict:
     """Score, offset and verdict of one head from the histogram of its argmax offsets."""
     total = sum(offset_counts.values())
@@ -180,4 +189,5 @@ PROBES = (Probe(
     score=lambda items, traces: positional_scores(traces),
     combine=mean(extra=merge_histograms),
     shares=SHARES,
+    judged=judged,
 ),)

@@ -62,13 +62,61 @@ def shortest_first(model, items: list, texts: list[str]) -> list:
 
 
 def run_chunk(probe: Probe, model, items: list, batch_size: int = 16, backend: str = "eager",
-              progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+              progress: Callable[[int], None] | None = None, watch: frozenset = frozenset()) -> pd.DataFrame:
     """One chunk: the probe's scores read from the Traces of its items. Items that run as texts go
     :func:`shortest_first`: a probe's scores sum over its items, in whatever order it is handed them
-    (with their Traces in the same order)."""
+    (with their Traces in the same order). ``watch``: (label, layer, head)s whose score on each item alone is
+    wanted too (a bootstrap over items needs them): their rows follow the chunk's, one per item, with the
+    item's number in column ``item`` (−1 on the chunk's own rows; :func:`apart` separates them again)."""
     if probe.encodings is None:
         items = shortest_first(model, items, probe.texts(items))
-    return probe.score(items, traces(probe, model, items, batch_size, backend, progress))
+    found: list[pd.DataFrame] = []
+    read = traces(probe, model, items, batch_size, backend, progress)
+    frame = probe.score(items, _watching(probe, items, read, watch, found) if watch else read)
+    if not watch:
+        return frame
+    per_item = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=[*WATCHED, "item"])
+    return pd.concat([frame.assign(item=-1), per_item], ignore_index=True)
+
+
+WATCHED = ["label", "layer", "head", "score", "n"]  # what an item's own row of a watched head keeps
+
+
+def _watching(probe: Probe, items: list, read: Iterator[Trace], watch: frozenset,
+              found: list[pd.DataFrame]) -> Iterator[Trace]:
+    """``read`` (the chunk's Traces, in the items' order) passed on unchanged, each batch item scored alone on the
+    way (the probe's own score, on that one item) and the rows of the ``watch`` ed heads kept in ``found``."""
+    k = 0
+    for trace in read:
+        for i in range(trace.batch_size):
+            alone = probe.score([items[k]], [(trace, i)])
+            if len(alone):
+                keys = pd.Series(list(zip(alone["label"].astype(str), alone["layer"], alone["head"])),
+                                 index=alone.index)
+                kept = alone.loc[keys.isin(watch), WATCHED]
+                if len(kept):
+                    found.append(kept.assign(item=k))
+            k += 1
+        yield trace
+
+
+def apart(frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """Chunk frames of a watched run (:func:`run_chunk`) -> the chunks' own frames (as an unwatched run gives them)
+    and the watched heads' per-item rows, every chunk's together (``item`` numbered across the chunks)."""
+    own, per_item, offset = [], [], 0
+    for frame in frames:
+        if "item" not in frame:
+            own.append(frame)
+            continue
+        mine = frame["item"] < 0
+        own.append(frame[mine].drop(columns="item").reset_index(drop=True))
+        rows = frame.loc[~mine, [*WATCHED, "item"]].copy()
+        rows["item"] += offset
+        if len(rows):
+            offset = int(rows["item"].max()) + 1
+        per_item.append(rows)
+    columns = [*WATCHED, "item"]
+    return own, (pd.concat(per_item, ignore_index=True) if per_item else pd.DataFrame(columns=columns))
 
 
 def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
@@ -77,15 +125,21 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     without files. ``progress(done, total)`` is called as items finish (the app's progress bar)."""
     record = get(probe)
     items = record.items(data, limit)
+    step = counting(progress, len(items))
+    return with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
+
+
+def counting(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
+    """A ``step(n)`` for :func:`run_chunk` (n more items done) that calls ``progress(done, total)``."""
     done = 0
 
     def step(n: int) -> None:
         nonlocal done
         done += n
         if progress:
-            progress(done, len(items))
+            progress(done, total)
 
-    return with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
+    return step
 
 
 def code_version() -> str:
@@ -112,59 +166,83 @@ class ProbeJob:
     items: list
     batch_size: int = 16
     backend: str = "eager"
+    watch: frozenset = frozenset()  # (label, layer, head)s scored on each item alone too (run_chunk)
 
     @property
     def label(self) -> str:
         return self.probe
 
     def __call__(self, model) -> pd.DataFrame:
-        return run_chunk(get(self.probe), model, self.items, self.batch_size, self.backend)
+        return run_chunk(get(self.probe), model, self.items, self.batch_size, self.backend, watch=self.watch)
+
+
+def score_chunks(model, probe: Probe, items: list, folder: Path, batch_size: int = 16, checkpoint_every: int = 64,
+                 backend: str = "eager", bar=None, executor=None, notify: Callable[[str], None] | None = None,
+                 watch: frozenset = frozenset()) -> list[pd.DataFrame]:
+    """The chunk frames of ``items`` (checkpointed in ``folder``: a rerun reads back the chunks written), run here or
+    by ``executor``'s workers; ``watch``: see :func:`run_chunk`."""
+    elsewhere = resumed = None
+    name = probe.name
+    if executor is not None:  # the chunks not written yet, as ProbeJobs on the executor's workers
+        elsewhere = lambda todo: executor(model, [ProbeJob(name, i, list(chunk), batch_size, backend,  # noqa: E731
+                                                           frozenset(watch)) for i, chunk in todo])
+        resumed = notify and (lambda message: notify(f"{name}: {message}"))  # (one process resumes without a note)
+    return checkpointed(folder, items, checkpoint_every,
+                        lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step, frozenset(watch)),
+                        bar, run=elsewhere, notify=resumed)
+
+
+def prepared(model, name: str, data: str | None, limit: int | None, out: Path, strict: bool,
+             notify: Callable[[str], None] | None) -> tuple[Probe, list]:
+    """A probe's record and its items, the bad ones reported (``OUT.bad.txt``; ``strict``: an error) and the texts the
+    context window cuts noted."""
+    probe = get(name)
+    items = probe.items(data, limit)
+    bad_items(name, data or probe.default_data, items, out, strict, notify)
+    if probe.encodings is None:  # items read as texts (a probe with its own encodings is not cut by batches)
+        runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
+    return probe, items
+
+
+def scored(result: pd.DataFrame, probe: Probe, items: list, data: str | None) -> pd.DataFrame:
+    """``result``, unless it is empty: then an error that says the data holds nothing this probe measures."""
+    if result.empty:
+        raise NothingToScore(f"{probe.name}: nothing to score in the {len(items)} usable item(s) of "
+                             f"{data or probe.default_data} (they hold none of what this probe measures): give it "
+                             "more, or other, data")
+    return result
 
 
 def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
                  notify, strict, executor=None) -> pd.DataFrame:
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
     or by ``executor``), combined exactly."""
-    probe = get(name)
-    items = probe.items(data, limit)
-    bad_items(name, data or probe.default_data, items, out, strict, notify)
-    if probe.encodings is None:  # items read as texts (a probe with its own encodings is not cut by batches)
-        runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
+    probe, items = prepared(model, name, data, limit, out, strict, notify)
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
-    elsewhere = resumed = None
-    if executor is not None:  # the chunks not written yet, as ProbeJobs on the executor's workers
-        elsewhere = lambda todo: executor(model, [ProbeJob(name, i, list(chunk), batch_size, backend)  # noqa: E731
-                                                  for i, chunk in todo])
-        resumed = notify and (lambda message: notify(f"{name}: {message}"))  # (one process resumes without a note)
-    parts = checkpointed(folder, items, checkpoint_every,
-                         lambda chunk, step: run_chunk(probe, model, chunk, batch_size, backend, step), bar,
-                         run=elsewhere, notify=resumed)
-    result = probe.combine(parts, items)
-    if result.empty:
-        raise NothingToScore(f"{name}: nothing to score in the {len(items)} usable item(s) of "
-                             f"{data or probe.default_data} (they hold none of what this probe measures): give it "
-                             "more, or other, data")
-    return result
+    parts = score_chunks(model, probe, items, folder, batch_size, checkpoint_every, backend, bar, executor, notify)
+    return scored(probe.combine(parts, items), probe, items, data)
 
 
 def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
             checkpoint_every: int = 64, backend: str = "eager", progress_factory=None,
-            notify: Callable[[str], None] | None = None, strict: bool = False, executor=None) -> pd.DataFrame:
+            notify: Callable[[str], None] | None = None, strict: bool = False, executor=None,
+            one: Callable[..., pd.DataFrame] | None = None) -> pd.DataFrame:
     """Run the probes (by name, as the registry knows them) over ``data`` (each probe's default when
     None), checkpointing every ``checkpoint_every`` items under ``out.partial/``. ``notify(message)`` is
     told when a checkpoint from other inputs is dropped, and which bad items of the data were skipped
     (all of them are written to ``OUT.bad.txt``); ``strict`` makes any bad item an error listing them all.
     A probe left with no usable item is an error, never an empty table. ``executor`` (e.g.
     :func:`probes.corpus.ray_pool.executor`: ``executor(model, jobs)`` yields ``(index, scores)``) runs the chunks
-    elsewhere, in the same checkpoints; None: here, one after another."""
+    elsewhere, in the same checkpoints; None: here, one after another. ``one``: what makes one probe's table (the
+    arguments of :func:`_profile_one`; :func:`probes.evidence.probes.profile` judges each label held out too)."""
     check_format(out)
     partial = out.with_name(out.name + ".partial")
     frames = []
     for name in probes:
         try:
-            frames.append(_profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend,
-                                       progress_factory, notify, strict, executor))
+            frames.append((one or _profile_one)(model, name, data, limit, out, partial, batch_size, checkpoint_every,
+                                                backend, progress_factory, notify, strict, executor))
         except NothingToScore as exc:
             if len(probes) == 1:
                 raise

@@ -66,6 +66,14 @@ class Probe:
     combine: Combine = mean()  # (chunk frames, all items) -> the whole result, exactly (probes.heads.combine)
     # labels that are plain shares (0..1) read as they are, not against their baseline: (label, what it is, for people)
     shares: tuple[tuple[str, str], ...] = ()
+    # how a label's best head is judged on held-out items (probes.evidence.probes): "accuracy" (a share of hits
+    # among n: Wilson's interval), "mean" (a mean over examples: a bootstrap over items), or None (a description,
+    # not a claim: entropy, a pattern class)
+    judged: Callable[[str], str | None] = lambda label: "accuracy"
+    # the data-only baseline of each label chosen on one half of the items and scored on the other (the best fixed
+    # offset of the chosen half): (chosen items, judged items) -> {label: score}; None: the judged half's own
+    # ``baseline`` column (uniform attention, the nearest candidate, a head's own controls)
+    heldout_baseline: Callable[[list, list], dict[str, float]] | None = None
 
     def items(self, data: str | None, limit: int | None) -> list:
         """The probe's items: ``data`` (its default data when None), the first ``limit`` of them."""

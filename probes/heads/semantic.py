@@ -196,5 +196,6 @@ PROBES = (
         load=loader(_tagged, _untagged),
         score=lexical_pairs,
         combine=mean(finish=lambda frame, items: controls_as_baseline(frame)),
+        judged=lambda label: None if label == "unrelated" else "accuracy",  # the controls pooled: no baseline
     ),
 )

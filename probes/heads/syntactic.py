@@ -12,7 +12,7 @@ import pandas as pd
 from ..datasets.dependencies import DepSentence
 from ..errors import BadData
 from .combine import mean, pair_baseline
-from .engine import Pair, Sentence, score_pairs, sentence_attention
+from .engine import Pair, Sentence, best_offset, offset_accuracy, score_pairs, sentence_attention
 from .registry import Probe, loader
 
 
@@ -35,6 +35,17 @@ def syntactic_scores(sentences: Iterable[DepSentence], data: Iterable) -> pd.Dat
     return score_pairs(items, probe="syntactic", baseline="offset")
 
 
+def heldout_offsets(chosen: list[DepSentence], judged: list[DepSentence]) -> dict[str, float]:
+    """Each relation-direction's best fixed offset chosen on the ``chosen`` sentences, scored on the ``judged``
+    ones: the head-free baseline a held-out head must clear."""
+    by_label: dict[str, tuple[list[Pair], list[Pair]]] = {}
+    for side, sentences in ((0, chosen), (1, judged)):
+        for s in sentences:
+            for p in dependency_sentence(s).pairs:
+                by_label.setdefault(p.label, ([], []))[side].append(p)
+    return {label: offset_accuracy(held, best_offset(picked)) for label, (picked, held) in by_label.items()}
+
+
 def _parsed(data: str, items: list) -> None:
     if not hasattr(items[0], "heads"):
         raise BadData(f"{data}: the syntactic probe needs parsed sentences (ewt-* or a .conllu)")
@@ -49,4 +60,5 @@ PROBES = (Probe(
     score=syntactic_scores,
     combine=mean(finish=pair_baseline(lambda items: [p for s in items for p in dependency_sentence(s).pairs],
                                       "offset")),
+    heldout_baseline=heldout_offsets,
 ),)

@@ -20,6 +20,7 @@ from processes import killed_after_chunks
 from probes.corpus import ray_pool
 from probes.corpus import run as corpus_run
 from probes.corpus.reader import Corpus
+from probes.evidence.probes import profile as judged_profile
 from probes.heads.profile import profile
 
 # one Ray at a time (make test's workers); every test compares a Ray run with one process: exactly (both run the
@@ -131,8 +132,9 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
     rerun = subprocess.run(args, capture_output=True, text=True, timeout=180)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
     assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in rerun.stderr
-    assert "of 30 chunks done already" in rerun.stderr
-    single = profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1, checkpoint_every=1)
+    assert "of 15 chunks done already" in rerun.stderr  # (each half of the 30 texts is checkpointed on its own)
+    single = judged_profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1,
+                            checkpoint_every=1)  # what the command writes: the table with held-out verdicts
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(tmp_path / "one.csv"), check_exact=True)
     assert len(single) == len(pd.read_csv(out))
 

@@ -143,3 +143,97 @@ def test_why_bad_input_is_one_line_and_exit_2(args, message, gpt2_dir, capsys):
     assert main([*base, *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and err[-1].startswith("error: ")
+
+
+# -- noise floors (probes.evidence.edges): compose and patch set every edge beside its floor -----------------------
+
+def _no_nan(text: str) -> dict:
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def induction(tmp_path_factory):
+    import probes
+    from tests.checkpoints import make_induction
+
+    path, text = make_induction(tmp_path_factory.mktemp("induction-cli") / "gpt2")
+    model = probes.load(str(path))
+    ids = model.encode(text).input_ids[0].tolist()
+    return model, text, model.tokenizer.decode(ids[1:6] + ids[:1] + ids[6:])  # the first six tokens rotated by one
+
+
+@pytest.mark.numeric
+def test_compose_sets_each_edge_beside_its_floor(induction, capsys):
+    from probes.effects.compose import composition_scores
+    from probes.evidence.edges import COMPOSITION_RULE, composition_floors
+
+    model, _text, _corrupt = induction
+    args = ["compose", "--model", str(model.location), "--receiver", "1.0"]
+    assert main([*args, "--json"]) == 0
+    got = _no_nan(capsys.readouterr().out)
+    frame = composition_floors(composition_scores(model, receivers=[(1, 0)]))
+    k = frame[frame.kind == "k"].set_index(["sender_layer", "sender_head"])
+    assert got["rule"] == COMPOSITION_RULE and got["kinds"]["k"]["above_floor"] == 1
+    assert got["kinds"]["q"]["above_floor"] == 0 and got["kinds"]["k"]["senders"] == 2
+    top = got["kinds"]["k"]["top"]
+    assert [(r["sender"], r["above_floor"]) for r in top] == [("0.0", True), ("0.1", False)]
+    assert [(r["floor"], r["z"]) for r in top] == [(k.loc[(0, 0)].floor, k.loc[(0, 0)].z), (k.loc[(0, 1)].floor,
+                                                                                            k.loc[(0, 1)].z)]
+    assert got["kinds"]["k"]["random_low"] == k.random_low.iloc[0] and got["kinds"]["k"]["floor"] == k.floor.iloc[0]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"head 0.0    {k.loc[(0, 0)].score:.4f}  floor {k.loc[(0, 0)].floor:.4f}  above the floor" in out
+    assert "head 0.1" in out and "below the floor" in out
+    assert "1 of 2 senders clear the floor" in out and "0 of 2 senders clear the floor" in out
+    assert f"rule: {COMPOSITION_RULE}" in out
+
+
+@pytest.mark.numeric
+def test_patch_sets_each_sender_beside_its_floor(induction, capsys):
+    from probes.evidence.edges import patch_floors
+
+    model, text, corrupt = induction
+    args = ["patch", "--model", str(model.location), "--text", text, "--corrupt", corrupt, "--receiver", "1.0"]
+    assert main([*args, "--json", "--top", "1"]) == 0
+    got = _no_nan(capsys.readouterr().out)  # the sender not checked has no floor: null, not NaN
+    expected = patch_floors(model, text, corrupt, (1, 0), "k", top=1).frame.set_index(["layer", "head"])
+    assert got["nulls"] == 8 and got["null_seed"] == 0 and got["checked"] == 1 and got["ranked_by"] == "loss"
+    assert "89th percentile" in got["floor_rule"]
+    for row in got["senders"]:
+        want = expected.loc[(row["layer"], row["head"])]
+        assert row["checked"] == bool(want.checked)
+        assert row["pattern_shift_floor"] == (float(want.pattern_shift_floor) if want.checked else None)
+        assert row["pattern_shift_above"] == bool(want.pattern_shift_above)
+    assert main([*args, "--json", "--nulls", "3", "--null-seed", "5"]) == 0
+    got = _no_nan(capsys.readouterr().out)
+    expected = patch_floors(model, text, corrupt, (1, 0), "k", count=3, seed=5).frame.set_index(["layer", "head"])
+    assert got["nulls"] == 3 and got["null_seed"] == 5 and got["checked"] == 2
+    assert {(r["layer"], r["head"]): r["loss_floor"] for r in got["senders"]} == expected.loss_floor.to_dict()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    # head 1.0 reads no value: the loss (the ranking measure) cannot move, so no sender clears its floor on it
+    assert "floor (loss)" in out and "no sender's effect is above what a change elsewhere in the text does" in out
+    assert "rule: an effect is above its noise floor" in out
+
+
+@pytest.mark.numeric
+def test_patch_names_the_senders_above_their_floor(minilm, capsys):
+    from probes.evidence.edges import patch_floors
+
+    clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
+    assert main(["patch", "--text", clean, "--corrupt", corrupt, "--receiver", "3.1", "--into", "k"]) == 0
+    out = capsys.readouterr().out
+    above = patch_floors(minilm, clean, corrupt, (3, 1), "k").above
+    assert len(above)  # on minilm: 2.7, 0.6 and 0.7
+    names = ", ".join(f"{a}.{b}" for a, b in zip(above["layer"], above["head"]))
+    assert f"{len(above)} of the 10 senders checked clear their noise floor: {names}" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("    ")]
+    assert len(rows) == 10 and sum(r[-1] == "yes" for r in rows) == len(above)
+
+
+def test_patch_refuses_a_text_too_short_for_its_floor(gpt2_dir, capsys):
+    assert main(["patch", "--model", str(gpt2_dir), "--text", "cat", "--corrupt", "dog", "--receiver", "1.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "use a longer text" in err[0] and err[0].startswith("error: ")
