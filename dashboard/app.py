@@ -29,7 +29,7 @@ from probes import threads  # noqa: E402
 threads.apply("app")  # torch's threads for an app on this machine (the machine is watched once per process)
 from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
-from dashboard.state import PAGES, ViewState  # noqa: E402
+from dashboard.state import PAGES, STORIES, ViewState  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
 from probes.scratch import BACKENDS  # noqa: E402
 
@@ -190,8 +190,11 @@ def sidebar_model(model: probes.Model) -> None:
     if problems:
         ui.update(layer=fixed.layer, head=fixed.head)
         st.session_state["link_problems"] += problems
-    ui.bound("slider", "layer", "Layer", sb, min_value=0, max_value=model.n_layers - 1)
-    ui.bound("slider", "head", "Head", sb, min_value=0, max_value=model.n_heads - 1)
+    for field, label, count in (("layer", "Layer", model.n_layers), ("head", "Head", model.n_heads)):
+        if count > 1:
+            ui.bound("slider", field, label, sb, min_value=0, max_value=count - 1)
+        else:  # a slider cannot run from 0 to 0 (a one-layer model): the only one, said
+            sb.caption(f"{label} 0 (the model has one)")
 
 
 def input_problem(inp: data.Input) -> str | None:
@@ -210,7 +213,8 @@ def show_link_problems() -> None:
 
 def open_on_the_story(inp: data.Input) -> None:
     """A text with a question (``state.STORIES``), newly on screen with this model: open on its query word and
-    the head that answers it best, unless the link chose a layer, head or query itself."""
+    the head chosen to answer it on half of its controls (never on the sentence alone: its verdict, on the other
+    half, is the answer box's), unless the link chose a layer, head or query itself."""
     key = (inp.model, inp.text.strip())
     if st.session_state.get("story_for") == key:
         return
@@ -218,12 +222,17 @@ def open_on_the_story(inp: data.Input) -> None:
     if st.session_state.pop("story_off", False):
         return
     v = ui.view()
+    here = data.Input(inp.model, inp.text, inp.pair, v.source, v.backend, inp.truncate)
     try:
-        answer = data.story(data.Input(inp.model, inp.text, inp.pair, v.source, v.backend, inp.truncate))
+        answer = data.story(here)
+        if answer is None:
+            return
+        with st.spinner("Judging every head on the question's controls…"):
+            chosen = data.question_evidence(here, data.Asked(*STORIES[inp.text.strip()])).head
     except probes.ProbesError:  # the page says what is wrong with the input
         return
-    if answer is not None:
-        ui.update(layer=answer.layer, head=answer.head, query=answer.query)
+    layer, head = chosen if chosen is not None else (answer.layer, answer.head)
+    ui.update(layer=layer, head=head, query=answer.query)
 
 
 def main() -> None:

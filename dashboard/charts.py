@@ -405,6 +405,32 @@ def best_label(frame: pd.DataFrame, value: str = "score", skip: frozenset[str] |
     return str(by.idxmax()) if len(by) else str(frame["label"].iloc[0])
 
 
+def chosen_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each judged label's chosen head (the rows ``chosen`` marks in a table with held-out verdicts,
+    :mod:`probes.evidence.probes`), one row a label; empty for a table without them."""
+    if "chosen" not in frame or "verdict" not in frame:
+        return frame.iloc[0:0]
+    picked = frame["chosen"].astype(str).str.lower().isin(["true", "1"])
+    rows = frame[picked].copy()
+    rows["label"] = rows["label"].astype(str)
+    return rows.drop_duplicates("label")
+
+
+def supported_label(frame: pd.DataFrame, skip: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """The label whose chosen head is supported on held-out items with the largest held-out gain over its baseline
+    (None: no label's head is supported). Labels in ``skip`` (the sink) only when no other is supported."""
+    rows = chosen_rows(frame)
+    if rows.empty:  # (a table without verdicts, or none chosen)
+        return None
+    rows = rows[rows["verdict"].astype(str) == "supported"]
+    if rows.empty:
+        return None
+    others = rows[~rows["label"].isin(skip)]
+    rows = others if len(others) else rows
+    gain = rows["heldout_score"] - rows["baseline_heldout"].fillna(0.0)
+    return str(rows.loc[gain.idxmax(), "label"])
+
+
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
               value: str = "score", reach: float | None = None, share: bool = False) -> alt.Chart:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects

@@ -308,6 +308,81 @@ def story(inp: Input) -> explain.Answer | None:
     return compute(explain.answering_head, trace(inp), inp.text, *words)
 
 
+EVIDENCE_KEPT = 16  # questions' evidence kept at once, for every session (each holds every head's weights: ~0.5 MB)
+MAX_QUESTIONS = 2000  # questions one upload may hold (each is one forward pass)
+PUBLIC_QUESTIONS = 300  # …on a public deployment (about 10 s on SmolLM2 on two CPUs)
+MAX_QUESTION_BYTES = 2_000_000  # bytes of one upload of questions
+_evidence: OrderedDict[tuple, object] = OrderedDict()
+_evidence_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question asked of a text: which of ``key`` and ``against`` the ``query`` word refers to; ``upload``: a
+    user's own questions to judge it on instead of the controls (a name and the file's sha256, read by
+    :func:`question_upload`)."""
+
+    query: str
+    key: str
+    against: str
+    upload: tuple[str, str] | None = None
+
+
+def _evidence_key(inp: Input, asked: Asked) -> tuple:
+    where = cluster_address() if inp.model.strip() in served_models() else ""
+    return inp.model, where, inp.text, asked
+
+
+def has_evidence(inp: Input, asked: Asked) -> bool:
+    """Whether :func:`question_evidence` of this question is kept already (the page draws no progress bar then)."""
+    with _evidence_lock:
+        return _evidence_key(inp, asked) in _evidence
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def question_upload(name: str, raw: bytes) -> probes.datasets.Items:
+    """A user's questions (.jsonl: text, pronoun, candidates, answer), read once per file: the usable ones and every
+    bad line with its number and why (:func:`probes.evidence.questions.parse_questions`)."""
+    from probes.datasets.utf8 import decode
+    from probes.evidence.questions import parse_questions
+    from probes.errors import BadData
+
+    if len(raw) > MAX_QUESTION_BYTES:  # before it is decoded: 2,000 questions of a sentence each are ~0.5 MB
+        raise BadData(f"{name} is {len(raw) / 1e6:,.1f} MB; a file of questions here takes up to "
+                      f"{MAX_QUESTION_BYTES / 1e6:.0f} MB: keep fewer questions")
+    text = decode(raw, name)
+    most = PUBLIC_QUESTIONS if public() else MAX_QUESTIONS
+    lines = sum(1 for line in text.splitlines() if line.strip())
+    if lines > most:
+        raise BadData(f"{name} holds {lines:,} questions; this app judges up to {most:,} at once: keep the first "
+                      f"{most:,} (or run python -m probes claim --data on your own machine)")
+    return parse_questions(text, name)
+
+
+def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progress=None):
+    """Which head finds ``asked.key`` for ``asked.query`` in the text, judged on items it was not chosen on
+    (:func:`probes.evidence.claims.question_evidence`): on the question's controls, or on an upload's questions
+    (``raw``, the file ``asked.upload`` names). Computed once per question and model, for every session (the last
+    :data:`EVIDENCE_KEPT`); ``progress(done, total)`` while it runs, bounded on a public deployment."""
+    from probes.evidence.claims import question_evidence as judged
+
+    key = _evidence_key(inp, asked)
+    with _evidence_lock:
+        if key in _evidence:
+            _evidence.move_to_end(key)
+            return _evidence[key]
+    questions = None
+    if asked.upload is not None:
+        questions = list(question_upload(asked.upload[0], raw))
+    found = compute(judged, model_of(inp), inp.text, asked.query, asked.key, asked.against, questions=questions,
+                    progress=watched(progress, "ask on a shorter text or upload fewer questions"))
+    with _evidence_lock:
+        _evidence[key] = found
+        while len(_evidence) > EVIDENCE_KEPT:
+            _evidence.popitem(last=False)
+    return found
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def text_words(inp: Input) -> list[tuple[str, list[int]]]:
     """The words of the text with the tokens each covers (Find heads' key menu)."""
@@ -327,18 +402,20 @@ def margins(inp: Input, query: int, keys: tuple[int, ...], other: tuple[int, ...
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def question(inp: Input, query: int) -> tuple[int | None, int | None]:
+def question(inp: Input, query: int, asked: Asked | None = None) -> tuple[int | None, int | None]:
     """The key word and the distractor word (indices among :func:`text_words`) the pages open on for this query
-    token: for a text with a question (``state.STORIES``) its referent and the other candidate, else the word the
-    query attends to most (never the sink) and no distractor. One place for Find heads, the minimal pair and
-    the callout, so 小红 is the default everywhere."""
+    token: those of the question asked of the text (``asked``: typed, or a story's own, ``state.STORIES``) when
+    they are words of it, else the word the query attends to most (never the sink) and no distractor. One place
+    for Find heads, the minimal pair and the callout, so 小红 is the default everywhere."""
     from .state import STORIES
 
     words = [w.lower() for w, _ in text_words(inp)]
     story = STORIES.get(inp.text.strip()) if not inp.pair else None
-    if story and story[1].lower() in words:
-        other = words.index(story[2].lower()) if story[2].lower() in words else None
-        return words.index(story[1].lower()), other
+    if asked is None and story:
+        asked = Asked(*story)
+    if asked and asked.key.lower() in words:
+        other = words.index(asked.against.lower()) if asked.against.lower() in words else None
+        return words.index(asked.key.lower()), other
     return compute(explain.likely_key, trace(inp), inp.text, query), None
 
 
@@ -385,10 +462,12 @@ def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, show_spinner="Composing every earlier head's weights with this head's…")
 def composition(name: str, layer: int, head: int) -> pd.DataFrame:
-    """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone."""
+    """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone, each with
+    its noise floor (:func:`probes.evidence.edges.composition_floors`: ``floor``, ``above_floor``, ``z``…)."""
     from probes.effects.compose import composition_scores
+    from probes.evidence.edges import composition_floors
 
-    return compute(composition_scores, model_named(name), receivers=[(layer, head)])
+    return composition_floors(compute(composition_scores, model_named(name), receivers=[(layer, head)]))
 
 
 # token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one
@@ -399,13 +478,18 @@ PATCH_ROWS = 256
 
 @st.cache_data(max_entries=8, show_spinner="Patching each earlier head from the corrupted text into this head…")
 def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into: str) -> pd.DataFrame:
-    """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender."""
+    """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender,
+    the largest effects checked against their noise floor (:func:`probes.evidence.edges.patch_floors`: ``checked``,
+    ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text)."""
     from probes.effects.paths import path_patch as patch
+    from probes.evidence.edges import patch_floors
 
     model = model_named(name)
     batch = max(1, PATCH_ROWS // model.encode(text).input_ids.shape[-1])
     advice = "shorten the text, or pick a head in an earlier layer (fewer senders)"
-    return compute(patch, model, text, corrupted, (layer, head), into=into, batch=batch,
+    got = compute(patch, model, text, corrupted, (layer, head), into=into, batch=batch,
+                  progress=watched(advice=advice))
+    return compute(patch_floors, model, text, corrupted, (layer, head), into, result=got, batch=batch,
                    progress=watched(advice=advice)).frame
 
 
@@ -685,15 +769,16 @@ PROBE_TABLES_KEPT = 4
 
 
 def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFrame:
-    """A probe's scores for every layer × head on the built-in data (``limit`` items), kept in the
-    session (the last ``PROBE_TABLES_KEPT``). Not ``st.cache_data``: its run draws a progress bar,
+    """A probe's scores for every layer × head on the built-in data (``limit`` items), with each label's head judged
+    on held-out items (:func:`probes.evidence.probes.run_probe`), kept in the session (the last
+    ``PROBE_TABLES_KEPT``). Not ``st.cache_data``: its run draws a progress bar,
     which a cached function may not touch. ``progress(done, total)`` is called as items finish."""
-    from probes.heads import profile
+    from probes.evidence import probes as judged
 
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
-    if key not in tables:
-        tables[key] = compute(profile.run_probe, model_named(name), probe, limit,
+    if key not in tables:  # each label's head chosen on half of the items, judged on the other half
+        tables[key] = compute(judged.run_probe, model_named(name), probe, limit,
                               progress=watched(progress, "run fewer items"))
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))

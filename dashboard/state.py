@@ -15,7 +15,8 @@ DEFAULT_TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 DEFAULT_PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
 CHINESE_TEXT = "小明把苹果给了小红，因为她很饿"
 # texts with a question the app opens on: (query word, the word it refers to, the distractor). With one of them
-# (and no layer, head or query in the link) the app opens on the query word and the head that answers it best
+# (and no layer, head or query in the link) the app opens on the query word and the head chosen to answer it on
+# half of the question's controls (its verdict, judged on the other half, is what the answer box says)
 STORIES = {DEFAULT_TEXT: ("she", "Xiaohong", "Xiaoming"), CHINESE_TEXT: ("她", "小红", "小明")}
 # what Explore's heatmap is coloured by: value -> its name in the app
 COLOURS = {"weights": "attention weights", "norms": "value-weighted norms", "rollout": "rollout"}
@@ -59,8 +60,13 @@ class ViewState:
     top_k: int = 0
     top_p: float = 1.0
     probe: str = "positional"  # Heads: the built-in probe run on the current model…
-    items: int = 50  # …over this many items
+    items: int = 100  # …over this many items (half choose each label's head, half judge it: 30 or more each)
     label: str = ""  # Heads: the label whose grid is shown ("" = the one that gains most)
+    # the question asked of the text (Explore, Find heads): which of two words the query word refers to; "" = none
+    # asked (a text of STORIES asks its own)
+    ask_query: str = ""
+    ask_key: str = ""
+    ask_against: str = ""
 
     @classmethod
     def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:
@@ -101,6 +107,9 @@ class ViewState:
         return replace(self, **changes), problems
 
 
+MAX_WORD = 100  # characters of a word of a question in a link
+
+
 def _parse(name: str, raw: str, default):
     if isinstance(default, bool):
         if raw.lower() in ("1", "true", "yes"):
@@ -127,6 +136,8 @@ def _parse(name: str, raw: str, default):
     allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS}.get(name)
     if allowed and raw not in allowed:
         raise ValueError(f"expected one of {', '.join(allowed)}")
+    if name.startswith("ask_") and len(raw) > MAX_WORD:
+        raise ValueError(f"a word of a question is at most {MAX_WORD} characters")
     if name == "model":
         try:
             check_name(raw)  # the library's one check of a name (the deployment's own rules apply when it loads)

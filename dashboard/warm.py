@@ -38,7 +38,7 @@ def warm() -> None:
         choosing = threading.Thread(target=threads.apply, args=("app",), name="warm-start threads")
         choosing.start()
         from dashboard import data, ui  # noqa: F401 - the modules the first run imports (probes, altair…)
-        from dashboard.state import ViewState
+        from dashboard.state import STORIES, ViewState
         import dashboard.views.explore  # noqa: F401
 
         v = ViewState()
@@ -48,8 +48,11 @@ def warm() -> None:
             data.model_of(inp)
             choosing.join()
             n = len(data.run_info(inp).tokens)
-            answer = data.story(inp)  # the default text has a question: the app opens on the head that answers it
+            answer = data.story(inp)  # the default text has a question: the app opens on the head chosen for it
             layer, head = (answer.layer, answer.head) if answer else (v.layer, v.head)
+            story = STORIES.get(v.text.strip())
+            if story:  # …on half of its controls: the answer box's evidence, computed once for every session
+                layer, head = data.question_evidence(inp, data.Asked(*story)).head or (layer, head)
             data.head(inp, layer, head, (0, n))
         choosing.join()
     except Exception:  # noqa: BLE001 - the visitor's own run meets the same problem and shows it in the page

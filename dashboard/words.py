@@ -88,6 +88,17 @@ WORDS: dict[str, str] = {
     "heterogeneous": "heterogeneous",
     # lexical relations (probes.heads.semantic)
     "same-lexname": "same WordNet category",
+    # held-out verdicts (probes.evidence.probes)
+    "selection_score": "score on the half heads are chosen on",
+    "heldout_score": "held-out score",
+    "heldout_n": "held-out examples",
+    "heldout_low": "held-out low",
+    "heldout_high": "held-out high",
+    "baseline_heldout": "baseline, held out",
+    "verdict": "verdict",
+    "said": "verdict in words",
+    "chosen": "chosen",
+    "split_seed": "split seed",
     "unrelated": "unrelated (controls)",
     # sources and backends
     "hf": "Hugging Face",

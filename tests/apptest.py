@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -90,3 +91,25 @@ def run_probe(probe: str, items: int) -> AppTest:
 def steps_table(at: AppTest):
     """The Q/K/V page's table of every key's steps (q·k, × scale, softmax weight…)."""
     return next(d.value for d in at.dataframe if "softmax weight" in d.value.columns)
+
+
+def opening(model: str = "minilm") -> tuple[int, int]:
+    """The head the app opens on for its story sentence on ``model``: the one the library's evidence chooses on half
+    of the question's controls (:func:`probes.evidence.claims.question_evidence`), never the largest margin on the
+    sentence alone."""
+    return _opening(model)
+
+
+@lru_cache(maxsize=4)
+def _opening(model: str) -> tuple[int, int]:
+    import probes
+    from dashboard.state import DEFAULT_TEXT, STORIES
+    from probes.evidence.claims import question_evidence
+
+    return question_evidence(probes.load(model), DEFAULT_TEXT, *STORIES[DEFAULT_TEXT]).head
+
+
+def opening_header(model: str = "minilm") -> str:
+    """Explore's header on the story sentence as the app opens it."""
+    layer, head = opening(model)
+    return f"{model}: layer {layer}, head {head}"

@@ -1,10 +1,12 @@
 """Circuit: which earlier heads the sidebar's head reads from. Three answers side by side, each as a small layered
 graph (senders in their layer's column, an edge's width its strength; a click on a head opens it on Explore):
 
-* composition from the weights alone (Elhage et al. 2021: Q-, K- and V-composition, against random matrices);
+* composition from the weights alone (Elhage et al. 2021: Q-, K- and V-composition, against random matrices; an
+  edge drawn only above its noise floor, :func:`probes.evidence.edges.composition_floors`);
 * composition on the sidebar's text (each earlier head's share of this head's scores on the cells it weighs most,
   the QK attribution of "Why this weight?" summed);
-* path patching (a sender's output from a corrupted text patched into only this head's q, k or v input)."""
+* path patching (a sender's output from a corrupted text patched into only this head's q, k or v input; the largest
+  effects checked against the same patch from null corruptions, an edge drawn only above that floor)."""
 
 from __future__ import annotations
 
@@ -61,22 +63,37 @@ def _grid(ctx: ui.Context) -> None:
 
 def _weights(ctx: ui.Context) -> None:
     from probes.effects.compose import notes
+    from probes.evidence.edges import COMPOSITION_RULE
 
     v = ui.view()
     st.subheader("From the weights: composition scores")
     frame = data.composition(ctx.inp.model, v.layer, v.head)
     mean, sd = float(frame.baseline_mean.iloc[0]), float(frame.baseline_sd.iloc[0])
-    top = frame.loc[frame.score.sort_values(ascending=False).index[:TOP]]
-    edges = top.assign(value=top["score"], label=[f"{a}.{b} → {k}: {s:.3f}" for a, b, k, s in
-                                                   zip(top.sender_layer, top.sender_head, top.kind, top.score)])
-    _graph(ctx, edges, f"Head {v.layer}.{v.head}: composition from the weights (random: {mean:.3f} ± {sd:.3f})",
-           "circuit_weights")
-    st.caption(f"Elhage et al. (2021): how much of what an earlier head writes this head can read through its query "
-               f"(q), key (k) or value (v), ‖W_OV·W_QK‖ over the product of their sizes, from 0 to 1. Random matrices "
-               f"of the same shapes score {mean:.3f} ± {sd:.3f} (mean ± sd of 20 draws): a score far above that is a "
-               f"real path. The {TOP} largest drawn; " + "; ".join(notes(ctx.model)) + ".")
-    shown = frame.assign(above=(frame.score - mean) / sd).sort_values("score", ascending=False)
-    ui.table(shown, height=220)
+    senders = int(frame.senders.max())
+    floor, z = (float(x) for x in frame.loc[frame.senders == senders, ["floor", "z_crit"]].iloc[0])
+    above = frame[frame.above_floor]
+    random = f"random matrices of the same shapes score {mean:.3f} ± {sd:.3f} (mean ± sd of 20 draws)"
+    if above.empty:
+        st.info(f"No earlier head's composition score is above the noise floor ({random}; the floor for "
+                f"{senders} senders is {floor:.4f}), so no edge is drawn: from the weights alone, head "
+                f"{v.layer}.{v.head} reads no earlier head more than random matrices would. The table lists every "
+                "score.")
+    else:
+        top = above.loc[above.score.sort_values(ascending=False).index[:TOP]]
+        edges = top.assign(value=top["score"], label=[f"{a}.{b} → {k}: {s:.3f} (floor {f:.3f})" for a, b, k, s, f in
+                                                       zip(top.sender_layer, top.sender_head, top.kind, top.score,
+                                                           top.floor)])
+        _graph(ctx, edges, f"Head {v.layer}.{v.head}: composition from the weights (random: {mean:.3f} ± {sd:.3f}, "
+               f"floor {floor:.3f})", "circuit_weights")
+        st.caption(f"Elhage et al. (2021): how much of what an earlier head writes this head can read through its "
+                   f"query (q), key (k) or value (v), ‖W_OV·W_QK‖ over the product of their sizes, from 0 to 1; an "
+                   f"edge's width is that composition score. Only edges above their noise floor are drawn "
+                   f"({len(above)} of {int(frame.score.notna().sum())}; at most the {TOP} largest): {random}, and "
+                   f"{COMPOSITION_RULE} (here z = {z:.2f}, a floor of {floor:.4f}). "
+                   + "; ".join(notes(ctx.model)) + ".")
+    shown = frame.sort_values("score", ascending=False).rename(columns={"z": "above", "floor": "noise floor",
+                                                                        "above_floor": "above the floor"})
+    ui.table(shown.drop(columns=["z_crit", "senders"]), height=220)
     ui.downloads(f"circuit-weights-L{v.layer}H{v.head}", None, frame)
 
 
@@ -129,17 +146,37 @@ def _patching(ctx: ui.Context) -> None:
     except probes.ProbesError as exc:
         st.info(ui.safe(ui.in_app_words(exc)))
         return
+    from probes.evidence.edges import NULLS, patch_rule
+
     measure = "loss" if "loss" in frame else "pattern_shift"
-    top = frame.loc[frame[measure].abs().sort_values(ascending=False).index[:TOP]]
-    edges = pd.DataFrame({"sender_layer": top["layer"], "sender_head": top["head"], "kind": into,
-                          "value": top[measure], "label": [f"{a}.{b} → {into}" for a, b in zip(top["layer"], top["head"])]})
-    _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {PARTS[into]}, by {words.said(measure)}",
-           "circuit_patch")
-    st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {PARTS[into]} "
-               f"(everything else on the sidebar's text): an edge's width is the change in {words.said(measure)} "
-               + ("(the mean next-token loss, nats)" if measure == "loss" else
-                  "(the share of each query row's weight that moved, 0 to 1)") + f"; the {TOP} largest drawn.")
-    ui.table(frame.sort_values(measure, key=abs, ascending=False), height=220)
+    unit = ("(the mean next-token loss, nats)" if measure == "loss" else
+            "(the share of each query row's weight that moved, 0 to 1)")
+    checked = frame[frame.checked]
+    above = checked[checked[f"{measure}_above"]]
+    above = above.loc[above[measure].abs().sort_values(ascending=False).index]
+    if above.empty:
+        st.info(f"No earlier head's effect through this head's {PARTS[into]} is above its noise floor: none of the "
+                f"{len(checked)} largest changes in {words.said(measure)} is larger than what a change elsewhere in "
+                f"the text does through the same path ({NULLS} null corruptions: the sidebar's text with as many "
+                "tokens changed at other positions), so no edge is drawn. The table lists every sender.")
+    else:
+        edges = pd.DataFrame({"sender_layer": above["layer"], "sender_head": above["head"], "kind": into,
+                              "value": above[measure],
+                              "label": [f"{a}.{b} → {into} (floor {f:.4f})" for a, b, f in
+                                        zip(above["layer"], above["head"], above[f"{measure}_floor"])]})
+        _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {PARTS[into]}, by {words.said(measure)}",
+               "circuit_patch")
+        st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {PARTS[into]} "
+                   f"(everything else on the sidebar's text): an edge's width is the change in {words.said(measure)} "
+                   f"{unit}. The {len(checked)} largest were checked against their noise floor, the same patch from "
+                   f"{NULLS} corruptions that change as many tokens elsewhere in the text; the {len(above)} above it "
+                   f"are drawn: {patch_rule(words.said(measure), NULLS)}.")
+    names = {f"{m}_{part}": f"{words.said(m)}: {said}" for m in ("loss", "logit_diff", "pattern_shift",
+                                                                  "pattern_change")
+             for part, said in (("floor", "noise floor"), ("null_mean", "null mean"), ("null_sd", "null sd"),
+                                ("above", "above the floor"))}
+    names["checked"] = "checked against its floor"
+    ui.table(frame.sort_values(measure, key=abs, ascending=False).rename(columns=names), height=220)
     ui.downloads(f"circuit-patch-L{v.layer}H{v.head}-{into}", None, frame)
 
 

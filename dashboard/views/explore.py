@@ -14,7 +14,7 @@ import streamlit as st
 
 import probes
 
-from .. import charts, data, ui
+from .. import charts, data, ui, verdicts
 from ..state import COLOURS
 
 MODEL_VIEW_MAX = 1100  # px: a taller model view scrolls inside its frame
@@ -49,34 +49,25 @@ def _window(n: int) -> tuple[int, int]:
     return start, start + charts.MAX_CELLS
 
 
-def _story(ctx: ui.Context) -> None:
-    """For a text with a question, one line on the head that answers it best (the one the app opened on): the
-    largest margin of the referent's weight over the distractor's, both weights said, and the sink's share; or,
-    when no head prefers the referent, that no head does and which comes closest."""
-    answer = data.story(ctx.inp)
-    if answer is None:
+def _question(ctx: ui.Context) -> None:
+    """The question asked of the text (its own, for a story; or the words typed in "Ask a question"), and the answer
+    box: the head chosen on half of its controls and what it does on the other half (:mod:`dashboard.verdicts`);
+    for a text with no question, one line on how to ask one."""
+    question = verdicts.asked(ctx.inp)
+    with st.expander("Ask a question about a word" + (f": now “{ui.safe(question.query)}” → “{ui.safe(question.key)}”, "
+                                                       f"not “{ui.safe(question.against)}”" if question else ""),
+                     icon=":material/quiz:"):
+        verdicts.ask()
+        st.caption("Which word does a word refer to? Type the word, what it refers to and the other candidate (all "
+                   "three words of the text). Pronouns (he, she, it; 他, 她) get controls built for them; for any "
+                   "other word, upload your own questions on Find heads.")
+    if question is None:
+        st.caption(verdicts.HOW_TO_ASK)
         return
-    from ..state import STORIES
-
-    query, said, other = (ui.safe(w) for w in STORIES[ctx.inp.text.strip()])
-    v, name = ui.view(), ui.safe(ctx.model.name)
-    also = f" ({answer.other_weight:.2f} on “{other}”)" if answer.other_weight is not None else ""
-    sink = (f" It gives {answer.sink:.2f} to the first token (“{ui.safe(ctx.info.tokens[0].strip())}”), where heads "
-            "park the attention they do not need (the attention sink).")
-    here = (v.layer, v.head, v.query) == (answer.layer, answer.head, answer.query)
-    if not answer.prefers:
-        st.warning(f"Who is “{query}”? No head of {name} prefers “{said}” over “{other}” for “{query}”; the closest is "
-                   f"{answer.layer}.{answer.head}" + ("" if here else f" (query token {answer.query})")
-                   + f", which puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}.{sink}",
-                   icon=":material/help:")
-        return
-    versus = f", the largest margin for “{said}” over “{other}”" if answer.other_weight is not None else ", the most"
-    line = (f"puts {answer.weight:.2f} of “{query}”'s attention on “{said}”{also}: of every layer and head of {name}"
-            f"{versus}.{sink}")
-    if here:
-        st.success(f"Who is “{query}”? This head, {answer.layer}.{answer.head}, {line}", icon=":material/search:")
-    else:
-        st.caption(f"Who is “{query}”? Head {answer.layer}.{answer.head} (query token {answer.query}) {line}")
+    ev = verdicts.evidence(ctx.inp, question)
+    if ev is not None:
+        v = ui.view()
+        verdicts.box(ctx, question, ev, shown=(v.layer, v.head))
 
 
 def _colour_by(ctx: ui.Context, container) -> str:
@@ -145,6 +136,7 @@ def render(ctx: ui.Context) -> None:
                    + (f" {reader} reads every character (its byte-level tokenizer has no unknown token): pick it in "
                       "the sidebar's Model menu." if reader else ""))
 
+    _question(ctx)
     lo, hi = _window(n)
     _focus(ctx, lo, hi)
 
@@ -207,7 +199,6 @@ def _focus(ctx: ui.Context, lo: int, hi: int) -> None:
     """Everything that follows the query token: a query change (a click, the picker) reruns only this."""
     try:
         _follow_clicks(ctx, lo)
-        _story(ctx)
         _heatmap_and_bars(ctx, lo, hi)
     except (probes.ProbesError, ValueError) as exc:
         st.error(ui.safe(ui.in_app_words(exc)))

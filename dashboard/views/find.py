@@ -12,7 +12,7 @@ import streamlit as st
 import probes
 from probes import explain
 
-from .. import charts, data, ui
+from .. import charts, data, ui, verdicts
 
 
 def render(ctx: ui.Context) -> None:
@@ -25,7 +25,8 @@ def render(ctx: ui.Context) -> None:
         return
     cols = st.columns(3)
     query = ui.query_picker(ctx.info, cols[0])
-    key_default, other_default = data.question(ctx.inp, query)  # the story's referent and distractor, never the sink
+    # the question asked of the text (typed on Explore, picked here before, or the story's), never the sink
+    key_default, other_default = data.question(ctx.inp, query, verdicts.asked(ctx.inp))
     key = cols[1].selectbox("Key word", range(len(words)), index=key_default or 0, key="find_key",
                             format_func=lambda i: f"{i}: {words[i][0]}",
                             help="the word attended to; its pieces' weights are summed")
@@ -85,6 +86,55 @@ def render(ctx: ui.Context) -> None:
                + " The outlined cell is the sidebar's head; click any cell to open it on Explore.")
     shown = frame[["layer", "head", "score", "baseline", "sink", *(["against", "margin"] if others else [])]]
     ui.downloads("find-heads", chart, shown.rename(columns={"score": "weight", "baseline": "uniform"}))
+    _judged(ctx, query, words, key, against)
+
+
+def _judged(ctx: ui.Context, query: int, words: list, key: int, against: int) -> None:
+    """The question the grid asks (the query token's word → the key word, against the other word), judged: the head
+    chosen on half of its controls, or of the questions uploaded, and its verdict on the other half. The view's
+    question follows it, so Explore's box (and the link) ask the same."""
+    st.subheader("Which head answers it, on sentences it was not chosen on?")
+    asking = next((w for w, pieces in words if query in pieces), None)
+    if asking is None:
+        st.caption("The query token is not part of a word of the text (a special token): pick a word's token to ask "
+                   "about it.")
+        return
+    if against < 0 or against == key:
+        st.caption("A grid of one sentence names no head: any head that follows the nearer word can top it. To judge "
+                   "one, pick the other candidate (Against): the head that tells the two apart is then chosen on "
+                   "half of the question's controls and judged on the other half.")
+        return
+    question = data.Asked(asking, words[key][0], words[against][0])
+    v = ui.view()
+    if verdicts.asked(ctx.inp) != question:  # Explore's box and the link ask what is picked here
+        ui.update(ask_query=question.query, ask_key=question.key, ask_against=question.against)
+    upload = st.file_uploader("Judge it on your own questions instead (.jsonl, optional)", type=["jsonl"],
+                              key="find_questions", max_upload_size=data.MAX_QUESTION_BYTES // 1_000_000,
+                              help='one JSON object a line: {"text": …, "pronoun": …, "candidates": [two or more '
+                                   'words of the text], "answer": one of them}; the head is chosen on half of them '
+                                   "and judged on the other half")
+    raw = None
+    if upload is not None:
+        import hashlib
+
+        raw = upload.getvalue()
+        try:
+            items = data.question_upload(upload.name, raw)
+        except probes.ProbesError as exc:
+            st.error(ui.safe(ui.in_app_words(exc)))
+            return
+        if items.bad:
+            shown = "\n".join(f"- {ui.safe(b)}" for b in items.bad[:10])
+            more = f"\n- and {len(items.bad) - 10:,} more" if len(items.bad) > 10 else ""
+            st.warning(f"{len(items.bad):,} line(s) of {ui.safe(upload.name)} cannot be used and are left out:\n"
+                       f"{shown}{more}")
+        if not items:
+            return
+        question = data.Asked(question.query, question.key, question.against,
+                              (upload.name, hashlib.sha256(raw).hexdigest()))
+    ev = verdicts.evidence(ctx.inp, question, raw)
+    if ev is not None:
+        verdicts.box(ctx, question, ev, shown=(v.layer, v.head))
 
 
 def _ranked(ctx: ui.Context, found, token: str, word: str, other: str | None, pieces: list[int], query: int,
@@ -98,15 +148,17 @@ def _ranked(ctx: ui.Context, found, token: str, word: str, other: str | None, pi
     on_key, on_sink = found.on_key[layer, head], found.on_sink[layer, head]
     sink = (f" It gives {on_sink:.2f} to the first token (“{ui.safe(ctx.info.tokens[0].strip())}”, the attention "
             "sink)" + (f", left out of “{ui.safe(sink_left_out)}”'s weight" if sink_left_out else "") + ".")
+    alone = "On this sentence alone (one sentence: a description, not evidence), "
     if other is None:
-        return (f"Head {layer}.{head} puts the most of “{token}”'s attention on “{word}”: {on_key:.2f}, against "
+        return (f"{alone}head {layer}.{head} puts the most of “{token}”'s attention on “{word}”: {on_key:.2f}, against "
                 f"{found.uniform:.2f} under uniform attention (the grid's 0).{sink}")
     other, on_other = ui.safe(other), found.on_other[layer, head]
     if found.score[layer, head] <= 0:
-        return (f"No head of {name} prefers “{word}” over “{other}” for “{token}”; the closest is {layer}.{head}: "
-                f"{on_key:.2f} on “{word}”, {on_other:.2f} on “{other}”.{sink}")
-    return (f"Head {layer}.{head} gives “{word}” the largest margin over “{other}” for “{token}”: {on_key:.2f} "
-            f"against {on_other:.2f} (red: more on “{word}”, blue: more on “{other}”).{sink}")
+        return (f"{alone}no head of {name} prefers “{word}” over “{other}” for “{token}”; the closest is "
+                f"{layer}.{head}: {on_key:.2f} on “{word}”, {on_other:.2f} on “{other}”.{sink}")
+    return (f"{alone}head {layer}.{head} gives “{word}” the largest margin over “{other}” for “{token}”: "
+            f"{on_key:.2f} against {on_other:.2f} (red: more on “{word}”, blue: more on “{other}”).{sink} Which head "
+            "answers the question is judged below, on sentences no head was chosen on.")
 
 
 MEASURES = {"weight": "attention weight", "norm": "value-weighted norm", "ablation": "ablation effect"}

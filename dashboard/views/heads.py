@@ -201,11 +201,22 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     labels = sorted(frame["label"].astype(str).unique())
     shares = registry.share_labels()  # labels read as plain shares 0..1 (the sink share), not against a baseline
     cols = st.columns(2)
-    if ui.view().label not in labels:  # a new table (or none chosen yet): the label that gains most
-        ui.update(label=charts.best_label(frame, skip=set(shares), least=FEW))
-    label = ui.bound("selectbox", "label", "Label", cols[0], options=_offered(labels, cols[0]), format_func=words.said,
-                     help=f"opens on the label whose best head rises most above its baseline, among the labels with "
-                          f"{FEW} examples or more (if any)")
+    chosen = charts.chosen_rows(frame).set_index("label")
+    verdict_of = dict(zip(chosen.index, chosen["verdict"].astype(str))) if "verdict" in chosen else {}
+    if ui.view().label not in labels:  # a new table (or none chosen yet): the label whose judged head gains most
+        ui.update(label=charts.supported_label(frame, skip=set(shares))
+                  or charts.best_label(frame, skip=set(shares), least=FEW))
+
+    def named(label: str) -> str:  # each label with its chosen head's verdict on the held-out half
+        mark = {"supported": " · ✓ supported", "baseline": " · no supported head",
+                "too few": " · too few to judge"}.get(verdict_of.get(label, ""), "")
+        return words.said(label) + mark
+
+    label = ui.bound("selectbox", "label", "Label", cols[0], options=_offered(labels, cols[0]), format_func=named,
+                     help="each label's head is chosen on half of the items and judged on the other half; the menu "
+                          "marks the labels whose head is supported there. It opens on the supported label whose "
+                          "head gains most over its baseline on the held-out half (else on the label whose best head "
+                          f"rises most above its baseline, among those with {FEW} examples or more)")
     values = [c for c in ("score", "mean_attention") if c in frame and frame[c].notna().any()]
     value = cols[1].radio("Colour by", values, horizontal=True, key="heads_value", format_func=words.said)
     layers = max(int(frame["layer"].max()) + 1, ctx.model.n_layers)
@@ -228,6 +239,7 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
             "fixed scale "
             "(white 0, dark blue 1), not against a baseline: uniform attention's share is in the tooltip."
             if share else "")
+    _verdict(ctx, frame, chosen, label)
     st.caption(f"{ui.safe(source)}. The outlined cell is the head selected in the sidebar.{what}{shared}")
     n = frame.loc[frame["label"].astype(str) == label, "n"].min() if "n" in frame else None
     if n is not None and n == n and n < FEW:
@@ -241,14 +253,43 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     return mine.sort_values(value, ascending=False), label, value
 
 
+def _verdict(ctx: ui.Context, frame, chosen, label: str) -> None:
+    """The label's head chosen on half of the items and judged on the other half, and its verdict: green only when
+    supported. A table without verdicts (written before they existed) says so."""
+    if "chosen" not in frame:
+        st.caption("This table has no held-out verdicts (it was written before profile judged heads on held-out "
+                   "items): the grid's best head was chosen and scored on the same items. Rerun python -m probes "
+                   "profile for verdicts.")
+        return
+    if label not in chosen.index:
+        st.caption("A description, not a claim: this label has no baseline a head could beat, so no head is judged.")
+        return
+    row = chosen.loc[label]
+    head = f"{int(row['layer'])}.{int(row['head'])}"
+    said = ui.safe(row["said"])
+    name = ui.safe(words.said(label))
+    seed = int(row["split_seed"]) if "split_seed" in row and row["split_seed"] == row["split_seed"] else 0
+    half = f"chosen on half of the items (split seed {seed}) and judged on the other half"
+    if row["verdict"] == "supported":
+        st.success(f"**{name}**: head {head}, {half}: {said}.", icon=":material/verified:")
+    elif row["verdict"] == "too few":
+        st.info(f"**{name}**: head {head}, {half}: {said}. Run more items.", icon=":material/help:")
+    else:
+        st.warning(f"**{name}**: no head of {ui.safe(ctx.model.name)} is shown to do it. Head {head}, {half}: {said}.",
+                   icon=":material/help:")
+    if charts.supported_label(frame) is None:
+        st.caption("No label of this table has a head that beats its baseline on the held-out half.")
+
+
 def _table(frame, rows, label: str, value: str) -> None:
     """The label's rows, best first: at most :data:`TOP` of them (the whole table is a download, made when
     clicked)."""
     st.subheader(f"Every head: {ui.safe(words.said(label))}, by {words.said(value)}")
     if len(rows) > TOP:
         st.caption(f"Showing the top {TOP:,} of {len(rows):,} rows; download the whole table (CSV) for all.")
-    ui.table(rows.head(TOP).drop(columns=["offset_counts"], errors="ignore"),
-             formats={c: "%.4f" for c in ("score", "baseline", "mean_attention", "importance")})
+    ui.table(rows.head(TOP).drop(columns=["offset_counts", "said"], errors="ignore"),
+             formats={c: "%.4f" for c in ("score", "baseline", "mean_attention", "importance", "selection_score",
+                                          "heldout_score", "heldout_low", "heldout_high", "baseline_heldout")})
     st.download_button("Whole table (CSV)", lambda: frame.to_csv(index=False).encode(), "heads.csv", "text/csv",
                        on_click="ignore", icon=":material/download:")
 

@@ -9,7 +9,7 @@ import threading
 import streamlit as st
 
 from dashboard import data, warm
-from tests.apptest import open_app
+from tests.apptest import open_app, opening_header
 
 
 def _count_forward(monkeypatch) -> list[str]:
@@ -26,17 +26,24 @@ def _count_forward(monkeypatch) -> list[str]:
 
 
 def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeypatch):
+    expected = opening_header()  # (the library's evidence, computed here before the passes are counted)
     monkeypatch.setattr(warm, "_started", threading.Event())
     monkeypatch.setattr(warm, "_done", threading.Event())
     st.cache_data.clear()
     st.cache_resource.clear()
     calls = _count_forward(monkeypatch)
     warm.start().join(timeout=300)
-    assert calls == ["hf"]  # the default view: the offline default, Hugging Face's pass of the default sentence
+    # the default view: the offline default, Hugging Face's pass of the default sentence; then the answer box's
+    # evidence (its controls and the sentence, through the pass "auto" picks; none when this process has it already)
+    assert calls[0] == "hf" and calls.count("hf") == 1 and set(calls[1:]) <= {"auto"}
+    from dashboard.state import DEFAULT_TEXT, STORIES
+
+    assert data.has_evidence(data.Input("minilm", DEFAULT_TEXT, None, "hf", "eager", False),
+                             data.Asked(*STORIES[DEFAULT_TEXT]))
     warm.wait()  # finished: returns at once
     calls.clear()
     at = open_app()
-    assert [h.value for h in at.header][0] == "minilm: layer 1, head 2"
+    assert [h.value for h in at.header][0] == expected
     assert "hf" not in calls  # the page found the trace the warm start made; only the badge's scratch pass ran
     assert calls == ["scratch"]
 
@@ -83,5 +90,5 @@ def test_a_run_that_meets_an_unfinished_warm_start_waits_for_it_and_then_draws_t
     at = open_app()
     timer.join()
     assert not warm.pending()
-    assert [h.value for h in at.header][0] == "minilm: layer 1, head 2"
+    assert [h.value for h in at.header][0] == opening_header()
     assert not any("Loading the model" in c.value for c in at.caption)  # the notice is gone once the page draws

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from apptest import open_app, rows, said, specs, texts, titles
+from apptest import open_app, rerun, rows, said, specs, texts, titles
 from numeric import F64
 
 from dashboard.state import DEFAULT_TEXT
+from probes.evidence.edges import COMPOSITION_RULE, composition_floors
 
 
 @pytest.mark.numeric
@@ -31,26 +32,65 @@ def test_a_head_in_layer_0_has_no_senders_and_says_so():
 
 
 @pytest.mark.numeric
-def test_the_weights_graph_and_path_patching_draw_the_library_numbers(minilm):
+def test_the_weights_graph_and_path_patching_draw_only_edges_above_their_floor(minilm):
     from probes.effects.compose import composition_scores
-    from probes.effects.paths import path_patch
+    from probes.evidence.edges import patch_floors
 
     at = open_app(layer=2, head=3, page="circuit")
-    expected = composition_scores(minilm, receivers=[(2, 3)])
-    top = expected.nlargest(5, "score")
+    expected = composition_floors(composition_scores(minilm, receivers=[(2, 3)]))
+    above = expected[expected.above_floor]
+    assert 5 < len(above) < len(expected.dropna(subset=["score"]))  # 17 of 72 on minilm
     drawn = rows(at, "composition from the weights")
-    assert sorted(r["value"] for r in drawn) == sorted(top.score)  # the same float64 scores
+    assert sorted(r["value"] for r in drawn) == sorted(above.nlargest(5, "score").score)  # the same float64 scores
+    floor = float(expected.floor.iloc[0])
+    assert all(r["value"] > floor for r in drawn)
     mean, sd = expected.baseline_mean.iloc[0], expected.baseline_sd.iloc[0]
     assert any(t.startswith("Head 2.3: composition from the weights") and f"random: {mean:.3f} ± {sd:.3f}" in t
-               for t in said(at))  # a long title: its detail in the subtitle
-    assert "Type a corrupted text" not in texts(at.caption)  # the story sentence has its minimal pair ready
+               and f"floor {floor:.3f}" in t for t in said(at))  # a long title: its detail in the subtitle
+    caption = texts(at.caption)
+    assert "an edge's width is that composition score" in caption and COMPOSITION_RULE in caption
+    assert "Type a corrupted text" not in caption  # the story sentence has its minimal pair ready
     at.button(key="circuit_run").click()
     at.run()
     assert not at.exception
-    patched = path_patch(minilm, DEFAULT_TEXT, DEFAULT_TEXT.replace(" she ", " he "), (2, 3), into="k").frame
-    best = patched.nlargest(5, "pattern_shift")
+    # she -> he on minilm's head 2.3: no sender's effect through its key is above what a change elsewhere does
+    story = patch_floors(minilm, DEFAULT_TEXT, DEFAULT_TEXT.replace(" she ", " he "), (2, 3), "k")
+    assert story.above.empty and story.measure == "pattern_shift"
+    assert "No earlier head's effect through this head's key is above its noise floor" in texts(at.info)
+    assert not [t for t in titles(at) if t and "senders through its key" in t]  # no graph
+    table = at.dataframe[-1].value
+    assert len(table) == 24 and "shift of the attention pattern: noise floor" in table.columns  # every sender
+
+
+@pytest.mark.numeric
+def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
+    from probes.evidence.edges import NULLS, patch_floors
+
+    clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
+    at = open_app(text=clean, layer=3, head=1, page="circuit")
+    at.text_input(key="circuit_corrupted").set_value(corrupt)
+    rerun(at)
+    at.button(key="circuit_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    batch = 256 // minilm.encode(clean).input_ids.shape[-1]  # the app's passes (data.PATCH_ROWS tokens each)
+    expected = patch_floors(minilm, clean, corrupt, (3, 1), "k", batch=batch)
+    above = expected.above
+    assert 0 < len(above) < len(expected.checked) == 10  # on minilm: 2.7, 0.6 and 0.7 of the 10 largest
     drawn = rows(at, "senders through its key, by ")
-    assert sorted(r["value"] for r in drawn) == pytest.approx(sorted(best.pattern_shift), abs=F64, rel=0)
+    assert sorted((r["layer"], r["head"]) for r in drawn) == sorted(zip(above["layer"], above["head"]))
+    assert sorted(r["value"] for r in drawn) == pytest.approx(sorted(above.pattern_shift), abs=F64, rel=0)
+    caption = texts(at.caption)
+    assert "an edge's width is the change in shift of the attention pattern" in caption
+    assert f"from {NULLS} corruptions that change as many tokens elsewhere" in caption and "89th percentile" in caption
+
+
+def test_no_composition_edge_above_its_floor_draws_no_graph(gpt2_dir):
+    # the tiny random GPT-2: onto head 1.0 every earlier head scores what random matrices do
+    at = open_app(model=str(gpt2_dir), layer=1, head=0, page="circuit")
+    assert "No earlier head's composition score is above the noise floor (random matrices" in texts(at.info)
+    assert not [t for t in titles(at) if t and "composition from the weights" in t]
+    assert "K-composition (weights) onto head 1.0" in " ".join(t or "" for t in said(at))  # the grid stays
 
 
 @pytest.mark.numeric

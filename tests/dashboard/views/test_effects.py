@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from apptest import open_app, texts, titles
+from apptest import open_app, opening, texts, titles
 from numeric import fp32
 
 import probes
@@ -151,8 +151,10 @@ def test_the_minimal_pair_grid_and_both_texts_of_the_selected_head(minilm):
     assert "Changed: “she” → “he”." in texts(at.caption)
     scale = _spec(at, "second text − first")["layer"][0]["encoding"]["color"]["scale"]
     assert scale["domainMid"] == 0 and scale["domain"][0] == -scale["domain"][1]  # diverging, centred at 0
-    # the sidebar's head (1.2, the one the app opens on) in both texts, side by side
-    assert {"First text: layer 1, head 2", "Second text: layer 1, head 2"} <= {_title(s) for s in _specs(at)}
+    # the sidebar's head (the one the app opens on) in both texts, side by side
+    layer, head = opening()
+    assert {f"First text: layer {layer}, head {head}", f"Second text: layer {layer}, head {head}"} <= \
+        {_title(s) for s in _specs(at)}
 
 
 @pytest.mark.parametrize("second, message, kind", [
@@ -304,7 +306,9 @@ def test_the_minimal_pairs_heatmaps_stack_when_the_text_is_long():
     drawn one above the other, each the page's width; a short pair stays side by side."""
     at = open_app(page="effects")  # the default text: 15 tokens
     everywhere, in_columns = _pair_heatmaps(at)
-    assert everywhere == ["First text: layer 1, head 2", "Second text: layer 1, head 2"] and not in_columns
+    layer, head = opening()
+    assert everywhere == [f"First text: layer {layer}, head {head}", f"Second text: layer {layer}, head {head}"]
+    assert not in_columns
     short = open_app(page="effects", text="She saw him there.")
     everywhere, in_columns = _pair_heatmaps(short)
     assert len(everywhere) == 2 and in_columns == everywhere

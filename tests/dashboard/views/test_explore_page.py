@@ -8,7 +8,9 @@ import json
 import re
 
 import pytest
+from dashboard.state import CHINESE_TEXT, DEFAULT_TEXT, STORIES
 from apptest import open_app as _app
+from apptest import opening
 from apptest import rerun as _rerun
 from apptest import rows as _rows
 from apptest import specs as _specs
@@ -18,11 +20,13 @@ from apptest import titles as _titles
 
 def test_changing_the_head_and_query_changes_the_view_and_the_link():
     at = _app()
+    layer, head = opening()
     at.sidebar.slider(key="w_head").set_value(7)
     _rerun(at)
-    assert at.header[0].value == "minilm: layer 1, head 7"
-    assert "Layer 1, head 7" in _titles(at)
-    assert "Who is “she”? Head 1.2 (query token 10) puts 0.36" in _texts(at.caption)  # still pointed at
+    assert at.header[0].value == f"minilm: layer {layer}, head 7"
+    assert f"Layer {layer}, head 7" in _titles(at)
+    assert f"Head {layer}.{head}, the best on half of the 96 controls" in _texts(at.warning)  # still the chosen one
+    assert f"The sidebar's head, {layer}.7, judged on every item (it was not chosen on them)," in _texts(at.caption)
     assert at.sidebar.slider(key="w_head").max == 11 and at.sidebar.slider(key="w_layer").max == 5
     at.selectbox(key="w_query").set_value(12)
     _rerun(at)
@@ -129,32 +133,67 @@ def test_explore_on_smollm2_from_scratch_says_its_heads_share_keys():
     assert rows and all(r["key_pos"] <= r["query_pos"] for r in rows)  # a decoder: no future drawn
 
 
-def test_the_chinese_story_opens_on_a_head_that_prefers_the_referent_and_names_the_sink():
-    """smollm2 on 小明把苹果给了小红，因为她很饿: the callout's head gives 小红 more than 小明 (the weight alone crowned 9.2,
-    0.30 on 小红 against 0.41 on 小明), asks with 她's last piece (the one that has read the whole character) and
-    says what went to the first token."""
-    at = _app(model="smollm2", text="小明把苹果给了小红，因为她很饿")
-    said = _texts(at.success)
-    assert ("Who is “她”? This head, 1.3, puts 0.31 of “她”'s attention on “小红” (0.07 on “小明”): of every layer "
-            "and head of smollm2, the largest margin for “小红” over “小明”." in said)
-    assert "It gives 0.01 to the first token (“小(1/2)”)" in said and "attention sink" in said
-    assert at.header[0].value == "smollm2: layer 1, head 3" and at.selectbox(key="w_query").value == 22
+@pytest.mark.parametrize("model, text", [("minilm", DEFAULT_TEXT), ("smollm2", DEFAULT_TEXT),
+                                         ("smollm2", CHINESE_TEXT)])
+def test_the_answer_box_is_green_only_when_the_evidence_says_supported(model, text):
+    """The story sentences: the box's colour follows the verdict the library gives the head chosen on half of the
+    controls (English on both models: not supported, not green; smollm2's Chinese: supported, green), names that
+    head and its held-out figures, and the app opens on it, at the query word."""
+    import probes
+    from probes.evidence.claims import question_evidence
+    from probes.evidence.record import percent, span
+
+    ev = question_evidence(probes.load(model), text, *STORIES[text])
+    at = _app(model=model, text=text)
+    layer, head = ev.head
+    assert at.header[0].value == f"{model}: layer {layer}, head {head}"
+    figures = f"{percent(ev.score)} (95 % interval {span(ev.low, ev.high)})"
+    query = STORIES[text][0]
+    if ev.supported:
+        said = _texts(at.success)
+        assert f"Who is “{query}”? Head {layer}.{head} of {model}, chosen on half of the {ev.split.n} controls," in said
+        assert figures in said and not _texts(at.warning)
+    else:
+        said = _texts(at.warning)
+        assert f"Who is “{query}”? No head of {model} is shown to answer it. Head {layer}.{head}, the best on half" \
+               in said
+        assert figures in said and not _texts(at.success)
+    assert (model, text, ev.supported) != ("minilm", DEFAULT_TEXT, True)  # the crown of one sentence is gone
+    if text == CHINESE_TEXT:
+        assert at.selectbox(key="w_query").value == 22  # 她's last piece: the one that has read the whole character
 
 
-def test_a_question_no_head_answers_is_said_in_those_words(gpt2_dir, monkeypatch):
-    """In a decoder "cat" cannot see "mat" (after it): no head prefers "mat" over "sat", and the callout says so and
-    names the closest head, instead of crowning one."""
+def test_a_question_no_control_can_judge_says_so_and_names_no_head(gpt2_dir, monkeypatch):
+    """"cat" is no pronoun the controls know, and in a decoder "cat" cannot see "mat" (after it): no item is left to
+    judge a head on, and the box says so instead of naming one."""
     from dashboard import state
 
     text = "the cat sat on the mat by the door"  # a text of its own: the app caches a text's answer per process
     monkeypatch.setitem(state.STORIES, text, ("cat", "mat", "sat"))
     at = _app(model=str(gpt2_dir), text=text)
-    said = _texts(at.warning)
-    assert f"Who is “cat”? No head of {gpt2_dir} prefers “mat” over “sat” for “cat”; the closest is" in said
-    assert "puts 0.00 of “cat”'s attention on “mat”" in said and not _texts(at.success)
+    said = _texts(at.info)
+    assert "Who is “cat”? Too few controls to judge a head: 0 held out, and a verdict needs 30." in said
+    assert "not a pronoun the built-in controls know" in said and not _texts(at.success)
 
 
 def test_a_query_token_past_the_text_is_said_not_silently_moved():
     at = _app(query=999999)
     assert "Query token 999,999 does not exist in this text (tokens 0–14): showing 14, the last." in _texts(at.caption)
     assert at.selectbox(key="w_query").value == 14
+
+
+def test_a_planted_head_that_follows_the_nearer_name_is_said_to_in_the_box(pronoun_dir):
+    """The planted model's head 0.0 gives "Xiaohong" most of "she"'s attention on the story sentence (the nearer
+    name), and on the controls follows the nearer candidate: opened on it, the box says so, not in green."""
+    from checkpoints import PRONOUN_TEXT
+
+    at = _app(model=str(pronoun_dir), text=PRONOUN_TEXT, layer=0, head=0, query=7)
+    said = _texts(at.caption)
+    assert "The sidebar's head, 0.0, judged on every item (it was not chosen on them), follows the nearer candidate: " \
+           "on 96 controls it picks the answer" in said
+    assert not any("0.0" in s for s in _texts(at.success).splitlines())
+    chosen = next(b for b in at.button if b.label.startswith("Open head "))
+    layer, head = (int(x) for x in chosen.label.removeprefix("Open head ").split("."))
+    chosen.click()  # back to the head the box's verdict is about
+    _rerun(at)
+    assert at.header[0].value.endswith(f"layer {layer}, head {head}") and (layer, head) != (0, 0)

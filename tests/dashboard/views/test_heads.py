@@ -173,7 +173,8 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
 
 def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
     at = _run_probe("positional", 5)
-    assert "previous token" in at.selectbox(key="w_label").options  # the label "previous", in words
+    # the label "previous", in words, and its verdict (2 of 5 items held out: too few to judge)
+    assert "previous token · too few to judge" in at.selectbox(key="w_label").options
     table = at.dataframe[0].value
     assert len(table) == 72 and table["score"].is_monotonic_decreasing
     at = _upload(open_app(page="heads"), "mine.csv",
@@ -280,7 +281,7 @@ def test_several_models_share_one_colour_scale(corpus_run):
 
 def test_the_sink_share_has_its_own_grid_on_a_fixed_share_scale():
     at = _run_probe("positional", 5)
-    assert "attention sink (first token)" in at.selectbox(key="w_label").options
+    assert "attention sink (first token) · too few to judge" in at.selectbox(key="w_label").options
     assert at.selectbox(key="w_label").value != "sink"
     at.selectbox(key="w_label").set_value("sink")
     _rerun(at)
@@ -380,3 +381,33 @@ def test_a_table_of_more_than_two_million_rows_is_refused_with_its_count():
     at = _upload(open_app(page="heads"), "huge.csv", b"label,layer,head,score\n" + b"x,0,0,0.5\n" * 2_000_001)
     assert "huge.csv: 2,000,001 rows, more than the 2,000,000 a table shown here may have" in texts(at.error)
     assert not at.get("vega_lite_chart")
+
+
+def test_each_labels_head_is_judged_on_held_out_items_and_the_page_opens_on_a_supported_one():
+    """A run's table carries each label's head chosen on half of the items and its verdict on the other half: the
+    page opens on the supported label with the largest held-out gain, says its verdict in green above the grid, and
+    marks every label in the menu; a label whose head is not supported says so, not in green."""
+    from dashboard.charts import chosen_rows, supported_label
+
+    at = _run_probe("syntactic", 100)
+    table = at.session_state["probe_tables"][("minilm", "syntactic", 100)]
+    chosen = chosen_rows(table).set_index("label")
+    best = supported_label(table)
+    assert at.selectbox(key="w_label").value == best and chosen.loc[best, "verdict"] == "supported"
+    row = chosen.loc[best]
+    assert f"head {int(row['layer'])}.{int(row['head'])}, chosen on half of the items (split seed 0) and judged on the " \
+           f"other half: {row['said']}." in texts(at.success)
+    options = at.selectbox(key="w_label").options
+    assert any(o.endswith(" · ✓ supported") for o in options) and any(o.endswith(" · no supported head")
+                                                                       for o in options)
+    weak = next(label for label in chosen.index if chosen.loc[label, "verdict"] == "baseline")
+    at.selectbox(key="w_label").set_value(weak)
+    _rerun(at)
+    assert "no head of minilm is shown to do it" in texts(at.warning) and not texts(at.success)
+
+
+def test_an_old_table_without_verdicts_says_it_has_none():
+    at = _upload(open_app(page="heads"), "old.csv",
+                 b"probe,label,layer,head,score,baseline,n\nsyntactic,nsubj,1,2,0.9,0.3,40\n"
+                 b"syntactic,nsubj,0,0,0.1,0.3,40\n")
+    assert "This table has no held-out verdicts" in texts(at.caption) and not texts(at.success)
