@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/effects_first_grid.py --out benchmarks/results
 	$(BIN)/python benchmarks/compose.py --out benchmarks/results
 	$(BIN)/python benchmarks/circuit_smollm2.py --out benchmarks/results
+	$(BIN)/python benchmarks/evidence.py --out benchmarks/results
 
 install: $(STAMP)
 
