@@ -61,6 +61,7 @@ WORDS: dict[str, str] = {
     "next": "next token",
     "self": "the token itself",
     "first": "first token",
+    "fixed offset": "one fixed offset (Voita et al.)",
     "sink": "attention sink (first token)",
     # Find heads' margin grid (dashboard/views/find.py)
     "margin": "margin over the other word",
@@ -152,8 +153,13 @@ RELATIONS = {
     "nsubj": "nominal subject", "nsubjpass": "passive nominal subject", "nummod": "numeric modifier",
     "obj": "object", "obl": "oblique nominal", "parataxis": "clauses side by side", "poss": "possessive",
     "punct": "punctuation", "xcomp": "open clausal complement",
+    # subtypes, each its own label (and counted in its base relation too): Clark et al.'s poss is nmod:poss
+    "nmod:poss": "possessive (Clark et al.'s poss)", "nmod:tmod": "temporal modifier", "nmod:npmod": "noun phrase as "
+    "adverb", "obl:tmod": "temporal oblique", "obl:npmod": "noun phrase as oblique", "acl:relcl": "relative clause",
+    "compound:prt": "phrasal verb particle", "det:predet": "predeterminer", "cc:preconj": "preconjunct",
+    "nsubj:pass": "passive nominal subject", "aux:pass": "passive auxiliary", "csubj:pass": "passive clausal subject",
 }
-_RELATION = re.compile(r"^(?P<rel>[a-z]+) \((?P<way>dep→head|head→dep)\)$")
+_RELATION = re.compile(r"^(?P<rel>[a-z]+(?::[a-z]+)?) \((?P<way>dep→head|head→dep)\)$")
 _OFFSET = re.compile(r"^offset(?P<n>[+-]\d+)$")
 _VERSUS = re.compile(r"^(?P<a>\S+) vs (?P<b>\S+)$")
 
@@ -174,7 +180,9 @@ def said(identifier: object) -> str:
         return steps
     relation = _RELATION.match(name)
     if relation:
-        meaning = RELATIONS.get(relation["rel"])
+        base, _, subtype = relation["rel"].partition(":")
+        meaning = RELATIONS.get(relation["rel"]) or (f"{RELATIONS[base]}, {subtype}" if subtype and base in RELATIONS
+                                                     else None)
         way = "dependent → head" if relation["way"] == "dep→head" else "head → dependent"
         return f"{relation['rel']}{', ' + meaning if meaning and meaning != relation['rel'] else ''} ({way})"
     versus = _VERSUS.match(name)

@@ -262,7 +262,17 @@ def report_bad(name: str, data: str, bad: list, usable: int, out: Path | None, s
             more = f"\n  and {len(bad) - len(listed)} more" if len(bad) > len(listed) else ""
             where = "" if side is None else f"all listed in {side}; "
             notify(f"{name}: skipped {len(bad)} bad item(s) of {data} ({where}--strict to stop "
-                   f"instead):\n{shown}{more}")
+                   f"instead; {by_reason(bad)}):\n{shown}{more}")
+
+
+def by_reason(bad: list) -> str:
+    """The bad items counted by reason, the words a reason quotes and its numbers set aside ("3 × the antecedent '…'
+    followed by the pronoun '…' is not in the text …", "2 × word N is its own head"), most common first."""
+    import re
+    from collections import Counter
+
+    counts = Counter(re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", getattr(b, "reason", str(b)))) for b in bad)
+    return "; ".join(f"{n} × {reason}" for reason, n in counts.most_common())
 
 
 def checkpointed(folder: Path, items: list, every: int, compute: Callable, bar=None, run: Callable | None = None,

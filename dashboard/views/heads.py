@@ -52,7 +52,10 @@ def _run(ctx: ui.Context):
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))
         bar.empty()
     if data.has_probe_table(*args):
-        return data.probe_table(*args), f"{probe} · {ctx.model.name} · {limit} items"
+        table = data.probe_table(*args)
+        for note in table.attrs.get("notes", []):  # what a decoder's run leaves out, and why
+            st.caption(ui.safe(note))
+        return table, f"{probe} · {ctx.model.name} · {limit} items"
     return None, None
 
 

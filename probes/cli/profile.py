@@ -97,7 +97,7 @@ def run_corpus(args: argparse.Namespace) -> int:
     from ..jobs import check_out, same_file
 
     if args.probe is not None:
-        raise BadOption("--corpus profiles the label-free statistics (entropy, distance, first/previous/self, "
+        raise BadOption("--corpus profiles the label-free statistics (entropy, distance, sink/previous/self, "
                         "special, punctuation, fixed offset): leave out --probe")
     out = Path(args.out)
     check_out(out, args.force, {"--corpus": args.corpus},  # before anything heavy: bad paths are one line, at once

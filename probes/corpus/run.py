@@ -4,7 +4,7 @@ head's top examples, in checkpointed chunks, on this process or on Ray.
 A chunk (:class:`~probes.corpus.reader.Chunk`) is the unit of everything: a :class:`CorpusJob` reads its texts,
 cuts them into windows, runs them through the model (:mod:`probes.runner`, the from-scratch pass where the
 family has one) and reads the Traces twice over, in one pass: the positional statistics
-(:func:`probes.heads.positional.positional_scores`: entropy, distance, first token, sink share, previous, self,
+(:func:`probes.heads.positional.positional_scores`: entropy, distance, sink share, previous, self,
 special, punctuation, Voita's fixed offset, each with the uniform baseline) and the top examples
 (:mod:`probes.corpus.examples`). Jobs run where an *executor* says: :func:`in_process`, or
 :func:`probes.corpus.ray_pool.executor` (a Ray Data actor pool). Either way this module writes each finished

@@ -50,11 +50,20 @@ def _bare(word: str) -> str:
 
 
 MATCHES = (("exact", lambda w: w), ("case", str.lower), ("possessive", _bare))  # how an antecedent is found, in turn
+FUNCTION_WORDS = DETERMINERS | {"this", "that", "these", "those", "his", "her", "its", "their", "my", "your", "our"}
+
+
+def head_noun(target: list[str]) -> str | None:
+    """The head of an antecedent phrase: its last word that is not a determiner ("suitcase" in "the brown
+    suitcase"; None for a phrase of function words alone)."""
+    content = [w for w in target if w.lower() not in FUNCTION_WORDS]
+    return content[-1] if content else None
 
 
 def _places(words: list[str], target: list[str]) -> list[tuple[int, str]]:
     """Where the ``target`` words end in ``words`` (the antecedent's head), each with how it matched: exactly
-    first, then ignoring case ("ann" for "Ann", as WSC273 writes its answers), then also a possessive 's."""
+    first, then ignoring case ("ann" for "Ann", as WSC273 writes its answers), then also a possessive 's, and last
+    by its head noun alone, for an antecedent the text words otherwise ("the suitcase" for "the brown suitcase")."""
     found: dict[int, str] = {}
     n = len(target)
     for how, norm in MATCHES if n else ():
@@ -62,7 +71,12 @@ def _places(words: list[str], target: list[str]) -> list[tuple[int, str]]:
         for i in range(len(words) - n + 1):
             if have[i:i + n] == want:
                 found.setdefault(i + n - 1, how)
-    return list(found.items())  # exact places first, then by case, then possessive; each in text order
+    head = head_noun(target) if n > 1 else None
+    if head is not None:
+        for i, w in enumerate(words):
+            if _bare(w) == _bare(head):
+                found.setdefault(i, "head noun")
+    return list(found.items())  # exact places first, then by case, possessive, head noun; each in text order
 
 
 def _item(text: str, pronoun: str, antecedent: str | None, label: str,
@@ -134,7 +148,9 @@ def read_jsonl(path: str | Path) -> Items:
         raise BadData(f"{path}:1: no items found")
     notes = [f"{path}: {matched.count(how)} antecedent(s) found in the text only {why}"
              for how, why in (("case", "when case is ignored (e.g. 'ann' for 'Ann')"),
-                              ("possessive", "as a possessive (e.g. 'Ann' in \"Ann's\")")) if how in matched]
+                              ("possessive", "as a possessive (e.g. 'Ann' in \"Ann's\")"),
+                              ("head noun", "by their head noun (e.g. 'the suitcase' for 'the brown suitcase')"))
+             if how in matched]
     return Items(items, bad, notes)
 
 
@@ -154,5 +170,5 @@ def _jsonl_item(line: str, matched: list[str] | None = None) -> CorefItem | str:
     item = _item(row["text"], row["pronoun"], row["antecedent"], row.get("label", "coreference"), matched)
     if item is None:
         return (f"the antecedent {row['antecedent']!r} followed by the pronoun {row['pronoun']!r} is not in the "
-                "text (give the antecedent's exact words)")
+                "text (give the antecedent's words as the text has them, or at least its head noun)")
     return item

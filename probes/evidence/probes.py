@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..heads.profile import (apart, counting, fingerprint, prepared, profile as profile_tables, run_chunk,
-                             score_chunks, scored)
+from ..heads.profile import (apart, counting, fingerprint, left_out, left_out_note, noted, prepared,
+                             profile as profile_tables, run_chunk, score_chunks, scored)
 from ..heads.registry import Probe, get
 from ..jobs import checkpoint, digest, with_model
 from .record import Baseline, Evidence
@@ -138,9 +138,11 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     part_b, per_item = apart([run_chunk(record, model, second, batch_size, backend, step, watch)] if second else [])
     judged = record.combine(part_b, second)
     whole = record.combine([p for p in [part_a, *part_b] if p is not None], items)
-    baselines = record.heldout_baseline(first, second) if record.heldout_baseline else None
+    baselines = record.heldout_baseline(first, second, model.is_causal) if record.heldout_baseline else None
     evidence = judge(record, chosen, judged, per_item, split, baselines) if len(chosen) and len(judged) else []
-    return with_model(with_verdicts(whole, chosen, judged, evidence, seed), model)
+    missing = left_out(record, items, model.is_causal)
+    return noted(with_model(with_verdicts(whole, chosen, judged, evidence, seed), model),
+                 [left_out_note(record, missing)] if missing else [])
 
 
 def split_code() -> str:
@@ -154,6 +156,9 @@ def _judged_one(model, name, data, limit, out, partial_dir, batch_size, checkpoi
     """One probe's judged table for ``profile``: each half checkpointed on its own (``NAME-chosen``,
     ``NAME-judged``), the second half watching the heads the first chose."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
+    missing = left_out(probe, items, model.is_causal)
+    if missing and notify:
+        notify(left_out_note(probe, missing))
     split, first, second = halves(items, seed)
     bar = progress_factory(len(items), name) if progress_factory else None
     base = fingerprint(model, probe, items, data, checkpoint_every, backend)
@@ -174,7 +179,7 @@ def _judged_one(model, name, data, limit, out, partial_dir, batch_size, checkpoi
             bar.close()
     judged = probe.combine(part_b, second)
     whole = scored(probe.combine([*part_a, *part_b], items), probe, items, data)
-    baselines = probe.heldout_baseline(first, second) if probe.heldout_baseline else None
+    baselines = probe.heldout_baseline(first, second, model.is_causal) if probe.heldout_baseline else None
     evidence = judge(probe, chosen, judged, per_item, split, baselines) if len(chosen) and len(judged) else []
     return with_verdicts(whole, chosen, judged, evidence, seed)
 

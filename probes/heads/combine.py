@@ -23,6 +23,7 @@ from .engine import COLUMNS, Pair, pair_set_baseline
 
 KEYS = ["probe", "label", "layer", "head"]
 MEANS = ("score", "mean_attention", "baseline")
+SAME = ("causal",)  # columns a chunk's rows share with every other chunk's (whether the model is a decoder)
 
 Extra = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]  # (all chunk rows, combined frame) -> frame
 Finish = Callable[[pd.DataFrame, list], pd.DataFrame]  # (combined frame, all items) -> frame
@@ -40,7 +41,11 @@ def weighted_mean(whole: pd.DataFrame) -> pd.DataFrame:
         n=("n", "sum"), **{f"_{col}": (f"_{col}", total) for col in MEANS}).reset_index()
     for col in MEANS:
         agg[col] = agg[f"_{col}"] / agg["n"]
-    return agg[COLUMNS].copy()
+    kept = [c for c in SAME if c in whole]  # the same in every chunk: kept as it is
+    out = agg[COLUMNS].copy()
+    if kept:
+        out = out.merge(whole[KEYS + kept].drop_duplicates(KEYS), on=KEYS, how="left")
+    return out
 
 
 def mean(extra: Extra | None = None, finish: Finish | None = None) -> Combine:
@@ -70,15 +75,22 @@ def carry(column: str) -> Extra:
     return extra
 
 
+def causal_of(frame: pd.DataFrame) -> bool:
+    """Whether a word-pair probe's frame was scored on a decoder (its ``causal`` column; False without one)."""
+    return bool("causal" in frame and len(frame) and frame["causal"].astype(str).str.lower().eq("true").any())
+
+
 def pair_baseline(pairs: Callable[[list], list[Pair]], kind: str) -> Finish:
     """A ``finish`` for word-pair probes: their baseline depends on the data alone, so it is recomputed
-    over all the items' pairs (``pairs(items)``) with the engine's ``kind`` of baseline."""
+    over all the items' pairs (``pairs(items)``) with the engine's ``kind`` of baseline (on a decoder's frame, the
+    pairs it can attend and past offsets only: :func:`probes.heads.engine.pair_set_baseline`)."""
     def finish(frame: pd.DataFrame, items: list) -> pd.DataFrame:
         by_label: dict[str, list[Pair]] = {}
         for p in pairs(items):
             by_label.setdefault(p.label, []).append(p)
+        causal = causal_of(frame)
         frame = frame.copy()
-        base = {label: pair_set_baseline(by_label.get(label, []), kind) for label in frame["label"].unique()}
+        base = {label: pair_set_baseline(by_label.get(label, []), kind, causal) for label in frame["label"].unique()}
         frame["baseline"] = frame["label"].map(base)  # once per label, not per (label, layer, head) row
         return frame
     return finish

@@ -31,7 +31,19 @@ from ..tokens import Token, align_to_words
 from ..trace import Trace
 
 OFFSETS = tuple(o for o in range(-5, 6) if o != 0)
+PAST = tuple(o for o in OFFSETS if o < 0)  # what a decoder's fixed-offset baseline may use: it sees only the past
 COLUMNS = ["probe", "label", "layer", "head", "score", "baseline", "n", "mean_attention"]
+
+
+def offsets(causal: bool) -> tuple[int, ...]:
+    """The fixed offsets a head-free baseline may pick: past ones only for a decoder."""
+    return PAST if causal else OFFSETS
+
+
+def attendable(pair: "Pair", causal: bool) -> bool:
+    """Whether a head could attend from the pair's query word to its target: a decoder's query sees only the target
+    at or before it; an encoder's sees every word."""
+    return not causal or pair.target <= pair.query
 
 
 @dataclass(frozen=True)
@@ -77,12 +89,12 @@ def word_attention(attn: torch.Tensor, word_of: Sequence[int], n_words: int) -> 
     return frm @ attn @ to
 
 
-def best_offset(pairs: list[Pair]) -> int | None:
-    """The fixed relative offset (target − query, in :data:`OFFSETS`) that is right for the most ``pairs`` (the
-    nearest to 0 on a tie; None for no pair)."""
+def best_offset(pairs: list[Pair], causal: bool = False) -> int | None:
+    """The fixed relative offset (target − query, in :func:`offsets`: past ones only for a decoder) that is right for
+    the most ``pairs`` (the nearest to 0 on a tie; None for no pair)."""
     if not pairs:
         return None
-    return max(OFFSETS, key=lambda o: (sum(p.target - p.query == o for p in pairs), -abs(o), o))
+    return max(offsets(causal), key=lambda o: (sum(p.target - p.query == o for p in pairs), -abs(o), o))
 
 
 def offset_accuracy(pairs: list[Pair], offset: int | None) -> float:
@@ -92,13 +104,15 @@ def offset_accuracy(pairs: list[Pair], offset: int | None) -> float:
     return sum(p.target - p.query == offset for p in pairs) / len(pairs)
 
 
-def pair_set_baseline(pairs: list[Pair], kind: str) -> float:
+def pair_set_baseline(pairs: list[Pair], kind: str, causal: bool = False) -> float:
     """What a set of gold pairs scores without reading attention: ``offset``, the share the best fixed offset
-    gets right; ``nearest_candidate``, the share where the nearest earlier candidate is the target."""
+    gets right; ``nearest_candidate``, the share where the nearest earlier candidate is the target. ``causal``: only
+    the pairs a decoder can attend count, and the offsets are past ones."""
+    pairs = [p for p in pairs if attendable(p, causal)]
     if not pairs:
         return float("nan")
     if kind == "offset":
-        return max(sum(p.target - p.query == o for p in pairs) for o in OFFSETS) / len(pairs)
+        return max(sum(p.target - p.query == o for p in pairs) for o in offsets(causal)) / len(pairs)
     if kind == "nearest_candidate":
         hits = 0
         for p in pairs:
@@ -148,9 +162,11 @@ def sentence_attention(sentences: Iterable[Sentence],
 
 
 def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], probe: str,
-                baseline: str = "offset") -> pd.DataFrame:
+                baseline: str = "offset", causal: bool = False) -> pd.DataFrame:
     """Score every (layer, head, label) on the word pairs of the sentences in ``items`` (as
-    :func:`sentence_attention` yields them, or hand-built), all layers and heads at once."""
+    :func:`sentence_attention` yields them, or hand-built), all layers and heads at once. ``causal`` (a decoder):
+    only the pairs whose target is at or before the query are scored (:func:`attendable`), so ``n`` counts those, a
+    label with none is left out, and the offset baseline uses past offsets; the frame says so (column ``causal``)."""
     correct: dict[str, torch.Tensor] = {}
     mass: dict[str, torch.Tensor] = {}
     by_label: dict[str, list[Pair]] = {}
@@ -159,7 +175,8 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
         shape = layers.shape[:2]
         words = word_attention(layers, word_of, len(sentence.words))  # [Ly, H, W, W]
         present = set(word_of)
-        pairs = [p for p in sentence.pairs if p.query in present and p.target in present]  # not truncated
+        pairs = [p for p in sentence.pairs if p.query in present and p.target in present  # not truncated
+                 and attendable(p, causal)]
         if not pairs:
             continue
         src = torch.tensor([p.query for p in pairs])
@@ -178,13 +195,22 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
     out = []
     for label, pairs in by_label.items():
         n = len(pairs)
-        base = pair_set_baseline(pairs, baseline)
+        base = pair_set_baseline(pairs, baseline, causal)
         acc, mean = (correct[label] / n).tolist(), (mass[label] / n).tolist()
         for layer, (acc_row, mean_row) in enumerate(zip(acc, mean)):
             for head, (a, m) in enumerate(zip(acc_row, mean_row)):
                 out.append(dict(probe=probe, label=label, layer=layer, head=head, score=a, baseline=base, n=n,
-                                mean_attention=m))
-    return pd.DataFrame(out, columns=COLUMNS)
+                                mean_attention=m, causal=causal))
+    return pd.DataFrame(out, columns=[*COLUMNS, "causal"])
+
+
+def unattendable(pairs: Iterable[Pair], causal: bool) -> list[str]:
+    """The labels of ``pairs`` none of whose pairs a head could attend (a decoder's query before its target in every
+    one), in the order they first come: what a causal run leaves out, said in a note."""
+    seen: dict[str, bool] = {}
+    for p in pairs:
+        seen[p.label] = seen.get(p.label, False) or attendable(p, causal)
+    return [label for label, any_ in seen.items() if not any_]
 
 
 def top_heads(frame: pd.DataFrame, k: int = 3) -> pd.DataFrame:

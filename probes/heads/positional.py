@@ -3,21 +3,22 @@
 For every layer × head, over all real tokens of all sentences (token level, special tokens included
 as queries and keys):
 
-* ``previous`` / ``next`` / ``self`` / ``first``: mean attention on the token just before, just after,
-  the token itself, the first token;
+* ``previous`` / ``next`` / ``self``: mean attention on the token just before, just after, the token itself (a
+  decoder has no ``next``: its query cannot look ahead);
 * ``sink``: the *sink share*, the weight a query puts on the first real token (BOS / ``[CLS]`` where the
   tokenizer adds one, else the first word piece), averaged over the queries *after* it: row 0 is left
   out on every model, since in a decoder it can only attend to itself (its 1.0 says nothing), and so
   that encoder and decoder shares mean the same thing. Many decoder heads park most of their weight
   there (an "attention sink"). It is a share from 0 to 1 read as it is (``SHARES``), its baseline the
-  uniform 1 / (keys seen) over the same queries;
+  uniform 1 / (keys seen) over the same queries. (The first token is this one label: no second name for it);
 * ``special``: mean mass on special tokens ([CLS], [SEP], BOS ...);
 * ``punctuation``: mean mass on punctuation tokens;
 * ``entropy``: mean entropy (nats) of a query's attention, against the entropy of uniform attention;
 * ``distance``: mean attention distance, Σ_j a_ij·|i − j| in tokens (how far a head reads);
-* ``offset-5`` … ``offset+5``: the offset profile, mean attention on the token at that relative
+* ``offset-5`` … ``offset+5`` (less ±1 and 0, which are ``previous``, ``next`` and ``self``: each offset is named
+  once; a decoder has no positive ones): the offset profile, mean attention on the token at that relative
   position (over the queries where it exists);
-* ``positional``: Voita et al. 2019: the share of queries whose most attended token sits at the
+* ``fixed offset``: Voita et al. 2019: the share of queries whose most attended token sits at the
   head's most common relative offset (column ``offset``). A head is *positional* (column
   ``positional``) when that share is at least 0.9. ``offset_counts`` holds the histogram (JSON).
 
@@ -41,6 +42,8 @@ from .registry import Probe, loader
 
 POSITIONAL_SHARE = 0.9  # Voita et al.: most attended token at one offset in >= 90% of positions
 PROFILE = tuple(range(-5, 6))
+NAMED = {-1: "previous", 0: "self", 1: "next"}  # offsets with a name of their own (each label is named once)
+FIXED = "fixed offset"  # Voita et al.'s test: the share of queries whose argmax sits at the head's usual offset
 MAX_OFFSET = 256  # argmax offsets beyond this are counted together
 SINK = "sink"  # the label of the sink share
 # labels read as plain shares on a fixed 0..1 scale, not as a gain over their baseline (Probe.shares)
@@ -97,16 +100,11 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
 
         for offset in PROFILE:
             rows = q[(q + offset >= 0) & (q + offset < n)]
-            if len(rows) == 0:
+            if len(rows) == 0 or (causal and offset > 0):  # a decoder's query cannot look ahead: nothing to measure
                 continue
             per = attn[:, :, rows, rows + offset]
             uniform = allowed[rows, rows + offset].double() / seen[rows]
-            label = {-1: "previous", 0: "self", 1: "next"}.get(offset)
-            if label:
-                add(label, per, uniform)
-            if offset:
-                add(f"offset{offset:+d}", per, uniform)
-        add("first", attn[:, :, :, 0], 1.0 / seen)
+            add(NAMED.get(offset, f"offset{offset:+d}"), per, uniform)  # each offset named once
         if n > 1:  # the sink share: queries 1..n−1 only (row 0 of a decoder sees only itself)
             add(SINK, attn[:, :, 1:, 0], 1.0 / seen[1:])
         add("entropy", -(attn * torch.log(attn.clamp_min(1e-30))).sum(-1), torch.log(seen))
@@ -133,7 +131,7 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
         for layer in range(hist.shape[0]):
             for head in range(hist.shape[1]):
                 counts = {int(o) - MAX_OFFSET: int(c) for o, c in enumerate(hist[layer, head].tolist()) if c}
-                rows.append(dict(probe=probe, label="positional", layer=layer, head=head, baseline=chance / n_queries,
+                rows.append(dict(probe=probe, label=FIXED, layer=layer, head=head, baseline=chance / n_queries,
                                  n=n_queries, mean_attention=float("nan"), offset_counts=json.dumps(counts),
                                  **voita(counts)))
     return pd.DataFrame(rows, columns=[*COLUMNS, "offset", "positional", "offset_counts"])
@@ -145,7 +143,7 @@ DESCRIBED = ("entropy", "distance")  # descriptions of a head, not claims: no ba
 def judged(label: str) -> str | None:
     """How a label's best head is judged held out: the Voita share is a count of queries (an accuracy); the others
     are mean attention over queries, against uniform attention; entropy and distance describe, they claim nothing."""
-    return "accuracy" if label == "positional" else None if label in DESCRIBED else "mean"
+    return "accuracy" if label == FIXED else None if label in DESCRIBED else "mean"
 
 
 def voita(offset_counts: dict[int, int]) -> dict:

@@ -31,6 +31,7 @@ from .. import runner
 from ..errors import NothingToScore
 from ..jobs import bad_items, check_format, checkpoint, checkpointed, digest, with_model, write_table
 from ..trace import Trace
+from .engine import unattendable
 from .registry import Probe, get
 
 
@@ -126,7 +127,9 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     record = get(probe)
     items = record.items(data, limit)
     step = counting(progress, len(items))
-    return with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
+    frame = with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
+    missing = left_out(record, items, model.is_causal)
+    return noted(frame, [left_out_note(record, missing)] if missing else [])
 
 
 def counting(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
@@ -204,6 +207,27 @@ def prepared(model, name: str, data: str | None, limit: int | None, out: Path, s
     return probe, items
 
 
+def left_out(probe: Probe, items: list, causal: bool) -> list[str]:
+    """The labels of a word-pair probe's ``items`` that a decoder cannot attend at all (the target after the query in
+    every pair: ``det (dep→head)``), which a causal run leaves out."""
+    if probe.pairs is None or not causal:
+        return []
+    return unattendable(probe.pairs(items), causal)
+
+
+def left_out_note(probe: Probe, labels: list[str]) -> str:
+    """One line naming the labels :func:`left_out` found."""
+    shown = ", ".join(labels[:6]) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
+    return (f"{probe.name}: {len(labels)} label(s) left out: a decoder's query cannot attend to a later word, and in "
+            f"every pair of these the target comes after the query ({shown})")
+
+
+def noted(frame: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """``frame`` carrying ``notes`` (``frame.attrs["notes"]``: what the app shows beside an in-memory run)."""
+    frame.attrs["notes"] = list(notes)
+    return frame
+
+
 def scored(result: pd.DataFrame, probe: Probe, items: list, data: str | None) -> pd.DataFrame:
     """``result``, unless it is empty: then an error that says the data holds nothing this probe measures."""
     if result.empty:
@@ -218,6 +242,9 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
     or by ``executor``), combined exactly."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
+    missing = left_out(probe, items, model.is_causal)
+    if missing and notify:
+        notify(left_out_note(probe, missing))
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
     parts = score_chunks(model, probe, items, folder, batch_size, checkpoint_every, backend, bar, executor, notify)

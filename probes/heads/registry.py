@@ -71,9 +71,12 @@ class Probe:
     # not a claim: entropy, a pattern class)
     judged: Callable[[str], str | None] = lambda label: "accuracy"
     # the data-only baseline of each label chosen on one half of the items and scored on the other (the best fixed
-    # offset of the chosen half): (chosen items, judged items) -> {label: score}; None: the judged half's own
+    # offset of the chosen half): (chosen items, judged items, causal) -> {label: score}; None: the judged half's own
     # ``baseline`` column (uniform attention, the nearest candidate, a head's own controls)
-    heldout_baseline: Callable[[list, list], dict[str, float]] | None = None
+    heldout_baseline: Callable[[list, list, bool], dict[str, float]] | None = None
+    # word-pair probes: items -> their (query word, target word) pairs, whose labels a decoder may be unable to
+    # attend at all (every target after its query): such a label is left out of a causal run, and said
+    pairs: Callable[[list], list] | None = None
 
     def items(self, data: str | None, limit: int | None) -> list:
         """The probe's items: ``data`` (its default data when None), the first ``limit`` of them."""

@@ -23,8 +23,8 @@ import pandas as pd
 from ..datasets.catalog import coreference_data
 from ..datasets.coreference import CorefItem
 from ..errors import BadData
-from .combine import mean, pair_baseline
-from .engine import Pair, Sentence, score_pairs, sentence_attention
+from .combine import SAME, mean, pair_baseline
+from .engine import Pair, Sentence, peek_causal, score_pairs, sentence_attention
 from .registry import Probe, loader
 
 CONTENT = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
@@ -41,7 +41,9 @@ def coreference_scores(items: Iterable[CorefItem], data: Iterable) -> pd.DataFra
     texts in order (the words joined by spaces; see :func:`~probes.heads.engine.sentence_attention`)."""
     items = list(items)
     sentences = [Sentence(i.words, [p]) for i, p in zip(items, coreference_pairs(items))]
-    return score_pairs(sentence_attention(sentences, data), probe="coreference", baseline="nearest_candidate")
+    causal, data = peek_causal(data)
+    return score_pairs(sentence_attention(sentences, data), probe="coreference", baseline="nearest_candidate",
+                       causal=bool(causal))
 
 
 def _synsets(wn, word: str, pos: str) -> list:
@@ -128,7 +130,8 @@ def lexical_pairs(sentences: Iterable, data: Iterable) -> pd.DataFrame:
 
     wn = wordnet()
     items = [lexical_sentence(wn, s) for s in sentences]
-    return score_pairs(sentence_attention(items, data), probe="lexical")
+    causal, data = peek_causal(data)
+    return score_pairs(sentence_attention(items, data), probe="lexical", causal=bool(causal))
 
 
 def lexical_scores(sentences: Iterable, data: Iterable) -> pd.DataFrame:
@@ -156,6 +159,9 @@ def controls_as_baseline(frame: pd.DataFrame) -> pd.DataFrame:
         agg = pooled.groupby(["layer", "head"]).agg(n=("n", "sum"), _s=("_s", "sum"), _m=("_m", "sum")).reset_index()
         agg = agg.assign(probe="lexical", label="unrelated", score=agg["_s"] / agg["n"], baseline=float("nan"),
                          mean_attention=agg["_m"] / agg["n"], control_attention=float("nan"))
+        for column in SAME:  # (the same for every row: whether a decoder was scored)
+            if column in merged:
+                agg[column] = pooled[column].iloc[0]
         merged = pd.concat([merged, agg[merged.columns]], ignore_index=True)
     return merged
 
@@ -187,6 +193,7 @@ PROBES = (
         score=coreference_scores,
         reads=coreference_data,
         combine=mean(finish=pair_baseline(coreference_pairs, "nearest_candidate")),
+        pairs=coreference_pairs,
     ),
     Probe(
         name="lexical",

@@ -70,7 +70,8 @@ def test_bad_lines_are_named_skipped_or_with_strict_fatal_and_too_few_items_say_
                                       '"Tom"], "answer": "Anna"}']) + "\n")
     assert main(["claim", "--model", str(pronoun_dir), "--data", str(path)]) == 0
     captured = capsys.readouterr()
-    assert f"claim: skipped 2 bad item(s) of {path} (--strict to stop instead):" in captured.err
+    assert f"claim: skipped 2 bad item(s) of {path} (--strict to stop instead; 1 × missing field(s) answer; 1 × the " \
+           "answer '…' is not among the candidates ('…', '…')):" in captured.err
     assert f"{path}:41: missing field(s) answer" in captured.err
     assert f"{path}:42: the answer 'Anna' is not among the candidates ('Mary', 'Tom')" in captured.err
     assert "verdict: too few items (n = 20 < 30): nothing can be concluded" in captured.out

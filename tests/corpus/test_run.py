@@ -45,7 +45,7 @@ def test_one_text_scores_exactly_as_the_positional_probe_reads_its_trace(tmp_pat
     want = direct.set_index(["label", "layer", "head"]).sort_index()
     assert (got["score"] - want["score"]).abs().max() <= F64 * max(1.0, want["score"].abs().max())  # float64
     assert set(table["model"]) == {"minilm"} and set(table["n_heads"]) == {12} and set(table["n_layers"]) == {6}
-    stats = {"entropy", "distance", "first", "previous", "self", "special", "punctuation", "positional"}
+    stats = {"entropy", "distance", "sink", "previous", "self", "special", "punctuation", "fixed offset"}
     assert stats <= set(table.label)
 
 
@@ -146,8 +146,8 @@ def test_several_models_make_one_table_and_one_examples_file(tmp_path, minilm, g
         rows = table[(table.model == model.name) & (table.label == "entropy")]
         assert len(rows) == model.n_layers * model.n_heads
         assert set(found[found.model == model.name]["layer"]) == set(range(model.n_layers))
-    gpt2_first = table[(table.model == gpt2.name) & (table.label == "first")]
-    minilm_first = table[(table.model == "minilm") & (table.label == "first")]
+    gpt2_first = table[(table.model == gpt2.name) & (table.label == "sink")]
+    minilm_first = table[(table.model == "minilm") & (table.label == "sink")]
     assert (gpt2_first["baseline"] > minilm_first["baseline"].iloc[0]).all()  # a causal query sees fewer keys
     assert pd.read_parquet(tmp_path / "t.parquet").shape == table.shape
 

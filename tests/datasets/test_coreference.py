@@ -36,10 +36,12 @@ def test_every_bad_line_is_listed_a_bom_is_fine_and_no_lines_is_an_error(tmp_pat
     path = tmp_path / "items.jsonl"
     good = json.dumps({"text": "Bob said he would", "pronoun": "he", "antecedent": "Bob"})
     paraphrased = json.dumps({"text": "The old man said he would", "pronoun": "he", "antecedent": "the elderly man"})
-    path.write_text("\ufeff" + "\n".join([good, "{oops", paraphrased, good, '{"text": 1}']) + "\n", encoding="utf-8")
+    elsewhere = json.dumps({"text": "The old man said he would", "pronoun": "he", "antecedent": "the boy"})
+    path.write_text("\ufeff" + "\n".join([good, "{oops", paraphrased, good, '{"text": 1}', elsewhere]) + "\n",
+                    encoding="utf-8")
     items = read_jsonl(path)
-    assert len(items) == 2 and [b.line for b in items.bad] == [2, 3, 5]
-    assert "give the antecedent's exact words" in items.bad[1].reason
+    assert len(items) == 3 and [b.line for b in items.bad] == [2, 5, 6]  # the paraphrase is placed by "man"
+    assert "give the antecedent's words as the text has them" in items.bad[2].reason
     (tmp_path / "blank.jsonl").write_text("\n\n")
     with pytest.raises(BadData, match="no items found"):
         read_jsonl(tmp_path / "blank.jsonl")
@@ -81,3 +83,33 @@ def test_an_antecedent_is_placed_exactly_first_then_ignoring_case_or_a_possessiv
                  "--out", str(tmp_path / "c.csv")]) == 0
     err = capsys.readouterr().err
     assert f"note: coreference: {items.notes[0]}" in err and f"note: coreference: {items.notes[1]}" in err
+
+
+def test_a_paraphrased_antecedent_is_placed_by_its_head_noun_and_every_drop_is_counted_by_reason(tmp_path, capsys,
+                                                                                                 gpt2_dir):
+    """Winograd-style items name their antecedent in other words than the text ("the suitcase" for "the brown
+    suitcase"): placed by the head noun, counted in a note, never dropped; what is still dropped is counted by
+    reason."""
+    from probes.cli import main
+
+    rows = [
+        {"text": "The trophy did not fit in the brown suitcase because it was small.", "pronoun": "it",
+         "antecedent": "the suitcase"},
+        {"text": "The old man helped the boy because he was kind.", "pronoun": "he", "antecedent": "the man"},
+        {"text": "The cat sat down because it was tired.", "pronoun": "it", "antecedent": "the cat"},
+        {"text": "Bob said she would come.", "pronoun": "she", "antecedent": "the carl"},
+        {"text": "Ann said she would come.", "pronoun": "she", "antecedent": "the bob"},
+    ]
+    path = tmp_path / "wsc.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    items = read_jsonl(path)
+    assert [i.words[i.antecedent] for i in items] == ["suitcase", "man", "cat"]
+    assert f"{path}: 2 antecedent(s) found in the text only by their head noun (e.g. 'the suitcase' for 'the brown " \
+           "suitcase')" in items.notes
+    assert [b.line for b in items.bad] == [4, 5]
+    assert main(["profile", "--model", str(gpt2_dir), "--probe", "coreference", "--data", str(path), "--out",
+                 str(tmp_path / "c.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 2 bad item(s)" in err and "2 × the antecedent '…' followed by the pronoun '…' is not in the text" \
+        in err
+    assert (tmp_path / "c.csv.bad.txt").read_text().count("wsc.jsonl:") == 2

@@ -25,11 +25,10 @@ def test_planted_previous_token_head_is_positional():
     frame = positional_scores([(tokens, attn)] * 2, causal=False)
     by = frame.set_index(["label", "layer", "head"])
     assert by.loc[("previous", 1, 2), "score"] == 1.0
-    assert by.loc[("offset-1", 1, 2), "score"] == 1.0
-    assert by.loc[("positional", 1, 2), "offset"] == -1
+    assert by.loc[("fixed offset", 1, 2), "offset"] == -1
     # the first token has no previous one
-    assert by.loc[("positional", 1, 2), "score"] == pytest.approx(6 / 7, abs=F64, rel=0)
-    assert not by.loc[("positional", 1, 2), "positional"]  # 0.86 < 0.9
+    assert by.loc[("fixed offset", 1, 2), "score"] == pytest.approx(6 / 7, abs=F64, rel=0)
+    assert not by.loc[("fixed offset", 1, 2), "positional"]  # 0.86 < 0.9
     assert by.loc[("previous", 0, 0), "baseline"] == pytest.approx(1 / 7, abs=F64, rel=0)  # uniform over 7 keys
     assert frame[frame.label == "punctuation"]["baseline"].iloc[0] == pytest.approx(2 / 7, abs=F64, rel=0)
     assert set(frame.columns) >= {"probe", "label", "layer", "head", "score", "baseline", "n"}
@@ -50,7 +49,7 @@ def test_real_offline_default_has_a_previous_token_head(minilm):
     # measured on these sentences: head 0.2 of minilm puts 0.9997 of its mass on the previous token,
     # against a uniform baseline of 0.065; it is positional (argmax at offset -1 for 93% of tokens)
     assert best["score"] > 0.9 and best["score"] > 10 * best["baseline"], best
-    positional = frame[(frame.label == "positional") & frame.positional.astype(bool)]
+    positional = frame[(frame.label == "fixed offset") & frame.positional.astype(bool)]
     assert (best["layer"], best["head"]) in set(zip(positional["layer"], positional["head"]))
     assert isinstance(frame, pd.DataFrame) and len(prev) == 6 * 12
 
@@ -68,7 +67,7 @@ def test_scores_read_from_a_lazy_sdpa_trace_equal_the_eager_ones(minilm64):
     for col in ("score", "baseline", "mean_attention"):  # in float64; distances count tokens, not fractions
         assert ((a[col] - b[col]).abs().fillna(0) <= F64 * max(1.0, a[col].abs().max())).all(), col
     assert (a["n"] == b["n"]).all()
-    pos = a.label == "positional"
+    pos = a.label == "fixed offset"
     assert (a.loc[pos, "offset"] == b.loc[pos, "offset"]).all()
     assert (a.loc[pos, "positional"] == b.loc[pos, "positional"]).all()
     assert a.equals(positional_scores(eager, causal=False))  # minilm is an encoder
@@ -107,7 +106,7 @@ def test_sink_share_is_the_weight_on_the_first_token_over_the_queries_after_it()
     assert by.loc["sink", "score"] == pytest.approx((0.8 + 0.5) / 2, abs=F64, rel=0)
     assert by.loc["sink", "baseline"] == pytest.approx((1 / 2 + 1 / 3) / 2, abs=F64, rel=0)  # uniform over the past
     assert by.loc["sink", "n"] == 4  # two queries of each of the two sentences
-    assert by.loc["first", "score"] == pytest.approx((1.0 + 0.8 + 0.5) / 3, abs=F64, rel=0)  # "first" keeps row 0
+    assert "first" not in by.index  # the first token is one label, the sink: not a second name for it
     encoder = torch.tensor([[0.1, 0.6, 0.3], [0.9, 0.1, 0.0], [0.3, 0.3, 0.4]], dtype=torch.float64)[None, None]
     by = positional_scores([(tokens, encoder), (_tokens(["x"]), torch.ones(1, 1, 1, 1))], causal=False)
     by = by.set_index("label")
@@ -133,3 +132,17 @@ def test_real_decoder_heads_park_their_weight_on_the_first_token(smollm2):
     assert frame.loc[("sink", 29, 0), "score"] > 3 * frame.loc[("sink", 29, 0), "baseline"]  # uniform: 0.17
     sinks = frame.loc["sink", "score"]
     assert len(sinks) == 30 * 9 and sinks.between(0, 1).all() and (sinks > 0.5).mean() > 0.5  # most heads are sinks
+
+
+def test_each_label_is_named_once_and_a_decoder_has_no_label_that_looks_ahead():
+    """One name per label: the sink (not also "first"), previous/next/self (not also offset−1/+1/0), Voita's test as
+    "fixed offset" (not the probe's own name); a decoder's query cannot look ahead, so it gets no "next" or
+    positive offsets (they would be 0 for every head)."""
+    tokens = _tokens(["<s>", "a", "b", "c"], special=(0,))
+    attn = torch.softmax(torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(1)).double(), -1)
+    encoder = set(positional_scores([(tokens, attn)], causal=False)["label"])
+    assert {"sink", "previous", "next", "self", "fixed offset", "offset-2", "offset+2"} <= encoder
+    assert not encoder & {"first", "offset-1", "offset+1", "offset+0", "positional"}
+    decoder = set(positional_scores([(tokens, attn.tril())], causal=True)["label"])
+    assert {"sink", "previous", "self", "offset-2"} <= decoder
+    assert not {label for label in decoder if label == "next" or label.startswith("offset+")}

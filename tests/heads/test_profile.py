@@ -276,7 +276,8 @@ def test_bad_items_are_skipped_counted_and_all_listed(tmp_path, capsys):
     assert main(["profile", "--probe", "syntactic", "--data", str(data), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "note: syntactic: skipped 13 bad item(s)" in err and "and 3 more" in err
-    shown = [line for line in err.splitlines() if "is its own head" in line]
+    assert "13 × word N is its own head (a self-loop)" in err  # counted by reason
+    shown = [line for line in err.splitlines() if line.startswith("  ") and "is its own head" in line]
     assert len(shown) == 10 and shown[0].strip() == f"{data}:1: word 1 is its own head (a self-loop)"
     side = (tmp_path / "syn.csv.bad.txt").read_text().splitlines()
     assert len(side) == 13 and side[1] == f"{data}:5: word 1 is its own head (a self-loop)"

@@ -411,3 +411,16 @@ def test_an_old_table_without_verdicts_says_it_has_none():
                  b"probe,label,layer,head,score,baseline,n\nsyntactic,nsubj,1,2,0.9,0.3,40\n"
                  b"syntactic,nsubj,0,0,0.1,0.3,40\n")
     assert "This table has no held-out verdicts" in texts(at.caption) and not texts(at.success)
+
+
+def test_a_decoders_run_says_which_directions_it_leaves_out_and_never_offers_them():
+    """smollm2 cannot attend from a determiner to its later noun: "det (dep→head)" is not in the menu, and the
+    page says which directions were left out and why; "det (head→dep)" is."""
+    at = open_app(model="smollm2", page="heads")
+    at.selectbox(key="w_probe").set_value("syntactic")
+    at.number_input(key="w_items").set_value(60)
+    at.button[0].click()
+    _rerun(at)
+    assert "label(s) left out: a decoder's query cannot attend to a later word" in texts(at.caption)
+    options = " | ".join(at.selectbox(key="w_label").options)
+    assert "det, determiner (head → dependent)" in options and "det, determiner (dependent → head)" not in options
