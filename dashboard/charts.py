@@ -664,9 +664,17 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
 def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
     """Query parts (rows) × key parts (columns) of one attention score (a ``query_part, key_part, contribution``
     frame, ``QKAttribution.grid``), each cell its term with its value written in it. Terms add up to the score and
-    can be negative: a diverging scale centred at 0 and symmetric, so white is a term of 0 whatever the range."""
+    can be negative: a diverging scale centred at 0 and symmetric, so white is a term of 0 whatever the range. A
+    bucket of several parts (``query_parts``/``key_parts`` > 1) says how many in its label ("heads of layers 0–7
+    (72 parts)"), so no lump is silent. The tooltip's share of the score only when the score is positive (a share of
+    a negative one would flip the term's sign)."""
     rows = frame[["query_part", "key_part", "contribution"]].copy()
-    rows["share"] = rows["contribution"] / score if score else np.nan
+    for axis in ("query", "key"):
+        if f"{axis}_parts" in frame:
+            counts = frame[f"{axis}_parts"]
+            rows[f"{axis}_part"] = [f"{name} ({count} parts)" if count > 1 else name
+                                    for name, count in zip(rows[f"{axis}_part"], counts)]
+    rows["share"] = rows["contribution"] / score if score > 0 else np.nan
     reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
     rows["ink"] = np.where(rows["contribution"].abs() > 0.6 * reach, "white", "#222")  # legible on dark cells

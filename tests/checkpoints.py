@@ -308,3 +308,54 @@ def gender_questions(count: int = 80, seed: int = 0) -> list[dict]:
         pronoun = "she" if answer == f else "he"
         rows.append(dict(text=frame.format(A=a, B=b, p=pronoun), pronoun=pronoun, candidates=[a, b], answer=answer))
     return rows
+
+
+def make_rotary_heads(path: Path) -> tuple[Path, str]:
+    """A hand-built two-layer Llama (rotary positions, base 10000, head width 32: 16 bands, θ_b = 10000^(−b/16)) with
+    two planted heads in layer 0, and the text they are built for (six distinct tokens, then the same six again).
+    Head 0.0 is a previous-token head by position alone: its weights are zero and its q and k are constant biases
+    (no content at all), pair b of k being pair b of q turned by θ_b in the high-frequency bands 0–3, so the score
+    after the rotary turn peaks at offset 1, less a constant in the slowest band (15), position-free, that takes the
+    score at offset 0 below zero. Head 0.1 matches content: its q and k read the same random projection of the token
+    into the low-frequency bands 8–15 (which turn by under 0.1 rad over the text), so a repeated token's query finds
+    its earlier occurrence (and itself). Every other weight is small random noise."""
+    import math
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = gpt2_tokenizer()
+    singles = [i for t, i in sorted(tok.get_vocab().items()) if t.startswith("Ġ") and len(t) > 3][:6]
+    text = tok.decode(singles + singles)
+    assert tok(text)["input_ids"] == singles + singles, "the planted text must tokenise back to its six tokens twice"
+    width, d = 64, 32
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=width, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, head_dim=d, max_position_embeddings=64,
+                         attention_bias=True, rope_theta=10000.0, bos_token_id=tok.eos_token_id,
+                         eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.02 * torch.randn(p.shape, generator=gen)
+            p.copy_(1.0 + noise if "norm" in name else noise)  # norm gains near 1
+        model.model.embed_tokens.weight.copy_(torch.randn(model.model.embed_tokens.weight.shape, generator=gen))
+        attn = model.model.layers[0].self_attn
+        half, a = d // 2, 10.0  # scale · a² = 17.7: the planted scores' sharpness
+        theta = [10000.0 ** (-2 * b / d) for b in range(half)]
+        for proj in (attn.q_proj, attn.k_proj):
+            proj.weight.zero_()
+            proj.bias.zero_()
+        q_bias, k_bias = attn.q_proj.bias[:d], attn.k_proj.bias[:d]  # head 0 (and the key/value head it reads)
+        for b in range(4):  # bands 0–3: k's pair is q's turned by θ_b, so q·k after the turns peaks at offset 1
+            q_bias[b] = a
+            k_bias[b], k_bias[b + half] = a * math.cos(theta[b]), a * math.sin(theta[b])
+        q_bias[half - 1] = a  # band 15 (slowest): a constant pull-down, so the score at offset 0 is below zero
+        k_bias[half - 1] = -a * (sum(math.cos(theta[b]) for b in range(4)) + 0.2)
+        project = torch.randn(width, 2 * 8, generator=gen) * 0.25  # head 1: bands 8–15, both halves
+        dims = [d + b for b in range(8, half)] + [d + half + b for b in range(8, half)]
+        attn.q_proj.weight[dims] = project.t()
+        attn.k_proj.weight[dims] = project.t()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path, text

@@ -621,8 +621,9 @@ def cases() -> list:
         "folder": "{d}/folder: a folder, not a file: give a .txt (one text a line), .jsonl or .parquet corpus",
         "allbad.jsonl": "all 2 are bad, e.g. allbad.jsonl line 1: not JSON (Expecting value, column 1)",
         "bad.parquet": "bad.parquet: not a readable Parquet file",
-        "bom.txt": "wrote 160 rows", "crlf.txt": "wrote 160 rows", "control.txt": "wrote 160 rows",
-        "good.jsonl": "wrote 160 rows", "good.parquet": "wrote 160 rows",
+        # 12 labels (a decoder: no look-ahead offsets) × the tiny GPT-2's 8 heads
+        "bom.txt": "wrote 96 rows", "crlf.txt": "wrote 96 rows", "control.txt": "wrote 96 rows",
+        "good.jsonl": "wrote 96 rows", "good.parquet": "wrote 96 rows",
         # one bad row of two: skipped, each named by its line
         "notjson.jsonl": "notjson.jsonl line 2: not JSON", "nofield.jsonl": "nofield.jsonl line 2: no 'text' field "
         "(it has 'body')", "number.jsonl": "number.jsonl line 2: 'text' is a int, not text",

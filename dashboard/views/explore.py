@@ -316,12 +316,14 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
 
 
 WHY_TOP = 5  # terms said in words
-WHY_GRID = 6  # parts of each side in the grid (the others lumped into "other parts")
+WHY_GRID = 3  # heads or MLPs named on their own in the grid at most (only big ones); the others in bands of layers
 
 
 def _why(ctx: ui.Context, query: int, key: int | None) -> None:
-    """"Why this weight?": the clicked cell's score split into what wrote its query × what wrote its key (QK
-    attribution, from the from-scratch pass), in words, as a small grid and as a CSV of every term."""
+    """"Why this weight?": the clicked cell's score read first as position against content (a rotary model: by
+    frequency band), then split into what wrote its query × what wrote its key (QK attribution, from the
+    from-scratch pass): the top terms in words, a grid of buckets (the embeddings, big heads and MLPs by name, the
+    others in bands of layers) and a CSV of every term (and of the bands)."""
     st.subheader("Why this weight?")
     v, info = ui.view(), ctx.info
     if key is None:
@@ -346,15 +348,32 @@ def _why(ctx: ui.Context, query: int, key: int | None) -> None:
                f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each earlier "
                "head's and MLP's output, the biases), the norms frozen at their scale on this text, computed by the "
                f"from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
+    st.markdown(f"**Position or content?** {ui.safe(why.reading())}")
+    if why.bands is not None:
+        groups = why.band_groups()
+        st.markdown("\n".join(f"- {ui.safe(row.label)}: {ui.safe(why.effect(row.contribution))}; content "
+                               f"{row.content:+.3g}, position {row.position:+.3g}" for row in groups.itertuples()))
+        st.caption("Rotary positions are not a part: every part's q and k are turned by their position. So the score "
+                   "is also split by frequency band: pair b of q and k turns by θ_b per token, and its term is their "
+                   "dot product after the turn; content is the same with no turn between them (offset 0), position "
+                   f"the difference. The {len(why.bands)} bands sum to the score. Grouped by how far a band turns "
+                   f"across this text's {len(why.tokens)} tokens: high-frequency bands turn a full circle or more "
+                   "(they tell nearby offsets apart), low-frequency ones less than 6° (nearly position-free), the "
+                   "middle ones in between.")
     lines = [ui.safe(why.sentence(row)) for row in why.top(WHY_TOP).itertuples()]
     st.markdown("\n".join(f"{i}. {line}" for i, line in enumerate(lines, start=1)))
     chart = charts.qk_grid(why.grid(WHY_GRID), why.score, f"Head {v.layer}.{v.head}: “{info.tokens[query]}” ({query}) "
                            f"→ “{info.tokens[key]}” ({key}), score {why.score:.3g}")
     ui.chart(chart)
-    st.caption(f"Each cell: one query part's q · one key part's k × scale; the {WHY_GRID} largest parts of each side, "
-               "the rest lumped into “other parts”, so the grid sums to the score. Red adds to the score, blue takes "
-               "from it. The CSV holds every term.")
+    st.caption("Each cell: one query bucket's q · one key bucket's k × scale, so the grid sums to the score. Buckets: "
+               "the embeddings and the biases; a head or MLP whose total on either side is a fifth of the score or "
+               f"more is named (the {WHY_GRID} largest); the other heads and MLPs in bands of layers. Red adds to the "
+               "score, blue takes from it. "
+               f"{why.grid_caption(WHY_GRID)} The CSV holds every term.")
     ui.downloads(f"why-L{v.layer}H{v.head}-q{query}-k{key}", chart, why.frame())
+    if why.bands is not None:
+        st.caption("The score by rotary frequency band, as a CSV:")
+        ui.downloads(f"why-bands-L{v.layer}H{v.head}-q{query}-k{key}", frame=why.band_table())
 
 
 def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:

@@ -32,6 +32,15 @@ def token_index(model, text: str, pair: str | None, given: str, what: str) -> tu
     return found[0], note
 
 
+def records(frame) -> list[dict]:
+    """A table as JSON rows: NaN (a share of a score that is not positive) and inf (an unturned band's wavelength)
+    become null, which JSON has; NaN and Infinity are not JSON."""
+    import math
+
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            for row in frame.to_dict("records")]
+
+
 def run_why(args: argparse.Namespace) -> int:
     from ..errors import EmptyInput
     from ..effects.qk import qk_attribution
@@ -49,22 +58,50 @@ def run_why(args: argparse.Namespace) -> int:
     if args.csv:
         why.frame().to_csv(args.csv, index=False)
         print(f"wrote {len(why.frame())} terms to {args.csv}", file=sys.stderr)
+    if args.bands_csv:
+        if why.bands is None:
+            print(f"note: {why.model} has no rotary bands (its positions are a learned table: the position "
+                  "embedding's terms are in --csv); --bands-csv is not written", file=sys.stderr)
+        else:
+            bands = why.band_table()
+            bands["label"] = bands.group.map(why.band_groups().set_index("group").label)
+            bands.to_csv(args.bands_csv, index=False)
+            print(f"wrote {len(bands)} rotary bands to {args.bands_csv}", file=sys.stderr)
+    content, position = why.position_split()
     if args.json:
         print(json.dumps(dict(model=why.model, layer=why.layer, head=why.head, query=query, key=key,
                               query_token=why.tokens[query], key_token=why.tokens[key], score=why.score,
                               weight=why.weight, sum_of_parts=why.total, delta=why.delta, bound=why.bound,
-                              top=top[["query_part", "key_part", "contribution", "share"]].to_dict("records")),
+                              top=records(top[["query_part", "key_part", "contribution", "share"]]),
+                              positions=why.positions, offset=why.offset, reading=why.reading(), content=content,
+                              position=position, band_groups=records(why.band_groups()) if why.bands is not None
+                              else None, bands=records(why.band_table()) if why.bands is not None else None,
+                              grid=records(why.grid(args.grid)), grid_caption=why.grid_caption(args.grid)),
                          ensure_ascii=False))
         return 0
     print(f"{why.model}, head {why.layer}.{why.head}: query {why.tokens[query]!r} (token {query}) on key "
           f"{why.tokens[key]!r} (token {key}): score {why.score:.4g} (scale · q·k, before the softmax), weight "
           f"{why.weight:.3f}")
+    print(f"reading: {why.reading()}")
+    if why.bands is not None:
+        print(f"by rotary frequency band ({len(why.bands)} bands; grouped by how far each turns across the text's "
+              f"{len(why.tokens)} tokens):")
+        for row in why.band_groups().itertuples():
+            if row.group == "unrotated":
+                waves = "never turned"
+            elif row.bands == 1:
+                waves = f"wavelength {row.wavelength_min:.3g} tokens"
+            else:
+                waves = f"wavelength {row.wavelength_min:.3g}–{row.wavelength_max:.3g} tokens"
+            print(f"  {row.label}, {waves}: {row.contribution:+.4f} (content {row.content:+.4f}, "
+                  f"position {row.position:+.4f}), {why.effect(row.contribution, amount=False)}")
     print(f"the {len(top)} largest of {len(why.parts)} × {len(why.parts)} terms (what wrote the query × what wrote "
           "the key):")
     width = max(len(name) for name in why.parts)
     for rank, row in enumerate(top.itertuples(), start=1):
         print(f"  {rank:>2}. query: {row.query_part:<{width}}  × key: {row.key_part:<{width}}  "
-              f"{row.contribution:+10.4f}  ({row.share:+.0%} of the score)")
+              f"{row.contribution:+10.4f}  {why.effect(row.contribution, amount=False)}")
+    print(f"in buckets: {why.grid_caption(args.grid)}")
     print(f"sum of parts = score (|Δ| {why.delta:.2g}, {why.delta / why.bound if why.bound else 0.0:.1g} of the "
           f"score's scale {why.bound:.3g})")
     return 0
@@ -77,7 +114,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("why", help="split one attention score into what wrote its query and its key",
                        description="QK attribution: head LAYER.HEAD's pre-softmax score of the query token on the key "
                        "token, split exactly into query part × key part terms (embeddings, every earlier head's and "
-                       "MLP's output, biases), the norms frozen at their scale in this pass. Prints the largest terms "
+                       "MLP's output, biases), the norms frozen at their scale in this pass. Prints position against "
+                       "content (rotary models: by frequency band), the largest terms, the bucketed grid in words, "
                        "and checks that the parts sum to the model's own score.")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--text", type=text_arg, required=True)
@@ -89,7 +127,12 @@ def add_parser(sub) -> None:
     p.add_argument("--key", type=text_arg, required=True,
                    help="the key token: a word of the text (its first piece) or a token number")
     p.add_argument("--top", type=positive, default=10, help="terms to print (default: 10)")
-    p.add_argument("--csv", help="write every term to this CSV file")
+    p.add_argument("--csv", help="write every term to this CSV file (share: of the score, blank when the score is "
+                   "not positive)")
+    p.add_argument("--bands-csv", help="rotary models: write the score by frequency band to this CSV file (band, "
+                   "frequency, wavelength, contribution, content, position, share, group, label)")
+    p.add_argument("--grid", type=positive, default=3,
+                   help="heads or MLPs named on their own in the bucketed grid, at most (default: 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
     p.set_defaults(func=run_why)

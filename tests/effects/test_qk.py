@@ -1,7 +1,10 @@
 """QK attribution: the parts of one score sum to the model's own score in every family (float64: to rounding;
 fp32: within the fp32 error of the pass's q and k), the summed q and k parts are Hugging Face's own q and k, a
 planted induction head's score comes from the previous-token head's output on the key side, and bad cells are
-refused in words."""
+refused in words. Position: a rotary score by frequency band sums to the score and equals Hugging Face's unturned q
+and k turned by hand; a planted rotary previous-token head reads as position (high-frequency bands), a planted
+content head as content, minilm's story head as position (its position embedding). Signs: a negative score's terms
+read as pushes, never as a share. The bucketed grid sums to the score and says what every bucket holds."""
 
 import numpy as np
 import pytest
@@ -9,11 +12,12 @@ import torch
 from numeric import F64, fp32
 
 import probes
-from probes.effects.qk import BIAS_QK, qk_attribution
+from probes.effects.qk import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
 from probes.scratch import SplitNetwork, build, outputs
-from tests.checkpoints import make_bert, make_gpt2, make_induction, make_llama
+from probes.scratch.llama import inverse_frequencies
+from tests.checkpoints import make_bert, make_gpt2, make_induction, make_llama, make_rotary_heads
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TEXT = "The cat sat on the mat, and the dog watched it."
@@ -131,17 +135,174 @@ def test_a_planted_induction_head_is_explained_by_the_previous_token_head(tmp_pa
 def test_grid_frame_and_words(minilm64):
     why = qk_attribution(minilm64, SHE, 1, 2, 10, 7)
     grid = why.grid(4)
-    assert set(grid.query_part) == set(why.side("query").abs().nlargest(4).index) | {"other parts"}
-    assert len(grid) == 25 and grid.contribution.sum() == pytest.approx(why.score, abs=1e-9 * why.bound, rel=0)
+    # buckets: the three embeddings, layer 0's heads (none big enough to be named), MLP 0, the biases (both kinds)
+    assert list(dict.fromkeys(grid.query_part)) == ["token embedding", "position embedding", "token-type embedding",
+                                                    "heads of layer 0", "MLP 0", "biases"]
+    assert len(grid) == 36 and grid.contribution.sum() == pytest.approx(why.score, abs=1e-9 * why.bound, rel=0)
     frame = why.frame()
     assert frame.contribution.abs().is_monotonic_decreasing
     assert frame.contribution.sum() == pytest.approx(why.score, abs=1e-9 * why.bound, rel=0)
-    assert np.allclose(frame.share, frame.contribution / why.score, rtol=0, atol=F64)
+    assert np.allclose(frame.share, frame.contribution / why.score, rtol=0, atol=F64)  # a positive score: shares
     row = why.top(1).iloc[0]
     line = why.sentence(row)
-    assert line.startswith("key 'xiao': ") and " × query 'she': " in line and line.endswith(f"of the score "
-                                                                                           f"{why.score:.3g}")
+    assert line.startswith("key 'xiao': ") and " × query 'she': " in line
+    assert line.endswith(f", raises the score by {row.contribution:.3g} (+{row.contribution / why.score:.0%} of "
+                         f"{why.score:.3g})")
     assert BIAS_QK in why.parts  # BERT's projections have biases: a part of their own
+
+
+def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hugging Face's own q and k of layer ``layer`` (its own pass, float64 kept) turned back by its own rotary
+    tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn."""
+    reference = hf_forward(model, model.encode(text))
+    cos, sin = (t[0] for t in reference.rotary)  # [n, d]
+
+    def back(x):
+        half = x.shape[-1] // 2
+        return x * cos - torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    return back(reference.q[layer][0]), back(reference.k[layer][0])
+
+
+@pytest.mark.numeric
+def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
+    # float64: band b's term is scale · q_b · R(θ_b·(j − i)) · k_b with Hugging Face's unturned q and k and the
+    # model's own θ_b (computed in fp32, as Hugging Face does); its content the same without the turn
+    model = tiny.cast(torch.float64)
+    n = int(model.encode(TEXT).attention_mask.sum())
+    for layer, head, query, key in cells(model):
+        why = qk_attribution(model, TEXT, layer, head, query, key)
+        if model.family.positions != "rotary":  # a learned position table: position is a part, no bands
+            assert why.bands is None and why.band_table().empty and why.band_groups().empty
+            continue
+        bands = why.band_table()
+        assert bands.contribution.sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+        assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+        q, k = unturned(model, TEXT, layer)
+        q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
+        half = len(q_i) // 2
+        omega = inverse_frequencies(model.config, n).double()
+        angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
+        turned = (k_j[:half] * angle.cos() - k_j[half:] * angle.sin(),
+                  k_j[:half] * angle.sin() + k_j[half:] * angle.cos())
+        scale = model.family.scale(model.config, layer)
+        by_hand = scale * (q_i[:half] * turned[0] + q_i[half:] * turned[1])
+        content = scale * (q_i[:half] * k_j[:half] + q_i[half:] * k_j[half:])
+        assert np.abs(bands.contribution.to_numpy() - by_hand.numpy()).max() <= F64 * why.bound
+        assert np.abs(bands.content.to_numpy() - content.numpy()).max() <= F64 * why.bound
+        assert np.abs(bands.frequency.to_numpy() - omega.numpy()).max() <= F64
+        assert list(bands.group) == [band_group(float(w), n - 1) for w in omega]
+        content_sum, position = why.position_split()
+        assert content_sum == pytest.approx(float(content.sum()), abs=F64 * why.bound, rel=0)
+        assert groups_sum(why) == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+
+
+def groups_sum(why) -> float:
+    return float(why.band_groups().contribution.sum())
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    path, text = make_rotary_heads(tmp_path_factory.mktemp("rotary") / "heads")
+    return probes.load(str(path)).cast(torch.float64), text
+
+
+@pytest.mark.numeric
+def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_frequency_bands(planted):
+    model, text = planted
+    previous = qk_attribution(model, text, 0, 0, 9, 8)  # head 0.0: constant q and k, only the turn tells keys apart
+    assert previous.weight > 0.9
+    content, position = previous.position_split()
+    assert position > abs(content) and content < 0  # the offset-0 score is below zero: position makes it
+    reading = previous.reading()
+    assert reading.startswith("position (the turn by the offset, 1 token back): raises the score by")
+    assert "mostly through high-frequency band 0 (local position)" in reading.split("; content")[0]
+    groups = previous.band_groups().set_index("group")
+    assert groups.loc["high", "position"] > 0.5 * position
+    assert abs(groups.loc["low", "position"]) <= 1e-3 * abs(position)  # bands 9–15 barely turn over 11 tokens
+    # head 0.1 matches the token in the slow bands: the repeat of token 3 at 9 finds its first occurrence
+    match = qk_attribution(model, text, 0, 1, 9, 3)
+    assert match.weight > 0.4
+    content, position = match.position_split()
+    assert content > 100 * abs(position) and match.reading().startswith("content (q·k with no turn between them")
+
+
+@pytest.mark.numeric
+def test_minilm_story_head_reads_as_position_through_its_position_embedding(minilm64):
+    why = qk_attribution(minilm64, SHE, 1, 2, 10, 7)
+    content, position = why.position_split()
+    side = why.side("query")["position embedding"] + why.side("key")["position embedding"]
+    p = why.parts.index("position embedding")
+    assert position == pytest.approx(side - why.matrix[p, p], abs=F64 * why.bound, rel=0)  # its terms, either side
+    assert content + position == pytest.approx(why.score, abs=1e-9 * why.bound, rel=0)
+    assert why.reading().startswith("position (the position embedding's terms") and "no rotary bands" in \
+        why.reading()
+
+
+@pytest.mark.numeric
+def test_a_negative_score_reads_as_pushes_never_as_a_share(minilm64):
+    why = qk_attribution(minilm64, SHE, 1, 2, 10, 2)  # "she" on "##ming": a negative score
+    assert why.score < 0
+    frame = why.frame()
+    assert frame.share.isna().all()  # a share of a negative score would flip every term's sign
+    said = [why.sentence(row) for row in why.top(10).itertuples()] + [why.reading(), why.grid_caption()]
+    assert all("%" not in line for line in said)
+    for row in why.top(10).itertuples():
+        verb = "raises the score by" if row.contribution > 0 else "pushes the score down by"
+        assert why.sentence(row).endswith(f"{verb} {abs(row.contribution):.3g} (score {why.score:.3g})")
+    # and a positive score keeps its shares, signed as the term is
+    positive = qk_attribution(minilm64, SHE, 1, 2, 10, 7)
+    lowering = positive.top(5).query("contribution < 0").iloc[0]
+    assert positive.sentence(lowering).endswith(f"pushes the score down by {-lowering.contribution:.3g} "
+                                                f"({lowering.contribution / positive.score:+.0%} of "
+                                                f"{positive.score:.3g})")
+
+
+@pytest.mark.numeric
+def test_the_bucketed_grid_sums_to_the_score_and_says_what_each_bucket_holds(minilm64, planted, smollm2):
+    model, text = planted
+    for why in (qk_attribution(minilm64, SHE, 1, 2, 10, 7), qk_attribution(minilm64, SHE, 4, 0, 10, 2),
+                qk_attribution(model, text, 1, 1, 9, 3), qk_attribution(smollm2, SHE, 15, 7, 11, 9)):
+        grid, buckets, caption = why.grid(3), why.buckets(3), why.grid_caption(3)
+        assert grid.contribution.sum() == pytest.approx(why.total, abs=F64 * why.bound, rel=0)
+        assert buckets.query_total.sum() == pytest.approx(why.total, abs=F64 * why.bound, rel=0)
+        assert buckets.parts.sum() == len(why.parts) and "other parts" not in set(grid.query_part)
+        for row in buckets[buckets.parts > 1].itertuples():  # no lump is silent
+            assert f"{row.bucket}: {row.parts} parts, none above " in caption
+        big = grid.loc[grid.contribution.abs().idxmax()]
+        assert f"the largest cell, {big.query_part} × {big.key_part}: " in caption
+        named = grid[(grid.query_parts == 1) & (grid.key_parts == 1)].contribution.sum()
+        assert why.named_total(3) == pytest.approx(named, abs=F64 * why.bound, rel=0)
+    # smollm2 (30 layers): heads and MLPs in bands of 8 layers; 15.7's biggest lump today was "other parts × other
+    # parts", more than the whole score: now every bucket is named and counted
+    assert {"heads of layers 0–7", "heads of layers 8–14", "MLPs of layers 0–7", "MLPs of layers 8–14"} <= \
+        set(why.buckets(3).bucket)
+    assert "heads of layers 0–7: 72 parts" in why.grid_caption(3)
+
+
+TALKS = "The president called for new talks with Iran."  # smollm2's previous-token head 16.0 on " talks" → " new"
+
+
+@pytest.mark.numeric
+def test_smollm2_previous_token_head_reads_as_position_and_its_story_head_as_content(smollm2):
+    tokens = [t.text for t in smollm2.encode(TALKS).tokens[0]]
+    query = tokens.index(" talks")
+    why = qk_attribution(smollm2, TALKS, 16, 0, query, query - 1)
+    assert why.tokens[query - 1] == " new" and why.weight > 0.5
+    content, position = why.position_split()
+    assert position > why.score > 0 > content
+    assert why.reading().startswith("position (the turn by the offset, 1 token back)")
+    assert "mostly through high-frequency band 0 (local position)" in why.reading()
+    # fp32: the bands sum to the pass's score exactly (the same float64 products), and to the model's own fp32 score
+    # within the fp32 rounding of its q and k (as the parts do: hidden size 576)
+    bands = why.band_table()
+    assert bands.contribution.sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+    q, k, _ = probes.run(smollm2, TALKS).qkv(16, 0)
+    own = float(q[query] @ k[query - 1]) * smollm2.family.scale(smollm2.config, 16)
+    assert bands.contribution.sum() == pytest.approx(own, abs=fp32(smollm2.config.hidden_size, why.bound), rel=0)
+    story = qk_attribution(smollm2, SHE, 15, 7, 11, 9)  # " she" on "ong": content leads, position adds
+    content, position = story.position_split()
+    assert content > position > 0 and story.reading().startswith("content")
 
 
 def test_cells_the_head_gives_no_score_are_refused(tiny):

@@ -159,18 +159,48 @@ def test_a_cell_click_opens_why_this_weight_and_the_link_reopens_it(minilm):
     assert _link(at, "key") == "7" and at.session_state["view"].query == 10  # the cell is part of the link
     expected = qk_attribution(minilm, DEFAULT_TEXT, 1, 2, 10, 7)
     shown = texts(at.markdown)
+    # the reading first: minilm's position is its position embedding's terms (no rotary bands)
+    assert f"**Position or content?** {expected.reading()}" in shown
+    assert shown.index("Position or content?") < shown.index(expected.sentence(expected.top(1).iloc[0]))
     for row in expected.top(5).itertuples():  # the top terms in words, the library's numbers
         assert expected.sentence(row) in shown
     title = f"Head 1.2: “she” (10) → “xiao” (7), score {expected.score:.3g}"
     assert title in titles(at)
     cells = rows(at, f"(7), score {expected.score:.3g}")  # (the spec is JSON with its quotes and arrow escaped)
-    assert len(cells) == 49  # 6 parts a side and "other parts"
+    assert len(cells) == 36  # buckets: 3 embeddings, layer 0's heads, MLP 0, the biases
+    assert "heads of layer 0 (12 parts)" in {r["query_part"] for r in cells}  # a bucket says how many it holds
     # the grid still sums to the score (the same float64 terms, summed in another order)
-    assert sum(r["contribution"] for r in cells) == pytest.approx(expected.total, abs=fp32(49, expected.bound),
+    assert sum(r["contribution"] for r in cells) == pytest.approx(expected.total, abs=fp32(36, expected.bound),
                                                                    rel=0)
-    assert "Sum of the parts" in texts(at.caption)
+    assert "Sum of the parts" in texts(at.caption) and expected.grid_caption(3) in texts(at.caption)
     reopened = open_app(layer=1, head=2, query=10, key=7)  # the link opens on the same panel
     assert title in titles(reopened)
+
+
+@pytest.mark.numeric
+def test_why_this_weight_on_a_rotary_model_reads_position_by_band_first(smollm2):
+    from apptest import texts
+
+    from probes.effects.qk import qk_attribution
+
+    text = "The president called for new talks with Iran."
+    at = open_app(model="smollm2", text=text, layer=16, head=0, query=5, key=4)  # " talks" on " new"
+    expected = qk_attribution(smollm2, text, 16, 0, 5, 4)
+    shown = texts(at.markdown)
+    assert f"**Position or content?** {expected.reading()}" in shown and expected.reading().startswith("position")
+    groups = expected.band_groups()
+    assert groups.label[0] == "high-frequency band 0 (local position)"
+    for row in groups.itertuples():  # the band groups next, each in words
+        assert f"- {row.label}: {expected.effect(row.contribution)}; content {row.content:+.3g}" in shown
+    assert shown.index("Position or content?") < shown.index(groups.label[0]) < \
+        shown.index(expected.sentence(expected.top(1).iloc[0]))
+    assert "The 32 bands sum to the score" in texts(at.caption)
+    cells = rows(at, f"(4), score {expected.score:.3g}")
+    buckets = expected.buckets(3)
+    lumps = {f"{row.bucket} ({row.parts} parts)" for row in buckets[buckets.parts > 1].itertuples()}
+    assert "heads of layers 0–7 (72 parts)" in lumps and lumps <= {r["key_part"] for r in cells}
+    assert sum(r["contribution"] for r in cells) == pytest.approx(expected.total, abs=fp32(len(cells),
+                                                                                           expected.bound), rel=0)
 
 
 def test_why_this_weight_on_a_decoder_says_a_later_key_has_no_score(gpt2_dir):
