@@ -461,13 +461,15 @@ def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=16, show_spinner="Composing every earlier head's weights with this head's…")
-def composition(name: str, layer: int, head: int) -> pd.DataFrame:
-    """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone, each with
-    its noise floor (:func:`probes.evidence.edges.composition_floors`: ``floor``, ``above_floor``, ``z``…)."""
+def composition(name: str, layer: int, head: int, convention: str = "raw") -> pd.DataFrame:
+    """Q-, K- and V-composition of every earlier head onto head ``layer``.``head``, from the weights alone, in
+    ``convention`` (``"raw"`` or ``"transformerlens"``: :mod:`probes.effects.compose`), each with its noise floor
+    (:func:`probes.evidence.edges.composition_floors`: ``floor``, ``above_floor``, ``z``…)."""
     from probes.effects.compose import composition_scores
     from probes.evidence.edges import composition_floors
 
-    return composition_floors(compute(composition_scores, model_named(name), receivers=[(layer, head)]))
+    return composition_floors(compute(composition_scores, model_named(name), receivers=[(layer, head)],
+                                      convention=convention))
 
 
 # token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one

@@ -31,6 +31,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist's workers: one thread 
     # threads on two cores spend more CPU time waiting than computing
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    # the app's count is this worker's: the controlling process, which set PROBES_THREADS from its own torch before
+    # the workers started, may have had more (a run without OMP_NUM_THREADS=1), and the workers inherit its variable
+    os.environ["PROBES_THREADS"] = "1"
 os.environ.setdefault("PROBES_THREADS", str(torch.get_num_threads()))
 os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model the tests open: loaded once each
 

@@ -2,7 +2,8 @@
 graph (senders in their layer's column, an edge's width its strength; a click on a head opens it on Explore):
 
 * composition from the weights alone (Elhage et al. 2021: Q-, K- and V-composition, against random matrices; an
-  edge drawn only above its noise floor, :func:`probes.evidence.edges.composition_floors`);
+  edge drawn only above its noise floor, :func:`probes.evidence.edges.composition_floors`), in the convention the
+  page's control picks: as computed here (raw) or TransformerLens's default (LayerNorm's centring folded in);
 * composition on the sidebar's text (each earlier head's share of this head's scores on the cells it weighs most,
   the QK attribution of "Why this weight?" summed);
 * path patching (a sender's output from a corrupted text patched into only this head's q, k or v input; the largest
@@ -27,19 +28,45 @@ def _graph(ctx: ui.Context, edges: pd.DataFrame, title: str, key: str) -> None:
              key=key)
 
 
+CONVENTION = {"raw": "as computed here (raw)",
+              "transformerlens": "TransformerLens's default (LayerNorm centring folded in)"}
+SAID = {"raw": "as computed here (raw): LayerNorm's centring left out",
+        "transformerlens": "TransformerLens's default: LayerNorm's centring folded in (fold_ln, "
+                           "center_writing_weights)"}
+
+
+def _convention(ctx: ui.Context) -> tuple[str, str]:
+    """The convention of the composition scores from the weights (the grid and the weights' graph), as the page's
+    control picks it, and the words that name it for this model (:func:`probes.effects.compose.conventions`: both
+    the same on an RMSNorm model; raw alone on a post-norm one, where the control is off)."""
+    from probes.effects.compose import CONVENTIONS, conventions
+
+    about = data.compute(conventions, ctx.model)
+    if len(about) == 1:  # BERT: raw alone, whatever another model's choice was
+        st.session_state["circuit_convention"] = "raw"
+    chosen = st.radio("Convention of the composition scores from the weights", list(CONVENTION),
+                      format_func=CONVENTION.get, horizontal=True, key="circuit_convention", disabled=len(about) == 1,
+                      help="TransformerLens folds LayerNorm's centring into the weights by default (fold_ln and "
+                           "center_writing_weights: W_Q, W_K, W_V and each head's W_O lose their mean over the "
+                           "residual dimension), and its composition scores read those weights; the scores here leave "
+                           "it out unless you pick TransformerLens's default. RMSNorm models (SmolLM2) give the same "
+                           "numbers either way; a post-norm model (BERT, minilm) has the raw numbers alone.")
+    return chosen, SAID[chosen] if about == CONVENTIONS else f"{CONVENTION[chosen]}; {about[chosen]}"
+
+
 GRID = {"weights k": "K-composition (weights)", "weights q": "Q-composition (weights)",
         "weights v": "V-composition (weights)", "text k": "key side on this text", "text q": "query side on this text"}
 
 
-def _grid(ctx: ui.Context) -> None:
-    """Every earlier head as a layers × heads grid of one answer: composition from the weights (its random baseline
-    in the title and the legend's range) or on this text (each head's share of the scores)."""
+def _grid(ctx: ui.Context, convention: tuple[str, str]) -> None:
+    """Every earlier head as a layers × heads grid of one answer: composition from the weights in ``convention``
+    (its random baseline in the title and the legend's range) or on this text (each head's share of the scores)."""
     v, m = ui.view(), ctx.model
     what = st.radio("Every earlier head, coloured by", list(GRID), format_func=GRID.get, horizontal=True,
                     key="circuit_grid")
     source, kind = what.split()
     if source == "weights":
-        frame = data.composition(ctx.inp.model, v.layer, v.head)
+        frame = data.composition(ctx.inp.model, v.layer, v.head, convention[0])
         frame = frame[frame.kind == kind]
         mean, sd = float(frame.baseline_mean.iloc[0]), float(frame.baseline_sd.iloc[0])
         cells = frame.rename(columns={"sender_layer": "layer", "sender_head": "head"})
@@ -58,16 +85,16 @@ def _grid(ctx: ui.Context) -> None:
                "far each score is above what random matrices of the same shapes score (the baseline in the title; "
                "white: no more than random; the score itself in the tooltip); on this text, by each head's share of "
                "the scores, which can be negative (a head that lowers them). Both diverge around 0. Click a cell to "
-               "open that head on Explore.")
+               f"open that head on Explore. Composition from the weights, convention {convention[1]}.")
 
 
-def _weights(ctx: ui.Context) -> None:
+def _weights(ctx: ui.Context, convention: tuple[str, str]) -> None:
     from probes.effects.compose import notes
     from probes.evidence.edges import COMPOSITION_RULE
 
     v = ui.view()
     st.subheader("From the weights: composition scores")
-    frame = data.composition(ctx.inp.model, v.layer, v.head)
+    frame = data.composition(ctx.inp.model, v.layer, v.head, convention[0])
     mean, sd = float(frame.baseline_mean.iloc[0]), float(frame.baseline_sd.iloc[0])
     senders = int(frame.senders.max())
     floor, z = (float(x) for x in frame.loc[frame.senders == senders, ["floor", "z_crit"]].iloc[0])
@@ -76,8 +103,8 @@ def _weights(ctx: ui.Context) -> None:
     if above.empty:
         st.info(f"No earlier head's composition score is above the noise floor ({random}; the floor for "
                 f"{senders} senders is {floor:.4f}), so no edge is drawn: from the weights alone, head "
-                f"{v.layer}.{v.head} reads no earlier head more than random matrices would. The table lists every "
-                "score.")
+                f"{v.layer}.{v.head} reads no earlier head more than random matrices would (convention "
+                f"{convention[1]}). The table lists every score.")
     else:
         top = above.loc[above.score.sort_values(ascending=False).index[:TOP]]
         edges = top.assign(value=top["score"], label=[f"{a}.{b} → {k}: {s:.3f} (floor {f:.3f})" for a, b, k, s, f in
@@ -89,12 +116,12 @@ def _weights(ctx: ui.Context) -> None:
                    f"query (q), key (k) or value (v), ‖W_OV·W_QK‖ over the product of their sizes, from 0 to 1; an "
                    f"edge's width is that composition score. Only edges above their noise floor are drawn "
                    f"({len(above)} of {int(frame.score.notna().sum())}; at most the {TOP} largest): {random}, and "
-                   f"{COMPOSITION_RULE} (here z = {z:.2f}, a floor of {floor:.4f}). "
-                   + "; ".join(notes(ctx.model)) + ".")
+                   f"{COMPOSITION_RULE} (here z = {z:.2f}, a floor of {floor:.4f}). Convention {convention[1]}; "
+                   + "; ".join(data.compute(notes, ctx.model, convention[0])) + ".")
     shown = frame.sort_values("score", ascending=False).rename(columns={"z": "above", "floor": "noise floor",
                                                                         "above_floor": "above the floor"})
     ui.table(shown.drop(columns=["z_crit", "senders"]), height=220)
-    ui.downloads(f"circuit-weights-L{v.layer}H{v.head}", None, frame)
+    ui.downloads(f"circuit-weights-L{v.layer}H{v.head}-{convention[0]}", None, frame)
 
 
 def _on_text(ctx: ui.Context) -> None:
@@ -191,7 +218,8 @@ def render(ctx: ui.Context) -> None:
         st.info("A head in layer 0 reads only the embeddings: pick a head in a later layer (the sidebar's Layer "
                 "slider) to see which earlier heads it reads from.")
         return
-    _grid(ctx)
-    _weights(ctx)
+    convention = _convention(ctx)
+    _grid(ctx, convention)
+    _weights(ctx, convention)
     _on_text(ctx)
     _patching(ctx)

@@ -10,15 +10,20 @@ from .common import MODEL_HELP, draws, load_model, loading_options, positive, se
 
 
 def run_compose(args: argparse.Namespace) -> int:
-    from ..effects.compose import ABOUT, composition_scores, notes, parse_kinds, parse_receiver
+    from ..effects.compose import (ABOUT, composition_scores, convention_said, conventions, notes, parse_kinds,
+                                   parse_receiver)
     from ..evidence.edges import ALPHA, COMPOSITION_RULE, composition_floors
 
     kinds = parse_kinds(args.kind)  # bad options fail before the model loads
     model = load_model(args)
     layer, head = parse_receiver(args.receiver, model.n_layers, model.n_heads)
     frame = composition_floors(composition_scores(model, kinds, receivers=[(layer, head)], draws=args.draws,
-                                                  seed=args.seed))
-    lines = notes(model)
+                                                  seed=args.seed, convention=args.convention))
+    lines = notes(model, args.convention)
+    said = convention_said(model, args.convention)
+    if len(set(conventions(model).values())) > 1:  # a LayerNorm decoder: the other convention gives other numbers
+        said += ("; --convention raw leaves it out" if args.convention == "transformerlens" else
+                 "; --convention transformerlens folds it in as TransformerLens's defaults do")
     result = {}
     for kind in kinds:
         part = frame[frame.kind == kind].dropna(subset=["score"]).sort_values("score", ascending=False)
@@ -32,10 +37,12 @@ def run_compose(args: argparse.Namespace) -> int:
                                       floor=float(r.floor), above_floor=bool(r.above_floor))
                                  for r in top.itertuples()])
     if args.json:
-        print(json.dumps(dict(model=model.name, receiver=f"{layer}.{head}", draws=args.draws, notes=lines,
+        print(json.dumps(dict(model=model.name, receiver=f"{layer}.{head}", draws=args.draws,
+                              convention=args.convention, convention_about=said, notes=lines,
                               alpha=ALPHA, rule=COMPOSITION_RULE, kinds=result), ensure_ascii=False))
         return 0
     print(f"{model.name}, receiver head {layer}.{head}: the earlier heads it composes with most")
+    print(f"convention: {said}")
     print(f"note: {'; '.join(lines)}")
     for kind, got in result.items():
         mean, sd = got["baseline_mean"], got["baseline_sd"]
@@ -64,13 +71,20 @@ def add_parser(sub) -> None:
                        "reads as its query (Q), key (K) or value (V), ‖W_OV·W‖ ÷ (‖W_OV‖·‖W‖), beside the same score "
                        "of random matrices of the same shapes and its noise floor (Bonferroni over the senders: at "
                        "most 1 receiver in 20 gets a false edge). Norm gains folded in; biases, the norms' scale and "
-                       "rotary positions (offset 0) left out.")
+                       "rotary positions (offset 0) left out; LayerNorm's centring left out too unless "
+                       "--convention transformerlens.")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
     p.add_argument("--receiver", required=True, help="the receiving head, LAYER.HEAD (layer 1 or later), e.g. 18.6")
     p.add_argument("--kind", default="all", help="q, k, v or all (default: all)")
     p.add_argument("--top", type=positive, default=5, help="senders to print per kind (default: 5)")
     p.add_argument("--draws", type=draws, default=20, help="random draws for the baseline (default: 20)")
     p.add_argument("--seed", type=seed, default=0, help="the baseline's random seed (default: 0)")
+    p.add_argument("--convention", choices=("raw", "transformerlens"), default="raw",
+                   help="raw (the default): LayerNorm's centring left out, this library's own numbers; "
+                        "transformerlens: folded in (W_Q, W_K, W_V and every head's W_O centred), the numbers "
+                        "TransformerLens's all_composition_scores gives with its default weights (fold_ln, "
+                        "center_writing_weights). The same on RMSNorm models (Llama, SmolLM2); refused on BERT "
+                        "(post-norm: TransformerLens folds nothing there)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
     p.set_defaults(func=run_compose)

@@ -25,6 +25,22 @@ query head's W_K and W_V are those of the key/value head it reads (h // (H / H_k
 with the gain of the LayerNorm that made each layer's input folded the same way; the other LayerNorms between a
 sender's write and the receiver (each layer's two) are left out.
 
+**Two conventions** (``convention=``, :data:`CONVENTIONS`; ``"raw"`` by default, and every output names the one used):
+
+* ``"raw"``: the maps above, LayerNorm's centring left out (this library's numbers since composition scores came in).
+* ``"transformerlens"``: TransformerLens's default weights, the ones ``HookedTransformer.from_pretrained`` gives
+  (``fold_ln=True``, ``center_writing_weights=True``; TransformerLens 4: ``TransformerBridge`` after
+  ``enable_compatibility_mode()``) and ``all_composition_scores`` reads. LayerNorm's output is mean-zero over the
+  residual dimension D (LN(x) = P·x ÷ σ · g + b, P = I − 11ᵀ/D), so its centring is folded in too: each reader's
+  gain-folded W_Q, W_K, W_V (``[D, d]``) has its mean over the D rows subtracted (P·diag(g)·W, TransformerLens's
+  ``fold_layer_norm(center_weights=True)``: the gain first, then the centring), and every head's W_O (``[d, D]``) its
+  mean over the D columns (W_O·P, ``center_writing_weights``; the embeddings and the MLPs' outputs are centred there
+  too, but no composition score reads them). Both are exact for the model: nothing a head writes along the all-ones
+  direction is ever read. RMSNorm (Llama, Mistral, Qwen2, SmolLM2) does not centre and TransformerLens folds only
+  its gain there, so both conventions give the same numbers. BERT (post-norm) is refused: TransformerLens folds no
+  LayerNorm into BERT (its ``fold_ln`` assumes the norm sits before each sublayer; TransformerLens 4 skips it with a
+  warning and centres only the writers), so there is no TransformerLens default to match there.
+
 **Low-rank algebra.** No D × D matrix is built per pair. With W_OV^s = A·B (A = W_V^s ``[D, d]``, B = W_O^s
 ``[d, D]``) and the receiver's map C·Eᵀ (Q: C = W_Q^r, E = W_K^r; K: C = W_K^r, E = W_Q^r; V: C = W_V^r, E = W_O^rᵀ,
 each ``[D, d]``): ‖A·B·C·Eᵀ‖_F² = tr(EᵀE · Mᵀ·AᵀA·M) with M = B·C (d × d). Writing each Gram matrix as RᵀR (R the
@@ -42,7 +58,7 @@ import pandas as pd
 import torch
 
 from ..errors import BadOption
-from ..scratch import build
+from ..scratch import DecoderNetwork, build
 from .ablation import check_receiver, parse_head
 
 KINDS = ("q", "k", "v")
@@ -51,6 +67,13 @@ ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_
          "v": "the sender's output read as the receiver's value (‖W_OV^s · W_OV^r‖)"}
 NOTE = ("scores from the weights alone: norm gains folded into W_Q, W_K, W_V; biases and the norms' centring and "
         "scale left out")
+NOTE_CENTRED = ("scores from the weights alone: norm gains folded into W_Q, W_K, W_V and LayerNorm's centring too "
+                "(W_Q, W_K, W_V and every head's W_O centred over the residual dimension, as TransformerLens's fold_ln "
+                "and center_writing_weights do); biases and the norms' scale left out")
+CONVENTIONS = {"raw": "LayerNorm's centring left out",
+               "transformerlens": "LayerNorm's centring folded in, as TransformerLens's defaults do: fold_ln, "
+                                  "center_writing_weights"}
+DEFAULT_CONVENTION = "raw"
 ROTARY_NOTE = "rotary positions: scored at relative offset 0 (no rotation)"
 
 
@@ -72,6 +95,68 @@ def parse_kinds(kind: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in wanted)
 
 
+def parse_convention(convention: str) -> str:
+    """``"raw"`` or ``"transformerlens"`` (any case, surrounding spaces ignored), else BadOption naming both."""
+    name = str(convention).strip().lower()
+    if name not in CONVENTIONS:
+        raise BadOption(f"composition convention {convention!r}: give raw (LayerNorm's centring left out, the default) "
+                        "or transformerlens (folded in, as TransformerLens's defaults do)")
+    return name
+
+
+def network(model):
+    """The from-scratch network of ``model`` (a loaded :class:`~probes.models.Model`), or ``model`` itself if it is
+    one."""
+    return model if hasattr(model, "head_weights") else build(model)
+
+
+def centres(net) -> bool:
+    """Whether the norm a pre-norm decoder's attention reads through subtracts the mean (LayerNorm: GPT-2) or not
+    (RMSNorm: Llama, Mistral, Qwen2), asked of the network itself: a constant row through its final norm (the same
+    kind as every layer's) is zero only where the norm centres. False for a network with no final norm (BERT)."""
+    if not isinstance(net, DecoderNetwork):
+        return False
+    w_o = net.head_out(0)[0]
+    row = torch.ones(1, w_o.shape[-1], dtype=w_o.dtype)
+    normed, _bias = net.final_norm(row)
+    return bool(normed(row).abs().max() == 0)
+
+
+POST_NORM = ("a post-norm model, like BERT: TransformerLens folds no LayerNorm into it, its fold_ln assuming the norm "
+             "sits before each sublayer; raw is the only convention here")
+SAME = "RMSNorm does not centre: the raw and transformerlens conventions give the same numbers here"
+
+
+def conventions(model) -> dict[str, str]:
+    """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
+    LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
+    post-norm model (BERT)."""
+    net = network(model)
+    if not isinstance(net, DecoderNetwork):
+        return {"raw": POST_NORM}
+    return dict(CONVENTIONS) if centres(net) else dict.fromkeys(CONVENTIONS, SAME)
+
+
+def centring(net, convention: str) -> bool:
+    """Whether ``convention`` centres ``net``'s maps: only ``"transformerlens"`` on a LayerNorm decoder. BadOption
+    for ``"transformerlens"`` on a post-norm network (BERT): TransformerLens folds no LayerNorm into it."""
+    if parse_convention(convention) == "raw":
+        return False
+    if not isinstance(net, DecoderNetwork):
+        raise BadOption("the transformerlens convention is for pre-norm decoders (GPT-2, Llama…): this model is "
+                        "post-norm (BERT), and TransformerLens folds no LayerNorm into BERT (its fold_ln assumes the "
+                        "norm sits before each sublayer), so it has no default to match here; use the raw convention")
+    return centres(net)
+
+
+def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
+    """The convention in words for this model: ``"raw (…)"`` or ``"transformerlens (…)"``, saying where both give
+    the same numbers (RMSNorm) or where only raw applies (post-norm; ``"transformerlens"`` there: BadOption)."""
+    name, net = parse_convention(convention), network(model)
+    centring(net, name)  # refuses transformerlens on a post-norm model
+    return f"{name} ({conventions(net)[name]})"
+
+
 def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
     """``"18.6"`` -> (18, 6), checked: inside the model (:func:`.ablation.parse_head`), and not in layer 0 (it has
     no earlier heads)."""
@@ -81,10 +166,14 @@ def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
 class HeadMaps:
     """Every head as a sender, float64 (or ``dtype``), gathered once: X = R_V·W_O ``[L, H, d, D]`` and ‖W_OV‖_F; a
     receiver's factors are read from its own layer's weights when asked (:meth:`receiver_factors`), so no stack of
-    every layer's W_Q, W_K, W_V and W_O is held (SmolLM2's would be 0.3 GiB in float64, beside the model)."""
+    every layer's W_Q, W_K, W_V and W_O is held (SmolLM2's would be 0.3 GiB in float64, beside the model).
+    ``convention``: ``"raw"`` or ``"transformerlens"`` (the module docstring); ``centred`` says whether it changed
+    the maps (False on RMSNorm models)."""
 
-    def __init__(self, net, dtype: torch.dtype = torch.float64):
+    def __init__(self, net, dtype: torch.dtype = torch.float64, convention: str = DEFAULT_CONVENTION):
         self.net, self.dtype = net, dtype
+        self.convention = parse_convention(convention)
+        self.centred = centring(net, self.convention)
         self.x = torch.stack([sender_rows(*self._factors(layer)[2:]) for layer in range(len(net.layers))])
         self.n_layers, self.n_heads, self.d, self.width = self.x.shape
         self.x_norm = self.x.flatten(-2).norm(dim=-1)  # ‖W_OV‖_F [L, H]
@@ -94,6 +183,9 @@ class HeadMaps:
         w_q, w_k, w_v = (t.detach().to("cpu", self.dtype) for t in self.net.head_weights(layer))
         group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
         w_o = self.net.head_out(layer)[0].detach().to("cpu", self.dtype)
+        if self.centred:  # LayerNorm's centring folded in: P·W for the readers, W_O·P for the writers
+            w_q, w_k, w_v = (w - w.mean(dim=-2, keepdim=True) for w in (w_q, w_k, w_v))
+            w_o = w_o - w_o.mean(dim=-1, keepdim=True)
         return w_q, w_k.repeat_interleave(group, dim=0), w_v.repeat_interleave(group, dim=0), w_o
 
     def receiver_factors(self, kind: str, layer: int, heads: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,17 +249,20 @@ def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
 
 
 def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iterable[tuple[int, int]] | None = None,
-                       draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64) -> pd.DataFrame:
+                       draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64,
+                       convention: str = DEFAULT_CONVENTION) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every earlier head (sender) onto each receiver (default: every head from
     layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.Model` or a from-scratch network). One row
     per (sender, receiver, kind): ``sender_layer, sender_head, receiver_layer, receiver_head, kind, score,
-    baseline_mean, baseline_sd`` (the random baseline over ``draws`` draws; see the module docstring for the
-    convention and what is left out). ``dtype``: the arithmetic (float64 by default; float32 is about twice as fast)."""
+    baseline_mean, baseline_sd, convention`` (the random baseline over ``draws`` draws; see the module docstring for
+    the conventions and what is left out). ``dtype``: the arithmetic (float64 by default; float32 is about twice as
+    fast). ``convention``: ``"raw"`` (the default: LayerNorm's centring left out) or ``"transformerlens"`` (folded in,
+    as TransformerLens's defaults do; the same numbers on RMSNorm models; BadOption on BERT)."""
     kinds = parse_kinds(kind)
+    convention = parse_convention(convention)
     if draws < 2:
         raise BadOption(f"draws={draws}: the baseline's spread needs 2 draws or more (20 by default)")
-    net = model if hasattr(model, "head_weights") else build(model)
-    maps = HeadMaps(net, dtype)
+    maps = HeadMaps(network(model), dtype, convention)
     if receivers is None:
         receivers = [(lay, h) for lay in range(1, maps.n_layers) for h in range(maps.n_heads)]
     else:
@@ -177,10 +272,12 @@ def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iter
     mean, sd = random_baseline(maps.width, maps.d, draws, seed, dtype)
     frame = pd.concat([scores(maps, k, receivers) for k in kinds], ignore_index=True)
     frame["baseline_mean"], frame["baseline_sd"] = mean, sd
+    frame["convention"] = convention
     return frame
 
 
-def notes(model) -> list[str]:
-    """What a reader of the scores should know about this model's (for the CLI and the app)."""
+def notes(model, convention: str = DEFAULT_CONVENTION) -> list[str]:
+    """What a reader of the scores should know about this model's in ``convention`` (for the CLI and the app)."""
     rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"
-    return [NOTE] + ([ROTARY_NOTE] if rotary else [])
+    centred = parse_convention(convention) != "raw" and centring(network(model), convention)  # raw reads no weights
+    return [NOTE_CENTRED if centred else NOTE] + ([ROTARY_NOTE] if rotary else [])

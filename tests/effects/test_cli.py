@@ -115,6 +115,29 @@ def test_why_prints_the_top_terms_and_that_they_sum_to_the_score(minilm, capsys,
     table = pd.read_csv(tmp_path / "terms.csv")
     assert len(table) == len(expected.frame())
     assert table.contribution.sum() == pytest.approx(expected.total, abs=1e-9 * expected.bound, rel=0)
+    # position against content: minilm's positions are a part (the position embedding), not rotary bands
+    content, position = expected.position_split()
+    assert (data["positions"], data["bands"], data["band_groups"]) == ("absolute", None, None)
+    assert (data["content"], data["position"], data["offset"]) == (content, position, 3)
+    assert data["reading"] == expected.reading() and data["reading"].startswith("position (the position embedding")
+    assert data["grid_caption"] == expected.grid_caption(3) and len(data["grid"]) == len(expected.grid(3))
+    assert lines[1] == f"reading: {expected.reading()}"
+    assert any(line.startswith("in buckets: The cells of one named part") for line in lines)
+
+
+def test_why_on_a_negative_score_says_pushes_and_writes_no_share(minilm, capsys, tmp_path):
+    # "she" on "##ming": a score of -2.03; a share of it would flip every term's sign
+    args = ["why", "--model", "minilm", "--layer", "1", "--head", "2", "--query", "she", "--key", "2", "--text", STORY]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "score -2.027" in out.splitlines()[0] and "%" not in out
+    first = next(line for line in out.splitlines() if line.lstrip().startswith("1. "))
+    assert first.split() == ["1.", "query:", "position", "embedding", "×", "key:", "position", "embedding", "+1.8796",
+                             "raises", "the", "score", "(score", "-2.03)"]
+    assert main([*args, "--json", "--csv", str(tmp_path / "terms.csv")]) == 0
+    data = _no_nan(capsys.readouterr().out)  # strict JSON: a share that is not there is null, not NaN
+    assert all(row["share"] is None for row in data["top"])
+    assert pd.read_csv(tmp_path / "terms.csv").share.isna().all()
 
 
 def test_why_on_smollm2(smollm2, monkeypatch, capsys):
@@ -125,6 +148,36 @@ def test_why_on_smollm2(smollm2, monkeypatch, capsys):
                  "--text", STORY]) == 0
     out = capsys.readouterr().out
     assert "query ' she' (token 11) on key ' Xia' (token 7)" in out and "head 17." in out and out.splitlines()[-1].startswith("sum of parts")
+
+
+TALKS = "The president called for new talks with Iran."
+
+
+@pytest.mark.numeric
+def test_why_on_a_rotary_head_reads_its_bands(smollm2, monkeypatch, capsys, tmp_path):
+    from probes import models
+    from probes.effects.qk import qk_attribution
+
+    monkeypatch.setattr(models, "_load", lambda name, allow_local_paths: smollm2)  # loaded once per session
+    args = ["why", "--model", "smollm2", "--layer", "16", "--head", "0", "--query", "talks", "--key", "new",
+            "--text", TALKS]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("reading: position (the turn by the offset, 1 token back): raises the score by ")
+    assert lines[2].startswith("by rotary frequency band (32 bands;")
+    assert lines[3].startswith("  high-frequency band 0 (local position), wavelength 6.28 tokens: ")
+    assert main([*args, "--json", "--bands-csv", str(tmp_path / "bands.csv")]) == 0
+    data = _no_nan(capsys.readouterr().out)  # strict JSON (an unturned band's wavelength would be null, not inf)
+    expected = qk_attribution(smollm2, TALKS, 16, 0, 5, 4)
+    assert data["positions"] == "rotary" and data["reading"] == expected.reading() and data["offset"] == 1
+    assert [row["contribution"] for row in data["bands"]] == list(expected.band_table().contribution)
+    assert [row["label"] for row in data["band_groups"]] == list(expected.band_groups().label)
+    assert data["content"] + data["position"] == pytest.approx(data["score"], abs=F64 * data["bound"], rel=0)
+    table = pd.read_csv(tmp_path / "bands.csv")
+    assert list(table.columns) == ["band", "frequency", "wavelength", "contribution", "content", "position", "share",
+                                   "group", "label"]
+    assert table.contribution.sum() == pytest.approx(expected.score, abs=F64 * expected.bound, rel=0)
+    assert table.label[0] == "high-frequency band 0 (local position)"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -188,6 +241,38 @@ def test_compose_sets_each_edge_beside_its_floor(induction, capsys):
     assert "head 0.1" in out and "below the floor" in out
     assert "1 of 2 senders clear the floor" in out and "0 of 2 senders clear the floor" in out
     assert f"rule: {COMPOSITION_RULE}" in out
+
+
+@pytest.mark.numeric
+def test_compose_names_its_convention(gpt2_dir, llama_dir, bert_dir, capsys):
+    import probes
+    from probes.effects.compose import composition_scores
+
+    args = ["compose", "--model", str(gpt2_dir), "--receiver", "1.0", "--kind", "v", "--top", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert ("convention: raw (LayerNorm's centring left out); --convention transformerlens folds it in as "
+            "TransformerLens's defaults do") in out
+    assert main([*args, "--json"]) == 0
+    assert _no_nan(capsys.readouterr().out)["convention"] == "raw"
+    assert main([*args, "--json", "--convention", "transformerlens"]) == 0
+    got = _no_nan(capsys.readouterr().out)
+    assert got["convention"] == "transformerlens" and "centring folded in" in got["convention_about"]
+    assert "--convention raw leaves it out" in got["convention_about"] and "centring too" in got["notes"][0]
+    folded = composition_scores(probes.load(str(gpt2_dir)), "v", receivers=[(1, 0)], convention="transformerlens")
+    top = folded.sort_values("score", ascending=False).iloc[0]
+    assert got["kinds"]["v"]["top"][0]["sender"] == f"{top.sender_layer}.{top.sender_head}"
+    assert abs(got["kinds"]["v"]["top"][0]["score"] - top.score) <= F64
+    assert main([*args, "--convention", "transformerlens"]) == 0
+    assert "convention: transformerlens (LayerNorm's centring folded in" in capsys.readouterr().out
+    assert main(["compose", "--model", str(llama_dir), "--receiver", "1.0", "--top", "1"]) == 0
+    assert "the raw and transformerlens conventions give the same numbers here" in capsys.readouterr().out
+    assert main(["compose", "--model", str(bert_dir), "--receiver", "1.0", "--convention", "transformerlens"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "post-norm" in err and "use the raw convention" in err
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--convention", "tl"])
+    assert stop.value.code == 2 and "invalid choice: 'tl'" in capsys.readouterr().err
 
 
 @pytest.mark.numeric

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes.effects.compose import composition_scores, notes, parse_kinds, parse_receiver, random_baseline
+from probes.effects.compose import (centres, composition_scores, convention_said, conventions, notes, parse_convention,
+                                    parse_kinds, parse_receiver, random_baseline)
 from probes.errors import BadOption
 from probes.models import load
 from probes.scratch import build
@@ -119,3 +120,78 @@ def test_cli(gpt2_model, gpt2_dir, capsys):
     assert main(["compose", "--model", str(gpt2_dir), "--receiver", "0.1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "layer 0" in err
+
+
+def folded_by_hand(hf, kind: str) -> dict[tuple[int, int, int, int], float]:
+    """Every score of a Hugging Face GPT-2 in TransformerLens's default weights, folded here from the checkpoint's own
+    tensors (float64) and scored by the D × D definition: ln_1's gain times the rows of c_attn's W_Q, W_K, W_V, each
+    head's columns centred over the residual dimension (fold_ln with center_weights), each head's rows of c_proj
+    centred over it too (center_writing_weights)."""
+    blocks, heads = hf.transformer.h, hf.config.n_head
+    D = hf.config.n_embd
+    d = D // heads
+    ov, qk = {}, {}
+    for layer, block in enumerate(blocks):
+        gain = block.ln_1.weight.detach().double()
+        c_attn = block.attn.c_attn.weight.detach().double()  # Conv1D [D, 3D]: x·W
+        c_proj = block.attn.c_proj.weight.detach().double()  # Conv1D [H·d, D]
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            w_q, w_k, w_v = (gain[:, None] * c_attn[:, part * D:(part + 1) * D][:, cols] for part in range(3))
+            w_q, w_k, w_v = (w - w.mean(dim=0, keepdim=True) for w in (w_q, w_k, w_v))  # mean over the D rows
+            w_o = c_proj[cols, :]
+            w_o = w_o - w_o.mean(dim=1, keepdim=True)  # mean over the D columns
+            ov[layer, h] = w_v @ w_o
+            qk[layer, h] = w_q @ w_k.T
+    right = {"q": qk, "k": {key: m.T for key, m in qk.items()}, "v": ov}[kind]
+    fro = torch.linalg.matrix_norm
+    return {(sl, sh, rl, rh): float(fro(ov[sl, sh] @ right[rl, rh]) / (fro(ov[sl, sh]) * fro(right[rl, rh])))
+            for (sl, sh) in ov for (rl, rh) in right if sl < rl}
+
+
+@pytest.fixture(scope="module")
+def gpt2_64(gpt2_model):
+    return gpt2_model.cast(torch.float64)
+
+
+@pytest.mark.numeric
+def test_transformerlens_convention_equals_the_weights_folded_by_hand(gpt2_64):
+    frame = composition_scores(gpt2_64, convention="transformerlens")
+    assert (frame.convention == "transformerlens").all()
+    for kind in "qkv":
+        part = frame[frame.kind == kind]
+        expected = folded_by_hand(gpt2_64.hf, kind)
+        assert len(part) == len(expected) == 4 * 4
+        for row in part.itertuples():
+            key = (row.sender_layer, row.sender_head, row.receiver_layer, row.receiver_head)
+            assert abs(row.score - expected[key]) <= F64, (kind, key)
+
+
+@pytest.mark.numeric
+def test_the_conventions_differ_on_layernorm_and_agree_on_rmsnorm(gpt2_64, llama_dir):
+    raw = composition_scores(gpt2_64)
+    folded = composition_scores(gpt2_64, convention="transformerlens")
+    assert (raw.convention == "raw").all()
+    gap = (raw.score - folded.score).abs()
+    # the tiny random GPT-2 (LayerNorm gains 1 ± 0.1): the largest gap is 0.020, about the random baseline's sd
+    assert gap.max() > 0.01 and gap.max() > 0.5 * raw.baseline_sd.iloc[0]
+    assert (raw.baseline_mean == folded.baseline_mean).all()  # the same random matrices: only the weights moved
+    llama = load(str(llama_dir))
+    assert centres(build(gpt2_64)) and not centres(build(llama))
+    same = composition_scores(llama), composition_scores(llama, convention="transformerlens")
+    assert (same[0].score.to_numpy() == same[1].score.to_numpy()).all()  # RMSNorm does not centre: nothing to fold
+    assert conventions(llama)["raw"] == conventions(llama)["transformerlens"]
+    assert "same numbers" in convention_said(llama, "transformerlens")
+    assert notes(llama, "transformerlens") == notes(llama)
+    assert "centring too" in notes(gpt2_64, "transformerlens")[0] and "centring too" not in notes(gpt2_64)[0]
+
+
+def test_transformerlens_convention_is_refused_on_bert_and_unknown_names(bert_dir):
+    bert = load(str(bert_dir))
+    with pytest.raises(BadOption, match="post-norm"):
+        composition_scores(bert, receivers=[(1, 0)], convention="transformerlens")
+    assert list(conventions(bert)) == ["raw"] and convention_said(bert).startswith("raw (a post-norm model")
+    assert not composition_scores(bert, receivers=[(1, 0)]).score.isna().all()  # raw stays
+    assert parse_convention(" TransformerLens ") == "transformerlens"
+    with pytest.raises(BadOption, match="raw .* or transformerlens"):
+        parse_convention("tl")

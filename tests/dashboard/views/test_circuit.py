@@ -112,3 +112,41 @@ def test_the_grid_shows_every_earlier_head_by_weights_or_on_this_text(minilm):
     drawn = rows(at, "query side on this text")
     assert sorted(r["share"] for r in drawn) == pytest.approx(sorted(shares[shares.kind == "q"].share), abs=F64,
                                                                rel=0)
+
+
+@pytest.mark.numeric
+def test_the_convention_control_switches_the_weights_scores_and_the_caption_names_it(gpt2_dir, llama_dir):
+    import probes
+    from probes.effects.compose import composition_scores
+
+    at = open_app(model=str(gpt2_dir), layer=1, head=0, page="circuit")
+    control = at.radio(key="circuit_convention")
+    assert control.value == "raw" and not control.disabled
+    model = probes.load(str(gpt2_dir))
+    raw, folded = (composition_scores(model, kind="k", receivers=[(1, 0)], convention=c)
+                   for c in ("raw", "transformerlens"))
+    title = "K-composition (weights) onto head 1.0"
+    assert sorted(r["score"] for r in rows(at, title)) == pytest.approx(sorted(raw.score), abs=F64, rel=0)
+    assert "Composition from the weights, convention as computed here (raw): LayerNorm's centring left out." \
+        in texts(at.caption)
+    control.set_value("transformerlens")
+    rerun(at)
+    got = sorted(r["score"] for r in rows(at, title))
+    assert got == pytest.approx(sorted(folded.score), abs=F64, rel=0)
+    assert max(abs(a - b) for a, b in zip(got, sorted(raw.score))) > 1e-3  # 0.014 on this head of the tiny GPT-2
+    caption = texts(at.caption) + texts(at.info)
+    assert ("convention TransformerLens's default: LayerNorm's centring folded in (fold_ln, center_writing_weights)"
+            in caption)
+    table = at.dataframe[0].value  # the weights' table: every score, in the convention picked, named beside it
+    assert sorted(table[table["into"] == "k"].score) == pytest.approx(sorted(folded.score), abs=F64, rel=0)
+    assert "convention: transformerlens" in caption
+    # an RMSNorm model: both conventions are the same numbers, and the page says so
+    at = open_app(model=str(llama_dir), layer=1, head=0, page="circuit")
+    assert "the raw and transformerlens conventions give the same numbers here" in texts(at.caption)
+
+
+def test_a_post_norm_model_has_the_raw_convention_alone():
+    at = open_app(layer=2, head=3, page="circuit")  # minilm: BERT
+    control = at.radio(key="circuit_convention")
+    assert control.value == "raw" and control.disabled
+    assert "a post-norm model, like BERT: TransformerLens folds no LayerNorm into it" in texts(at.caption)
