@@ -149,8 +149,6 @@ class Answer:
         return self.margin > 0
 
 
-
-
 def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
     """The real tokens (indices) of the first whole-word occurrence of ``word`` in ``text`` (case-insensitive;
     CJK words match anywhere); [] when the text does not hold it (:func:`probes.tokens.word_positions`)."""
