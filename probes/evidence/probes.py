@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..heads.profile import (apart, counting, fingerprint, left_out, left_out_note, noted, prepared,
-                             profile as profile_tables, run_chunk, score_chunks, scored)
+from ..heads.profile import (apart, counting, fingerprint, left_out, noted, prepared, profile as profile_tables,
+                             run_chunk, score_chunks, scored)
 from ..heads.registry import Probe, get
 from ..jobs import checkpoint, digest, with_model
 from .record import Baseline, Evidence
@@ -123,6 +123,22 @@ def halves(items: list, seed: int) -> tuple[Split, list, list]:
     return split, [items[i] for i in split.chosen_on], [items[i] for i in split.judged_on]
 
 
+def _held_out(probe: Probe, model, items: list, seed: int,
+              half: Callable[[str, list, frozenset], list[pd.DataFrame]]) -> tuple[pd.DataFrame, ...]:
+    """The two halves of ``items`` scored by ``half(which, subset, watch)`` (chunk frames: in memory, or checkpointed),
+    the second watching the heads the first chose; returns the whole table, both halves' tables and the verdicts."""
+    split, first, second = halves(items, seed)
+    part_a = half("chosen", first, frozenset()) if first else []
+    chosen = probe.combine(part_a, first)
+    watch = watched(probe, choose(chosen, probe)) if len(chosen) else frozenset()
+    part_b, per_item = apart(half("judged", second, watch) if second else [])
+    judged = probe.combine(part_b, second)
+    whole = probe.combine([*part_a, *part_b], items)
+    baselines = probe.heldout_baseline(first, second, model.is_causal) if probe.heldout_baseline else None
+    evidence = judge(probe, chosen, judged, per_item, split, baselines) if len(chosen) and len(judged) else []
+    return whole, chosen, judged, evidence
+
+
 def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
               backend: str = "eager", progress: Callable[[int, int], None] | None = None,
               seed: int = 0) -> pd.DataFrame:
@@ -130,19 +146,12 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     :func:`probes.heads.profile.run_probe` gives, with :data:`COLUMNS`. ``progress(done, total)`` as items finish."""
     record = get(probe)
     items = record.items(data, limit)
-    split, first, second = halves(items, seed)
     step = counting(progress, len(items))
-    part_a = run_chunk(record, model, first, batch_size, backend, step) if first else None
-    chosen = record.combine([part_a] if part_a is not None else [], first)
-    watch = watched(record, choose(chosen, record)) if len(chosen) else frozenset()
-    part_b, per_item = apart([run_chunk(record, model, second, batch_size, backend, step, watch)] if second else [])
-    judged = record.combine(part_b, second)
-    whole = record.combine([p for p in [part_a, *part_b] if p is not None], items)
-    baselines = record.heldout_baseline(first, second, model.is_causal) if record.heldout_baseline else None
-    evidence = judge(record, chosen, judged, per_item, split, baselines) if len(chosen) and len(judged) else []
-    missing = left_out(record, items, model.is_causal)
+    whole, chosen, judged, evidence = _held_out(
+        record, model, items, seed,
+        lambda which, subset, watch: [run_chunk(record, model, subset, batch_size, backend, step, watch)])
     return noted(with_model(with_verdicts(whole, chosen, judged, evidence, seed), model),
-                 [left_out_note(record, missing)] if missing else [])
+                 left_out(record, items, model.is_causal))
 
 
 def split_code() -> str:
@@ -156,10 +165,6 @@ def _judged_one(model, name, data, limit, out, partial_dir, batch_size, checkpoi
     """One probe's judged table for ``profile``: each half checkpointed on its own (``NAME-chosen``,
     ``NAME-judged``), the second half watching the heads the first chose."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
-    missing = left_out(probe, items, model.is_causal)
-    if missing and notify:
-        notify(left_out_note(probe, missing))
-    split, first, second = halves(items, seed)
     bar = progress_factory(len(items), name) if progress_factory else None
     base = fingerprint(model, probe, items, data, checkpoint_every, backend)
 
@@ -167,21 +172,14 @@ def _judged_one(model, name, data, limit, out, partial_dir, batch_size, checkpoi
         folder = checkpoint(partial_dir, f"{name}-{which}", {**base, "split": digest([seed, which, sorted(watch)]),
                                                                 "split_code": split_code()}, notify)
         return score_chunks(model, probe, subset, folder, batch_size, checkpoint_every, backend, _Shared(bar),
-                            executor, notify, watch) if subset else []
+                            executor, notify, watch)
 
     try:
-        part_a = half("chosen", first, frozenset())
-        chosen = probe.combine(part_a, first)
-        watch = watched(probe, choose(chosen, probe)) if len(chosen) else frozenset()
-        part_b, per_item = apart(half("judged", second, watch))
+        whole, chosen, judged, evidence = _held_out(probe, model, items, seed, half)
     finally:
         if bar is not None:
             bar.close()
-    judged = probe.combine(part_b, second)
-    whole = scored(probe.combine([*part_a, *part_b], items), probe, items, data)
-    baselines = probe.heldout_baseline(first, second, model.is_causal) if probe.heldout_baseline else None
-    evidence = judge(probe, chosen, judged, per_item, split, baselines) if len(chosen) and len(judged) else []
-    return with_verdicts(whole, chosen, judged, evidence, seed)
+    return with_verdicts(scored(whole, probe, items, data), chosen, judged, evidence, seed)
 
 
 class _Shared:

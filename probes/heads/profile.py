@@ -128,8 +128,7 @@ def run_probe(model, probe: str, limit: int | None = None, data: str | None = No
     items = record.items(data, limit)
     step = counting(progress, len(items))
     frame = with_model(record.combine([run_chunk(record, model, items, batch_size, backend, step)], items), model)
-    missing = left_out(record, items, model.is_causal)
-    return noted(frame, [left_out_note(record, missing)] if missing else [])
+    return noted(frame, left_out(record, items, model.is_causal))
 
 
 def counting(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
@@ -197,29 +196,27 @@ def score_chunks(model, probe: Probe, items: list, folder: Path, batch_size: int
 
 def prepared(model, name: str, data: str | None, limit: int | None, out: Path, strict: bool,
              notify: Callable[[str], None] | None) -> tuple[Probe, list]:
-    """A probe's record and its items, the bad ones reported (``OUT.bad.txt``; ``strict``: an error) and the texts the
-    context window cuts noted."""
+    """A probe's record and its items, the bad ones reported (``OUT.bad.txt``; ``strict``: an error), the texts the
+    context window cuts and the labels a decoder leaves out (:func:`left_out`) noted."""
     probe = get(name)
     items = probe.items(data, limit)
     bad_items(name, data or probe.default_data, items, out, strict, notify)
     if probe.encodings is None:  # items read as texts (a probe with its own encodings is not cut by batches)
         runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
+    for note in left_out(probe, items, model.is_causal) if notify else ():
+        notify(note)
     return probe, items
 
 
 def left_out(probe: Probe, items: list, causal: bool) -> list[str]:
-    """The labels of a word-pair probe's ``items`` that a decoder cannot attend at all (the target after the query in
-    every pair: ``det (dep→head)``), which a causal run leaves out."""
-    if probe.pairs is None or not causal:
+    """The note (a list of one, or none) naming the labels of a word-pair probe's ``items`` that a decoder cannot
+    attend at all (the target after the query in every pair: ``det (dep→head)``), which a causal run leaves out."""
+    labels = unattendable(probe.pairs(items), causal) if probe.pairs is not None and causal else []
+    if not labels:
         return []
-    return unattendable(probe.pairs(items), causal)
-
-
-def left_out_note(probe: Probe, labels: list[str]) -> str:
-    """One line naming the labels :func:`left_out` found."""
     shown = ", ".join(labels[:6]) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
-    return (f"{probe.name}: {len(labels)} label(s) left out: a decoder's query cannot attend to a later word, and in "
-            f"every pair of these the target comes after the query ({shown})")
+    return [f"{probe.name}: {len(labels)} label(s) left out: a decoder's query cannot attend to a later word, and in "
+            f"every pair of these the target comes after the query ({shown})"]
 
 
 def noted(frame: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
@@ -242,9 +239,6 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
     or by ``executor``), combined exactly."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
-    missing = left_out(probe, items, model.is_causal)
-    if missing and notify:
-        notify(left_out_note(probe, missing))
     folder = checkpoint(partial, name, fingerprint(model, probe, items, data, checkpoint_every, backend), notify)
     bar = progress_factory(len(items), name) if progress_factory else None
     parts = score_chunks(model, probe, items, folder, batch_size, checkpoint_every, backend, bar, executor, notify)
