@@ -69,32 +69,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
-def app_server(log_dir: Path):
-    """``streamlit run dashboard/serve.py`` (what ``make app`` runs) on a free loopback port, offline; yields its
-    URL once the health check answers, and stops the server after (its output in ``log_dir/server.log``)."""
+START_S = 600  # how long a server may take to answer its health check: a guard against a hang, not a speed bound
+# (on a busy machine its imports alone take many times as long as on a quiet one)
+WAIT_MS = 600_000  # how long a browser test waits for the page to show something: a guard against a hang, likewise
+
+
+def started_server(log_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``streamlit run dashboard/serve.py`` (what ``make app`` runs) on a free loopback port, offline: the process
+    and its URL, once the health check answers (its output in ``log_dir/server.log``). ``env``: more environment
+    variables for the server (a test's hooks). The caller stops it (:func:`app_server` does)."""
     port = free_port()
     log = log_dir / "server.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **(env or {})}
     with open(log, "w") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "serve.py"), "--server.port", str(port),
              "--server.headless", "true", "--server.address", "127.0.0.1"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=10).read() == b"ok":
+                return server, url
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                server.wait()
+                pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.5)
+
+
+@contextmanager
+def app_server(log_dir: Path, env: dict[str, str] | None = None):
+    """:func:`started_server`, yielding its URL, stopped after."""
+    server, url = started_server(log_dir, env)
     try:
-        for _ in range(120):
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"streamlit did not start:\n{log.read_text()[-2000:]}")
         yield url
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=120)
 
 
 TIP = """(() => { const e = document.getElementById('vg-tooltip-element');

@@ -30,6 +30,7 @@ from ..tokens import span_tokens, word_occurrences
 SINK = 0  # the attention sink: the first real token (BOS, [CLS], or the text's first token where there is none)
 MAX_CANDIDATES = 8  # candidates one question may name
 MAX_TEXT = 2000  # characters of one question's text
+MAX_LINE = 16 * MAX_TEXT  # characters of one line: its text even if every character is written \uXXXX, and the rest
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,16 @@ def parse_questions(text: str, name: str) -> Items:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE:  # before it is parsed: one line of a 2 MB upload is no question
+            bad.append(BadItem(name, n, f"a line of {len(line):,} characters; a question takes up to {MAX_LINE:,}"))
+            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             bad.append(BadItem(name, n, f"not JSON ({exc.msg})"))
+            continue
+        except RecursionError:  # [[[[…: Python's parser recurses once per level
+            bad.append(BadItem(name, n, "not a question: JSON nested too deeply"))
             continue
         q = question_of(row, n, made=Path(name).name)
         (items if isinstance(q, Question) else bad).append(q if isinstance(q, Question) else BadItem(name, n, q))

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import CORPUS_TEXTS as TEXTS
 
 from probes.corpus import readback as rb
+from probes.corpus.examples import COLUMNS
 from probes.errors import BadData
 
 
@@ -155,3 +159,54 @@ def test_a_special_query_is_found_by_its_token(minilm):
     text = TEXTS[2]  # [CLS] the cat sat on the mat . [SEP]
     assert rb.query_index(minilm, text, 0, "[SEP]") == 8 and rb.query_index(minilm, text, 0, "[CLS]") == 0
     assert rb.query_index(minilm, text, 0, "the") == 1  # a word is found by its place, not its text
+
+
+TEXT_COLUMNS = ("query_token", "key_token", "snippet", "context")
+
+
+def _zeros(rows: int, context: str = "", dictionary: bool = True) -> pa.Table:
+    """Every column of the top examples, ``rows`` rows of zeros, empty texts and one ``context`` for all, built
+    without spending the memory they take once read: int8 zeros and one-entry dictionaries."""
+    zeros = pa.array(np.zeros(rows, dtype=np.int8))
+    indices = pa.array(np.zeros(rows, dtype=np.int32))
+    columns = {c: pa.DictionaryArray.from_arrays(indices, pa.array([context if c == "context" else ""]))
+               if c in TEXT_COLUMNS else zeros for c in COLUMNS}
+    return pa.table({c: a.cast(pa.string()) if c in TEXT_COLUMNS and not dictionary else a for c, a in columns.items()})
+
+
+def _written(table: pa.Table, **options) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", **options)
+    return buf.getvalue()
+
+
+def _unread(monkeypatch):
+    """Reading Parquet's data made to fail the test: a bomb is refused from the footer, before any row is read."""
+    def read(*args, **kwargs):
+        raise AssertionError("the upload's rows were read")
+    monkeypatch.setattr(pq, "read_table", read)
+    monkeypatch.setattr(pd, "read_parquet", read)
+
+
+def test_a_compression_bomb_of_a_million_zero_rows_is_refused_from_its_footer(monkeypatch):
+    """The issue's bomb, smaller: a few kB of zstd that are a million rows once read (30 M grew the server 2.4 GB)."""
+    raw = _written(_zeros(1_000_000))
+    assert len(raw) < 100_000
+    _unread(monkeypatch)
+    assert _refused(raw).startswith(f"top.parquet: 1,000,000 rows, more than the {rb.MAX_EXAMPLES:,} this app reads")
+
+
+def test_more_bytes_once_decompressed_than_the_bound_are_refused_from_the_footer(monkeypatch):
+    """Within the row bound, a file whose columns decompress past :data:`MAX_UNPACKED` (what the footer says of
+    each column) is refused before a page is decompressed."""
+    raw = _written(_zeros(40_000, "a" * 2000, dictionary=False), use_dictionary=False)  # 80 MB of "a"s
+    assert len(raw) < 1_000_000
+    _unread(monkeypatch)
+    assert "top.parquet: 83 MB once decompressed, more than the 64 MB of top examples" in _refused(raw)
+
+
+def test_one_context_repeated_in_every_row_is_measured_before_it_is_unpacked():
+    """A dictionary holds a context once however many rows name it, so the footer's sizes are small; pandas would
+    hold a copy a row (80 MB): the text is measured on the dictionary and refused."""
+    raw = _written(_zeros(40_000, "a" * 2000), store_schema=False)  # its text read back as text, not categories
+    assert "top.parquet: 80 MB of text in its rows, more than the 64 MB of top examples" in _refused(raw)

@@ -10,7 +10,7 @@ import pytest
 from numeric import fp32
 
 from probes.errors import BadData
-from probes.evidence.questions import Question, read_questions, score_questions
+from probes.evidence.questions import MAX_LINE, Question, parse_questions, read_questions, score_questions
 
 GOOD = {"text": "Mary gave the apple to John because he was hungry.", "pronoun": "he",
         "candidates": ["Mary", "John"], "answer": "John"}
@@ -47,6 +47,18 @@ def test_every_bad_line_is_named_with_its_number_and_reason(tmp_path):
     assert said[9] == "a candidate is named twice"
     assert said[10] == "text is int, not text: give it as a string"
     assert str(items.bad[0]) == f"{path}:2: missing field(s) answer"
+
+
+def test_a_deeply_nested_line_and_an_overlong_line_are_bad_items_not_a_crash():
+    """An upload's line is bounded before it is parsed: JSON nested 5,000 deep (Python's parser recurses once a
+    level: RecursionError) and a 1 MB line are each a bad line with its reason, and the good line is still used."""
+    deep = "[" * 5_000 + "]" * 5_000
+    long = json.dumps(dict(GOOD, made="x" * 1_000_000))
+    items = parse_questions(_lines(GOOD, deep, long), "q.jsonl")
+    assert len(items) == 1
+    said = {b.line: b.reason for b in items.bad}
+    assert said == {2: "not a question: JSON nested too deeply",
+                    3: f"a line of {len(long):,} characters; a question takes up to {MAX_LINE:,}"}
 
 
 def test_a_file_with_nothing_in_it_and_a_missing_file_are_refused(tmp_path):
