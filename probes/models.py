@@ -91,6 +91,23 @@ def weight_files(location: str) -> list[Path]:
     return []
 
 
+# the files a tokenizer is read from (transformers reads the first it finds of tokenizer.json, the vocabulary
+# and merges, or a SentencePiece model; its settings and special tokens from the rest)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "chat_template.jinja")
+TOKENIZER_SUFFIXES = (".model", ".tiktoken")  # SentencePiece (tokenizer.model, spiece.model...), tiktoken
+
+
+def tokenizer_files(location: str) -> list[Path]:
+    """The tokenizer's files in a model directory (:data:`TOKENIZER_FILES`, and any SentencePiece or tiktoken
+    model); none for a GGUF file (its tokenizer is inside, with its weights) or a hub id."""
+    path = Path(location)
+    if not path.is_dir():
+        return []
+    return sorted(f for f in path.iterdir() if f.is_file() and (f.name in TOKENIZER_FILES
+                                                                or f.suffix in TOKENIZER_SUFFIXES))
+
+
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2", "owner/name"; no "..", no deeper path
 
@@ -131,6 +148,7 @@ class Model:
     _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
     _scratch_problem: str | None = field(default=None, repr=False)
     _fingerprint: str | None = field(default=None, repr=False)
+    _tokenizer_fingerprint: str | None = field(default=None, repr=False)
 
     def fingerprint(self) -> str:
         """A digest of the config, of every weight tensor's name, shape and dtype, and of every weight's value: the
@@ -155,6 +173,33 @@ class Model:
                     h.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
+
+    def tokenizer_fingerprint(self) -> str:
+        """A digest of the tokenizer, beside :meth:`fingerprint`'s config and weights: the same weights read
+        through another vocabulary (two words' ids swapped in a local model's tokenizer.json) give other scores
+        for every item. It covers the sha256 of each of the tokenizer's files in the model's directory
+        (:func:`tokenizer_files`), and the tokenizer as loaded, whatever it came from (a directory, a hub id, a
+        GGUF file, one built in memory or sent by a server): its class, its own serialisation (the fast
+        tokenizer's JSON: vocabulary, merges, normaliser, pre-tokeniser, post-processor, added tokens; the sorted
+        vocabulary where there is none), its special tokens and the lengths and sides it pads and truncates to.
+        Computed once per loaded model."""
+        if self._tokenizer_fingerprint is None:
+            import hashlib
+
+            from .datasets.cache import cached_sha256
+
+            tok = self.tokenizer
+            h = hashlib.sha256(type(tok).__name__.encode())
+            for f in tokenizer_files(self.location):
+                h.update(f.name.encode() + b"\0" + cached_sha256(f).encode())
+            backend = getattr(tok, "backend_tokenizer", None)
+            serialised = backend.to_str() if backend is not None else repr(sorted(tok.get_vocab().items()))
+            h.update(serialised.encode())
+            special = sorted((k, str(v)) for k, v in getattr(tok, "special_tokens_map", {}).items())
+            h.update(repr([special, getattr(tok, "model_max_length", None), getattr(tok, "padding_side", None),
+                           getattr(tok, "truncation_side", None)]).encode())
+            self._tokenizer_fingerprint = h.hexdigest()[:16]
+        return self._tokenizer_fingerprint
 
     @property
     def family_name(self) -> str:

@@ -77,14 +77,16 @@ class ModelServer:
 
     def describe(self) -> dict:
         """What a client needs to be the model's stand-in: its name, record, config and tokenizer (the text is
-        tokenised where it is typed) and the figures that depend on the weights."""
+        tokenised where it is typed) and the figures that depend on the weights (and the tokenizer's files, which
+        only the server can read: its fingerprint)."""
         if self.problem is not None:
             raise self.problem
         m = self.model
         return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
-                    fingerprint=m.fingerprint(), has_lm_head=m.has_lm_head, dtype=str(m.dtype).replace("torch.", ""),
-                    device=str(m.device), weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem,
-                    pid=os.getpid(), started=self.started)
+                    fingerprint=m.fingerprint(), tokenizer_fingerprint=m.tokenizer_fingerprint(),
+                    has_lm_head=m.has_lm_head, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
+                    weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem, pid=os.getpid(),
+                    started=self.started)
 
     def _trace(self, request: Request):
         from . import runner
@@ -241,6 +243,11 @@ class RemoteModel(Model):
 
     def fingerprint(self) -> str:
         return self.facts["fingerprint"]
+
+    def tokenizer_fingerprint(self) -> str:
+        """The server's own (its tokenizer's files are there); one worked out from the tokenizer it sent, for a
+        server that does not say."""
+        return self.facts.get("tokenizer_fingerprint") or super().tokenizer_fingerprint()
 
     @property
     def has_lm_head(self) -> bool:

@@ -70,6 +70,18 @@ def make_gpt2(path: Path, *, std: float = 0.3, **overrides) -> Path:
     return path
 
 
+def swap_tokens(folder: Path, a: str, b: str) -> None:
+    """Swap the ids of two tokens in a checkpoint's tokenizer.json: the same config and weights read through
+    another vocabulary (a tokenizer edited between two runs), every text with either token fed other ids."""
+    import json
+
+    path = folder / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    vocab = spec["model"]["vocab"]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(spec, ensure_ascii=False))
+
+
 def make_bert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **overrides) -> Path:
     from transformers import BertConfig, BertForMaskedLM, BertModel
 

@@ -73,6 +73,8 @@ def same_trace(remote_trace, local_trace, model) -> None:
 @pytest.mark.numeric  # the server's floats against this process's, exactly
 def test_minilm_traces_from_the_server_equal_local_ones_bit_for_bit(served_minilm, minilm, one_thread):
     assert isinstance(served_minilm, probes.Model) and served_minilm.fingerprint() == minilm.fingerprint()
+    # the tokenizer's, as the server worked it out (its files are there): a checkpoint's fingerprint covers it
+    assert served_minilm.facts["tokenizer_fingerprint"] == minilm.tokenizer_fingerprint()
     for source, backend, budget in (("hf", "eager", None), ("scratch", "eager", None), ("scratch", "sdpa", 0)):
         got = probes.run(served_minilm, TEXT, source=source, backend=backend, attention_budget=budget)
         same_trace(got, probes.run(minilm, TEXT, source=source, backend=backend, attention_budget=budget), minilm)
@@ -133,12 +135,14 @@ def test_a_model_nobody_serves_and_a_cluster_nobody_runs_are_one_line(served_min
     with pytest.raises(ModelUnavailable, match=r"holds 'gpt2' \(served there: minilm\): start one with "
                                                r"`python -m probes serve --model gpt2"):
         probes.load("gpt2", ray=cluster)
-    code = ("import probes, sys\ntry:\n    probes.load('minilm', ray='127.0.0.1:9')\n"
+    # a process that has joined no Ray: refused before ray.init (which would retry a dead address for long), so the
+    # check is that ray.init is never called, not how long the refusal took; the timeout only guards against a hang
+    code = ("import probes, ray, sys\nray.init = lambda *a, **k: sys.exit('ray.init was called')\ntry:\n"
+            "    probes.load('minilm', ray='127.0.0.1:9')\n"
             "except probes.ProbesError as e:\n    print(type(e).__name__, e)\n")
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert out.stdout.startswith(RayUnavailable.__name__) and "nothing answers at 127.0.0.1:9" in out.stdout
-    assert time.perf_counter() - start < 30
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.stdout.startswith(RayUnavailable.__name__) and "nothing answers at 127.0.0.1:9" in out.stdout, (
+        out.stdout + out.stderr)
 
 
 @pytest.mark.numeric  # the server's floats against this process's, exactly
@@ -150,13 +154,13 @@ def test_a_server_whose_process_dies_is_one_line_then_works_again(served_minilm,
     with pytest.raises(ServerLost) as lost:
         t.attention(2, 5)
     assert str(lost.value).count("\n") == 0 and "try again in a few seconds" in str(lost.value)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 600  # a guard against a hang: loading the model again is slow on a busy machine
     while True:  # Ray restarts the actor, which loads the model again
         try:
             again = t.attention(2, 5)  # the same trace: the new server recomputes it from its request
             break
         except ServerLost:
-            assert time.monotonic() < deadline, "the server did not come back within 90 s"
+            assert time.monotonic() < deadline, "the server did not come back within 600 s"
             time.sleep(0.5)
     assert torch.equal(again, expected)
     assert ray.get(served_minilm.handle.pid.remote()) != pid
@@ -177,29 +181,30 @@ def test_a_server_stopped_and_started_again_is_found_by_its_name(cluster):
 def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cli = [sys.executable, "-m", "probes", "serve", "--model", "minilm", "--ray", cluster]
+    # each command's timeout guards against a hang, not a speed: on a busy machine an import alone takes minutes
     if "minilm" in remote.served(cluster):
         remote.stop("minilm", cluster)
-    up = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    up = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert up.returncode == 0, up.stderr
     assert "serving minilm (6 layers × 12 heads" in up.stdout and f"PROBES_RAY_ADDRESS={cluster}" in up.stdout
     try:
         assert "minilm" in remote.served(cluster)
         gpu = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--gpus-per-replica", "1"], capture_output=True,
-                             text=True, timeout=60, cwd=ROOT, env=env)
+                             text=True, timeout=600, cwd=ROOT, env=env)
         assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1] == (
             f"error: the Ray cluster at {cluster} has 0 GPU(s), fewer than the 1 asked for: ask for fewer, or add a "
             "node that has them")
         absent = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--detach"], capture_output=True, text=True,
-                                timeout=120, cwd=ROOT, env=env)  # the hub is offline here: the server cannot load it
+                                timeout=600, cwd=ROOT, env=env)  # the hub is offline here: the server cannot load it
         assert absent.returncode == 2 and absent.stderr.strip().splitlines()[-1].startswith("error: ")
         assert "Traceback" not in absent.stderr and "gpt2" not in remote.served(cluster)  # no server left behind
-        again = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        again = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
         assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith(
             "error: minilm is served on the Ray cluster") and "Traceback" not in again.stderr
         model = probes.load("minilm", ray=cluster)  # the detached server outlives the command that started it
         assert probes.run(model, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     finally:
-        down = subprocess.run(cli + ["--stop"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        down = subprocess.run(cli + ["--stop"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert down.returncode == 0 and "stopped the server of minilm" in down.stdout
     assert "minilm" not in remote.served(cluster)
     with pytest.raises(ProbesError):

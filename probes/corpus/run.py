@@ -112,11 +112,12 @@ def corpus_code() -> str:
 
 
 def fingerprint(model, scan, field: str, window: int, chunk_size: int, k: int, backend: str) -> dict:
-    """What a model's checkpoint was computed from: the corpus (its digest, read once by ``scan``), the model,
-    the code and the options."""
+    """What a model's checkpoint was computed from: the corpus (its digest, read once by ``scan``), the model
+    (its config and weights, and its tokenizer, which cuts the corpus into the windows scored), the code and the
+    options."""
     options = repr([field, window, chunk_size, k, backend, ex.KEYS_PER_QUERY, ex.MIN_WEIGHT])
-    return {"data": scan.digest, "model": model.fingerprint(), "code": corpus_code(),
-            "options": hashlib.sha256(options.encode()).hexdigest()[:16]}
+    return {"data": scan.digest, "model": model.fingerprint(), "tokenizer": model.tokenizer_fingerprint(),
+            "code": corpus_code(), "options": hashlib.sha256(options.encode()).hexdigest()[:16]}
 
 
 def examples_path(out: Path) -> Path:
@@ -184,7 +185,7 @@ def profile_corpus(models: list, corpus: Corpus, out: Path, examples_out: Path |
         found.append(examples)
     table = pd.concat(tables, ignore_index=True)
     examples = pd.concat(found, ignore_index=True)
-    write_file(examples_out, _parquet(examples))
+    write_file(examples_out, _parquet(examples), "--examples")
     write_table(table, out)
     shutil.rmtree(out.with_name(out.name + ".partial"), ignore_errors=True)
     return table, examples

@@ -140,15 +140,16 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
                        notify: Callable[[str], None] | None = None, strict: bool = False) -> pd.DataFrame:
     """``python -m probes importance``: the table over ``data``'s sentences (the first ``limit``), checkpointed
     every ``checkpoint_every`` items under ``OUT.partial/`` like ``profile`` (a rerun resumes from the chunks
-    computed from the same sentences, model, options and code), written atomically with the model's name."""
+    computed from the same sentences, model, tokenizer, options and code), written atomically with the model's
+    name."""
     out = Path(out)
     check_format(out)
     items = read_items(data)
     report_bad("importance", data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
     texts = [t for t in texts_of(items) if t.strip()][:limit]
     note_cuts("importance", model, data, texts, notify)
-    print_ = {"data": digest(texts), "model": model.fingerprint(), "code": code_version(),
-              "options": digest(["importance", checkpoint_every, projections, ablation])}
+    print_ = {"data": digest(texts), "model": model.fingerprint(), "tokenizer": model.tokenizer_fingerprint(),
+              "code": code_version(), "options": digest(["importance", checkpoint_every, projections, ablation])}
     folder = checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
     bar = progress_factory(len(texts), "importance") if progress_factory else None
     parts = checkpointed(folder, texts, checkpoint_every, lambda chunk, step: importance_sums(

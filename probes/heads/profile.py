@@ -8,7 +8,7 @@ and the probe's ``score`` reads them. The data is cut into chunks of ``checkpoin
 finished chunk's scores are written (atomically) to ``OUT.partial/``. A rerun with the same arguments
 skips the chunks already there, so an interrupted run resumes without recomputing, but only chunks
 computed from the same inputs: each probe's checkpoint folder is named by, and holds a manifest of, a
-fingerprint of the items (their content, not the file name), the model's weights, the options that
+fingerprint of the items (their content, not the file name), the model's weights and tokenizer, the options that
 change scores and the probes' code; a checkpoint from other inputs is removed, saying which of them
 changed, and the run starts afresh (checkpoints, digests and writes: :mod:`probes.jobs`). With an executor
 (``profile --probe ... --ray``: :func:`probes.corpus.ray_pool.executor`) the chunks not written yet run as
@@ -154,8 +154,8 @@ def code_version() -> str:
 
 def fingerprint(model, probe: Probe, items: list, data: str | None, checkpoint_every: int, backend: str) -> dict:
     """What a probe's checkpoint was computed from, part by part (a change in any one starts afresh)."""
-    return {"data": digest(items), "model": model.fingerprint(), "code": code_version(),
-            "options": digest([probe.name, data, checkpoint_every, backend])}
+    return {"data": digest(items), "model": model.fingerprint(), "tokenizer": model.tokenizer_fingerprint(),
+            "code": code_version(), "options": digest([probe.name, data, checkpoint_every, backend])}
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,20 @@ def _same(a: pd.DataFrame, b: pd.DataFrame):
     assert ((a["score"] - b["score"]).abs().fillna(0) <= TOLERANCE * (1 + a["score"].abs())).all()
 
 
+def test_the_address_check_takes_a_real_head_and_refuses_its_raylet(local_ray):
+    """Issue 40: before ray.init, the address is asked the GCS's first call (gRPC over HTTP/2, by hand): a real
+    head's GCS answers it; the raylet's port, another gRPC server of the same node, says UNIMPLEMENTED and is
+    refused at once (ray.init retried it for 28 s, printing a line of C++ warnings a second)."""
+    from probes.errors import RayUnavailable
+
+    gcs = ray.get_runtime_context().gcs_address
+    assert ray_pool.check_address(gcs) == gcs
+    node = ray.nodes()[0]
+    raylet = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+    with pytest.raises(RayUnavailable, match=f"{raylet} accepts connections but is not a Ray head's GCS port"):
+        ray_pool.check_address(raylet)
+
+
 def test_ray_with_two_workers_gives_the_single_process_result(local_ray, corpus, tmp_path, minilm):
     single, ex_single = corpus_run.profile_corpus([minilm], corpus, tmp_path / "one.csv", window=32, chunk_size=4)
     bars, stats = [], {}

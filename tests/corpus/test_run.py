@@ -138,6 +138,33 @@ def _stop_after_one(model, jobs):
     raise KeyboardInterrupt
 
 
+@pytest.mark.numeric
+def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(tmp_path, gpt2_dir):
+    """Issue 40: "she" and "he" swap ids in the model's tokenizer.json between an interrupted run and its rerun
+    (config and weights unchanged): the rerun says so, starts afresh, and gives a fresh run's table."""
+    import shutil
+
+    import torch
+    from checkpoints import swap_tokens
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(gpt2_dir, folder)
+    corpus = _corpus(tmp_path, ["She said that he would come back tomorrow morning.",
+                                "He sat on the mat, and she watched him from the door."] * 3)
+    out = tmp_path / "t.csv"
+    before = probes.load(str(folder)).cast(torch.float64)
+    with pytest.raises(KeyboardInterrupt):
+        corpus_run.profile_corpus([before], corpus, out, window=24, chunk_size=2,
+                                  executor=lambda model, jobs: _stop_after_one(model, jobs))
+    swap_tokens(folder, "Ġhe", "Ġshe")
+    after = probes.load(str(folder)).cast(torch.float64)
+    notes = []
+    resumed, _ = corpus_run.profile_corpus([after], corpus, out, window=24, chunk_size=2, notify=notes.append)
+    assert any("was computed with another tokenizer: starting afresh" in n for n in notes), notes
+    fresh, _ = corpus_run.profile_corpus([after], corpus, tmp_path / "fresh.csv", window=24, chunk_size=2)
+    _close(resumed, fresh)
+
+
 def test_several_models_make_one_table_and_one_examples_file(tmp_path, minilm, gpt2_dir):
     gpt2 = probes.load(str(gpt2_dir))
     table, found = corpus_run.profile_corpus([minilm, gpt2], _corpus(tmp_path), tmp_path / "t.parquet", window=32)

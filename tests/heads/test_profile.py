@@ -251,6 +251,56 @@ def test_resume_never_reuses_chunks_from_other_inputs(minilm64, gpt2_model, tmp_
         assert len(notes) == 1 and says in notes[0], notes
 
 
+HE_AND_SHE = ["She said that he would come back tomorrow morning.",
+              "Xiaoming gave the apple to Xiaohong because she was hungry.",
+              "He sat on the mat, and she watched him from the door.",
+              "The cat sat on the mat, and the dog watched it from the door."]
+
+
+@pytest.mark.numeric
+def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(gpt2_dir, tmp_path, monkeypatch):
+    """Issue 40: between an interrupted run and its rerun, "she" and "he" swap ids in the model's tokenizer.json
+    (config and weights unchanged): the rerun says the tokenizer changed and starts afresh, so its result is a
+    fresh run's; it used to resume from the old chunks, silently wrong in most scores."""
+    import shutil
+
+    import torch
+    from checkpoints import swap_tokens
+
+    import probes
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(gpt2_dir, folder)
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(HE_AND_SHE * 2) + "\n")
+    out = tmp_path / "pos.csv"
+    real, calls = prof.run_chunk, []
+
+    def interrupted(*args, **kwargs):  # two chunks written, then Ctrl-C
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    before = probes.load(str(folder)).cast(torch.float64)
+    monkeypatch.setattr(prof, "run_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prof.profile(before, ["positional"], str(data), None, out, checkpoint_every=2)
+    monkeypatch.setattr(prof, "run_chunk", real)
+    swap_tokens(folder, "Ġhe", "Ġshe")
+    after = probes.load(str(folder)).cast(torch.float64)
+    assert after.fingerprint() == before.fingerprint()  # the same config and weights: only the tokenizer differs
+    assert after.tokenizer_fingerprint() != before.tokenizer_fingerprint()
+    notes = []
+    resumed = prof.profile(after, ["positional"], str(data), None, out, checkpoint_every=2, notify=notes.append)
+    assert len(notes) == 1 and "was computed with another tokenizer: starting afresh" in notes[0], notes
+    fresh = prof.profile(after, ["positional"], str(data), None, tmp_path / "fresh.csv", checkpoint_every=2)
+    pd.testing.assert_frame_equal(_by_key(resumed), _by_key(fresh), check_exact=False, rtol=0,
+                                  atol=_f64(resumed["score"]))
+    old = prof.profile(before, ["positional"], str(data), None, tmp_path / "old.csv", checkpoint_every=2)
+    assert (_by_key(old)["score"] - _by_key(fresh)["score"]).abs().max() > 1e-3  # the swap changes the scores
+
+
 def test_the_model_fingerprint_tells_checkpoints_apart(gpt2_model, gpt2_dir, ckpt_dir):
     import probes
     from checkpoints import make_gpt2
