@@ -16,9 +16,19 @@ The scenarios:
 
 * **both offline models**: minilm and smollm2, every page each, on the default sentence;
 * **both offline models, a 2,000-character text each** (the public limit; each session its own text);
-* **minilm alone** (``PROBES_MODELS=minilm``), every page, on the default sentence, and with the long texts.
+* **minilm alone** (``PROBES_MODELS=minilm``), every page, on the default sentence, and with the long texts;
+* **smollm2, one visitor, a 2,000-character text, every page and every button** (issue 40: each page and button
+  on its own must stay within the public memory budget, 1.5 GB): one browser session opens every page of smollm2 on
+  a 2,000-character story, then presses each button that starts work: the Parity page's "Prove in float64", a probe
+  run on Heads (syntactic, 200 items, from its link as Run does), the question's evidence on Explore (she → the
+  teacher, not the brother: "How sure is this?"), "Run path patching" on Circuit (every head of layers 0–17 into
+  18.6, from the same text with each "she" as "he"), and Generate on that text as the prompt. Each step's own peak
+  is reported (sampled like the others), with the message the page showed, if any (a step past the public minute
+  is stopped with one: its memory up to then still counts).
 
-    .venv/bin/python benchmarks/public_memory.py [--users 3] [--with-triton] [--out benchmarks/results]
+    .venv/bin/python benchmarks/public_memory.py [--users 3] [--with-triton] [--only NAME] [--out benchmarks/results]
+
+(``--only`` the every-button scenario: its table alone, in ``public_memory_buttons.txt``.)
 """
 
 from __future__ import annotations
@@ -50,6 +60,12 @@ SCENARIOS = {  # name -> (models each session visits, PROBES_MODELS, each sessio
     "minilm alone, a 2,000-character text each": (["minilm"], "minilm", True),
 }
 GOAL_MIB = {"both": 1536, "minilm": 1024}  # issue 30: 1.5 GB with both offline models, 1 GB with minilm alone
+EVERY_BUTTON = "smollm2, one visitor, a 2,000-character text, every page and every button"
+BUTTON_GOAL_MIB = GOAL_MIB["both"]  # issue 40: every page and every button within 1.5 GB
+STORY = ("The teacher walked to the old river because she wanted to see the city. She wrote a letter to her "
+         "brother, and she gave it to the man at the window. ")
+QUESTION = {"ask_query": "she", "ask_key": "teacher", "ask_against": "brother"}
+SHOWN = "[data-testid=stAlert], [data-testid=stException]"  # what a page says (a refusal, a stopped computation)
 WORDS = ("river apple teacher quietly because window seven gave hungry mountain she the to and old bright "
          "walked under before a letter green city wrote").split()
 
@@ -64,6 +80,14 @@ def long_text(user: int, chars: int = 2000) -> str:
         n += len(word) + 1
         i += 1
     return " ".join(words)[:chars - 1] + "."
+
+
+def story(chars: int = 2000) -> tuple[str, str]:
+    """A story of at most ``chars`` characters, and the same with each "she"/"She" as "he"/"He" (one token each
+    on smollm2, so the two have the same length in tokens: path patching's corrupted text)."""
+    text = (STORY * (chars // len(STORY) + 1))[:chars]
+    text = text[:text.rfind(". ") + 1]
+    return text, text.replace("she ", "he ").replace("She ", "He ")
 
 
 def tree_rss(pid: int) -> int:
@@ -118,10 +142,90 @@ async def scenario(url: str, users: int, models: list[str], long: bool) -> list:
     return log
 
 
+async def every_button(url: str, read, log: list) -> None:
+    """One visitor on smollm2 with a 2,000-character text: every page, then every button that starts work, each
+    step's peak of ``read()`` (the server's resident bytes) appended to ``log`` as (step, peak, seconds, said)."""
+    from playwright.async_api import async_playwright
+
+    text, corrupted = story()
+    base = {"model": "smollm2", "text": text}
+    link = lambda **kw: f"{url}/?{urllib.parse.urlencode(base | kw)}"  # noqa: E731
+
+    async def press(page, name: str) -> None:
+        await page.get_by_role("button", name=name).click(timeout=120_000)
+
+    async def circuit(page) -> None:
+        field = page.get_by_role("textbox", name="Corrupted text (the same number of tokens as the sidebar's)")
+        await field.fill(corrupted)
+        await field.press("Enter")
+        await page.wait_for_timeout(1000)
+        await page.wait_for_selector(IDLE, timeout=600_000)
+        await press(page, "Run path patching")
+
+    steps = [(f"open {PAGES[key][0]}", link(page=key, **({"prompt": text} if key == "generate" else {})), None)
+             for key in PAGES]
+    steps += [("Parity: Prove in float64", link(page="parity"), lambda page: press(page, "Prove in float64")),
+              ("Heads: Run, syntactic, 200 items", link(page="heads", probe="syntactic", items=200), None),
+              ("Explore: the question's evidence (How sure is this?)", link(page="explore", **QUESTION), None),
+              ("open Circuit on head 18.6 (composition, senders on the text)", link(page="circuit", layer=18, head=6),
+               None),
+              ("Circuit: Run path patching (162 senders into 18.6's key)", link(page="circuit", layer=18, head=6),
+               circuit),
+              ("Generate: 10 tokens after the text, and its proof", link(page="generate", prompt=text), None)]
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium_path(), args=ARGS)
+        for name, address, action in steps:
+            context = await browser.new_context(viewport={"width": 1400, "height": 1000})  # a fresh session each
+            page = await context.new_page()
+            await page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())
+            t0 = time.perf_counter()
+            with PeakRSS(read, every=0.1) as mem:
+                await page.goto(address)
+                await page.wait_for_selector("[data-testid=stApp]", timeout=120_000)
+                await page.wait_for_timeout(1000)
+                await page.wait_for_selector(IDLE, timeout=600_000)
+                if action is not None:
+                    await action(page)
+                    await page.wait_for_timeout(1000)
+                    await page.wait_for_selector(IDLE, timeout=600_000)
+            said = [t.split("\n")[0][:90] for t in await page.locator(SHOWN).all_inner_texts()]
+            said = [t for t in said if "took longer" in t or "Exception" in t or "could not" in t or "takes up to" in t]
+            log.append((name, mem.start, mem.peak, time.perf_counter() - t0, "; ".join(said)))
+            print(f"{name}: {mem.peak / MIB:,.0f} MiB, {time.perf_counter() - t0:.0f} s {said}", file=sys.stderr)
+            await context.close()
+        await browser.close()
+
+
+def buttons_table(allowed_env: str) -> list[str]:
+    """The every-button scenario on a fresh public server: its table's lines."""
+    os.environ["PROBES_PUBLIC"] = "1"
+    os.environ["PROBES_MODELS"] = allowed_env
+    server, url = start_server([], script="serve.py")
+    log: list = []
+    try:
+        time.sleep(5)
+        started = tree_rss(server.pid)
+        asyncio.run(every_button(url, lambda: tree_rss(server.pid), log))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    lines = [f"{EVERY_BUTTON}: the server's resident memory (MiB) as each step (a fresh browser session, one "
+                 f"after the other, on one server) began and its peak during the step; started at "
+                 f"{started / MIB:,.0f}; goal ≤ {BUTTON_GOAL_MIB:,} (1.5 GB) at every step. Memory freed by one "
+                 "step and kept by the allocator counts in the steps after it, as it does on a server.",
+             "| step | at its start | peak | goal | time | the page said |", "|---|---|---|---|---|---|"]
+    for name, start, peak, seconds, said in log:
+        lines.append(f"| {name} | {start / MIB:,.0f} | {peak / MIB:,.0f} | "
+                     f"{'met' if peak / MIB <= BUTTON_GOAL_MIB else 'missed'} | {seconds:.0f} s | {said or '–'} |")
+    worst = max(log, key=lambda r: r[2])
+    lines.append(f"highest: {worst[2] / MIB:,.0f} MiB ({worst[0]})")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=3)
-    parser.add_argument("--only", choices=list(SCENARIOS))
+    parser.add_argument("--only", choices=[*SCENARIOS, EVERY_BUTTON])
     parser.add_argument("--with-triton", action="store_true", help="keep this machine's Triton (the Cloud has none)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -156,7 +260,10 @@ def main() -> None:
         lines.append(f"| {name} | {started / MIB:,.0f} | {mem.peak / MIB:,.0f} | {end / MIB:,.0f} | "
                      f"≤ {goal:,} ({'met' if mem.peak / MIB <= goal else 'missed'}) | {len(log)} | "
                      f"{slowest[2]:.0f} s ({slowest[0]}, {slowest[1]}) | {sum(r[3] for r in log)} |")
-    publish("\n".join(lines), args.out, "public_memory.txt")
+    if not args.only or args.only == EVERY_BUTTON:
+        lines = (lines + [""] if not args.only else []) + buttons_table("")
+    publish("\n".join(lines), args.out,
+            "public_memory_buttons.txt" if args.only == EVERY_BUTTON else "public_memory.txt")
 
 
 if __name__ == "__main__":

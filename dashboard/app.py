@@ -298,15 +298,18 @@ def draw_page(inp: data.Input, page, key: str, context: dict) -> None:
     badge = st.sidebar.empty() if info is not None and model.scratch_supported else None
     context["page"] = ui.Context(inp, model, info, error)
     try:
-        page.run()
-    except (probes.ProbesError, ValueError) as exc:
-        st.error(ui.safe(ui.in_app_words(exc)))
-    except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
-        log.exception("page %s failed", key)
-        st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
-                 "work; if it happens again, please report it with this page's link.")
-    if badge is not None:
-        ui.parity_badge(inp, badge)
+        try:
+            page.run()
+        except (probes.ProbesError, ValueError) as exc:
+            st.error(ui.safe(ui.in_app_words(exc)))
+        except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
+            log.exception("page %s failed", key)
+            st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages "
+                     "still work; if it happens again, please report it with this page's link.")
+        if badge is not None:
+            ui.parity_badge(inp, badge)
+    finally:  # also when the run is stopped (a closed tab, a rerun): what it freed goes back to the system
+        data.release_memory()
 
 
 main()

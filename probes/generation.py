@@ -81,10 +81,15 @@ def _compare(rows: list[torch.Tensor], logits: torch.Tensor, ref_rows, ref_logit
     return per_step, absolute, relative
 
 
-def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int | None = None) -> Proof:
+def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int | None = None,
+          attention_budget: int | None = None) -> Proof:
     """Check a generation's cached steps against full forward passes over the sequence the steps fed in
     (the prompt and every generated token but the last): in float64, our network's cached decoding against
-    its own full pass; in fp32, the steps against ``reference``'s full pass (Hugging Face's, or ``"scratch"``)."""
+    its own full pass; in fp32, the steps against ``reference``'s full pass (Hugging Face's, or ``"scratch"``).
+    ``attention_budget`` (bytes): the reference pass keeps every head's probabilities only within it, else one
+    logsumexp per row, and the rows the steps are compared with are recomputed from its own q and k
+    (:func:`probes.runner.forward`; a 2,000-character prompt on SmolLM2 holds 220 MiB of probabilities of which the
+    proof reads one row a step)."""
     decoder(model)
     fed = gen.input_ids[: gen.prompt_length + gen.n_steps - 1][None].to(model.device)
     first = gen.prompt_length - 1
@@ -103,7 +108,7 @@ def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int
         note = (f"float64 check skipped (a float64 copy of {model.name} would take {size / 2**30:.1f} GiB; "
                 f"the limit here is {limit / 2**30:.1f})")
     enc = Encoding(fed.cpu(), torch.ones_like(fed.cpu()), None, [gen.tokens[: fed.shape[1]]], [""], [None], [None])
-    full = runner.forward(model, enc, reference, "eager", logits=True)
+    full = runner.forward(model, enc, reference, "eager", logits=True, attention_budget=attention_budget)
     per_step, absolute, relative = _compare(
         gen.rows, gen.logits, lambda layer, q: full.attention(layer, None, rows=[q])[:, 0, : q + 1].float().cpu(),
         full.logits[0].float().cpu(), first)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 LM_MEASURES = ("loss", "top_changed", "logit_diff")
 HIDDEN_MEASURES = ("hidden_change", "token_change", "embedding_change")
+LOSS_POSITIONS = 64  # positions whose next-token loss is worked out at once (in float64: two vocabularies each)
 ABOUT = {
     "loss": "change in the mean next-token loss (nats; > 0: the model predicts the text worse)",
     "top_changed": "share of positions whose top prediction changed",
@@ -26,9 +27,16 @@ ABOUT = {
 
 
 def token_losses(logits: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Tensor:
-    """Next-token cross-entropy at positions 0..n−2 of each row, ``[B, n − 1]`` (float64)."""
-    return F.cross_entropy(logits[:, :n - 1].double().transpose(1, 2), ids[None, 1:n].expand(logits.shape[0], -1),
-                           reduction="none")
+    """Next-token cross-entropy at positions 0..n−2 of each row, ``[B, n − 1]`` (float64). Worked out
+    :data:`LOSS_POSITIONS` positions of one row at a time: the float64 copy and its log-softmax are two vocabularies
+    per position (a 2,000-character text on SmolLM2, all of a batch's at once: 350 MiB a row), and each position's
+    loss is its own, so the numbers are the same whatever the split."""
+    out = torch.empty(logits.shape[0], max(n - 1, 0), dtype=torch.float64, device=logits.device)
+    for b, row in enumerate(logits):
+        for start in range(0, n - 1, LOSS_POSITIONS):
+            end = min(start + LOSS_POSITIONS, n - 1)
+            out[b, start:end] = F.cross_entropy(row[start:end].double(), ids[start + 1:end + 1], reduction="none")
+    return out
 
 
 def cosine_change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,10 @@ language-model head; hidden-state changes for every model).
 
 Batched like :func:`.ablation.ablate_each`: copy b of a pass patches sender b, and the pass starts at the receiver's
 layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced through
-:func:`probes.scratch.outputs`'s ``qkv_edit``. In a post-norm model (BERT) a layer's input is the normed residual,
+:func:`probes.scratch.outputs`'s ``qkv_edit``. A pass holds ``batch`` copies' logits and activations, so its size
+comes from a byte budget (``budget``, default :data:`WORK_BUDGET`; :func:`sender_bytes` is one sender's share,
+:func:`fixed_bytes` what a pass holds whatever its size): the peak stays near the clean pass's own, whatever the
+number of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a layer's input is the normed residual,
 so Δ_s added to it is the sender's write as the residual carries it, without the norms between: the pattern change
 is still the receiver's own, the path an approximation.
 """
@@ -31,16 +34,20 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from ..attention_math import repeat_kv
 from ..errors import BadOption
 from ..scratch import BACKENDS, build, outputs
-from .ablation import LOGIT_BUDGET, check_position, lm_measures
+from .ablation import check_position, lm_measures
 from .ablation import check_receiver
 from .ablation import parse_head as parse_one
 from .measures import compare
 
 INTO = ("q", "k", "v")
+WORK_BUDGET = 256 * 2**20  # bytes one pass of patched copies may hold (their logits and activations)
+MAX_BATCH = 64  # senders per pass at most: on a CPU bigger passes are no faster
+LOGIT_POSITIONS = 16  # positions of one copy whose logits are made at once (a vocabulary each: never a whole pass's)
 PATTERN_MEASURES = ("pattern_change", "pattern_shift")
 ABOUT = {
     "pattern_change": "largest |Δ| of one attention weight of the receiver",
@@ -96,16 +103,50 @@ def _check(model, receiver, into, senders, n, cells):
             raise BadOption(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
 
 
+def sender_bytes(model, length: int, lm: bool = True) -> int:
+    """Bytes one patched copy (one sender) adds to a pass over ``length`` tokens, in the model's dtype: its residual
+    stream and the activations of one layer at a time (about a dozen vectors of the model's width: norm, q, k, v, z,
+    head outputs; three of the MLP's), and its attention scores, probabilities and mask (``heads × length²`` each).
+    No logits: a copy's are made :data:`LOGIT_POSITIONS` positions at a time (:func:`fixed_bytes`)."""
+    config, size = model.config, torch.empty((), dtype=model.dtype).element_size()
+    width = config.hidden_size
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * width
+    return size * length * (12 * width + 3 * inner) + size * 3 * model.n_heads * length * length
+
+
+def fixed_bytes(model, length: int, lm: bool) -> int:
+    """Bytes a pass holds whatever its number of copies: with a language-model head (``lm``), the logits of
+    :data:`LOGIT_POSITIONS` positions of one copy, and their float64 copy and log-softmax for the loss."""
+    size = torch.empty((), dtype=model.dtype).element_size()
+    return (size + 16) * min(length, LOGIT_POSITIONS) * model.config.vocab_size if lm else 0
+
+
+def batch_for(model, length: int, lm: bool, budget: int | None = None) -> int:
+    """Senders per pass within ``budget`` bytes, at most :data:`MAX_BATCH`. A budget given that is too small for one
+    sender is refused (:class:`BadOption`, saying how much one needs); the default, :data:`WORK_BUDGET`, gives one
+    sender a pass then (a long text on a machine that chose no bound)."""
+    one, fixed = sender_bytes(model, length, lm), fixed_bytes(model, length, lm)
+    if budget is None:
+        return max(1, min(MAX_BATCH, (WORK_BUDGET - fixed) // one))
+    if budget < fixed + one:
+        raise BadOption(f"path patching a text of {length} tokens on {model.name} needs {(fixed + one) / 2**20:,.0f} "
+                        f"MiB for one sender at a time, more than the {budget / 2**20:,.0f} MiB it may use: shorten "
+                        "the text")
+    return min(MAX_BATCH, (budget - fixed) // one)
+
+
 def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "k",
                senders: Sequence[tuple[int, int]] | None = None, cells: Sequence[tuple[int, int]] | None = None,
                position: int | None = None, targets: tuple[int, int] | None = None, batch: int | None = None,
-               keep_patterns: bool = False, progress: Callable[[int, int], None] | None = None) -> PathPatch:
+               keep_patterns: bool = False, progress: Callable[[int, int], None] | None = None,
+               budget: int | None = None) -> PathPatch:
     """Patch each sender's output on ``corrupted`` into receiver ``(layer, head)``'s ``into`` (q, k or v) on ``clean``
     (two texts, or :class:`~probes.models.Encoding` s of one text each, of the same length in tokens). ``senders``:
     default every head before the receiver's layer. ``cells``: (query, key) token pairs whose mean receiver weight is
     reported; ``position``, ``targets``: as in :func:`probes.effects.measures.compare`; ``batch``: senders per pass
-    (default: as many as ``LOGIT_BUDGET`` allows); ``progress(done, total)``: called after each pass, ``done`` senders
-    of ``total`` patched."""
+    (at most; default: as many as ``budget`` bytes hold, :func:`batch_for`, whose default is :data:`WORK_BUDGET`; a
+    budget given that is too small for one sender is refused before any pass runs); ``progress(done, total)``: called after each pass, ``done`` senders of ``total`` patched. The
+    numbers do not depend on the batch: each copy is its own row of the same pass."""
     r_layer, r_head = receiver
     if senders is None:
         senders = [(layer, head) for layer in range(max(r_layer, 0)) for head in range(model.n_heads)]
@@ -120,25 +161,30 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     _check(model, receiver, into, senders, n, cells)
     check_position(position, n)
     lm = lm_measures(model)
+    length = enc.input_ids.shape[1]
+    size = batch if budget is None and batch else min(batch or MAX_BATCH, batch_for(model, length, lm, budget))
     net = build(model)
 
-    base = outputs(model, enc, logits=lm, keep_inputs=True, keep_z=True)
+    base = outputs(model, enc, logits=False, keep_inputs=True, keep_z=True)  # logits: a few positions at a time
     other = outputs(model, enc_c, logits=False, keep_z=True, upto=r_layer).z  # the senders' z on the corrupted text
     x = base.inputs[r_layer]  # [1, L, D]: the receiver layer's clean input
+    base.inputs = None  # the other layers' inputs are not needed again
+    clean_lm = _lm_stats(net.unembedding, base.hidden, enc.input_ids[0].to(x.device), n, position, targets) \
+        if lm else None
     with torch.inference_mode():
         heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
-        deltas = torch.stack([(other[s][0, h] - base.z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
-                              for s, h in senders]).to(x)  # [S, L, D]
 
-    length = enc.input_ids.shape[1]
-    vocab = base.logits.shape[-1] if base.logits is not None else 0
-    size = batch or max(1, min(64, LOGIT_BUDGET // max(length * (vocab + 4 * model.config.hidden_size) * 4, 1)))
+    def deltas(part):  # [S, L, D]: each sender's write, made per pass (all of them at once: S × L × D floats)
+        with torch.inference_mode():
+            return torch.stack([(other[s][0, h] - base.z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
+                                for s, h in part]).to(x)
+
     ids = enc.input_ids[0].to(x.device)
     mask = enc.attention_mask.to(x.device)
     clean_pattern: list[torch.Tensor] = []
     rows, patterns = [], []
     for start in range(0, len(senders), size):
-        chunk = deltas[start:start + size]
+        chunk = deltas(senders[start:start + size])
         got_pattern: list[torch.Tensor] = []
 
         def qkv_edit(layer, q, k, v, spec, chunk=chunk, got_pattern=got_pattern):
@@ -163,9 +209,10 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
                          attention_mask=enc.attention_mask.expand(len(chunk), -1),
                          token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(len(chunk),
                                                                                                            -1))
-        got = outputs(model, copies, logits=lm, resume=(r_layer, x.expand(len(chunk), -1, -1)), qkv_edit=qkv_edit)
-        measured = compare(base.hidden[0], got.hidden, n, base.logits[0] if lm else None, got.logits, ids, position,
-                           targets)
+        got = outputs(model, copies, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)), qkv_edit=qkv_edit)
+        measured = compare(base.hidden[0], got.hidden, n, ids=ids, position=position, targets=targets)
+        if lm:
+            measured |= _lm_changes(net.unembedding, got.hidden, clean_lm, ids, n, position, targets)
         patched = got_pattern[0][:, :n, :n].double().cpu()
         clean = clean_pattern[0][0, :n, :n].double().cpu()
         delta = patched - clean[None]
@@ -191,6 +238,46 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     clean_cells = float(clean[tuple(torch.tensor(cells).T)].mean()) if cells else None
     return PathPatch(model.name, (r_layer, r_head), into, tokens, frame, clean,
                      torch.cat(patterns) if keep_patterns else None, cells, clean_cells)
+
+
+def _lm_stats(unembedding: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, n: int, position: int | None,
+              targets: tuple[int, int] | None) -> list[tuple[torch.Tensor, ...]]:
+    """What the next-token measures read from each row of ``hidden`` ``[B, L, D]`` (the last hidden state, after
+    the final norm: its logits are ``hidden · unembeddingᵀ``, as the pass's own head makes them), the logits made
+    :data:`LOGIT_POSITIONS` positions at a time: per row, the next-token losses ``[n − 1]`` (float64), the top
+    prediction ``[n]`` and, given ``targets``, the logit difference at ``position`` (float64)."""
+    position = n - 1 if position is None else position
+    out = []
+    with torch.inference_mode():
+        for row in hidden:
+            losses, top = [], []
+            for start in range(0, n, LOGIT_POSITIONS):
+                end = min(start + LOGIT_POSITIONS, n)
+                logits = F.linear(row[start:end], unembedding)
+                top.append(logits.argmax(-1))
+                scored = min(end, n - 1) - start  # the last real position predicts nothing of the text
+                if scored > 0:
+                    losses.append(F.cross_entropy(logits[:scored].double(), ids[start + 1:start + 1 + scored],
+                                                  reduction="none"))
+            diff = None
+            if targets is not None:
+                at = F.linear(row[position], unembedding)
+                diff = (at[targets[0]] - at[targets[1]]).double()
+            out.append((torch.cat(losses) if losses else row.new_zeros(0, dtype=torch.float64), torch.cat(top), diff))
+    return out
+
+
+def _lm_changes(unembedding, hidden, clean, ids, n, position, targets) -> dict[str, torch.Tensor]:
+    """:func:`probes.effects.measures.compare`'s next-token measures of each edited row (``loss``, ``top_changed``,
+    given ``targets`` ``logit_diff``) against the clean row's :func:`_lm_stats` ``clean``, without a whole pass's
+    logits at once (the same numbers: each position's logits and loss are its own)."""
+    (base_loss, base_top, base_diff), = clean
+    rows = _lm_stats(unembedding, hidden, ids, n, position, targets)
+    out = {"loss": torch.stack([(loss - base_loss).mean() if n > 1 else loss.new_zeros(()) for loss, _, _ in rows]),
+           "top_changed": torch.stack([(top != base_top).double().mean() for _, top, _ in rows])}
+    if targets is not None:
+        out["logit_diff"] = torch.stack([diff - base_diff for _, _, diff in rows])
+    return out
 
 
 def _pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, spec) -> torch.Tensor:

@@ -263,3 +263,35 @@ def test_an_identity_qkv_edit_leaves_the_pass_bit_for_bit(gpt2_3):
     hooked = outputs(gpt2_3, enc, qkv_edit=lambda layer, q, k, v, spec: calls.append((layer, spec.causal)) or (q, k, v))
     assert calls == [(0, True), (1, True), (2, True)]
     assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.hidden, hooked.hidden)
+
+
+@pytest.mark.numeric
+def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
+    from probes.effects.paths import fixed_bytes, sender_bytes
+
+    length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
+    one, fixed = sender_bytes(gpt2_3, length, True), fixed_bytes(gpt2_3, length, True)
+    passes = []
+    three = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=fixed + 3 * one + one // 2,
+                       progress=lambda done, total: passes.append(done))
+    assert passes == [3, 6, 8]  # 8 senders, three a pass within the budget
+    passes.clear()
+    whole = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=fixed + 8 * one,
+                       progress=lambda done, total: passes.append(done))
+    assert passes == [8]
+    single = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", batch=1)
+    cols = [c for c in single.frame.columns if c not in ("layer", "head")]
+    for got in (three, whole):
+        assert (got.frame[cols] - single.frame[cols]).abs().to_numpy().max() <= F64
+
+
+def test_a_budget_too_small_for_one_sender_is_refused_before_any_pass(gpt2_3):
+    from probes.effects.paths import fixed_bytes, sender_bytes
+
+    length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
+    need = sender_bytes(gpt2_3, length, True) + fixed_bytes(gpt2_3, length, True)
+    passes = []
+    with pytest.raises(BadOption, match=rf"a text of {length} tokens .* for one sender at a time, more than the .* "
+                                        "shorten the text"):
+        path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=need - 1, progress=lambda *a: passes.append(a))
+    assert passes == []

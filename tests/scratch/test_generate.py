@@ -131,6 +131,16 @@ def test_a_model_too_big_for_float64_gets_the_fp32_check_only(llama, monkeypatch
     assert generation.prove(llama, gen).exact_attention_max_abs_diff is None
 
 
+def test_a_reference_within_a_memory_budget_proves_the_same(llama):
+    # the public app's proof: Hugging Face's pass keeps one logsumexp per row, each row recomputed from its q and k
+    gen = g.generate(llama, PROMPT, 4, stop_at_eos=False)
+    whole, bounded = generation.prove(llama, gen), generation.prove(llama, gen, attention_budget=1)
+    assert bounded.passed and whole.passed
+    assert abs(bounded.attention_max_abs_diff - whole.attention_max_abs_diff) <= generation.FP32_TOLERANCES["attention"]
+    assert bounded.logits_max_rel_diff == whole.logits_max_rel_diff
+    assert bounded.exact_attention_max_abs_diff == whole.exact_attention_max_abs_diff  # the float64 check: its own
+
+
 def test_sampling_is_seeded_and_filtered(llama):
     draw = lambda **kw: g.generate(llama, PROMPT, 8, g.Sampling(sample=True, **kw), stop_at_eos=False).new_ids  # noqa: E731
     assert draw(seed=1, temperature=2.0) == draw(seed=1, temperature=2.0)

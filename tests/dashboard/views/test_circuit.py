@@ -150,3 +150,49 @@ def test_a_post_norm_model_has_the_raw_convention_alone():
     control = at.radio(key="circuit_convention")
     assert control.value == "raw" and control.disabled
     assert "a post-norm model, like BERT: TransformerLens folds no LayerNorm into it" in texts(at.caption)
+
+
+def _public_patch(monkeypatch, minilm, text: str, corrupt: str, budget: int):
+    """Path patching on a public app whose work budget is ``budget`` bytes: the page, and each pass's ``batch`` the
+    library was asked for (the run itself and its noise floor's null runs)."""
+    import probes.effects.paths as paths
+    from dashboard import data
+
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    monkeypatch.setattr(data, "PUBLIC_WORK_BYTES", budget)
+    asked, patch = [], paths.path_patch
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("batch"))
+        return patch(*args, **kwargs)
+
+    monkeypatch.setattr(paths, "path_patch", spy)
+    at = open_app(text=text, layer=3, head=1, page="circuit")
+    at.text_input(key="circuit_corrupted").set_value(corrupt)
+    rerun(at)
+    at.button(key="circuit_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    return at, asked
+
+
+def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monkeypatch):
+    from probes.effects.paths import fixed_bytes, sender_bytes
+
+    text, corrupt = "the fox ran to the barn", "the owl ran to the barn"
+    length = minilm.encode(text).input_ids.shape[-1]
+    two = fixed_bytes(minilm, length, False) + 2 * sender_bytes(minilm, length, False)
+    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, two)
+    assert asked and set(asked) == {2}  # 256 token rows would allow 32 senders a pass: the budget holds two
+    assert len(at.dataframe[-1].value) == 3 * 12  # every sender's row, as without a budget
+
+
+def test_public_path_patching_refuses_a_text_too_long_for_its_budget_in_words(minilm, monkeypatch):
+    text, corrupt = "the fox ran to the old barn", "the owl ran to the old barn"
+    from probes.effects.paths import sender_bytes
+
+    length = minilm.encode(text).input_ids.shape[-1]
+    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, sender_bytes(minilm, length, False) - 1)
+    assert asked == []  # nothing ran
+    assert (f"Path patching on this public app may hold 0 MiB at a time, and this text of {length} tokens needs more "
+            "for one earlier head: shorten the text, or run the app on your own machine (make app).") in texts(at.info)

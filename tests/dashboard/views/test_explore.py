@@ -210,3 +210,22 @@ def test_why_this_weight_on_a_decoder_says_a_later_key_has_no_score(gpt2_dir):
     assert "a query sees only itself and earlier tokens" in texts(at.info)
     at = open_app(model=str(gpt2_dir), text="the cat sat on the mat", layer=1, head=0, query=4, key=2)
     assert any(t and t.startswith("Head 1.0:") for t in titles(at))
+
+
+@pytest.mark.parametrize("budget, batch", [(None, 16), (1, 1)])
+def test_public_evidence_traces_as_many_texts_at_once_as_the_work_budget_holds(monkeypatch, budget, batch):
+    # every head's probabilities of each text traced at once: the story's controls fit 16 at a time in 96 MiB
+    from dashboard import data
+    from probes.evidence import claims
+
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    if budget is not None:
+        monkeypatch.setattr(data, "PUBLIC_WORK_BYTES", budget)
+        monkeypatch.setattr(data, "_evidence", type(data._evidence)())  # none kept: computed again
+    asked, run = [], claims.question_evidence
+    monkeypatch.setattr(claims, "question_evidence",
+                        lambda *a, **kw: asked.append(kw.get("batch_size")) or run(*a, **kw))
+    at = open_app(page="explore")
+    assert not at.exception
+    if budget is not None or asked:
+        assert asked == [batch]
