@@ -13,6 +13,7 @@ backend, layer, head…), never tensors.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -41,8 +42,33 @@ PUBLIC_TRACE_BYTES = 2**28  # 256 MiB on a public deployment: three 2,000-charac
 ATTENTION_BUDGET = 2**28  # bytes of probabilities a trace keeps (256 MiB); past it, one logsumexp per row
 PUBLIC_ATTENTION_BUDGET = 2**26  # 64 MiB on a public deployment: SmolLM2 past about 240 tokens, minilm never (512)
 PUBLIC_FLOAT64_BYTES = 2**29  # a small cloud machine does not make a proof's float64 copy of SmolLM2 (1 GiB)
+PUBLIC_WORK_BYTES = 96 * 2**20  # what one step of a long computation may hold at once on a public deployment (a
+# path-patching pass: its copies' activations, the logits of a few positions), so that every page and button on
+# SmolLM2 with a 2,000-character text stays within 1.5 GB resident beside the runtime and the model
+# (benchmarks/public_memory.py); one sender of a 440-token text takes 55 MiB, a text past about 700 tokens is refused
+PUBLIC_PROBE_BATCH = 4  # sentences a probe run traces at once on a public deployment (16 elsewhere): a trace keeps
+# every head's probabilities, 16 sentences of 100 tokens on SmolLM2 170 MiB, 4 of them within PUBLIC_WORK_BYTES
 PUBLIC_SECONDS = 60  # one computation on a public deployment: a visitor waits a minute at most, and the machine's
 # one or two cores serve every visitor (work past it is stopped: see `watched`)
+
+
+@functools.cache
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL("libc.so.6")
+
+
+def release_memory() -> None:
+    """Hand what this process has freed back to the system (glibc's ``malloc_trim``; nothing where there is no
+    glibc). Every script run calls it as it ends: glibc keeps freed memory in each thread's arena, and each session
+    runs in a thread of its own, so without it the server's resident memory stays at the highest any run reached
+    (after a 60-item syntactic probe run on SmolLM2 in a thread: 343 MiB above the level before it, 17 MiB once
+    trimmed)."""
+    try:
+        _libc().malloc_trim(0)
+    except (OSError, AttributeError):  # not Linux with glibc (musl, macOS, Windows): the allocator's own business
+        pass
 
 
 def setting(name: str) -> str:
@@ -137,7 +163,7 @@ def max_chars() -> int | None:
     """Longest text accepted: ``PROBES_MAX_CHARS``, by default 2,000 characters on a public deployment
     and no cap otherwise (the model's context window still applies)."""
     raw = setting("PROBES_MAX_CHARS")
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():  # ('²'.isdigit() is True, and int('²') fails)
         return int(raw)
     return 2000 if public() else None
 
@@ -146,13 +172,18 @@ class TookTooLong(probes.ProbesError):
     """A computation on a public deployment ran past :data:`PUBLIC_SECONDS` and was stopped (nothing is kept)."""
 
 
+clock = time.monotonic  # the seconds `watched` measures its bound in; a test swaps in a clock it moves itself, so
+# that the bound is proven at the exact step it trips on, whatever the machine's speed or load
+
+
 def watched(progress=None, advice: str | None = None):
     """``progress``, the callback a long loop calls between its steps (any arguments), made to stop the loop when
     nobody waits for it: when this session's browser has gone (a closed tab: quietly, as ``st.stop``; nothing is
     cached), and on a public deployment once it has run :data:`PUBLIC_SECONDS` (:class:`TookTooLong`, which the page
     shows; ``advice``: what to ask for besides running the app elsewhere). Cheap: a clock read and a dictionary
-    lookup per call. Outside a script run (the warm start, a plain test) only ``progress`` runs."""
-    started = time.monotonic()
+    lookup per call. Outside a script run (the warm start, a plain test) there is no browser to lose: only the bound
+    applies. The seconds are :data:`clock`'s, read when ``watched`` is called and at each step."""
+    started = clock()
     bound = PUBLIC_SECONDS if public() else None
     ctx = get_script_run_ctx(suppress_warning=True)
     server = runtime.get_instance() if ctx is not None and runtime.exists() else None
@@ -160,7 +191,7 @@ def watched(progress=None, advice: str | None = None):
     def step(*args) -> None:
         if server is not None and not server.is_active_session(ctx.session_id):
             st.stop()  # the browser has gone (Streamlit keeps a closed tab's session a while, and its run going)
-        if bound is not None and time.monotonic() - started > bound:
+        if bound is not None and clock() - started > bound:
             raise TookTooLong(f"This took longer than the {bound:g} seconds the public app gives one computation, so "
                               f"it was stopped: {f'{advice}, or ' if advice else ''}run the app on your own machine "
                               "(make app).")
@@ -374,8 +405,15 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
     questions = None
     if asked.upload is not None:
         questions = list(question_upload(asked.upload[0], raw))
-    found = compute(judged, model_of(inp), inp.text, asked.query, asked.key, asked.against, questions=questions,
-                    progress=watched(progress, "ask on a shorter text or upload fewer questions"))
+    model = model_of(inp)
+    batch = {}
+    if public():  # texts traced at once: their probabilities (every head's) within the public work budget
+        texts = [inp.text] if questions is None else [q.text for q in questions]
+        longest = max(model.encode(t, truncate=True).input_ids.shape[-1] for t in texts)
+        per_text = model.n_layers * model.n_heads * longest**2 * 4
+        batch = {"batch_size": max(1, min(16, PUBLIC_WORK_BYTES // per_text))}
+    found = compute(judged, model, inp.text, asked.query, asked.key, asked.against, questions=questions,
+                    progress=watched(progress, "ask on a shorter text or upload fewer questions"), **batch)
     with _evidence_lock:
         _evidence[key] = found
         while len(_evidence) > EVIDENCE_KEPT:
@@ -483,11 +521,21 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
     """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender,
     the largest effects checked against their noise floor (:func:`probes.evidence.edges.patch_floors`: ``checked``,
     ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text)."""
+    from probes.effects.paths import batch_for
     from probes.effects.paths import path_patch as patch
     from probes.evidence.edges import patch_floors
 
     model = model_named(name)
-    batch = max(1, PATCH_ROWS // model.encode(text).input_ids.shape[-1])
+    length = model.encode(text).input_ids.shape[-1]
+    batch = max(1, PATCH_ROWS // length)
+    if public():  # and no more senders a pass than the public budget holds (none: refused, before any pass)
+        try:
+            batch = min(batch, compute(batch_for, model, length, lm_measures(model), PUBLIC_WORK_BYTES))
+        except probes.errors.BadOption as exc:
+            raise probes.errors.BadOption(
+                f"Path patching on this public app may hold {PUBLIC_WORK_BYTES / 2**20:,.0f} MiB at a time, and "
+                f"this text of {length:,} tokens needs more for one earlier head: shorten the text, or run the app "
+                "on your own machine (make app).") from exc
     advice = "shorten the text, or pick a head in an earlier layer (fewer senders)"
     got = compute(patch, model, text, corrupted, (layer, head), into=into, batch=batch,
                   progress=watched(advice=advice))
@@ -761,7 +809,8 @@ def generation_proof(w: Writing) -> GenerationProof:
 
     model = model_named(w.model)
     gen = generation(w)
-    proof = compute(g.prove, model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+    proof = compute(g.prove, model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None,
+                    attention_budget=min(ATTENTION_BUDGET, PUBLIC_ATTENTION_BUDGET) if public() else None)
     same = None if w.sample else compute(g.hf_generate, model, w.prompt, gen.n_steps) == gen.new_ids
     return GenerationProof(proof.passed, proof.exact_attention_max_abs_diff, proof.attention_max_abs_diff,
                            proof.logits_max_rel_diff, same)
@@ -781,7 +830,8 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     key = (name, probe, limit)
     if key not in tables:  # each label's head chosen on half of the items, judged on the other half
         tables[key] = compute(judged.run_probe, model_named(name), probe, limit,
-                              progress=watched(progress, "run fewer items"))
+                              progress=watched(progress, "run fewer items"),
+                              **({"batch_size": PUBLIC_PROBE_BATCH} if public() else {}))
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

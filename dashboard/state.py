@@ -119,6 +119,8 @@ def _parse(name: str, raw: str, default):
         raise ValueError("expected 1 or 0")
     if isinstance(default, float):
         try:
+            if not raw.isascii():  # float() takes '٣' (3): a number in a link is ASCII
+                raise ValueError(raw)
             value = float(raw)
         except ValueError:
             raise ValueError("expected a number") from None
@@ -127,6 +129,8 @@ def _parse(name: str, raw: str, default):
         return value
     if isinstance(default, int):
         try:
+            if not raw.isascii():  # int() takes '٣' (3): a number in a link is ASCII
+                raise ValueError(raw)
             value = int(raw)
         except ValueError:
             raise ValueError("expected a whole number") from None

@@ -11,6 +11,7 @@ truncated one. Nothing here knows what a job computes.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -38,6 +39,11 @@ MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything big
 # drawn (a 1 MB label froze a browser tab for minutes)
 MAX_ROWS = 2_000_000  # about 100 MB in memory once read: a 10⁶-row table (14,000 labels of a 72-head model) fits
 MAX_LABEL = 200  # characters: the longest built-in label is under 40
+# an upload is checked from its first line and a count of its lines before pandas reads it: pandas makes one column
+# per name of the header (a 12 MB header of 1.5 M names ran for minutes and took 3.6 GB), and a table of these
+# bounds within the app's 20 MB upload limit takes at most ~150 MB while read (benchmarks/upload_bombs.py)
+MAX_COLUMNS = 64  # columns of a table: profile writes up to ~25 (scores, baselines, evidence, model)
+MAX_HEADER = 4096  # bytes of the header line: 64 names of 60 characters
 
 
 def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int | None = None) -> pd.DataFrame:
@@ -45,8 +51,14 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
     ``label, layer, head, score`` with finite scores; with ``n_layers``/``n_heads`` (the model it is shown
     for), every layer and head must exist in that model. Anything else is ``BadData`` naming the file and
     what is wrong, before anything is built from it."""
-    try:
-        frame = pd.read_csv(io.BytesIO(raw))
+    columns = _header_columns(raw, name)
+    rows = raw.count(b"\n") + (not raw.endswith(b"\n")) - 1  # the lines after the header: its rows, counted unread
+    if rows > MAX_ROWS:
+        raise BadData(f"{name}: {rows:,} rows, more than the {MAX_ROWS:,} a table shown here may have (one row "
+                      "per model, label, layer and head): split it, or keep the labels you want to look at")
+    try:  # the header's columns only, by place: a row of more fields (a 9 M-field line made pandas build a 9 M-level
+        # index for minutes) is cut to them, never read whole
+        frame = pd.read_csv(io.BytesIO(raw), usecols=range(columns), index_col=False)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise BadData(f"{name}: not a CSV table ({str(exc).splitlines()[0]})") from None
     missing = [c for c in ("label", "layer", "head", "score") if c not in frame.columns]
@@ -55,9 +67,6 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
                       "`python -m probes profile --out FILE.csv`")
     if frame.empty:
         raise BadData(f"{name}: no rows")
-    if len(frame) > MAX_ROWS:
-        raise BadData(f"{name}: {len(frame):,} rows, more than the {MAX_ROWS:,} a table shown here may have (one row "
-                      "per model, label, layer and head): split it, or keep the labels you want to look at")
     lengths = frame["label"].astype(str).str.len()
     if (lengths > MAX_LABEL).any():
         row = int(lengths.to_numpy().argmax())
@@ -75,6 +84,26 @@ def read_table(raw: bytes, name: str, n_layers: int | None = None, n_heads: int 
         raise BadData(f"{name}: scores must be finite numbers up to {MAX_SCORE:g} in size")
     frame[["layer", "head"]] = frame[["layer", "head"]].astype(int)
     return frame.reset_index(drop=True)
+
+
+def _header_columns(raw: bytes, name: str) -> int:
+    """How many columns the header line of a CSV table names, read from at most :data:`MAX_HEADER` bytes; a longer
+    header, or one of more than :data:`MAX_COLUMNS` names, is ``BadData`` before pandas sees the file."""
+    end = raw.find(b"\n", 0, MAX_HEADER + 1)
+    if end < 0 and len(raw) > MAX_HEADER:
+        raise BadData(f"{name}: the header line is longer than {MAX_HEADER:,} bytes; a probe table's header names "
+                      f"up to {MAX_COLUMNS} columns (label, layer, head, score, …): upload a table written by "
+                      "`python -m probes profile --out FILE.csv`")
+    try:
+        header = raw[:len(raw) if end < 0 else end].decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadData(f"{name}: not a CSV table ({exc})") from None
+    names = next(csv.reader([header]), [])
+    if len(names) > MAX_COLUMNS:
+        raise BadData(f"{name}: the header names {len(names):,} columns; a probe table has up to {MAX_COLUMNS} "
+                      "(label, layer, head, score, …): upload a table written by `python -m probes profile --out "
+                      "FILE.csv`")
+    return max(len(names), 1)
 
 
 def check_heads(frame: pd.DataFrame, name: str, n_layers: int | None = None, n_heads: int | None = None) -> None:
@@ -98,25 +127,109 @@ def check_format(out: Path) -> None:
         raise BadData(f"{out}: write .csv, .json or .parquet")
 
 
-def check_out(out: Path, force: bool = False, inputs: dict[str, str | None] | None = None, notify=None) -> None:
-    """Refuse, before any work, an output path that cannot be the result: a folder, one of the command's
-    ``inputs`` (flag -> path; even with ``force``), an existing file (unless ``force``), an unknown format, a
-    folder that cannot be written, a file another run is writing (:func:`claim`). Passed, ``out`` is this
-    run's until :func:`release` (the CLI's ``main`` calls it when the command ends)."""
-    if out.is_dir():
-        raise CannotWrite(f"--out {out} is a folder: give a file name ending in .csv, .json or .parquet")
-    check_format(out)
-    for flag, given in (inputs or {}).items():
-        if given and same_file(out, Path(given)):
-            raise CannotWrite(f"--out {out} is the input file ({flag}): writing there would destroy it, so "
-                              "choose another --out")
-    parent = next((p for p in (out.resolve().parent, *out.resolve().parents) if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise CannotWrite(f"cannot write in {parent or out.parent}: choose another --out")
-    claim(out, notify)  # before the check below: a run that finished meanwhile has written it
-    if out.exists() and not force:
-        release(out)
-        raise CannotWrite(f"--out {out} exists: pass --force to replace it, or choose another file")
+def check_out(out: str | Path, force: bool = False, inputs: dict[str, str | None] | None = None, notify=None,
+              also: dict[str, str | Path | None] | None = None,
+              formats: dict[str, Callable[[Path], None]] | None = None) -> None:
+    """:func:`check_outputs` for a command whose result is a table at ``--out`` (a .csv, .json or .parquet file,
+    with its list of bad items ``OUT.bad.txt`` beside it), and its other outputs ``also`` (flag -> path)."""
+    check_outputs({"--out": out, **(also or {})}, force, inputs, notify,
+                  formats={"--out": check_format, **(formats or {})}, sides={"--out": BAD_SUFFIX})
+
+
+BAD_SUFFIX = ".bad.txt"  # the list of a data set's bad items, written beside the output: OUT.bad.txt
+
+
+def bad_path(out: Path) -> Path:
+    """Where the bad items of the run writing ``out`` are listed: ``OUT.bad.txt`` beside it."""
+    return out.with_name(out.name + BAD_SUFFIX)
+
+
+def check_outputs(outputs: dict[str, str | Path | None], force: bool = False,
+                  inputs: dict[str, str | None] | None = None, notify=None,
+                  formats: dict[str, Callable[[Path], None]] | None = None,
+                  sides: dict[str, str] | None = None) -> None:
+    """Refuse, before any work and all at once, every file a command would write that cannot be its result, so that
+    a mistake costs one line, not the computation, and no output destroys another file. ``outputs`` maps each
+    output's flag to its path (None: not asked for); ``formats`` a flag to the check of its format (a
+    ``ProbesError`` saying which endings it takes); ``sides`` a flag to the suffix of a file written beside it
+    (``OUT.bad.txt``), which is the output's own and so replaced without ``force`` (a rerun rewrites it).
+
+    Refused, each in one line that says what to do: an empty name; a folder or a device; a folder that does not
+    exist (nothing is made: a typo must not grow a tree), is a file, or cannot be written; one of the command's
+    ``inputs`` (flag -> path; even with ``force``); two outputs that are one file; a file another run is writing,
+    or whose lock cannot be made (:func:`claim`: ``/proc``); an existing file, unless ``force``. Passed, every
+    output is this run's until :func:`release` (the CLI's ``main`` calls it when the command ends)."""
+    files: list[tuple[str, Path, str, bool]] = []  # (how a message names it, path, its flag, a side file)
+    for flag, given in outputs.items():
+        if given is None:
+            continue
+        if not str(given).strip():
+            raise CannotWrite(f"{flag} is empty: give a file name")
+        path = Path(given)
+        files.append((f"{flag} {path}", path, flag, False))
+        if flag in (sides or {}):
+            side = path.with_name(path.name + sides[flag])
+            files.append((f"{side} (written beside {flag})", side, flag, True))
+    for name, path, flag, side in files:
+        try:
+            _check_place(name, path, flag, side, None if side else (formats or {}).get(flag), inputs or {})
+        except OSError as exc:  # a name too long to look at, a folder that cannot be searched
+            raise CannotWrite(f"cannot write {name}: {exc.strerror or exc}: choose another {flag}") from None
+    for i, (name, path, flag, _) in enumerate(files):
+        for other, there, other_flag, _ in files[:i]:
+            if same_file(path, there):
+                raise CannotWrite(f"{name} is also {other}: one would overwrite the other, so give each output "
+                                  f"its own file")
+    claimed: list[Path] = []
+    try:
+        for name, path, flag, side in files:
+            if path.resolve() not in _CLAIMS:
+                claim(path, notify, flag)
+                claimed.append(path)
+            # after the claim: a run that finished meanwhile has written it
+            if path.exists() and not force and not side:
+                raise CannotWrite(f"{name} exists: pass --force to replace it, or choose another file")
+    except BaseException:
+        for path in claimed:
+            release(path)
+        raise
+
+
+# a run writes, beside an output NAME, a temporary file ".NAME.xxxxxxxx" and a lock "NAME.lock": the name's margin
+NAME_MARGIN = 10
+
+
+def _check_place(name: str, path: Path, flag: str, side: bool, format_: Callable[[Path], None] | None,
+                 inputs: dict[str, str | None]) -> None:
+    """One output of :func:`check_outputs` (``name``: how a message names it; ``side``: a file written beside the
+    output ``flag`` names), checked where it would be written."""
+    try:  # first: a longer name cannot even be looked at
+        longest = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), no such folder (refused below)
+        longest = 255
+    if len(os.fsencode(path.name)) + NAME_MARGIN > longest:
+        raise CannotWrite(f"cannot write {name[:60]}…: a file name here is at most {longest - NAME_MARGIN} bytes "
+                          f"(with room for its temporary and lock files): choose a shorter {flag}")
+    if path.is_dir():
+        raise CannotWrite(f"{name} is a folder: " + (f"remove it, or choose another {flag}" if side else
+                          "give a file name" + (f" ending in {', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
+                                                if flag == "--out" else "")))
+    if path.exists() and not path.is_file():
+        raise CannotWrite(f"{name} is not a file (a device, a pipe or a socket): choose another {flag}")
+    if format_ is not None:
+        format_(path)
+    parent = path.parent
+    if not parent.exists():
+        raise CannotWrite(f"cannot write {flag} {path}: the folder {parent} does not exist: create it first or "
+                          f"choose another {flag}")
+    if not parent.is_dir():
+        raise CannotWrite(f"cannot write {flag} {path}: {parent} is a file, not a folder: choose another {flag}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CannotWrite(f"cannot write {flag} {path}: the folder {parent} is not writable: choose another {flag}")
+    for source, given in inputs.items():
+        if given and same_file(path, Path(given)):
+            raise CannotWrite(f"{name} is the input file ({source}): writing there would destroy it, so choose "
+                              f"another {flag}")
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -130,11 +243,13 @@ def same_file(a: Path, b: Path) -> bool:
 _CLAIMS: dict[Path, int] = {}  # the outputs this process is writing: resolved path -> its lock file's descriptor
 
 
-def claim(out: Path, notify=None) -> None:
+def claim(out: Path, notify=None, flag: str = "--out") -> None:
     """Make ``out`` this run's: ``OUT.lock`` beside it, locked (``flock``) for as long as the run goes and holding
     its pid, so a second run writing the same file (and the same ``OUT.partial`` checkpoints) is refused at once
     with ``CannotWrite`` naming the first run's pid. The lock dies with its process, so a lock file left by a
-    killed run is taken over (``notify`` says so). Without ``fcntl`` (Windows) nothing is locked."""
+    killed run is taken over (``notify`` says so). No folder is made: a lock that cannot be created (a missing or
+    read-only folder, ``/proc``) is ``CannotWrite`` naming ``flag``, the option that gave ``out``. Without
+    ``fcntl`` (Windows) nothing is locked."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
@@ -143,16 +258,19 @@ def claim(out: Path, notify=None) -> None:
     if key in _CLAIMS:
         return
     lock = key.with_name(key.name + ".lock")
-    key.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # /proc, a read-only file system, a folder removed meanwhile
+            raise CannotWrite(f"cannot write {flag} {out}: its lock file {lock} cannot be made "
+                              f"({exc.strerror or exc}): choose another {flag}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
-            pid = f" (pid {holder})" if holder.isdigit() else ""
-            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose another --out")
+            pid = f" (pid {holder})" if holder.isascii() and holder.isdigit() else ""
+            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose another {flag}")
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:
@@ -178,14 +296,16 @@ def release(out: Path | None = None) -> None:
             os.close(fd)
 
 
-def write_file(path: Path, data: bytes) -> None:
-    """``data`` written to ``path`` atomically; a failure (a full disk, a folder made read-only meanwhile) is
-    ``CannotWrite`` saying what to do."""
+def write_file(path: Path, data: bytes, flag: str = "--out") -> None:
+    """``data`` written to ``path`` atomically, with the permissions the umask gives; a failure (a full disk, a
+    folder made read-only meanwhile) is ``CannotWrite`` saying what to do (``flag``: the option that named the
+    file; only ``--out`` jobs are checkpointed, and so resumed)."""
     try:
         write_atomic(path, data)
     except OSError as exc:  # a full disk, a folder made read-only meanwhile…
+        resume = " (a rerun resumes from the chunks already written)" if flag == "--out" else ""
         raise CannotWrite(f"could not write {path}: {exc.strerror or exc}; free some space or choose another "
-                          "--out (a rerun resumes from the chunks already written)") from None
+                          f"{flag}{resume}") from None
 
 
 def write_table(frame: pd.DataFrame, out: Path) -> None:
@@ -212,7 +332,8 @@ def digest(value) -> str:
 def checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
     """The checkpoint folder of this job's run (``partial/NAME-DIGEST``, for the fingerprint ``print_``: its
     parts by name); folders of the same job made from other inputs are removed, and ``notify`` is told which
-    inputs differ."""
+    inputs differ ("computed from another data, model", "computed with another tokenizer": a result is computed
+    *with* a tokenizer, *from* the rest)."""
     folder = partial / f"{name}-{digest(sorted(print_.items()))}"
     for other in sorted(partial.glob(f"{name}-*")) if partial.is_dir() else []:
         if other == folder:
@@ -223,8 +344,10 @@ def checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
         except (OSError, ValueError):
             changed = ["inputs (no readable manifest)"]
         if notify:
-            notify(f"{name}: the checkpoint in {other} was computed from another {', '.join(changed)}: "
-                   "starting afresh")
+            used = [part for part in changed if part == "tokenizer"]
+            read = [part for part in changed if part != "tokenizer"]
+            said = ([f"from another {', '.join(read)}"] if read else []) + ([f"with another {used[0]}"] if used else [])
+            notify(f"{name}: the checkpoint in {other} was computed {', '.join(said)}: starting afresh")
         shutil.rmtree(other, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "manifest.json").is_file():
@@ -253,7 +376,7 @@ def report_bad(name: str, data: str, bad: list, usable: int, out: Path | None, s
         reason = f"all {len(bad)} are bad, e.g. {bad[0]}" if bad else "it has none"
         raise NothingToScore(f"{name}: no usable items in {data}: {reason}")
     if bad:
-        side = None if out is None else out.with_name(out.name + ".bad.txt")
+        side = None if out is None else bad_path(out)
         if side is not None:
             write_file(side, ("\n".join(map(str, bad)) + "\n").encode())
         if notify:

@@ -77,6 +77,8 @@ class Choice:
 def parse_threads(text: str, name: str = ENV) -> int:
     """A thread count given as text: a whole number of 1 or more, else ``BadOption`` naming ``name``."""
     try:
+        if not text.isascii():  # int() takes '٣' (3): a count here is ASCII digits
+            raise ValueError(text)
         value = int(text.strip())
     except ValueError:
         raise BadOption(f"{name}={text!r}: give a whole number of threads, 1 or more (or unset it to let "
@@ -97,7 +99,7 @@ def override(env: Mapping[str, str], threads: int | None = None) -> tuple[int, s
     if env.get(ENV, "").strip():
         return parse_threads(env[ENV]), ENV
     omp = env.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) >= 1:
+    if omp.isascii() and omp.isdigit() and int(omp) >= 1:  # ('²'.isdigit() is True, and int('²') fails)
         return int(omp), "OMP_NUM_THREADS"
     return None
 

@@ -34,7 +34,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist's workers: one thread 
     # the app's count is this worker's: the controlling process, which set PROBES_THREADS from its own torch before
     # the workers started, may have had more (a run without OMP_NUM_THREADS=1), and the workers inherit its variable
     os.environ["PROBES_THREADS"] = "1"
-os.environ.setdefault("PROBES_THREADS", str(torch.get_num_threads()))
+# Every test process, not only the workers: PROBES_THREADS when it is given as a count (then this thread sums with it
+# too), else this thread's count (then the app takes it). Left to itself the app would choose from the machine's load
+# (PROBES_THREADS unset or empty) or follow PROBES_THREADS while this thread kept torch's default (OMP_NUM_THREADS
+# unset): float64 sums split another way differ in their last bits, an fp32 pass's by 1e-8, and app-vs-library tests
+# fail (issue 40: 3e-8 on Circuit under ATEN_CPU_CAPABILITY=default).
+if (given := os.environ.get("PROBES_THREADS", "").strip()).isascii() and given.isdigit() and int(given) >= 1:
+    torch.set_num_threads(int(given))
+else:
+    os.environ["PROBES_THREADS"] = str(torch.get_num_threads())
 os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model the tests open: loaded once each
 
 ROOT = Path(__file__).resolve().parents[1]

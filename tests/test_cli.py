@@ -249,7 +249,7 @@ def test_a_killed_corpus_run_resumes_from_its_checkpoint(tmp_path, capsys):
     args = [sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--window", "24",
             "--checkpoint-every", "1", "--threads", "1"]
     out = tmp_path / "t.csv"
-    done = killed_after_chunks([*args, "--out", str(out)], out, 3, timeout=240)
+    done = killed_after_chunks([*args, "--out", str(out)], out, 3, timeout=600)
     assert 3 <= done < 40 and not out.exists()
     threads = torch.get_num_threads()
     try:  # the rerun and a fresh run through the command line's entry point, in this process (one thread too)

@@ -302,7 +302,7 @@ def test_a_second_run_writing_the_same_out_is_refused_while_the_first_writes(gpt
     first = subprocess.Popen([sys.executable, "-m", "probes", "profile", "--model", str(gpt2_dir), "--probe",
                               "positional", "--data", str(data), "--checkpoint-every", "1", "--threads", "1",
                               "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard against a hang (every wait here: a busy machine is many times slower)
     while not list(tmp_path.glob("p.csv.partial/*/chunk-*.csv")) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert first.poll() is None, first.communicate()
@@ -313,7 +313,7 @@ def test_a_second_run_writing_the_same_out_is_refused_while_the_first_writes(gpt
         assert one_line(capsys) == (f"error: another run is writing {out} (pid {first.pid}): wait for it to finish "
                                     "or choose another --out")
     refused_while_writing = first.poll() is None
-    _, err = first.communicate(timeout=240)
+    _, err = first.communicate(timeout=600)
     assert first.returncode == 0 and err.count("wrote") == 1 and "Traceback" not in err, err
     assert refused_while_writing and out.is_file() and not (tmp_path / "p.csv.lock").exists()
 
@@ -357,14 +357,14 @@ def test_two_corpus_runs_of_one_out_the_second_is_refused_and_the_first_writes_a
     out, lock = tmp_path / "t.csv", tmp_path / "t.csv.lock"
     first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a guard against a hang: starting Python and torch takes long when busy
         while not flock_held_by(first.pid, lock):
             assert first.poll() is None, ("the first run ended without being seen holding a flock on "
                                           f"{lock}: {first.communicate()[1]}")
-            assert time.monotonic() < deadline, f"the first run (pid {first.pid}) held no flock on {lock} after 60 s"
+            assert time.monotonic() < deadline, f"the first run (pid {first.pid}) held no flock on {lock} after 600 s"
             time.sleep(0.01)
         first.send_signal(signal.SIGSTOP)  # it holds the lock, and keeps it while paused
-        second = subprocess.run(command(out), capture_output=True, text=True, timeout=60)
+        second = subprocess.run(command(out), capture_output=True, text=True, timeout=600)
         first.send_signal(signal.SIGCONT)
         # a run alone, on another --out, while the first finishes: this process, through the command line's entry
         # point (one thread, as the first)
@@ -375,7 +375,7 @@ def test_two_corpus_runs_of_one_out_the_second_is_refused_and_the_first_writes_a
             alone = capsys.readouterr().err
         finally:
             torch.set_num_threads(threads)  # the command chose its own: the rest of the session keeps the suite's
-        _, err = first.communicate(timeout=120)
+        _, err = first.communicate(timeout=600)
     finally:
         if first.poll() is None:
             first.kill()
@@ -407,6 +407,197 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_note(gpt2_dir, tmp_pat
     assert out.is_file() and not (tmp_path / "p.csv.lock").exists()
 
 
+# -- every output: checked and claimed before the computation, never an input or another output (issue 40) ---------
+
+def no_computation(monkeypatch):
+    """Loading a model fails loudly: an output refused only after the computation would show as this error."""
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    for module in ("profile", "effects", "why"):
+        monkeypatch.setattr(f"probes.cli.{module}.load_model", loaded)
+
+
+WHY = ["why", "--text", "a cat sat", "--layer", "0", "--head", "0", "--query", "1", "--key", "0"]
+WRITERS = {  # every option that names a file to write: the command line without it, and what the file is
+    "profile --out": (["profile", "--probe", "positional", "--data", "{tmp}/d.txt"], "--out", "csv"),
+    "corpus --out": (["profile", "--corpus", "{tmp}/c.parquet", "--window", "16"], "--out", "parquet"),
+    "corpus --examples": (["profile", "--corpus", "{tmp}/c.parquet", "--window", "16", "--out", "{tmp}/t.csv"],
+                          "--examples", "parquet"),
+    "importance --out": (["importance", "--no-ablation", "--data", "{tmp}/d.txt"], "--out", "csv"),
+    "why --csv": (WHY, "--csv", "csv"),
+    "why --bands-csv": (WHY, "--bands-csv", "csv"),
+}
+WHERE = {  # a path that cannot be written (and --force or not), and what the one line says
+    "missing-folder": ("{tmp}/new/x.{ext}", False, "cannot write {flag} {tmp}/new/x.{ext}: the folder {tmp}/new does "
+                       "not exist: create it first or choose another {flag}"),
+    "a-folder": ("{tmp}", True, "{flag} {tmp} is a folder: give a file name"),
+    "exists": ("{tmp}/old.{ext}", False, "{flag} {tmp}/old.{ext} exists: pass --force to replace it, or choose "
+               "another file"),
+    "in-proc": ("/proc/x.{ext}", True, "cannot write {flag} /proc/x.{ext}: "),
+    "proc-file": ("/proc/version", True, "/proc/version"),  # a format refusal (--out, --examples) or its lock's
+    "device": ("/dev/null", True, "/dev/null"),  # replaced atomically, it would stop being a device
+    "under-a-file": ("{tmp}/d.txt/x.{ext}", False, "cannot write {flag} {tmp}/d.txt/x.{ext}: {tmp}/d.txt is a file, "
+                     "not a folder: choose another {flag}"),
+    "empty": ("", False, "{flag} is empty: give a file name"),
+    "long-name": ("{tmp}/" + "n" * 250 + ".{ext}", True, "a file name here is at most"),  # its lock's name: longer
+    "the-input": ("{input}", True, "{flag} {input} is the input file ("),
+}
+
+
+def writer_cases() -> list:
+    """Every writer × every bad place, but the input file only where the command reads one of the output's format."""
+    return [pytest.param(writer, where, id=f"{writer}-{where}") for writer, (argv, flag, ext) in WRITERS.items()
+            for where in WHERE if where != "the-input" or argv[1] == "--corpus" or (flag, ext) == ("--out", "csv")]
+
+
+@pytest.mark.parametrize("writer, where", writer_cases())
+def test_every_output_is_refused_in_one_line_before_the_computation(writer, where, tmp_path, monkeypatch, capsys):
+    """Issue 40: `why --csv` to a folder, a missing folder or /proc tracebacked after the whole computation, --out
+    in a missing folder made it, `why --csv ''` wrote nothing and said nothing, --examples was not checked like
+    --out. Now every output is refused alike, at once, and no file or folder is made or changed."""
+    import pandas as pd
+
+    no_computation(monkeypatch)
+    (tmp_path / "d.txt").write_text("the cat sat on the mat .\n")
+    pd.DataFrame({"text": ["one text here"]}).to_parquet(tmp_path / "c.parquet")
+    (tmp_path / "old.csv").write_text("keep\n")
+    (tmp_path / "old.parquet").write_text("keep\n")
+    argv, flag, ext = WRITERS[writer]
+    path, force, says = WHERE[where]
+    (tmp_path / "d.csv").symlink_to(tmp_path / "d.txt")  # the data under a name --out takes
+    given = {"tmp": str(tmp_path), "ext": ext, "flag": flag,
+             "input": str(tmp_path / ("c.parquet" if argv[1] == "--corpus" else "d.csv"))}
+    fill = lambda text: text.format(**given)  # noqa: E731
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = refused(capsys, [*map(fill, argv), flag, fill(path), *(["--force"] if force else []), "--model", "gpt2"])
+    assert fill(says) in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made (no folder, no lock), nothing lost
+    assert (tmp_path / "old.csv").read_text() == "keep\n" and (tmp_path / "old.parquet").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["profile", "--corpus", "{tmp}/c.parquet", "--out", "{tmp}/x.parquet", "--examples", "{tmp}/x.parquet"],
+     "--examples {tmp}/x.parquet is also --out {tmp}/x.parquet: one would overwrite the other"),
+    (["profile", "--corpus", "{tmp}/c.parquet", "--out", "{tmp}/x.parquet", "--examples", "{tmp}/./x.parquet",
+      "--force"], "--examples {tmp}/x.parquet is also --out {tmp}/x.parquet"),
+    ([*WHY, "--csv", "{tmp}/w.csv", "--bands-csv", "{tmp}/w.csv"], "--bands-csv {tmp}/w.csv is also --csv {tmp}/w.csv"),
+])
+def test_two_outputs_of_one_command_are_never_one_file(argv, says, tmp_path, monkeypatch, capsys):
+    """Issue 40: `profile --corpus f --out X.parquet --examples X.parquet` said it wrote both; the examples were
+    gone."""
+    import pandas as pd
+
+    no_computation(monkeypatch)
+    pd.DataFrame({"text": ["one text here"]}).to_parquet(tmp_path / "c.parquet")
+    line = refused(capsys, [a.format(tmp=tmp_path) for a in argv] + ["--model", "gpt2"])
+    assert says.format(tmp=tmp_path) in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.parquet"]
+
+
+def test_a_second_run_writing_the_same_examples_is_refused(gpt2_dir, tmp_path, capsys):
+    """Issue 40: two corpus runs with different --out but one --examples both said "wrote", and the first run's
+    examples were lost: --examples was not locked. Now it is claimed like --out (here by another process, as a
+    running corpus run holds it)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat .\n")
+    examples = tmp_path / "shared.examples.parquet"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from probes import jobs\njobs.claim(Path(sys.argv[1]), flag='--examples')\n"
+                               "print('held', flush=True)\ntime.sleep(120)", str(examples)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = refused(capsys, ["profile", "--corpus", str(corpus), "--model", str(gpt2_dir), "--window", "16",
+                                "--out", str(tmp_path / "second.csv"), "--examples", str(examples)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert line == (f"error: another run is writing {examples} (pid {holder.pid}): wait for it to finish or choose "
+                    "another --examples")
+    assert not (tmp_path / "second.csv").exists() and not (tmp_path / "second.csv.lock").exists()
+
+
+def test_why_writes_its_tables_only_with_force_over_an_existing_file(gpt2_dir, tmp_path, capsys):
+    """Issue 40: `why --csv FILE` replaced an existing file without --force."""
+    out = tmp_path / "why.csv"
+    out.write_text("mine\n")
+    args = [*WHY, "--model", str(gpt2_dir), "--csv", str(out)]
+    line = refused(capsys, args)
+    assert line == f"error: --csv {out} exists: pass --force to replace it, or choose another file", line
+    assert out.read_text() == "mine\n"
+    assert main([*args, "--force"]) == 0
+    assert f"wrote {len(pd_read(out))} terms to {out}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["why.csv"]  # no temporary file, no lock left
+
+
+def pd_read(path):
+    import pandas as pd
+
+    return pd.read_csv(path)
+
+
+# -- numbers are ASCII digits: '²'.isdigit() is True and int('²') fails; int('٣') is 3 (issue 40) -------------------
+
+UNICODE_DIGITS = ("²", "٣", "３", "1٣")  # a superscript, an Arabic-Indic, a full-width digit, a mixed number
+
+
+def test_every_number_option_refuses_digits_of_other_scripts(tmp_path, capsys):
+    walked = set()
+    for kind, what in ((Count, "expected a whole number, got"), (Real, "expected a number, got")):
+        for name, parser, flag, _ in typed(kind):
+            walked.add((name, flag))
+            for value in UNICODE_DIGITS:
+                line = refused(capsys, [*base_args(name, parser, tmp_path, flag), f"{flag}={value}"])
+                assert f"argument {flag}: {what} {value!r}" in line, line
+    assert {("generate", "--max-new-tokens"), ("why", "--layer"), ("generate", "--top-p")} <= walked
+
+
+def test_a_token_named_by_other_digits_is_a_word_not_a_number(gpt2_dir, capsys):
+    """`why --query ²` tracebacked (str.isdigit takes superscripts, int does not); `--key ٣` was token 3."""
+    args = ["why", "--model", str(gpt2_dir), "--text", "a cat sat on the mat", "--layer", "0", "--head", "0"]
+    for query, key, flag in (("²", "0", "--query"), ("1", "٣", "--key"), ("1", "３", "--key")):
+        line = refused(capsys, [*args, "--query", query, "--key", key])
+        given = query if flag == "--query" else key
+        assert f"{flag} {given!r} is not a word of the text" in line, line
+    assert main([*args, "--query", "3", "--key", "1", "--json"]) == 0  # ASCII digits: a token number
+    assert json.loads(capsys.readouterr().out)["query"] == 3
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["ablate", "--text", "a cat sat", "--heads", "١.٠"], "argument --heads: head '١.٠': write each head as"),
+    (["ablate", "--text", "a cat sat", "--heads", "².0"], "argument --heads: head '².0': write each head as"),
+    (["compose", "--receiver", "١.٠"], "receiver '١.٠': write it as LAYER.HEAD"),
+    (["patch", "--text", "a cat sat", "--corrupt", "a dog sat", "--receiver", "1.٠"],
+     "receiver '1.٠': write it as LAYER.HEAD"),
+    (["claim", "--text", "Mary met Anna and she smiled", "--query", "she", "--key", "Mary", "--against", "Anna",
+      "--head", "٠.٠"], "--head '٠.٠': write it as LAYER.HEAD"),
+])
+def test_a_head_in_other_digits_is_refused(gpt2_dir, argv, says, capsys):
+    """LAYER.HEAD in Arabic-Indic digits was read as that head (int('١') is 1); a superscript tracebacked."""
+    assert says in refused(capsys, [*argv, "--model", str(gpt2_dir)])
+
+
+def test_threads_from_the_environment_in_other_digits(gpt2_dir, tmp_path, monkeypatch, capsys):
+    """PROBES_THREADS=٣ was 3 threads; OMP_NUM_THREADS=² tracebacked (isdigit, then int)."""
+    import torch
+
+    data = tmp_path / "d.txt"
+    data.write_text("the cat sat on the mat .\n")
+    args = ["profile", "--model", str(gpt2_dir), "--probe", "positional", "--data", str(data)]
+    monkeypatch.setenv("PROBES_THREADS", "٣")
+    line = refused(capsys, [*args, "--out", str(tmp_path / "a.csv")])
+    assert "PROBES_THREADS='٣': give a whole number of threads" in line, line
+    monkeypatch.delenv("PROBES_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "²")  # not a plain whole number: ignored, as its rule says
+    threads = torch.get_num_threads()
+    try:
+        assert main([*args, "--out", str(tmp_path / "b.csv")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert "Traceback" not in capsys.readouterr().err and (tmp_path / "b.csv").is_file()
+
+
 # -- Ray addresses that cannot be used (issue 30, item 3) --------------------------------------------------------
 
 
@@ -422,13 +613,13 @@ def free_port() -> int:
 def profile_on_ray(tmp_path, address: str, **env) -> str:
     """``profile --corpus ... --ray ADDRESS`` in its own process, where no Ray was started (RAY_TMPDIR: its own);
     it must stop with exit 2 and one line, not a traceback; that line. Before issue 30 some of these waited
-    until killed: the timeout stops them."""
+    until killed: the timeout stops them (a guard against a hang, generous: a busy machine starts Python slowly)."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("the cat sat on the mat\n")
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path)} | env
     out = subprocess.run([sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--model", "minilm",
                           "--out", str(tmp_path / "h.csv"), "--ray", address],
-                         capture_output=True, text=True, timeout=60, env=environ)
+                         capture_output=True, text=True, timeout=600, env=environ)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
@@ -508,6 +699,118 @@ def test_ray_auto_without_a_cluster_says_how_to_start_one(tmp_path):
     line = profile_on_ray(tmp_path, "auto")
     assert line.startswith(f"error: --ray auto (the Ray found on this machine, at 127.0.0.1:{port}): "
                            f"nothing answers at 127.0.0.1:{port} (connection refused)"), line
+
+
+# -- Ray addresses: a port that is another gRPC server, hosts that are not host names (issue 40) ----------------------
+
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 frame: no settings
+# a raylet's answer to the GCS's first call, byte for byte (Ray 2.60): the call's end, status 12 (UNIMPLEMENTED)
+UNIMPLEMENTED = (b"\x00\x000\x01\x05\x00\x00\x00\x01"
+                 b"\x88@\x0ccontent-type\x10application/grpc@\x0bgrpc-status\x0212")
+
+
+class GrpcPort:
+    """A loopback port that opens as a gRPC server does (HTTP/2 settings at once), then answers every call with
+    ``answer`` (b"": never a word): what a raylet's port or any other gRPC service looks like to a driver. Before
+    issue 40, ray.init retried such a port for 20-28 s, printing a line of Ray's C++ warnings a second (the
+    silent one: until killed)."""
+
+    def __init__(self, answer: bytes):
+        import socket
+        import threading
+
+        self.answer, self.server = answer, socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            with connection:
+                try:
+                    connection.recv(65536)  # the opening
+                    connection.sendall(SETTINGS)
+                    connection.recv(65536)  # the call
+                    connection.sendall(self.answer)
+                    connection.recv(65536)  # until the client goes
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.close()
+
+
+def ray_command(tmp_path, argv: list[str]) -> str:
+    """A command with --ray in its own process (RAY_TMPDIR: its own, no RAY_ADDRESS): exit 2 and one line on
+    stderr, no traceback and none of Ray's C++ warnings; that line."""
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "probes", *argv], capture_output=True, text=True, timeout=600,
+                         env=environ)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def ray_commands(tmp_path, address: str) -> list[list[str]]:
+    """Every command that takes --ray, with ``address``: profile --corpus, profile --probe, serve (to hold a
+    model, detached, and to stop one)."""
+    (tmp_path / "c.txt").write_text("the cat sat on the mat\n")
+    return [["profile", "--corpus", str(tmp_path / "c.txt"), "--model", "minilm", "--out", str(tmp_path / "h.csv"),
+             "--ray", address],
+            ["profile", "--probe", "positional", "--data", str(tmp_path / "c.txt"), "--model", "minilm",
+             "--out", str(tmp_path / "p.csv"), "--ray", address],
+            ["serve", "--model", "minilm", "--ray", address],
+            ["serve", "--model", "minilm", "--ray", address, "--detach"],
+            ["serve", "--model", "minilm", "--ray", address, "--stop"]]
+
+
+@pytest.mark.parametrize("answer, commands", [(UNIMPLEMENTED, 3), (b"", 1)], ids=["unimplemented", "silent"])
+def test_a_grpc_port_that_is_not_a_ray_head_is_refused_in_one_line(tmp_path, answer, commands):
+    with GrpcPort(answer) as port:
+        for argv in ray_commands(tmp_path, f"127.0.0.1:{port.port}")[:commands]:
+            line = ray_command(tmp_path, argv)
+            assert line.startswith(f"error: --ray 127.0.0.1:{port.port}: 127.0.0.1:{port.port} accepts connections "
+                                   "but is not a Ray head's GCS port: give the address of a running Ray head"), line
+
+
+@pytest.mark.parametrize("address, says", [
+    ("h\udce9:1", "'h\\xe9' is not a host name (ASCII letters, digits, '.', '-' and '_'; no spaces)"),  # $'h\xe9:1'
+    ("hé:1", "'hé' is not a host name"),
+    ("h é:1", "'h é' is not a host name"),
+    ("h\t:1", "'h\\t' is not a host name"),
+    ("a..b:1", "'a..b' is not a host name"),
+    ("x" * 64 + ":1", "is not a host name"),  # longer than a DNS label may be
+    (":6379", "give the Ray head's address as HOST:PORT"),
+    ("head", "give the Ray head's address as HOST:PORT"),
+    ("h:99999", "port '99999' is not a port number (1 to 65535)"),
+    ("h:0", "port '0' is not a port number"),
+    ("h:²", "port '²' is not a port number"),
+    ("h:", "give the Ray head's address as HOST:PORT"),
+    ("::1:6379", "write an IPv6 address in brackets, [::1]:6379"),
+    ("[::1:6379", "write an IPv6 address in brackets"),
+    ("[::g]:6379", "[::g] is not an IPv6 address"),
+], ids=lambda v: ascii(v)[:24])
+def test_a_ray_address_that_is_not_host_and_port_is_refused_before_any_socket(tmp_path, capsys, monkeypatch,
+                                                                               address, says):
+    import socket
+
+    def no_socket(*args, **kwargs):
+        raise AssertionError("a socket was opened")
+
+    monkeypatch.setattr(socket, "create_connection", no_socket)
+    shown = address.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").replace("\t", "\\t")
+    for argv in ray_commands(tmp_path, address):
+        line = refused(capsys, argv)
+        assert line.startswith(f"error: --ray {shown}: ") and says in line, (argv, line)
 
 
 # -- the adversarial pass (issue 30's 218 cases, rerunnable) ---------------------------------------------------------
@@ -695,7 +998,7 @@ def cases() -> list:
          "--text", "a cat", "--heads", "0.0", "--target", "a", "--versus", "cat")
     case("generate-encoder", 2, "is an encoder (BERT): it reads the whole text at once and does not write text",
          "generate", "--model", "{bert}", "--prompt", "a cat")
-    # --out: the input, a folder, a missing folder (made), under a file, another format, empty
+    # --out: the input, a folder, a missing folder (refused: nothing is made), under a file, another format, empty
     writers = {
         "profile": ["profile", "--model", "{gpt2}", "--probe", "positional", "--data", "{d}/good.txt"],
         "corpus": ["profile", "--model", "{gpt2}", *C, "--corpus", "{d}/good.parquet"],
@@ -707,10 +1010,13 @@ def cases() -> list:
         for what, out_path, code, says in (
                 ("the-input", same, 2, f"is the input file ({flag}): writing there would destroy it"),
                 ("a-folder", "{d}/folder", 2, "--out {d}/folder is a folder: give a file name ending in .csv"),
-                ("missing-folder", "{tmp}/new/folder/out.csv", 0, "wrote"),
-                ("under-a-file", "{d}/good.txt/out.csv", 2, "cannot write in {d}/good.txt: choose another --out"),
+                ("missing-folder", "{tmp}/new/folder/out.csv", 2, "cannot write --out {tmp}/new/folder/out.csv: the "
+                 "folder {tmp}/new/folder does not exist: create it first or choose another --out"),
+                ("under-a-file", "{d}/good.txt/out.csv", 2, "cannot write --out {d}/good.txt/out.csv: {d}/good.txt is "
+                 "a file, not a folder: choose another --out"),
                 ("not-a-table", "{tmp}/out.txt", 2, "{tmp}/out.txt: write .csv, .json or .parquet"),
-                ("empty", "", 2, "is a folder: give a file name ending in .csv, .json or .parquet"),
+                ("empty", "", 2, "--out is empty: give a file name"),
+                ("in-proc", "/proc/out.csv", 2, "cannot write --out /proc/out.csv: "),
                 ("json", "{tmp}/out.json", 0, "wrote"), ("parquet", "{tmp}/out.parquet", 0, "wrote")):
             case(f"{name}-out-{what}", code, says, *argv, "--out", out_path)
     case("profile---probe---ray-client", 2, "--ray ray://127.0.0.1:1: Ray Data does not run through Ray Client", "profile", "--model", "{gpt2}", "--probe", "positional",

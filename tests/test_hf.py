@@ -151,7 +151,7 @@ def test_two_threads_on_one_model_each_get_their_own_q_k_v(request, fixture):
 
     def hold_a(_module, _args):
         if threading.current_thread().name == "a":
-            b_done.wait(timeout=60)
+            b_done.wait(timeout=600)  # B's whole pass, however slow the machine (a guard against a hang)
 
     def run(name):
         try:

@@ -19,8 +19,8 @@ from-scratch KV cache and prove it against one full forward pass; exit 0 proven,
 what ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
 over a dataset (gradient and exact ablation), checkpointed like ``profile``.
 
-``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--json]``:
-one attention score split into what wrote its query and its key; exit 2 on bad input.
+``python -m probes why --model M --text T --layer L --head H --query WORD|N --key WORD|N [--csv FILE] [--force]
+[--json]``: one attention score split into what wrote its query and its key; exit 2 on bad input.
 
 ``python -m probes claim --model M (--text T --query W --key W --against W | --data FILE.jsonl) [--head L.H]
 [--controls N] [--seed S] [--json]``: which head finds what a word refers to, chosen on half the items and judged on the

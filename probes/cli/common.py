@@ -52,6 +52,8 @@ class Count:
 
     def __call__(self, text: str) -> int:
         try:
+            if not text.isascii():  # int() takes '٣' (3) and other scripts' digits: a number here is ASCII
+                raise ValueError(text)
             value = int(text.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {_shown(text)}") from None
@@ -76,6 +78,8 @@ class Real:
 
     def __call__(self, text: str) -> float:
         try:
+            if not text.isascii():  # float() takes '٣' (3) and other scripts' digits: a number here is ASCII
+                raise ValueError(text)
             value = float(text.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
@@ -132,7 +136,7 @@ def head_list(text: str) -> list[tuple[int, int]]:
         if not part:
             continue
         layer, _, head = part.partition(".")
-        if not (layer.isdigit() and head.isdigit()):
+        if not (layer.isascii() and layer.isdigit() and head.isascii() and head.isdigit()):  # not '²', not '٣'
             raise argparse.ArgumentTypeError(f"head {_shown(part)}: write each head as LAYER.HEAD, two whole numbers "
                                              "(e.g. 1.2,5.4)")
         pair = (int(layer), int(head))

@@ -60,7 +60,7 @@ def run_importance(args: argparse.Namespace) -> int:
     from ..threads import apply
     from ..effects.importance import profile_importance
 
-    check_out(Path(args.out), args.force, {"--data": args.data},
+    check_out(args.out, args.force, {"--data": args.data},
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
     threads = apply("profile", args.threads)  # batch work, like profile
     model = load_model(args)

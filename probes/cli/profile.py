@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..heads.registry import for_data
     from ..jobs import check_out
 
-    check_out(Path(args.out), args.force, {"--data": args.data},  # before anything heavy: one line, at once
+    check_out(args.out, args.force, {"--data": args.data},  # before anything heavy: one line, at once
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
     notify = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
     executor, started, threads, pool_stats = None, False, None, {}
@@ -94,21 +94,23 @@ def run_corpus(args: argparse.Namespace) -> int:
     from ..corpus.reader import Corpus, DatasetCorpus, is_uri
     from ..corpus.run import examples_path, in_process, profile_corpus
     from ..errors import BadOption
-    from ..jobs import check_out, same_file
+    from ..jobs import check_out
 
     if args.probe is not None:
         raise BadOption("--corpus profiles the label-free statistics (entropy, distance, sink/previous/self, "
                         "special, punctuation, fixed offset): leave out --probe")
     out = Path(args.out)
-    check_out(out, args.force, {"--corpus": args.corpus},  # before anything heavy: bad paths are one line, at once
-              notify=lambda message: print(f"note: {message}", file=sys.stderr))
-    examples = Path(args.examples) if args.examples else examples_path(out)  # after: --out "" has no name to extend
-    if same_file(examples, Path(args.corpus)):
-        raise BadOption(f"--examples {examples} is the input file (--corpus): choose another --examples")
-    if examples.suffix.lower() != ".parquet":
-        raise BadOption(f"--examples {examples}: the top examples are written as .parquet")
-    if examples.exists() and not args.force:
-        raise BadOption(f"--examples {examples} exists: pass --force to replace it, or choose another file")
+    # --out "" (or a folder: ".", "/") has no name to extend: its refusal comes from check_out
+    given = args.examples if args.examples is not None else str(examples_path(out)) if out.name else None
+
+    def parquet(path: Path) -> None:
+        if path.suffix.lower() != ".parquet":
+            raise BadOption(f"--examples {path}: the top examples are written as .parquet")
+
+    # every output at once, before anything heavy: bad paths are one line, at once, and both files are this run's
+    check_out(args.out, args.force, {"--corpus": args.corpus}, also={"--examples": given},
+              formats={"--examples": parquet}, notify=lambda message: print(f"note: {message}", file=sys.stderr))
+    examples = Path(given)
     if is_uri(args.corpus) and not args.ray:
         raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray (alone, a local Ray on "
                         "this machine), or give a local path")

@@ -10,14 +10,15 @@ from .common import MODEL_HELP, index, load_model, loading_options, positive, te
 
 
 def token_index(model, text: str, pair: str | None, given: str, what: str) -> tuple[int, str | None]:
-    """A token named on the command line: a number is its index among the text's tokens; a word is the first
-    piece of its first occurrence in ``text``. Returns the index and a note when a word has several pieces."""
+    """A token named on the command line: a number (ASCII digits) is its index among the text's tokens; anything
+    else is a word, the first piece of its first occurrence in ``text``. Returns the index and a note when a word
+    has several pieces."""
     from ..errors import BadOption
     from ..tokens import word_positions
 
     enc = model.encode(text, pair)
     tokens = [t for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
-    if given.isdigit():
+    if given.isascii() and given.isdigit():  # '²' and '٣' are digits to str.isdigit: here they are words
         return int(given), None
     found = word_positions(tokens, text, given)
     if not found:
@@ -42,11 +43,17 @@ def records(frame) -> list[dict]:
 
 
 def run_why(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..errors import EmptyInput
     from ..effects.qk import qk_attribution
+    from ..jobs import check_outputs, write_file
 
     if not args.text.strip():
         raise EmptyInput("the text is empty: give a sentence (--text)")
+    # the files asked for, checked (and claimed) before the model loads: a bad path is one line, not a lost run
+    check_outputs({"--csv": args.csv, "--bands-csv": args.bands_csv}, args.force,
+                  notify=lambda message: print(f"note: {message}", file=sys.stderr))
     model = load_model(args)
     query, q_note = token_index(model, args.text, args.pair, args.query, "query")
     key, k_note = token_index(model, args.text, args.pair, args.key, "key")
@@ -55,17 +62,17 @@ def run_why(args: argparse.Namespace) -> int:
             print(f"note: {note}", file=sys.stderr)
     why = qk_attribution(model, args.text, args.layer, args.head, query, key, pair=args.pair)
     top = why.top(args.top)
-    if args.csv:
-        why.frame().to_csv(args.csv, index=False)
+    if args.csv is not None:
+        write_file(Path(args.csv), why.frame().to_csv(index=False).encode(), "--csv")
         print(f"wrote {len(why.frame())} terms to {args.csv}", file=sys.stderr)
-    if args.bands_csv:
+    if args.bands_csv is not None:
         if why.bands is None:
             print(f"note: {why.model} has no rotary bands (its positions are a learned table: the position "
                   "embedding's terms are in --csv); --bands-csv is not written", file=sys.stderr)
         else:
             bands = why.band_table()
             bands["label"] = bands.group.map(why.band_groups().set_index("group").label)
-            bands.to_csv(args.bands_csv, index=False)
+            write_file(Path(args.bands_csv), bands.to_csv(index=False).encode(), "--bands-csv")
             print(f"wrote {len(bands)} rotary bands to {args.bands_csv}", file=sys.stderr)
     content, position = why.position_split()
     if args.json:
@@ -133,6 +140,7 @@ def add_parser(sub) -> None:
                    "frequency, wavelength, contribution, content, position, share, group, label)")
     p.add_argument("--grid", type=positive, default=3,
                    help="heads or MLPs named on their own in the bucketed grid, at most (default: 3)")
+    p.add_argument("--force", action="store_true", help="replace --csv and --bands-csv if they exist")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
     p.set_defaults(func=run_why)

@@ -157,7 +157,7 @@ def derived(path: Path, build: Callable[[Path], None]) -> Path:
 
 def _build_file(path: Path, build: Callable[[Path], None]) -> None:
     record = _record(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = _new_file(path)  # the umask's permissions, as write_atomic's
     os.close(fd)
     try:
         build(Path(tmp))
@@ -206,9 +206,11 @@ def _build_folder(folder: Path, build: Callable[[Path], None]) -> None:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename: a reader (or an interrupted
-    writer) never sees a half-written file."""
+    writer) never sees a half-written file. The file gets the permissions any new file gets (0o666 less the
+    umask, as ``open`` gives), not ``mkstemp``'s owner-only 0o600: an output shared on a team's folder stays
+    readable to the team."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = _new_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -216,3 +218,19 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _new_file(path: Path) -> tuple[int, str]:
+    """A new, empty temporary file beside ``path`` (``.NAME.RANDOM``), opened for writing: what ``mkstemp`` does,
+    but created with mode 0o666 so that the kernel applies the umask (reading the umask means setting it, which
+    is not safe while other threads create files)."""
+    import secrets
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # another writer's: draw another name
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")

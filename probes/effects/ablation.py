@@ -35,11 +35,11 @@ LOGIT_BUDGET = 256 * 2**20  # bytes of logits one batch of edited copies may hol
 def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> tuple[int, int]:
     """``"1.2"`` -> (1, 2): one LAYER.HEAD, checked against the model's size (``what`` names it in a refusal, ``where``
     the model). The one parser of a head every command uses."""
-    try:
-        layer, head = (int(x) for x in spec.strip().split("."))
-    except ValueError:
-        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)") from None
-    return check_head((layer, head), n_layers, n_heads, what, where)
+    parts = spec.strip().split(".")
+    # ASCII digits only: int() takes '٣' (3) and str.isdigit() takes '²', which int() refuses
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)")
+    return check_head((int(parts[0]), int(parts[1])), n_layers, n_heads, what, where)
 
 
 def check_head(head: tuple[int, int], n_layers: int, n_heads: int, what: str = "head",

@@ -127,9 +127,9 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
     args = [sys.executable, "-m", "probes", "profile", "--model", str(gpt2.name), "--probe", "positional", "--data",
             str(data), "--batch-size", "1", "--checkpoint-every", "1", "--out", str(out), "--ray", made.address,
             "--workers", "2"]
-    done = killed_after_chunks(args, out, 3, timeout=120)
+    done = killed_after_chunks(args, out, 3, timeout=600)
     assert 3 <= done < 30 and not out.exists()
-    rerun = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
     assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in rerun.stderr
     assert "of 15 chunks done already" in rerun.stderr  # (each half of the 30 texts is checkpointed on its own)

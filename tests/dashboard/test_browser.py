@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from apptest import opening
-from browser import app_server, launch, sync_playwright
+from browser import WAIT_MS, app_server, launch, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
@@ -25,7 +25,7 @@ def app_url(tmp_path_factory):
         yield url
 
 
-def _charts_drawn(page, count: int = 3, timeout: int = 60_000, main: bool = False) -> None:
+def _charts_drawn(page, count: int = 3, timeout: int = WAIT_MS, main: bool = False) -> None:
     """Wait until at least ``count`` charts are on the page (``main``: in the main area, not the sidebar): Vega
     draws them in the browser after the script has finished."""
     where = "[data-testid=stMain] " if main else ""
@@ -36,7 +36,7 @@ def _charts_drawn(page, count: int = 3, timeout: int = 60_000, main: bool = Fals
 def _settle(page) -> None:
     """Wait until the script has run and finished (the app is idle)."""
     page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=180_000)
+    page.wait_for_selector(IDLE, timeout=WAIT_MS)
 
 
 def test_open_change_head_and_share_the_link(app_url):
@@ -49,20 +49,20 @@ def test_open_change_head_and_share_the_link(app_url):
         # it lands on "she" and on the head chosen on half of the question's controls, whose box is not green: no
         # head of minilm answers "who is she?" on the other half
         layer, opened = opening()
-        page.get_by_role("heading", name=f"minilm: layer {layer}, head {opened}").wait_for(timeout=60_000)
+        page.get_by_role("heading", name=f"minilm: layer {layer}, head {opened}").wait_for(timeout=WAIT_MS)
         assert page.get_by_text("Who is “she”? No head of minilm is shown to answer it.").is_visible()
         assert f"layer={layer}" in page.url and (f"head={opened}" in page.url or opened == 0)  # (0: the default)
         assert page.get_by_text("Parity PASS").is_visible()
         # the charts mount after the script has finished (Vega draws in the browser): wait for them
         _charts_drawn(page)
-        page.get_by_text("Where '10: she' looks").wait_for(timeout=30_000)  # the query: "she"'s row, as a chart
+        page.get_by_text("Where '10: she' looks").wait_for(timeout=WAIT_MS)  # the query: "she"'s row, as a chart
         page.screenshot(path=SHOTS / "app_explore_she.png", full_page=True)
 
         head = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")
         head.get_by_role("slider").focus()
         page.keyboard.press("ArrowRight")
         _settle(page)
-        page.get_by_role("heading", name=f"minilm: layer {layer}, head {opened + 1}").wait_for(timeout=60_000)
+        page.get_by_role("heading", name=f"minilm: layer {layer}, head {opened + 1}").wait_for(timeout=WAIT_MS)
         assert f"head={opened + 1}" in page.url
         page.screenshot(path=SHOTS / "app_explore_head3.png", full_page=True)
 
@@ -70,7 +70,7 @@ def test_open_change_head_and_share_the_link(app_url):
         other = browser.new_page(viewport={"width": 1400, "height": 1000})
         other.goto(shared.replace(f"head={opened + 1}", "head=5") + "&page=qkv&query=10")
         _settle(other)
-        other.get_by_role("heading", name=f"Q/K/V step by step: layer {layer}, head 5").wait_for(timeout=60_000)
+        other.get_by_role("heading", name=f"Q/K/V step by step: layer {layer}, head 5").wait_for(timeout=WAIT_MS)
         assert other.get_by_text("reproduce the model's own attention row for 10: she").is_visible()
         other.screenshot(path=SHOTS / "app_qkv.png", full_page=True)
 
@@ -82,9 +82,9 @@ def test_open_change_head_and_share_the_link(app_url):
         box = cells.bounding_box()
         other.mouse.click(box["x"] + 5.5 * box["width"] / 12, box["y"] + 4.5 * box["height"] / 6)
         _settle(other)
-        other.get_by_role("heading", name="minilm: layer 4, head 5").wait_for(timeout=60_000)
+        other.get_by_role("heading", name="minilm: layer 4, head 5").wait_for(timeout=WAIT_MS)
         other.wait_for_function("() => location.search.includes('layer=4') && location.search.includes('head=5')",
-                                timeout=30_000)
+                                timeout=WAIT_MS)
         browser.close()
 
 
@@ -98,8 +98,8 @@ def test_generate_steps_through_the_tokens(app_url):
         page.goto(f"{app_url}/generate?model=smollm2&page=generate&layer=29&head=3")
         _settle(page)
         page.get_by_role("heading", name="Generate: a decoder writes, token by token, with a KV cache").wait_for(
-            timeout=120_000)
-        page.get_by_text("Cache proof PASS").first.wait_for(timeout=120_000)
+            timeout=WAIT_MS)
+        page.get_by_text("Cache proof PASS").first.wait_for(timeout=WAIT_MS)
         assert page.get_by_text("Step 0 of 9: the prefill").is_visible()
         _charts_drawn(page)
         page.screenshot(path=SHOTS / "app_generate_step0.png", full_page=True)
@@ -109,8 +109,8 @@ def test_generate_steps_through_the_tokens(app_url):
         for _ in range(3):
             page.keyboard.press("ArrowRight")
         _settle(page)
-        page.get_by_text("Step 3 of 9: fed").wait_for(timeout=60_000)
-        page.wait_for_function("() => location.search.includes('step=3')", timeout=30_000)
+        page.get_by_text("Step 3 of 9: fed").wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => location.search.includes('step=3')", timeout=WAIT_MS)
         highlighted = page.locator("[data-testid=stHtml] span[style*='background']")  # the fed token
         assert highlighted.count() == 1
         _charts_drawn(page)
@@ -132,7 +132,7 @@ def test_a_crafted_link_shows_text_not_links_or_outside_images(app_url):
                   f"&layer={quote('![t](https://evil.example/t.png)')}")
         _settle(page)
         error = page.locator("[data-testid=stAlertContentError]").first
-        error.wait_for(timeout=60_000)
+        error.wait_for(timeout=WAIT_MS)
         shown = error.inner_text().replace("\u2060", "")  # (an invisible joiner keeps the address from linking)
         assert "[Session expired: log in again](https://evil.example/login)" in shown
         assert page.locator("a[href^='https://evil.example']").count() == 0  # (the page menu's own links carry the query)
@@ -152,15 +152,15 @@ def test_hide_the_first_token_rescales_the_heatmap_and_keeps_the_link(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{app_url}/?model=smollm2&layer=29&head=0&query=12")
         _settle(page)
-        page.get_by_role("heading", name="smollm2: layer 29, head 0").wait_for(timeout=120_000)
+        page.get_by_role("heading", name="smollm2: layer 29, head 0").wait_for(timeout=WAIT_MS)
         _charts_drawn(page)
-        page.get_by_text("Where '12:  was' looks").wait_for(timeout=30_000)
+        page.get_by_text("Where '12:  was' looks").wait_for(timeout=WAIT_MS)
         page.screenshot(path=SHOTS / "app_explore_sink.png", full_page=True)
 
         page.get_by_text("Hide the first token").click()
         _settle(page)
-        page.get_by_text("First token hidden: the colours are rescaled").wait_for(timeout=60_000)
-        page.wait_for_function("() => location.search.includes('hide_first=1')", timeout=30_000)
+        page.get_by_text("First token hidden: the colours are rescaled").wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => location.search.includes('hide_first=1')", timeout=WAIT_MS)
         _charts_drawn(page)
         page.screenshot(path=SHOTS / "app_explore_sink_hidden.png", full_page=True)
         browser.close()
@@ -175,21 +175,21 @@ def test_the_logit_lens_reads_every_layer(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{app_url}/lens?model=smollm2&page=lens&layer=29")
         _settle(page)
-        page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=120_000)
-        page.get_by_text("its logits, exactly").wait_for(timeout=120_000)
+        page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=WAIT_MS)
+        page.get_by_text("its logits, exactly").wait_for(timeout=WAIT_MS)
         _charts_drawn(page, 1, main=True)
         page.wait_for_timeout(1000)  # Vega draws in the browser
         page.screenshot(path=SHOTS / "app_lens.png", full_page=True)
 
         page.get_by_text("Heads: direct effect").click()
         _settle(page)
-        page.get_by_text("not a probability (no softmax)").wait_for(timeout=60_000)
+        page.get_by_text("not a probability (no softmax)").wait_for(timeout=WAIT_MS)
         page.wait_for_timeout(1000)
         page.screenshot(path=SHOTS / "app_lens_heads.png", full_page=True)
 
         page.goto(f"{app_url}/lens?page=lens")  # the offline default, a BERT encoder
         _settle(page)
-        page.get_by_text("minilm has no language-model head").wait_for(timeout=60_000)
+        page.get_by_text("minilm has no language-model head").wait_for(timeout=WAIT_MS)
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_lens_encoder.png", full_page=True)
         browser.close()
@@ -206,15 +206,15 @@ def test_a_click_on_a_cell_says_why_this_weight(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         page.goto(f"{app_url}/?layer=1&head=2")
         _settle(page)
-        page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=WAIT_MS)
         _charts_drawn(page)
         page.wait_for_timeout(500)
         page.mouse.click(*Cells(page, 15).centre(10, 7))
         _settle(page)
-        page.wait_for_function("() => location.search.includes('key=7')", timeout=30_000)
-        page.get_by_text("Why this weight?").wait_for(timeout=30_000)
+        page.wait_for_function("() => location.search.includes('key=7')", timeout=WAIT_MS)
+        page.get_by_text("Why this weight?").wait_for(timeout=WAIT_MS)
         page.wait_for_function("[...document.querySelectorAll('svg text')].some(t => t.textContent.includes("
-                               "'(7), score'))", timeout=60_000)
+                               "'(7), score'))", timeout=WAIT_MS)
         assert page.get_by_text("key 'xiao': its position embedding × query 'she'").first.is_visible()
         page.get_by_text("Why this weight?").scroll_into_view_if_needed()
         page.wait_for_timeout(500)
@@ -231,10 +231,10 @@ def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
         page.goto(f"{app_url}/circuit?page=circuit&layer=2&head=3")
         _settle(page)
-        page.get_by_role("heading", name="Circuit: which heads minilm's head 2.3 reads from").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Circuit: which heads minilm's head 2.3 reads from").wait_for(timeout=WAIT_MS)
         page.get_by_role("button", name="Run path patching").click()
         _settle(page)
-        _charts_drawn(page, timeout=120_000, main=True)
+        _charts_drawn(page, timeout=WAIT_MS, main=True)
         page.wait_for_timeout(1000)  # Vega draws in the browser
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_circuit.png")
@@ -297,8 +297,8 @@ def test_chinese_is_drawn_without_cjk_system_fonts(app_url):
         for key, heading in (("explore", "smollm2: layer"), ("find", "Find heads"), ("effects", "Does it matter?")):
             page.goto(f"{app_url}/{'' if key == 'explore' else key}?model=smollm2&page={key}&text={quote(ZH)}")
             _settle(page)
-            page.get_by_role("heading", name=heading).first.wait_for(timeout=180_000)
-            _charts_drawn(page, 1, timeout=180_000, main=True)
+            page.get_by_role("heading", name=heading).first.wait_for(timeout=WAIT_MS)
+            _charts_drawn(page, 1, timeout=WAIT_MS, main=True)
             page.wait_for_timeout(1000)  # Vega draws in the browser
             page.screenshot(path=SHOTS / f"{key}_smollm2_zh.png", full_page=True)
             assert page.locator("[data-testid=stException]").count() == 0
@@ -344,7 +344,7 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         box = thumbs.bounding_box()
         page.mouse.click(box["x"] + 4 * (edge + 20) + edge / 2, box["y"] + 24 + edge / 2)  # head 4 of the layer
         layer, head = opening()
-        page.get_by_role("heading", name=f"minilm: layer {layer}, head 4").wait_for(timeout=60_000)
+        page.get_by_role("heading", name=f"minilm: layer {layer}, head 4").wait_for(timeout=WAIT_MS)
         _settle(page)
         page.wait_for_timeout(1500)
         top = heatmap.bounding_box()["y"]

@@ -61,3 +61,31 @@ def test_a_public_app_keeps_no_logits_in_its_traces_and_its_badge_still_compares
     assert private.nbytes - public.nbytes == private.logits.nbytes
     report = data.parity_report(shown)
     assert report.passed and report.logits_max_rel_diff is None and report.attention_max_abs_diff is not None
+
+
+def test_a_public_computation_is_stopped_at_the_first_step_past_its_seconds(monkeypatch):
+    """``watched`` reads :data:`data.clock`: with a clock this test moves itself, the bound trips at exactly the step
+    that comes more than ``PUBLIC_SECONDS`` after the start (a step at exactly the bound still runs), whatever the
+    machine's speed; off a public deployment no time stops the work."""
+    import pytest
+
+    now = [1000.0]
+    monkeypatch.setattr(data, "clock", lambda: now[0])
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    done = []
+    step = data.watched(lambda *args: done.append(args), "shorten the text")
+    for i, at in enumerate([0, 1, 59.5, data.PUBLIC_SECONDS]):
+        now[0] = 1000.0 + at
+        step(i, 5)
+    assert done == [(0, 5), (1, 5), (2, 5), (3, 5)]
+    now[0] = 1000.0 + data.PUBLIC_SECONDS + 0.001
+    with pytest.raises(data.TookTooLong, match=rf"longer than the {data.PUBLIC_SECONDS:g} seconds the public app gives "
+                                               r"one computation, so it was stopped: shorten the text, or run the app"):
+        step(4, 5)
+    assert len(done) == 4  # the step past the bound reported nothing
+
+    monkeypatch.delenv("PROBES_PUBLIC")
+    step = data.watched(lambda *args: done.append(args))
+    now[0] += 10**6
+    step(5, 5)
+    assert done[-1] == (5, 5)

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import app_server, launch, sync_playwright
+from browser import WAIT_MS, app_server, launch, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
@@ -47,9 +47,9 @@ def test_the_opened_app_requests_nothing_outside_this_machine(app_url):
         for path in ("/", "/qkv"):  # the landing page with its charts, and one more page through a link
             page.goto(app_url + path)
             page.wait_for_timeout(300)
-            page.wait_for_selector(IDLE, timeout=180_000)
+            page.wait_for_selector(IDLE, timeout=WAIT_MS)
             page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 2",
-                                   timeout=60_000)
+                                   timeout=WAIT_MS)
             page.wait_for_load_state("networkidle")
         icons = page.evaluate("Array.from(document.querySelectorAll('link[rel*=icon]'), l => l.href)")
         browser.close()

@@ -75,8 +75,9 @@ def test_a_served_model_is_marked_on_the_cluster_and_draws_the_same_weights(clus
     assert isinstance(app_model, remote.RemoteModel) and app_model.wire.calls > 0  # what it drew came from there
 
 
-def _wait(handle, dead: bool, seconds: float = 120) -> None:
-    """Until the server's actor answers (``dead=False``), or no longer does (``dead=True``)."""
+def _wait(handle, dead: bool, seconds: float = 600) -> None:
+    """Until the server's actor answers (``dead=False``), or no longer does (``dead=True``); a failure after ``seconds``
+    (a guard against a hang, not a speed bound: a restarted server loads its model again, slowly on a busy machine)."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:

@@ -52,3 +52,11 @@ def test_hide_the_first_token_is_part_of_the_link():
     assert back.hide_first and not problems
     _, problems = ViewState.from_query({"hide_first": "maybe"})
     assert problems and "hide_first" in problems[0]
+
+
+def test_a_link_number_in_other_digits_is_ignored_with_a_reason():
+    """int('٣') is 3: a link's layer written in Arabic-Indic digits was taken as layer 3 (issue 40). Numbers in a
+    link are ASCII digits; anything else is kept out, and said."""
+    state, problems = ViewState.from_query({"layer": "٣", "head": "²", "query": "３"})
+    assert (state.layer, state.head, state.query) == (0, 0, ViewState().query)
+    assert len(problems) == 3 and all("whole number" in p for p in problems), problems

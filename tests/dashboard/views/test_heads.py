@@ -139,6 +139,30 @@ def test_bad_examples_are_messages_not_tracebacks(corpus_run):
     assert "Head 1.2 has no examples in some.parquet." in texts(at.info)
 
 
+def test_upload_bombs_are_refused_with_a_message_before_they_are_read(monkeypatch):
+    """The issue's two bombs, smaller: a CSV whose header names 100,000 columns and a Parquet of a million zero rows
+    in a few kB (zstd). Each is answered in the page from its first bytes or its footer, and pandas never reads
+    either file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the upload was read")
+
+    at = open_app(page="heads")
+    monkeypatch.setattr(pd, "read_csv", unread)
+    monkeypatch.setattr(pq, "read_table", unread)
+    wide = ("label,layer,head,score," + ",".join(f"c{i}" for i in range(100_000)) + "\nx,0,0,0.5\n").encode()
+    zeros = pa.array(pd.Series([0] * 1_000_000, dtype="int8"))
+    buf = io.BytesIO()
+    pq.write_table(pa.table({c: zeros for c in readback.COLUMNS}), buf, compression="zstd")
+    at = _uploads(at, buf.getvalue(), wide, name="zeros.parquet")
+    said = texts(at.error)
+    assert "stats.csv: the header line is longer than 4,096 bytes" in said
+    assert "zeros.parquet: 1,000,000 rows, more than the 100,000 this app reads" in said
+    assert not at.get("vega_lite_chart") and not [d for d in at.dataframe if d.key == "heads_examples"]
+
+
 @pytest.mark.numeric
 def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     """Run a probe, then "Compute importance": a second grid with the library's importance of every head over the
@@ -247,15 +271,21 @@ def test_a_syntactic_run_opens_on_a_relation_with_thirty_examples_or_more():
     assert not texts(at.warning) and len(at.selectbox(key="w_label").options) > 40  # the rest can still be picked
 
 
-def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn():
-    import time
+def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn(monkeypatch):
+    """A head far past the model's is refused before any grid is built (it used to build a million-row grid, for
+    minutes): every grid the page asks for is written down here, and none is (not timed)."""
+    from dashboard import charts
 
     at = open_app(page="heads")
-    started = time.perf_counter()
+    grids = []
+    monkeypatch.setattr(charts, "head_grid", lambda *args, **kwargs: grids.append(args) or _no_grid())
     _upload(at, "huge.csv", b"label,layer,head,score\nx,1000000,0,0.5\n")
-    assert time.perf_counter() - started < 30  # (it used to build a million-row grid for minutes)
     assert "layer 1000000 does not exist in this model (layers 0–5)" in texts(at.error)
-    assert not at.get("vega_lite_chart")
+    assert not at.get("vega_lite_chart") and grids == []
+
+
+def _no_grid():
+    raise AssertionError("a grid was built")
 
 
 @pytest.mark.numeric
@@ -424,3 +454,16 @@ def test_a_decoders_run_says_which_directions_it_leaves_out_and_never_offers_the
     assert "label(s) left out: a decoder's query cannot attend to a later word" in texts(at.caption)
     options = " | ".join(at.selectbox(key="w_label").options)
     assert "det, determiner (head → dependent)" in options and "det, determiner (dependent → head)" not in options
+
+
+def test_a_public_probe_run_traces_a_few_sentences_at_a_time(monkeypatch):
+    # a trace keeps every head's probabilities: on a public app a run's batches stay within its memory budget
+    from dashboard import data
+    from probes.evidence import probes as judged
+
+    monkeypatch.setenv("PROBES_PUBLIC", "1")
+    asked, run = [], judged.run_probe
+    monkeypatch.setattr(judged, "run_probe", lambda *a, **kw: asked.append(kw.get("batch_size")) or run(*a, **kw))
+    at = open_app(page="heads", probe="positional", items=7)
+    assert asked == [data.PUBLIC_PROBE_BATCH] == [4]
+    assert len(at.dataframe[0].value) == 72  # the whole table, as with batches of 16
