@@ -193,7 +193,14 @@ class Model:
             for f in tokenizer_files(self.location):
                 h.update(f.name.encode() + b"\0" + cached_sha256(f).encode())
             backend = getattr(tok, "backend_tokenizer", None)
-            serialised = backend.to_str() if backend is not None else repr(sorted(tok.get_vocab().items()))
+            if backend is not None:  # less its truncation and padding: each call of the tokenizer sets them anew
+                # (the last call's max_length, a batch's longest), so they say which call came last, not the ids
+                import json
+
+                state = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+                serialised = json.dumps(state, sort_keys=True)
+            else:
+                serialised = repr(sorted(tok.get_vocab().items()))
             h.update(serialised.encode())
             special = sorted((k, str(v)) for k, v in getattr(tok, "special_tokens_map", {}).items())
             h.update(repr([special, getattr(tok, "model_max_length", None), getattr(tok, "padding_side", None),

@@ -263,3 +263,18 @@ def test_smollm2_is_rebuilt_when_damaged_and_its_fp32_copy_loads_exactly_as_the_
     ids = smollm2.encode("Xiaoming gave the apple").input_ids
     with torch.inference_mode():
         assert torch.equal(smollm2.hf(ids).logits, gguf_model.hf(ids).logits)
+
+@pytest.mark.parametrize("name", ["minilm", "gpt2"])
+def test_the_tokenizer_fingerprint_does_not_depend_on_the_calls_made_before_it(name, gpt2_dir):
+    """A fast tokenizer's serialisation carries the truncation and padding of its last call (the server's model had
+    encoded nothing, the test's had: their fingerprints differed): the fingerprint leaves those out, so one tokenizer
+    has one fingerprint whatever was encoded first, and two tokenizers that read words differently still differ."""
+    where = "minilm" if name == "minilm" else str(gpt2_dir)
+    fresh = probes.load(where).tokenizer_fingerprint()
+    used = probes.load(where)
+    used.tokenizer(["a", "b c d e f"], padding=True, truncation=True, max_length=3)
+    used.encode("a longer text than the one before", truncate=True)
+    assert used.tokenizer_fingerprint() == fresh
+    other = probes.load(where)
+    other.tokenizer.add_tokens(["qqzzyx"])  # one more word in the vocabulary: other ids for some texts
+    assert other.tokenizer_fingerprint() != fresh
