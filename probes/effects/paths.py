@@ -103,7 +103,7 @@ def _check(model, receiver, into, senders, n, cells):
             raise BadOption(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
 
 
-def sender_bytes(model, length: int, lm: bool = True) -> int:
+def sender_bytes(model, length: int) -> int:
     """Bytes one patched copy (one sender) adds to a pass over ``length`` tokens, in the model's dtype: its residual
     stream and the activations of one layer at a time (about a dozen vectors of the model's width: norm, q, k, v, z,
     head outputs; three of the MLP's), and its attention scores, probabilities and mask (``heads × length²`` each).
@@ -125,7 +125,7 @@ def batch_for(model, length: int, lm: bool, budget: int | None = None) -> int:
     """Senders per pass within ``budget`` bytes, at most :data:`MAX_BATCH`. A budget given that is too small for one
     sender is refused (:class:`BadOption`, saying how much one needs); the default, :data:`WORK_BUDGET`, gives one
     sender a pass then (a long text on a machine that chose no bound)."""
-    one, fixed = sender_bytes(model, length, lm), fixed_bytes(model, length, lm)
+    one, fixed = sender_bytes(model, length), fixed_bytes(model, length, lm)
     if budget is None:
         return max(1, min(MAX_BATCH, (WORK_BUDGET - fixed) // one))
     if budget < fixed + one:

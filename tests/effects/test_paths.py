@@ -270,7 +270,7 @@ def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
     from probes.effects.paths import fixed_bytes, sender_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
-    one, fixed = sender_bytes(gpt2_3, length, True), fixed_bytes(gpt2_3, length, True)
+    one, fixed = sender_bytes(gpt2_3, length), fixed_bytes(gpt2_3, length, True)
     passes = []
     three = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=fixed + 3 * one + one // 2,
                        progress=lambda done, total: passes.append(done))
@@ -289,7 +289,7 @@ def test_a_budget_too_small_for_one_sender_is_refused_before_any_pass(gpt2_3):
     from probes.effects.paths import fixed_bytes, sender_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
-    need = sender_bytes(gpt2_3, length, True) + fixed_bytes(gpt2_3, length, True)
+    need = sender_bytes(gpt2_3, length) + fixed_bytes(gpt2_3, length, True)
     passes = []
     with pytest.raises(BadOption, match=rf"a text of {length} tokens .* for one sender at a time, more than the .* "
                                         "shorten the text"):

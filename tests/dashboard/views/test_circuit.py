@@ -62,17 +62,24 @@ def test_the_weights_graph_and_path_patching_draw_only_edges_above_their_floor(m
     assert len(table) == 24 and "shift of the attention pattern: noise floor" in table.columns  # every sender
 
 
-@pytest.mark.numeric
-def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
-    from probes.evidence.edges import NULLS, patch_floors
-
-    clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
-    at = open_app(text=clean, layer=3, head=1, page="circuit")
+def _run_patching(text: str, corrupt: str):
+    """Circuit on minilm's head 3.1 with ``text`` in the sidebar and ``corrupt`` as its corrupted text, after "Run path
+    patching" (no exception raised)."""
+    at = open_app(text=text, layer=3, head=1, page="circuit")
     at.text_input(key="circuit_corrupted").set_value(corrupt)
     rerun(at)
     at.button(key="circuit_run").click()
     at.run()
     assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.numeric
+def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
+    from probes.evidence.edges import NULLS, patch_floors
+
+    clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
+    at = _run_patching(clean, corrupt)
     batch = 256 // minilm.encode(clean).input_ids.shape[-1]  # the app's passes (data.PATCH_ROWS tokens each)
     expected = patch_floors(minilm, clean, corrupt, (3, 1), "k", batch=batch)
     above = expected.above
@@ -167,13 +174,7 @@ def _public_patch(monkeypatch, minilm, text: str, corrupt: str, budget: int):
         return patch(*args, **kwargs)
 
     monkeypatch.setattr(paths, "path_patch", spy)
-    at = open_app(text=text, layer=3, head=1, page="circuit")
-    at.text_input(key="circuit_corrupted").set_value(corrupt)
-    rerun(at)
-    at.button(key="circuit_run").click()
-    at.run()
-    assert not at.exception, at.exception
-    return at, asked
+    return _run_patching(text, corrupt), asked
 
 
 def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monkeypatch):
@@ -181,7 +182,7 @@ def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monk
 
     text, corrupt = "the fox ran to the barn", "the owl ran to the barn"
     length = minilm.encode(text).input_ids.shape[-1]
-    two = fixed_bytes(minilm, length, False) + 2 * sender_bytes(minilm, length, False)
+    two = fixed_bytes(minilm, length, False) + 2 * sender_bytes(minilm, length)
     at, asked = _public_patch(monkeypatch, minilm, text, corrupt, two)
     assert asked and set(asked) == {2}  # 256 token rows would allow 32 senders a pass: the budget holds two
     assert len(at.dataframe[-1].value) == 3 * 12  # every sender's row, as without a budget
@@ -192,7 +193,7 @@ def test_public_path_patching_refuses_a_text_too_long_for_its_budget_in_words(mi
     from probes.effects.paths import sender_bytes
 
     length = minilm.encode(text).input_ids.shape[-1]
-    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, sender_bytes(minilm, length, False) - 1)
+    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, sender_bytes(minilm, length) - 1)
     assert asked == []  # nothing ran
     assert (f"Path patching on this public app may hold 0 MiB at a time, and this text of {length} tokens needs more "
             "for one earlier head: shorten the text, or run the app on your own machine (make app).") in texts(at.info)
