@@ -24,9 +24,13 @@ fonts.webfont()  # the CJK webfont that .streamlit/config.toml's theme names, wr
 WARM_SPOT = warm.wait_in_page()  # served by dashboard/serve.py: the warm start imports and loads the default view first
 
 import probes  # noqa: E402
-from probes import threads  # noqa: E402
+from probes import memory, threads  # noqa: E402
 
 threads.apply("app")  # torch's threads for an app on this machine (the machine is watched once per process)
+try:  # large tensors' memory goes back to the system when freed (glibc; once per process)
+    memory.steady()
+except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: said on every page, the app still runs
+    st.warning(str(exc))
 from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import PAGES, STORIES, ViewState  # noqa: E402

@@ -13,7 +13,6 @@ backend, layer, head…), never tensors.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import threading
@@ -52,23 +51,14 @@ PUBLIC_SECONDS = 60  # one computation on a public deployment: a visitor waits a
 # one or two cores serve every visitor (work past it is stopped: see `watched`)
 
 
-@functools.cache
-def _libc():
-    import ctypes
-
-    return ctypes.CDLL("libc.so.6")
-
-
 def release_memory() -> None:
-    """Hand what this process has freed back to the system (glibc's ``malloc_trim``; nothing where there is no
-    glibc). Every script run calls it as it ends: glibc keeps freed memory in each thread's arena, and each session
-    runs in a thread of its own, so without it the server's resident memory stays at the highest any run reached
-    (after a 60-item syntactic probe run on SmolLM2 in a thread: 343 MiB above the level before it, 17 MiB once
-    trimmed)."""
-    try:
-        _libc().malloc_trim(0)
-    except (OSError, AttributeError):  # not Linux with glibc (musl, macOS, Windows): the allocator's own business
-        pass
+    """Hand what this process has freed back to the system (:func:`probes.memory.release`). Every script run calls
+    it as it ends: glibc keeps freed memory in each thread's arena, and each session runs in a thread of its own,
+    so without it the server's resident memory stays at the highest any run reached (after a 60-item syntactic
+    probe run on SmolLM2 in a thread: 343 MiB above the level before it, 17 MiB once trimmed)."""
+    from probes import memory
+
+    memory.release()
 
 
 def setting(name: str) -> str:

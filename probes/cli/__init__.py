@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import memory
 from ..errors import InputTooLong, ProbesError
 from . import claim, compose, effects, generate, parity, paths, profile, serve, why
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        memory.steady()  # large tensors' memory goes back to the system when freed (probes.memory)
         return args.func(args)
     except ProbesError as exc:
         if isinstance(exc, InputTooLong) and not exc.custom_advice and "truncate" not in args:
