@@ -25,11 +25,12 @@ from ..errors import BadOption, EmptyInput
 from ..precision import working_dtype
 from ..scratch import DecoderNetwork, build, outputs
 from ..trace import Outputs
-from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare
+from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_stats
 
 HOWS = ("zero", "mean", "patch")
 AT_POSITION = ("token_change", "logit_diff")  # the measures that read one position only
-LOGIT_BUDGET = 256 * 2**20  # bytes of logits one batch of edited copies may hold
+WORK_BUDGET = 256 * 2**20  # bytes one pass of edited copies may hold (their activations: :func:`copy_bytes`)
+MAX_BATCH = 64  # copies per pass at most: on a CPU bigger passes are no faster
 
 
 def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> tuple[int, int]:
@@ -123,20 +124,21 @@ class Clean:
 
     enc: object
     n: int  # real tokens
-    out: Outputs
+    out: Outputs  # without logits: the next-token measures read them from the last hidden state (measures.lm_stats)
+    lm: bool  # the next-token measures apply and were asked for
 
 
 def clean_pass(model, text: str, truncate: bool = False, logits: bool = True, upto: int | None = None) -> Clean:
-    """The clean pass of ``text``, with its logits when the model has a language-model head and ``logits``.
-    ``upto``: only the first ``upto`` tokens, when the text has more (what a causal model computes at a position
-    never reads a later token, so a measure at one position needs nothing after it)."""
+    """The clean pass of ``text``; ``logits``: the next-token measures will be asked for (when the model has a
+    language-model head). ``upto``: only the first ``upto`` tokens, when the text has more (what a causal model
+    computes at a position never reads a later token, so a measure at one position needs nothing after it)."""
     enc = model.encode(text, truncate=truncate)  # an empty text is refused here (EmptyInput)
     if upto is not None and 0 < upto < int(enc.attention_mask.sum()):
         cut = lambda t: None if t is None else t[:, :upto]  # noqa: E731 (one text: no padding)
         enc = replace(enc, input_ids=cut(enc.input_ids), attention_mask=cut(enc.attention_mask),
                       token_type_ids=cut(enc.token_type_ids), tokens=[row[:upto] for row in enc.tokens])
-    return Clean(enc, int(enc.attention_mask.sum()),
-                 outputs(model, enc, logits=logits and lm_measures(model), keep_inputs=True))
+    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=False, keep_inputs=True),
+                 logits and lm_measures(model))
 
 
 def lm_measures(model) -> bool:
@@ -187,10 +189,19 @@ def replacements(model, how: str, clean: Clean, other: str | None = None,
     return {}
 
 
+def copy_bytes(model, length: int) -> int:
+    """Bytes one edited copy adds to a pass over ``length`` tokens, in the model's dtype: its residual stream and the
+    activations of one layer at a time (about a dozen vectors of the model's width: norm, q, k, v, z, head outputs;
+    three of the MLP's), and its attention scores, probabilities and mask (``heads × length²`` each). No logits: the
+    next-token measures make them a few positions at a time (:func:`probes.effects.measures.lm_stats`)."""
+    config, size = model.config, torch.empty((), dtype=model.dtype).element_size()
+    width = config.hidden_size
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * width
+    return size * length * (12 * width + 3 * inner) + size * 3 * model.n_heads * length * length
+
+
 def _copies(model, clean: Clean) -> int:
-    vocab = clean.out.logits.shape[-1] if clean.out.logits is not None else 0
-    per_row = clean.enc.input_ids.shape[1] * (vocab + 4 * model.config.hidden_size) * 4
-    return max(1, min(64, LOGIT_BUDGET // max(per_row, 1)))
+    return max(1, min(MAX_BATCH, WORK_BUDGET // copy_bytes(model, clean.enc.input_ids.shape[1])))
 
 
 def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = "zero", position: int | None = None,
@@ -198,13 +209,18 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
              measures: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None,
              **writes) -> dict[str, torch.Tensor]:
     """Measures of each row's ablation (``rows[b]``: the heads ablated together in copy b), in batches of
-    ``batch`` copies (default: as many as ``LOGIT_BUDGET`` allows). Nothing before a row's first ablated layer
+    ``batch`` copies (default: as many as :data:`WORK_BUDGET` holds, :func:`copy_bytes`). Nothing before a row's first ablated layer
     changes, so a batch starts from the clean pass's input of its first edited layer: rows of one layer run
     together, and only the layers from it on are computed again (``share=False``: every copy runs every layer).
-    ``measures``: only these (default: every one that applies; the copies' logits are computed only when one
-    needs them and the clean pass has them). ``progress(done, total)``: called after each row is measured."""
+    ``measures``: only these (default: every one that applies; the copies' next-token statistics are read only
+    when one needs them and the clean pass asked for them). ``progress(done, total)``: called after each row is measured."""
     size = batch or _copies(model, clean)
-    lm = clean.out.logits is not None and (measures is None or any(name in LM_MEASURES for name in measures))
+    lm = clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
+    ids = clean.enc.input_ids[0].to(clean.out.hidden.device)
+    unembedding = build(model).unembedding if lm else None
+    stats = lambda hidden: lm_stats(ids, clean.n, position, targets, hidden=hidden,  # noqa: E731
+                                    unembedding=unembedding) if lm else None
+    clean_lm = stats(clean.out.hidden)
     parts: dict[str, list[torch.Tensor]] = {}
     first_layer = [min((layer for layer, _ in heads), default=model.n_layers) for heads in rows]
     chunks, start = [], 0
@@ -224,9 +240,8 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
         resume = None
         if share and 0 < first < model.n_layers:
             resume = (first, clean.out.inputs[first].expand(len(chunk), -1, -1))
-        got = outputs(model, copies, edit=ablation_edit(chunk, how, **writes), logits=lm, resume=resume)
-        measured = compare(clean.out.hidden[0], got.hidden, clean.n, clean.out.logits[0] if lm else None, got.logits,
-                           clean.enc.input_ids[0].to(got.hidden.device), position, targets, measures)
+        got = outputs(model, copies, edit=ablation_edit(chunk, how, **writes), logits=False, resume=resume)
+        measured = compare(clean.out.hidden[0], got.hidden, clean.n, clean_lm, stats(got.hidden), position, measures)
         for key, value in measured.items():
             parts.setdefault(key, []).append(value.cpu())
         if progress is not None:

@@ -4,18 +4,27 @@ With a language-model head (a decoder): the change in the mean next-token loss o
 positions whose top prediction changed, and, given two target tokens, the change in their logit difference
 at one position. For every model: how far the last hidden states moved, 1 − cosine per token (mean over the
 real tokens, and at one token), and 1 − cosine of the mean-pooled sentence embedding.
+
+The next-token measures need a vocabulary of logits per position (on SmolLM2 a 2,000-character text's are
+88 MiB a copy, and the loss works in float64: two vocabularies more). :func:`lm_stats` reads what they need
+from each row — the losses, the top prediction, the logit difference — with the logits made (from the last hidden
+state and the unembedding) and scored :data:`LOGIT_POSITIONS` positions of one row at a time, so a batch of edited
+copies never holds a pass's logits: ablation (:mod:`.ablation`) and path patching (:mod:`.paths`) both measure
+this way. Each position's logits and loss are its own, so the numbers do not depend on the slicing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 LM_MEASURES = ("loss", "top_changed", "logit_diff")
 HIDDEN_MEASURES = ("hidden_change", "token_change", "embedding_change")
-LOSS_POSITIONS = 64  # positions whose next-token loss is worked out at once (in float64: two vocabularies each)
+LOGIT_POSITIONS = 16  # positions of one row whose logits are made and scored at once (a vocabulary each, and two
+# more in float64 for the loss: on SmolLM2 16 positions hold 15 MiB)
 ABOUT = {
     "loss": "change in the mean next-token loss (nats; > 0: the model predicts the text worse)",
     "top_changed": "share of positions whose top prediction changed",
@@ -26,17 +35,53 @@ ABOUT = {
 }
 
 
+@dataclass
+class LMStats:
+    """What the next-token measures read from ``B`` rows of one text of ``n`` real tokens: the next-token losses
+    ``[B, n − 1]`` (float64), the top prediction ``[B, n]`` and, given two targets, their logit difference at one
+    position ``[B]`` (float64; else None)."""
+
+    losses: torch.Tensor
+    top: torch.Tensor
+    diff: torch.Tensor | None
+
+
+def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tuple[int, int] | None = None, *,
+             logits: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
+             unembedding: torch.Tensor | None = None) -> LMStats:
+    """:class:`LMStats` of each row, from its ``logits`` ``[B, L, V]``, or from its last ``hidden`` state ``[B, L, D]``
+    (after the final norm) and the ``unembedding`` ``[V, D]``: the logits ``hidden · unembeddingᵀ``, as the
+    network's own head makes them, :data:`LOGIT_POSITIONS` positions at a time. ``ids``: the text's token ids (what
+    each position predicts is the next one); ``position`` (default: the last real token) and ``targets``: where and
+    between which two token ids the logit difference is read."""
+    if (logits is None) == (hidden is None) or (hidden is not None and unembedding is None):
+        raise ValueError("give the logits, or the hidden states and the unembedding")
+    position = n - 1 if position is None else position
+    rows = logits if logits is not None else hidden
+    at = (lambda b, s: logits[b, s]) if logits is not None else (lambda b, s: F.linear(hidden[b, s], unembedding))
+    losses = torch.empty(rows.shape[0], max(n - 1, 0), dtype=torch.float64, device=rows.device)
+    top = torch.empty(rows.shape[0], n, dtype=torch.long, device=rows.device)
+    diff = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device) if targets is not None else None
+    with torch.inference_mode():
+        for b in range(rows.shape[0]):
+            for start in range(0, n, LOGIT_POSITIONS):
+                end = min(start + LOGIT_POSITIONS, n)
+                part = at(b, slice(start, end))
+                top[b, start:end] = part.argmax(-1)
+                scored = min(end, n - 1)  # the last real position predicts nothing of the text
+                if scored > start:
+                    losses[b, start:scored] = F.cross_entropy(part[:scored - start].double(), ids[start + 1:scored + 1],
+                                                              reduction="none")
+            if targets is not None:
+                row = at(b, position)
+                diff[b] = (row[targets[0]] - row[targets[1]]).double()
+    return LMStats(losses, top, diff)
+
+
 def token_losses(logits: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Tensor:
-    """Next-token cross-entropy at positions 0..n−2 of each row, ``[B, n − 1]`` (float64). Worked out
-    :data:`LOSS_POSITIONS` positions of one row at a time: the float64 copy and its log-softmax are two vocabularies
-    per position (a 2,000-character text on SmolLM2, all of a batch's at once: 350 MiB a row), and each position's
-    loss is its own, so the numbers are the same whatever the split."""
-    out = torch.empty(logits.shape[0], max(n - 1, 0), dtype=torch.float64, device=logits.device)
-    for b, row in enumerate(logits):
-        for start in range(0, n - 1, LOSS_POSITIONS):
-            end = min(start + LOSS_POSITIONS, n - 1)
-            out[b, start:end] = F.cross_entropy(row[start:end].double(), ids[start + 1:end + 1], reduction="none")
-    return out
+    """Next-token cross-entropy at positions 0..n−2 of each row of ``logits`` ``[B, L, V]``, ``[B, n − 1]`` (float64;
+    :func:`lm_stats`'s losses)."""
+    return lm_stats(ids, n, logits=logits).losses
 
 
 def cosine_change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -44,13 +89,14 @@ def cosine_change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 1.0 - F.cosine_similarity(a.double(), b.double(), dim=-1)
 
 
-def compare(clean_hidden: torch.Tensor, hidden: torch.Tensor, n: int, clean_logits: torch.Tensor | None = None,
-            logits: torch.Tensor | None = None, ids: torch.Tensor | None = None, position: int | None = None,
-            targets: tuple[int, int] | None = None, measures: Collection[str] | None = None) -> dict[str, torch.Tensor]:
+def compare(clean_hidden: torch.Tensor, hidden: torch.Tensor, n: int, clean_lm: LMStats | None = None,
+            lm: LMStats | None = None, position: int | None = None,
+            measures: Collection[str] | None = None) -> dict[str, torch.Tensor]:
     """Each measure for ``B`` edited rows against the clean run of one text of ``n`` real tokens (on the left:
-    no padding inside the first n). ``clean_*`` are ``[L, …]``, the edited ``[B, L, …]``; ``position`` is the
-    token whose change is measured (default: the last real one). ``measures``: only these (default: every one the
-    inputs allow). Returns measure -> ``[B]`` float64."""
+    no padding inside the first n). ``clean_hidden`` is ``[L, D]``, ``hidden`` ``[B, L, D]``; ``clean_lm`` (one row)
+    and ``lm`` (``B`` rows): their :func:`lm_stats`, for the next-token measures (``logit_diff`` when they were made
+    with targets). ``position`` is the token whose change is measured (default: the last real one). ``measures``:
+    only these (default: every one the inputs allow). Returns measure -> ``[B]`` float64."""
     position = n - 1 if position is None else position
     hidden, clean_hidden = hidden[:, :n], clean_hidden[:n]
     wanted = lambda name: measures is None or name in measures  # noqa: E731
@@ -61,14 +107,11 @@ def compare(clean_hidden: torch.Tensor, hidden: torch.Tensor, n: int, clean_logi
         out["token_change"] = cosine_change(hidden[:, position], clean_hidden[None, position])
     if wanted("embedding_change"):
         out["embedding_change"] = cosine_change(hidden.double().mean(1), clean_hidden.double().mean(0)[None])
-    if logits is not None and clean_logits is not None:
+    if lm is not None and clean_lm is not None:
         if wanted("loss"):
-            base = token_losses(clean_logits[None], ids, n)
-            out["loss"] = (token_losses(logits, ids, n) - base).mean(-1) if n > 1 else torch.zeros(len(hidden))
+            out["loss"] = (lm.losses - clean_lm.losses).mean(-1) if n > 1 else lm.losses.new_zeros(len(hidden))
         if wanted("top_changed"):
-            out["top_changed"] = (logits[:, :n].argmax(-1) != clean_logits[None, :n].argmax(-1)).double().mean(-1)
-        if targets is not None and wanted("logit_diff"):
-            t, o = targets
-            diff = lambda x: (x[..., position, t] - x[..., position, o]).double()  # noqa: E731
-            out["logit_diff"] = diff(logits) - diff(clean_logits)
+            out["top_changed"] = (lm.top != clean_lm.top).double().mean(-1)
+        if lm.diff is not None and clean_lm.diff is not None and wanted("logit_diff"):
+            out["logit_diff"] = lm.diff - clean_lm.diff
     return out

@@ -20,8 +20,9 @@ language-model head; hidden-state changes for every model).
 Batched like :func:`.ablation.ablate_each`: copy b of a pass patches sender b, and the pass starts at the receiver's
 layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced through
 :func:`probes.scratch.outputs`'s ``qkv_edit``. A pass holds ``batch`` copies' logits and activations, so its size
-comes from a byte budget (``budget``, default :data:`WORK_BUDGET`; :func:`sender_bytes` is one sender's share,
-:func:`fixed_bytes` what a pass holds whatever its size): the peak stays near the clean pass's own, whatever the
+comes from a byte budget (``budget``, default :data:`~probes.effects.ablation.WORK_BUDGET`;
+:func:`~probes.effects.ablation.copy_bytes` is one sender's share, :func:`fixed_bytes` what a pass holds whatever its
+size): the peak stays near the clean pass's own, whatever the
 number of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a layer's input is the normed residual,
 so Δ_s added to it is the sender's write as the residual carries it, without the norms between: the pattern change
 is still the receiver's own, the path an approximation.
@@ -34,20 +35,15 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from ..attention_math import repeat_kv
 from ..errors import BadOption
 from ..scratch import BACKENDS, build, outputs
-from .ablation import check_position, lm_measures
-from .ablation import check_receiver
+from .ablation import MAX_BATCH, WORK_BUDGET, check_position, check_receiver, copy_bytes, lm_measures
 from .ablation import parse_head as parse_one
-from .measures import compare
+from .measures import LOGIT_POSITIONS, compare, lm_stats
 
 INTO = ("q", "k", "v")
-WORK_BUDGET = 256 * 2**20  # bytes one pass of patched copies may hold (their logits and activations)
-MAX_BATCH = 64  # senders per pass at most: on a CPU bigger passes are no faster
-LOGIT_POSITIONS = 16  # positions of one copy whose logits are made at once (a vocabulary each: never a whole pass's)
 PATTERN_MEASURES = ("pattern_change", "pattern_shift")
 ABOUT = {
     "pattern_change": "largest |Δ| of one attention weight of the receiver",
@@ -103,20 +99,10 @@ def _check(model, receiver, into, senders, n, cells):
             raise BadOption(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
 
 
-def sender_bytes(model, length: int) -> int:
-    """Bytes one patched copy (one sender) adds to a pass over ``length`` tokens, in the model's dtype: its residual
-    stream and the activations of one layer at a time (about a dozen vectors of the model's width: norm, q, k, v, z,
-    head outputs; three of the MLP's), and its attention scores, probabilities and mask (``heads × length²`` each).
-    No logits: a copy's are made :data:`LOGIT_POSITIONS` positions at a time (:func:`fixed_bytes`)."""
-    config, size = model.config, torch.empty((), dtype=model.dtype).element_size()
-    width = config.hidden_size
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * width
-    return size * length * (12 * width + 3 * inner) + size * 3 * model.n_heads * length * length
-
-
 def fixed_bytes(model, length: int, lm: bool) -> int:
     """Bytes a pass holds whatever its number of copies: with a language-model head (``lm``), the logits of
-    :data:`LOGIT_POSITIONS` positions of one copy, and their float64 copy and log-softmax for the loss."""
+    :data:`~probes.effects.measures.LOGIT_POSITIONS` positions of one copy, and their float64 copy and log-softmax
+    for the loss (:func:`~probes.effects.measures.lm_stats`)."""
     size = torch.empty((), dtype=model.dtype).element_size()
     return (size + 16) * min(length, LOGIT_POSITIONS) * model.config.vocab_size if lm else 0
 
@@ -125,7 +111,7 @@ def batch_for(model, length: int, lm: bool, budget: int | None = None) -> int:
     """Senders per pass within ``budget`` bytes, at most :data:`MAX_BATCH`. A budget given that is too small for one
     sender is refused (:class:`BadOption`, saying how much one needs); the default, :data:`WORK_BUDGET`, gives one
     sender a pass then (a long text on a machine that chose no bound)."""
-    one, fixed = sender_bytes(model, length), fixed_bytes(model, length, lm)
+    one, fixed = copy_bytes(model, length), fixed_bytes(model, length, lm)
     if budget is None:
         return max(1, min(MAX_BATCH, (WORK_BUDGET - fixed) // one))
     if budget < fixed + one:
@@ -169,8 +155,10 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     other = outputs(model, enc_c, logits=False, keep_z=True, upto=r_layer).z  # the senders' z on the corrupted text
     x = base.inputs[r_layer]  # [1, L, D]: the receiver layer's clean input
     base.inputs = None  # the other layers' inputs are not needed again
-    clean_lm = _lm_stats(net.unembedding, base.hidden, enc.input_ids[0].to(x.device), n, position, targets) \
-        if lm else None
+    ids = enc.input_ids[0].to(x.device)
+    stats = lambda hidden: lm_stats(ids, n, position, targets, hidden=hidden,  # noqa: E731
+                                    unembedding=net.unembedding) if lm else None
+    clean_lm = stats(base.hidden)
     with torch.inference_mode():
         heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
 
@@ -179,7 +167,6 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
             return torch.stack([(other[s][0, h] - base.z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
                                 for s, h in part]).to(x)
 
-    ids = enc.input_ids[0].to(x.device)
     mask = enc.attention_mask.to(x.device)
     clean_pattern: list[torch.Tensor] = []
     rows, patterns = [], []
@@ -210,9 +197,7 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
                          token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(len(chunk),
                                                                                                            -1))
         got = outputs(model, copies, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)), qkv_edit=qkv_edit)
-        measured = compare(base.hidden[0], got.hidden, n, ids=ids, position=position, targets=targets)
-        if lm:
-            measured |= _lm_changes(net.unembedding, got.hidden, clean_lm, ids, n, position, targets)
+        measured = compare(base.hidden[0], got.hidden, n, clean_lm, stats(got.hidden), position)
         patched = got_pattern[0][:, :n, :n].double().cpu()
         clean = clean_pattern[0][0, :n, :n].double().cpu()
         delta = patched - clean[None]
@@ -238,46 +223,6 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     clean_cells = float(clean[tuple(torch.tensor(cells).T)].mean()) if cells else None
     return PathPatch(model.name, (r_layer, r_head), into, tokens, frame, clean,
                      torch.cat(patterns) if keep_patterns else None, cells, clean_cells)
-
-
-def _lm_stats(unembedding: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor, n: int, position: int | None,
-              targets: tuple[int, int] | None) -> list[tuple[torch.Tensor, ...]]:
-    """What the next-token measures read from each row of ``hidden`` ``[B, L, D]`` (the last hidden state, after
-    the final norm: its logits are ``hidden · unembeddingᵀ``, as the pass's own head makes them), the logits made
-    :data:`LOGIT_POSITIONS` positions at a time: per row, the next-token losses ``[n − 1]`` (float64), the top
-    prediction ``[n]`` and, given ``targets``, the logit difference at ``position`` (float64)."""
-    position = n - 1 if position is None else position
-    out = []
-    with torch.inference_mode():
-        for row in hidden:
-            losses, top = [], []
-            for start in range(0, n, LOGIT_POSITIONS):
-                end = min(start + LOGIT_POSITIONS, n)
-                logits = F.linear(row[start:end], unembedding)
-                top.append(logits.argmax(-1))
-                scored = min(end, n - 1) - start  # the last real position predicts nothing of the text
-                if scored > 0:
-                    losses.append(F.cross_entropy(logits[:scored].double(), ids[start + 1:start + 1 + scored],
-                                                  reduction="none"))
-            diff = None
-            if targets is not None:
-                at = F.linear(row[position], unembedding)
-                diff = (at[targets[0]] - at[targets[1]]).double()
-            out.append((torch.cat(losses) if losses else row.new_zeros(0, dtype=torch.float64), torch.cat(top), diff))
-    return out
-
-
-def _lm_changes(unembedding, hidden, clean, ids, n, position, targets) -> dict[str, torch.Tensor]:
-    """:func:`probes.effects.measures.compare`'s next-token measures of each edited row (``loss``, ``top_changed``,
-    given ``targets`` ``logit_diff``) against the clean row's :func:`_lm_stats` ``clean``, without a whole pass's
-    logits at once (the same numbers: each position's logits and loss are its own)."""
-    (base_loss, base_top, base_diff), = clean
-    rows = _lm_stats(unembedding, hidden, ids, n, position, targets)
-    out = {"loss": torch.stack([(loss - base_loss).mean() if n > 1 else loss.new_zeros(()) for loss, _, _ in rows]),
-           "top_changed": torch.stack([(top != base_top).double().mean() for _, top, _ in rows])}
-    if targets is not None:
-        out["logit_diff"] = torch.stack([diff - base_diff for _, _, diff in rows])
-    return out
 
 
 def _pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, spec) -> torch.Tensor:

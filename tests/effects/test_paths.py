@@ -11,7 +11,7 @@ from numeric import F64
 
 import probes
 from probes.attention_math import repeat_kv
-from probes.effects.measures import compare
+from probes.effects.measures import compare, lm_stats
 from probes.effects.paths import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
@@ -146,7 +146,8 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path):
     assert (seen[2][0, 1:] - base.z[2][0, 1:]).abs().max() <= F64
     assert (seen[2][0, 0] - base.z[2][0, 0]).abs().max() > 1e-3
     ids = enc.input_ids[0]
-    measured = compare(base.hidden[0], hand.hidden, n, base.logits[0], hand.logits, ids)
+    measured = compare(base.hidden[0], hand.hidden, n, lm_stats(ids, n, logits=base.logits),
+                       lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
 
 
@@ -267,10 +268,11 @@ def test_an_identity_qkv_edit_leaves_the_pass_bit_for_bit(gpt2_3):
 
 @pytest.mark.numeric
 def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
-    from probes.effects.paths import fixed_bytes, sender_bytes
+    from probes.effects.ablation import copy_bytes
+    from probes.effects.paths import fixed_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
-    one, fixed = sender_bytes(gpt2_3, length), fixed_bytes(gpt2_3, length, True)
+    one, fixed = copy_bytes(gpt2_3, length), fixed_bytes(gpt2_3, length, True)
     passes = []
     three = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=fixed + 3 * one + one // 2,
                        progress=lambda done, total: passes.append(done))
@@ -286,10 +288,11 @@ def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
 
 
 def test_a_budget_too_small_for_one_sender_is_refused_before_any_pass(gpt2_3):
-    from probes.effects.paths import fixed_bytes, sender_bytes
+    from probes.effects.ablation import copy_bytes
+    from probes.effects.paths import fixed_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
-    need = sender_bytes(gpt2_3, length) + fixed_bytes(gpt2_3, length, True)
+    need = copy_bytes(gpt2_3, length) + fixed_bytes(gpt2_3, length, True)
     passes = []
     with pytest.raises(BadOption, match=rf"a text of {length} tokens .* for one sender at a time, more than the .* "
                                         "shorten the text"):

@@ -178,11 +178,12 @@ def _public_patch(monkeypatch, minilm, text: str, corrupt: str, budget: int):
 
 
 def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monkeypatch):
-    from probes.effects.paths import fixed_bytes, sender_bytes
+    from probes.effects.ablation import copy_bytes
+    from probes.effects.paths import fixed_bytes
 
     text, corrupt = "the fox ran to the barn", "the owl ran to the barn"
     length = minilm.encode(text).input_ids.shape[-1]
-    two = fixed_bytes(minilm, length, False) + 2 * sender_bytes(minilm, length)
+    two = fixed_bytes(minilm, length, False) + 2 * copy_bytes(minilm, length)
     at, asked = _public_patch(monkeypatch, minilm, text, corrupt, two)
     assert asked and set(asked) == {2}  # 256 token rows would allow 32 senders a pass: the budget holds two
     assert len(at.dataframe[-1].value) == 3 * 12  # every sender's row, as without a budget
@@ -190,10 +191,10 @@ def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monk
 
 def test_public_path_patching_refuses_a_text_too_long_for_its_budget_in_words(minilm, monkeypatch):
     text, corrupt = "the fox ran to the old barn", "the owl ran to the old barn"
-    from probes.effects.paths import sender_bytes
+    from probes.effects.ablation import copy_bytes
 
     length = minilm.encode(text).input_ids.shape[-1]
-    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, sender_bytes(minilm, length) - 1)
+    at, asked = _public_patch(monkeypatch, minilm, text, corrupt, copy_bytes(minilm, length) - 1)
     assert asked == []  # nothing ran
     assert (f"Path patching on this public app may hold 0 MiB at a time, and this text of {length} tokens needs more "
             "for one earlier head: shorten the text, or run the app on your own machine (make app).") in texts(at.info)
