@@ -397,11 +397,16 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
         questions = list(question_upload(asked.upload[0], raw))
     model = model_of(inp)
     batch = {}
-    if public():  # texts traced at once: their probabilities (every head's) within the public work budget
+    if public():  # texts traced at once within the public work budget: what a trace keeps of each text, its
+        # probabilities (every head's) or, past the public attention budget, its hidden states (a lazy trace: each
+        # question's row recomputed), and one layer's scores, probabilities and mask while the pass runs
         texts = [inp.text] if questions is None else [q.text for q in questions]
         longest = max(model.encode(t, truncate=True).input_ids.shape[-1] for t in texts)
-        per_text = model.n_layers * model.n_heads * longest**2 * 4
-        batch = {"batch_size": max(1, min(16, PUBLIC_WORK_BYTES // per_text))}
+        probs = model.n_layers * model.n_heads * longest**2 * 4
+        states = (model.n_layers + 1) * longest * model.config.hidden_size * 4
+        per_text = (probs if probs <= PUBLIC_ATTENTION_BUDGET else states) + 3 * model.n_heads * longest**2 * 4
+        batch = {"batch_size": max(1, min(16, PUBLIC_WORK_BYTES // per_text)),
+                 "attention_budget": PUBLIC_ATTENTION_BUDGET}
     found = compute(judged, model, inp.text, asked.query, asked.key, asked.against, questions=questions,
                     progress=watched(progress, "ask on a shorter text or upload fewer questions"), **batch)
     with _evidence_lock:

@@ -50,13 +50,16 @@ def run(model, texts: str | list[str], pairs: str | list[str | None] | None = No
 
 
 def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "auto", backend: str = "eager",
-            progress: Callable[[int], None] | None = None, logits: bool = False) -> Iterator[Trace]:
+            progress: Callable[[int], None] | None = None, logits: bool = False,
+            attention_budget: int | None = None) -> Iterator[Trace]:
     """Traces of ``texts`` in batches of ``batch_size``, each text cut to the context window (what the
-    probes read). ``progress(n)`` is called with the number of texts done after each batch."""
+    probes read). ``progress(n)`` is called with the number of texts done after each batch; ``attention_budget``
+    as in :func:`run` (a batch whose probabilities would take more gives a lazy Trace)."""
     texts = list(texts)
     for start in range(0, len(texts), batch_size):
         batch = texts[start:start + batch_size]
-        yield run(model, batch, source=source, backend=backend, truncate=True, logits=logits)
+        yield run(model, batch, source=source, backend=backend, truncate=True, logits=logits,
+                  attention_budget=attention_budget)
         if progress is not None:
             progress(len(batch))
 

@@ -142,11 +142,14 @@ def question_evidence(model, text: str | None = None, query: str | None = None, 
                       against: str | None = None, questions: Sequence[Question] | None = None,
                       head: tuple[int, int] | None = None, n_controls: int = DEFAULT_CONTROLS, seed: int = 0,
                       winobias: bool = True, source: str = "auto", backend: str = "eager", batch_size: int = 16,
-                      progress: Callable[[int, int], None] | None = None) -> QuestionEvidence:
+                      progress: Callable[[int, int], None] | None = None,
+                      attention_budget: int | None = None) -> QuestionEvidence:
     """Which head finds ``key`` (not ``against``) for ``query`` in ``text``, and how sure that is: judged on
     controls of the sentence (``n_controls`` of them, :func:`probes.evidence.controls.controls`), or on
     ``questions`` (a user's set) instead. ``head``: judge that head on every item instead of choosing one.
-    ``progress(done, total)``: items run so far."""
+    ``progress(done, total)``: items run so far; ``attention_budget``: as in
+    :func:`~probes.evidence.questions.score_questions` (what a pass of ``batch_size`` texts may keep of its
+    probabilities)."""
     notes: list[str] = []
     asked = None
     if text is not None:
@@ -167,13 +170,13 @@ def question_evidence(model, text: str | None = None, query: str | None = None, 
         questions, unit = list(questions), "items"
     total = len(questions) + (asked is not None)
     step = (lambda done, _: progress(done, total)) if progress is not None else None
-    scored = score_questions(model, questions, source, backend, batch_size, step)
+    scored = score_questions(model, questions, source, backend, batch_size, step, attention_budget)
     claim = (f"finds what {query!r} refers to" if asked is not None else "picks each question's answer")
     evidence = judge(scored, head, seed, claim, unit)
     evidence.notes = notes + [f"{len(scored.dropped)} item(s) could not be read and were left out: "
                               + "; ".join(sorted({b.reason for b in scored.dropped}))] * bool(scored.dropped)
     if asked is not None:
-        on_text = score_questions(model, [asked], source, backend, 1)
+        on_text = score_questions(model, [asked], source, backend, 1, attention_budget=attention_budget)
         if progress is not None:
             progress(total, total)
         evidence.text, evidence.query, evidence.key, evidence.against = text, query, key, against

@@ -262,10 +262,13 @@ def score_traced(questions: Sequence[Question], traced: Sequence[tuple[object, i
 
 
 def score_questions(model, questions: Sequence[Question], source: str = "auto", backend: str = "eager",
-                    batch_size: int = 16, progress: Callable[[int, int], None] | None = None) -> Scored:
+                    batch_size: int = 16, progress: Callable[[int, int], None] | None = None,
+                    attention_budget: int | None = None) -> Scored:
     """Run every question's text through ``model`` (in batches, shortest first; each cut to the context window) and
     read every head's answer (:func:`score_traced`), one batch's Traces at a time. ``progress(done, total)`` after
-    each batch."""
+    each batch. ``attention_budget`` (bytes): a batch whose probabilities would take more keeps one logsumexp per
+    row instead, and each question's row is recomputed (:func:`probes.run`; the same weights up to float32
+    rounding)."""
     from ..runner import batches
 
     questions = list(questions)
@@ -273,7 +276,7 @@ def score_questions(model, questions: Sequence[Question], source: str = "auto", 
     answers: list = [None] * len(questions)
     done = 0
     for b, trace in enumerate(batches(model, [questions[i].text for i in order], batch_size, source=source,
-                                      backend=backend)):
+                                      backend=backend, attention_budget=attention_budget)):
         for item in range(trace.batch_size):
             i = order[b * batch_size + item]
             answers[i] = _answer(questions[i], trace, item)

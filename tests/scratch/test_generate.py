@@ -141,6 +141,25 @@ def test_a_reference_within_a_memory_budget_proves_the_same(llama):
     assert bounded.exact_attention_max_abs_diff == whole.exact_attention_max_abs_diff  # the float64 check: its own
 
 
+@pytest.mark.numeric
+@pytest.mark.parametrize("reference", ["hf", "scratch"])
+def test_the_proofs_reference_logits_are_its_whole_pass_logits_at_the_steps_rows(llama, reference):
+    # the proof makes the reference's logits at the compared rows only, from its last hidden state and its own head:
+    # the same numbers as the whole pass's logits there (float64), without a vocabulary for every prompt position
+    from probes import runner
+
+    gen = g.generate(llama, PROMPT, 4, stop_at_eos=False)
+    model = llama.cast(torch.float64)
+    fed = gen.input_ids[: gen.prompt_length + gen.n_steps - 1][None]
+    enc = model.encode(PROMPT)
+    enc = type(enc)(fed, torch.ones_like(fed), None, [gen.tokens[: fed.shape[1]]], [""], [None], [None])
+    whole = runner.forward(model, enc, reference, "eager", logits=True)
+    first = gen.prompt_length - 1
+    rows = generation._reference_logits(model, whole, reference, first, gen.n_steps)
+    assert rows.shape == (gen.n_steps, model.config.vocab_size)
+    assert (rows - whole.logits[0, first:first + gen.n_steps]).abs().max() <= F64
+
+
 def test_sampling_is_seeded_and_filtered(llama):
     draw = lambda **kw: g.generate(llama, PROMPT, 8, g.Sampling(sample=True, **kw), stop_at_eos=False).new_ids  # noqa: E731
     assert draw(seed=1, temperature=2.0) == draw(seed=1, temperature=2.0)
