@@ -4,7 +4,7 @@ The issue's reference is TransformerLens: the same patch with hooks (the senders
 added to the receiver's key input, one batch of senders per pass) peaks at 1.9 GB resident on smollm2 (given in
 issue 40; TransformerLens cannot load the offline GGUF checkpoint here, so it is quoted, not measured). This runs
 ``probes.effects.paths.path_patch`` exactly as ``python -m probes patch --model smollm2 --receiver 18.6 --senders
-all`` does, each case in a fresh process (so one case's freed memory does not hide the next one's), sampling the
+all`` does (glibc's mmap threshold fixed first, :func:`probes.memory.steady`), each case in a fresh process (so one case's freed memory does not hide the next one's), sampling the
 process's resident memory every millisecond, and prints: the level once the model is loaded, the peak while
 patching, and the peak above the loaded level. The cases:
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,9 @@ def case(name: str, budget: int | None) -> dict:
     from probes.effects.paths import path_patch
     from probes.heads.induction import repeated_tokens
 
+    from probes import memory
+
+    memory.steady()  # as python -m probes does when it starts (PROBES_MMAP_THRESHOLD=0: glibc's own threshold)
     torch.set_num_threads(2)
     model = probes.load("smollm2")
     if name == "induction":
@@ -92,7 +96,8 @@ def main() -> None:
     from probes.effects.paths import WORK_BUDGET
 
     lines = [f"Library path patching on smollm2, 162 senders (layers 0–17) into 18.6's key, each case in a fresh "
-             f"process; budget per pass {(budget or WORK_BUDGET) / MIB:,.0f} MiB; resident memory (MiB) "
+             f"process; budget per pass {(budget or WORK_BUDGET) / MIB:,.0f} MiB; mmap threshold "
+             f"{os.environ.get('PROBES_MMAP_THRESHOLD') or 'probes.memory default (256 KiB)'}; resident memory (MiB) "
              "(`.venv/bin/python benchmarks/path_patching_memory.py --out benchmarks/results`)",
              "| text | tokens | senders | model loaded | peak patching | above loaded | goal (TransformerLens hooks) "
              "| time |",

@@ -61,7 +61,8 @@ SCENARIOS = {  # name -> (models each session visits, PROBES_MODELS, each sessio
 }
 GOAL_MIB = {"both": 1536, "minilm": 1024}  # issue 30: 1.5 GB with both offline models, 1 GB with minilm alone
 EVERY_BUTTON = "smollm2, one visitor, a 2,000-character text, every page and every button"
-BUTTON_GOAL_MIB = GOAL_MIB["both"]  # issue 40: every page and every button within 1.5 GB
+BUTTON_GOAL_MIB = 1.5e9 / MIB  # issue 40: every page and every button within 1.5 GB (1.5·10⁹ bytes, the stricter
+# reading: 1,431 MiB, not 1.5 GiB)
 STORY = ("The teacher walked to the old river because she wanted to see the city. She wrote a letter to her "
          "brother, and she gave it to the man at the window. ")
 QUESTION = {"ask_query": "she", "ask_key": "teacher", "ask_against": "brother"}
@@ -189,7 +190,8 @@ async def every_button(url: str, read, log: list) -> None:
                     await page.wait_for_timeout(1000)
                     await page.wait_for_selector(IDLE, timeout=600_000)
             said = [t.split("\n")[0][:90] for t in await page.locator(SHOWN).all_inner_texts()]
-            said = [t for t in said if "took longer" in t or "Exception" in t or "could not" in t or "takes up to" in t]
+            said = [t for t in said if any(w in t for w in ("took longer", "Exception", "could not", "takes up to",
+                                                            "may hold", "went wrong"))]
             log.append((name, mem.start, mem.peak, time.perf_counter() - t0, "; ".join(said)))
             print(f"{name}: {mem.peak / MIB:,.0f} MiB, {time.perf_counter() - t0:.0f} s {said}", file=sys.stderr)
             await context.close()
@@ -211,7 +213,7 @@ def buttons_table(allowed_env: str) -> list[str]:
         server.wait(timeout=30)
     lines = [f"{EVERY_BUTTON}: the server's resident memory (MiB) as each step (a fresh browser session, one "
                  f"after the other, on one server) began and its peak during the step; started at "
-                 f"{started / MIB:,.0f}; goal ≤ {BUTTON_GOAL_MIB:,} (1.5 GB) at every step. Memory freed by one "
+                 f"{started / MIB:,.0f}; goal ≤ {BUTTON_GOAL_MIB:,.0f} (1.5 GB) at every step. Memory freed by one "
                  "step and kept by the allocator counts in the steps after it, as it does on a server.",
              "| step | at its start | peak | goal | time | the page said |", "|---|---|---|---|---|---|"]
     for name, start, peak, seconds, said in log:
