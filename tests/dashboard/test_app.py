@@ -367,3 +367,21 @@ def test_every_script_run_hands_freed_memory_back(monkeypatch):
     assert len(calls) == 1
     at.run()
     assert len(calls) == 2
+
+
+def test_a_malformed_mmap_threshold_is_a_warning_and_the_app_runs(monkeypatch):
+    # PROBES_MMAP_THRESHOLD is read once per process (probes.memory.steady): a deployment that sets it wrongly is
+    # told on every page, in words, and the app still draws
+    from probes import memory
+
+    monkeypatch.setenv(memory.ENV, "lots")
+    memory.steady.cache_clear()
+    try:
+        at = _app()
+        assert not at.exception
+        assert "PROBES_MMAP_THRESHOLD='lots' is not a number of bytes: give one in digits" in _texts(at.warning)
+        assert at.header, "the page still draws"
+    finally:
+        monkeypatch.delenv(memory.ENV)
+        memory.steady.cache_clear()
+        memory.steady()
