@@ -17,6 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test must never reach for the 
 # unless told, and reads the mode once per process, when first imported; so a pytest process whose tests start
 # several clusters (and join some by address) would otherwise hold one mode while a later cluster enforces another.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# ...and their workers at the tests' priority (Ray's default niceness, 15, leaves them about 3 % of a CPU beside any
+# busy process: a suite run beside other work had its Ray tests crawl; probes' own local Ray does the same)
+os.environ.setdefault("RAY_worker_niceness", "0")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 if not torch.cuda.is_available():
     # the FlashAttention kernel runs on CPU tensors under Triton's interpreter; with CUDA the same

@@ -365,6 +365,10 @@ def start(address: str | None, cpus: int | None = None) -> bool:
             raise RayUnavailable(f"--ray {shown(address)}: could not join the Ray cluster at {gcs} "
                                  f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): {_WHAT_TO_DO}") from None
     else:  # "local": a new Ray for this run, even where RAY_ADDRESS names a cluster
+        # its workers at the driver's priority: Ray starts them at niceness 15, a CFS weight of 36 against 1,024,
+        # so beside any other busy process on the machine (a browser, a build, another run) the run's workers get
+        # about 3 % of a CPU each and the run crawls (a cluster one joins keeps its own setting)
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(address="local", num_cpus=cpus or os.cpu_count(), **options)
     import ray.data
 

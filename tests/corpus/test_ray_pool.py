@@ -188,3 +188,24 @@ def test_a_probe_run_begun_on_one_process_finishes_on_ray_and_the_other_way_roun
         pd.testing.assert_frame_equal(run(tmp_path / "b.csv"), fresh, check_exact=True)
     finally:
         torch.set_num_threads(threads)
+
+
+NICENESS = """
+import os, sys, ray
+from probes.corpus import ray_pool
+ray_pool.start(None, cpus=1)
+print(ray.get(ray.remote(lambda: os.nice(0)).remote()))
+"""
+
+
+@pytest.mark.parametrize("asked, seen", [(None, "0"), ("15", "15")])
+def test_a_local_rays_workers_run_at_the_drivers_priority_unless_told(asked, seen):
+    # Ray's own default is 15: beside any busy process its workers got ~3 % of a CPU; a niceness given is kept
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    if asked is not None:
+        env["RAY_worker_niceness"] = asked
+    out = subprocess.run([sys.executable, "-c", NICENESS], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == seen
