@@ -43,11 +43,12 @@ def _churn(threshold: str) -> tuple[str, float]:
 @pytest.mark.skipif(memory._glibc() is None, reason="glibc's allocator only (elsewhere steady() changes nothing)")
 def test_freed_large_tensors_go_back_to_the_system_once_steady():
     # glibc's moving threshold: once a large block is freed, the next ones come from the heap, between kept small
-    # blocks, and the heap keeps ~140 MiB it cannot give back; fixed at 256 KiB, each is mapped and unmapped
+    # blocks, and the heap keeps 95–145 MiB it cannot give back (the heap's state before the loop decides which);
+    # fixed at 256 KiB, each is mapped and unmapped (under 3 MiB left)
     moving, held = _churn("0")
     fixed, kept = _churn(str(memory.MMAP_THRESHOLD))
     assert (moving, fixed) == ("False", "True")
-    assert held > 100 and kept < 20, (held, kept)
+    assert kept < 20 < 50 < held, (held, kept)
 
 
 def test_the_threshold_setting(monkeypatch):
