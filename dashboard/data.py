@@ -241,24 +241,6 @@ def model_of(inp: Input) -> probes.Model:
     return load_model(name, not public())
 
 
-def lm_measures(model: probes.Model) -> bool:
-    """Whether loss and prediction measures apply to ``model`` (:func:`probes.effects.ablation.lm_measures`), asked
-    where the model is: a served model's own server answers, once per model and cluster."""
-    from probes import remote
-    from probes.effects.ablation import lm_measures as applies
-
-    if not isinstance(model, remote.RemoteModel):
-        return applies(model)
-    return _served_lm_measures(model.name, model.address)
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _served_lm_measures(name: str, address: str) -> bool:
-    from probes.effects.ablation import lm_measures as applies
-
-    return compute(applies, served_model(name, address))
-
-
 def compute(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` where the model is: here, or on the server of a model served from the Ray cluster
     (:func:`probes.remote.compute`; a ``progress`` callback is not called there)."""
@@ -525,7 +507,7 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
     batch = max(1, PATCH_ROWS // length)
     if public():  # and no more senders a pass than the public budget holds (none: refused, before any pass)
         try:
-            batch = min(batch, compute(batch_for, model, length, lm_measures(model), PUBLIC_WORK_BYTES))
+            batch = min(batch, compute(batch_for, model, length, model.predicts_tokens, PUBLIC_WORK_BYTES))
         except probes.errors.BadOption as exc:
             raise probes.errors.BadOption(
                 f"Path patching on this public app may hold {PUBLIC_WORK_BYTES / 2**20:,.0f} MiB at a time, and "

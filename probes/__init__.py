@@ -2,14 +2,14 @@
 their attention."""
 
 from . import models, runner
-from .errors import (EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
+from .errors import (EmptyInput, InputTooLong, ModelUnavailable, OutOfRange, ProbesError, UnsafeCheckpoint,
                      UnsupportedModel)
 from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, Model, check_name
 from .trace import Trace
 
 __all__ = [
     "EmptyInput", "Encoding", "InputTooLong", "KNOWN_HUB_MODELS", "Model", "ModelUnavailable",
-    "OFFLINE_DEFAULT", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "check_name", "load", "run",
+    "OFFLINE_DEFAULT", "OutOfRange", "ProbesError", "Trace", "UnsafeCheckpoint", "UnsupportedModel", "check_name", "load", "run",
 ]
 
 

@@ -74,3 +74,8 @@ class RayUnavailable(ProbesError):
 
 class ServerLost(ProbesError):
     """A model server on a Ray cluster that died while answering (Ray restarts it; the next call works)."""
+
+
+class OutOfRange(BadOption, IndexError):
+    """A layer, head, item or step outside the model (or the trace, or the batch): one type wherever it is checked
+    (:mod:`probes.head_index`). An :class:`IndexError` too, for code that indexes and catches that."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .evidence import questions
+from .errors import OutOfRange
 from .evidence.questions import SINK, counted  # noqa: F401 - the app reads them here
 from .heads.engine import word_attention
 from .precision import upcast
@@ -54,7 +55,7 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
     q_all, k, v = (t.detach().cpu().double().numpy() for t in trace.qkv(layer, head, item))
     n = len(k)
     if not 0 <= query < n:
-        raise IndexError(f"query {query} is outside the {n} real tokens 0..{n - 1}")
+        raise OutOfRange(f"query {query} is outside the {n} real tokens 0..{n - 1}")
     q = q_all[query]
     scale = trace.scales[layer]
     window = trace.window(layer)
@@ -257,7 +258,7 @@ class KeyWorked:
 def work_key(steps: QuerySteps, key: int) -> KeyWorked:
     """``key`` of the row in ``steps`` (:func:`query_steps`) worked through by hand, in float64."""
     if not 0 <= key < len(steps.tokens):
-        raise IndexError(f"key {key} is outside 0..{len(steps.tokens) - 1}")
+        raise OutOfRange(f"key {key} is outside 0..{len(steps.tokens) - 1}")
     products = steps.q.astype(np.float64) * steps.k[key].astype(np.float64)
     dot = float(products.sum())
     scaled = dot * steps.scale

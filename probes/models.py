@@ -241,6 +241,15 @@ class Model:
         return self.hf.get_output_embeddings() is not None
 
     @property
+    def predicts_tokens(self) -> bool:
+        """Whether next-token measures apply (loss, prediction changes, logit attribution, the logit lens): a decoder
+        with a language-model head that the from-scratch path runs."""
+        if not self.is_causal or self.scratch_problem is not None:
+            return False
+        net = scratch.build(self)
+        return isinstance(net, scratch.DecoderNetwork) and net.unembedding is not None
+
+    @property
     def max_tokens(self) -> int:
         for key in ("n_positions", "max_position_embeddings"):
             n = getattr(self.config, key, None)

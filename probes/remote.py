@@ -84,7 +84,7 @@ class ModelServer:
         m = self.model
         return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
                     fingerprint=m.fingerprint(), tokenizer_fingerprint=m.tokenizer_fingerprint(),
-                    has_lm_head=m.has_lm_head, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
+                    has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
                     weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem, pid=os.getpid(),
                     started=self.started)
 
@@ -252,6 +252,10 @@ class RemoteModel(Model):
     @property
     def has_lm_head(self) -> bool:
         return self.facts["has_lm_head"]
+
+    @property
+    def predicts_tokens(self) -> bool:
+        return self.facts["predicts_tokens"]
 
     @property
     def device(self):

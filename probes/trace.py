@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention_math import repeat_kv
+from .head_index import check_index, check_layer_head
 from .precision import upcast, working_dtype
 from .tokens import Token
 
@@ -109,15 +110,11 @@ class Trace:
         return head // self.group
 
     def _valid(self, item: int) -> torch.Tensor:
-        if not 0 <= item < self.batch_size:
-            raise IndexError(f"item {item} is outside the batch of {self.batch_size}")
+        check_index(item, self.batch_size, "item", f"the batch of {self.batch_size}")
         return self.attention_mask[item].nonzero().squeeze(-1)
 
     def _check(self, layer: int, head: int | None) -> None:
-        if not 0 <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is outside 0..{self.n_layers - 1}")
-        if head is not None and not 0 <= head < self.n_heads:
-            raise IndexError(f"head {head} is outside 0..{self.n_heads - 1}")
+        check_layer_head(layer, head, self.n_layers, self.n_heads, "the trace")
 
     # -- q, k, v -------------------------------------------------------------------------------
     def layer_qkv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -287,12 +284,8 @@ class GenerationTrace:
         return self.input_ids[self.prompt_length:].tolist()
 
     def _check(self, step: int, layer: int, head: int | None) -> None:
-        if not 0 <= step < self.n_steps:
-            raise IndexError(f"step {step} is outside 0..{self.n_steps - 1}")
-        if not 0 <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is outside 0..{self.n_layers - 1}")
-        if head is not None and not 0 <= head < self.n_heads:
-            raise IndexError(f"head {head} is outside 0..{self.n_heads - 1}")
+        check_index(step, self.n_steps, "step", "the generation's steps")
+        check_layer_head(layer, head, self.n_layers, self.n_heads, "the trace")
 
     def query_position(self, step: int) -> int:
         """Position of the token step ``step`` fed in (the one whose attention row it holds)."""

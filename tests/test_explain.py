@@ -101,9 +101,9 @@ def test_out_of_range_is_refused_by_name(models):
         query_steps(trace, 0, 0, 4)
     with pytest.raises(IndexError, match="query -1"):
         query_steps(trace, 0, 0, -1)
-    with pytest.raises(IndexError, match="layer 2 is outside 0..1"):
+    with pytest.raises(IndexError, match="layer 2 is outside the trace: layers 0–1"):
         query_steps(trace, 2, 0, 0)
-    with pytest.raises(IndexError, match="head 4 is outside 0..3"):
+    with pytest.raises(IndexError, match="head 4 is outside the trace: heads 0–3"):
         query_steps(trace, 0, 4, 0)
 
 

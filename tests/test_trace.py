@@ -23,9 +23,9 @@ def test_attention_drops_padding_and_rows_sum_to_one(minilm):
 
 def test_bad_indices_name_the_range(minilm):
     trace = hf.forward(minilm, minilm.encode("hello"))
-    with pytest.raises(IndexError, match="0..5"):
+    with pytest.raises(IndexError, match="layer 6 is outside the trace: layers 0–5"):
         trace.attention(6, 0)
-    with pytest.raises(IndexError, match="0..11"):
+    with pytest.raises(IndexError, match="head 12 is outside the trace: heads 0–11"):
         trace.attention(0, 12)
     with pytest.raises(IndexError, match="batch of 1"):
         trace.attention(0, 0, item=1)

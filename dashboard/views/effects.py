@@ -15,7 +15,6 @@ import probes
 from probes.effects.measures import ABOUT
 
 from .. import charts, data, ui, words
-from ..data import lm_measures  # asked where the model is (a served model: its server)
 from ..state import STORIES
 
 HOWS = {"zero": "zero (the head writes nothing)",
@@ -54,7 +53,7 @@ def _fill_defaults(ctx: ui.Context, info: data.RunInfo, words: list[str]) -> Non
         lead = " " if tokens[at].startswith(" ") else ""
         target, other, position = lead + swap[1], lead + swap[2], at - 1
     else:  # the text's last token that can be typed as a target (one token's raw text), predicted at the one before
-        found = data.attribution_default(ctx.inp.model, text) if lm_measures(ctx.model) else None
+        found = data.attribution_default(ctx.inp.model, text) if ctx.model.predicts_tokens else None
         target, other, position = (found[1], "", found[0] - 1) if found else ("", "", max(len(tokens) - 2, 0))
     st.session_state.update(effects_target=target, effects_other=other, effects_at=position,
                             effects_b=swap[0] if swap else text)
@@ -77,7 +76,7 @@ def _token(tokens: list[str], i: int) -> str:
 def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
     m, v = ctx.model, ui.view()
     st.subheader("Take one head out: what changes?")
-    lm = lm_measures(m)
+    lm = m.predicts_tokens
     measures = (["loss", "top_changed"] if lm else []) + ["token_change", "hidden_change", "embedding_change"]
     if st.session_state.get("effects_measure") not in measures:  # the change at the query token picked beside it
         st.session_state["effects_measure"] = "token_change"
@@ -263,7 +262,7 @@ def render(ctx: ui.Context) -> None:
         st.info("The text has no words to look at.")
         return
     _fill_defaults(ctx, info, words)
-    for section in (_ablation, _attribution if lm_measures(m) else None, _pair):
+    for section in (_ablation, _attribution if m.predicts_tokens else None, _pair):
         if section is None:
             continue
         try:

@@ -16,7 +16,6 @@ from probes.corpus import readback
 from probes.heads import registry
 
 from .. import charts, data, ui, words
-from ..data import lm_measures  # asked where the model is (a served model: its server)
 
 
 def _run(ctx: ui.Context):
@@ -309,7 +308,7 @@ def _importance(ctx: ui.Context, rows, label: str):
     st.subheader("Does the model use these heads?")
     args = (m.name, IMPORTANCE_ITEMS)
     have = data.has_probe_table(m.name, data.IMPORTANCE, IMPORTANCE_ITEMS)
-    moves = "next-token loss moves" if lm_measures(m) else "last hidden states move"
+    moves = "next-token loss moves" if m.predicts_tokens else "last hidden states move"
     st.caption(f"Head importance (Michel et al. 2019): how much the model's {moves} when a gate on the head's output "
                "is turned, over "
                f"the first {IMPORTANCE_ITEMS} sentences of {data.REFERENCE}; L2-normalised per layer. A head can score "

@@ -11,7 +11,6 @@ import streamlit as st
 
 
 from .. import charts, data, ui
-from ..data import lm_measures  # asked where the model is (a served model: its server)
 
 COLUMNS = 16  # positions shown at a time: a cell holds a token as text (charts.LENS_CELL wide)
 VIEWS = {"layers": "Layers: the residual stream", "heads": "Heads: direct effect"}
@@ -78,7 +77,7 @@ def render(ctx: ui.Context) -> None:
     m = ctx.model
     if ui.without_scratch(m, "The logit lens", pick="smollm2 (offline) or a GPT-2 model"):
         return
-    if not lm_measures(m):
+    if not m.predicts_tokens:
         what = "an encoder" if not m.is_causal else "a decoder checkpoint without one"
         st.info(f"{ui.safe(m.name)} has no language-model head ({what}, {ui.safe(m.family.title)}): the logit lens "
                 "reads a decoder's residual stream through its final norm and unembedding, so it needs a decoder. "

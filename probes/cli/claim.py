@@ -47,7 +47,7 @@ def _print(ev, model: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
-    from ..effects.ablation import parse_head
+    from ..head_index import parse_head
     from ..evidence.claims import question_evidence
     from ..evidence.questions import read_questions
     from ..jobs import report_bad

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 
+from ..head_index import head_numbers
 from ..models import OFFLINE_DEFAULT, Model, load
 
 MODEL_HELP = f"short name, hub id or local directory (default: {OFFLINE_DEFAULT})"
@@ -135,11 +136,10 @@ def head_list(text: str) -> list[tuple[int, int]]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        layer, _, head = part.partition(".")
-        if not (layer.isascii() and layer.isdigit() and head.isascii() and head.isdigit()):  # not '²', not '٣'
+        pair = head_numbers(part)
+        if pair is None:
             raise argparse.ArgumentTypeError(f"head {_shown(part)}: write each head as LAYER.HEAD, two whole numbers "
                                              "(e.g. 1.2,5.4)")
-        pair = (int(layer), int(head))
         if pair in found:
             print(f"note: head {pair[0]}.{pair[1]} is named more than once: it is used once", file=sys.stderr)
             continue
@@ -155,11 +155,11 @@ def head_list_or_all(text: str) -> list[tuple[int, int]] | None:
 
 
 def heads_of(model: Model, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
-    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.effects.ablation.check_head`,
-    the check :func:`~probes.effects.ablation.parse_head` makes)."""
-    from ..effects.ablation import check_head
+    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.head_index.check_heads`,
+    the check :func:`~probes.head_index.parse_head` makes)."""
+    from ..head_index import check_heads
 
-    return [check_head(head, model.n_layers, model.n_heads, what, model.name) for head in heads]
+    return check_heads(heads, model.n_layers, model.n_heads, what, model.name)
 
 
 def print_top(frame, top: int) -> None:

@@ -12,7 +12,7 @@ from .common import (MODEL_HELP, batch_size, head_list, heads_of, index, load_mo
 
 def run_ablate(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
-    from ..effects.ablation import ablate, lm_measures
+    from ..effects.ablation import ablate
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
 
@@ -26,7 +26,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     heads = heads_of(model, args.heads)
     targets = None
     if args.target or args.versus:
-        if not lm_measures(model):
+        if not model.predicts_tokens:
             raise BadOption(f"{model.name} is an encoder without a language-model head: it has no logits for "
                             "--target; its effects are measured on its hidden states")
         if not (args.target and args.versus):

@@ -15,15 +15,15 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import BadOption
     from .. import generation as g
+    from ..head_index import check_head, check_layer
 
     if not args.prompt.strip():  # before loading a model: one line, at once
         raise BadOption("the prompt is empty: give the start of a text for the model to continue (--prompt)")
     model = load_model(args)
     g.decoder(model)
     layer = args.layer if args.layer is not None else model.n_layers - 1
-    for name, value, n in (("layer", layer, model.n_layers), ("head", args.head, model.n_heads)):
-        if not 0 <= value < n:
-            raise BadOption(f"--{name} {value} does not exist in {model.name} (0–{n - 1})")
+    check_layer(layer, model.n_layers, model.name, "--layer")
+    check_head((layer, args.head), model.n_layers, model.n_heads, "--layer.--head", model.name)
     sampling = g.Sampling(args.sample, args.seed, args.temperature, args.top_k, args.top_p)
     gen = g.generate(model, args.prompt, args.max_new_tokens, sampling, stop_at_eos=not args.no_eos,
                      backend=args.backend)

@@ -15,7 +15,6 @@ nulls = Count(2, 64, "each null corruption is one more path-patching run of the 
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from ..effects.ablation import lm_measures
     from ..effects.attribution import target_id
     from ..effects.paths import ABOUT, parse_head, path_patch
     from ..errors import BadOption, EmptyInput
@@ -26,7 +25,7 @@ def run_patch(args: argparse.Namespace) -> int:
     model = load_model(args)
     receiver = parse_head(args.receiver, model, "receiver")
     senders = None if args.senders is None else heads_of(model, args.senders)
-    lm = lm_measures(model)
+    lm = model.predicts_tokens
     targets = None
     if args.target or args.versus:
         if not lm:

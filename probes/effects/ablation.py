@@ -22,8 +22,9 @@ import pandas as pd
 import torch
 
 from ..errors import BadOption, EmptyInput
+from ..head_index import check_position
 from ..precision import working_dtype
-from ..scratch import DecoderNetwork, build, outputs
+from ..scratch import build, outputs
 from ..trace import Outputs
 from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_stats
 
@@ -31,43 +32,6 @@ HOWS = ("zero", "mean", "patch")
 AT_POSITION = ("token_change", "logit_diff")  # the measures that read one position only
 WORK_BUDGET = 256 * 2**20  # bytes one pass of edited copies may hold (their activations: :func:`copy_bytes`)
 MAX_BATCH = 64  # copies per pass at most: on a CPU bigger passes are no faster
-
-
-def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> tuple[int, int]:
-    """``"1.2"`` -> (1, 2): one LAYER.HEAD, checked against the model's size (``what`` names it in a refusal, ``where``
-    the model). The one parser of a head every command uses."""
-    parts = spec.strip().split(".")
-    # ASCII digits only: int() takes '٣' (3) and str.isdigit() takes '²', which int() refuses
-    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
-        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)")
-    return check_head((int(parts[0]), int(parts[1])), n_layers, n_heads, what, where)
-
-
-def check_head(head: tuple[int, int], n_layers: int, n_heads: int, what: str = "head",
-               where: str = "the model") -> tuple[int, int]:
-    """A (layer, head) inside a model of ``n_layers`` × ``n_heads``; else BadOption naming it (``what``) and the
-    model's ranges (``where``: the model)."""
-    layer, index = head
-    if not (0 <= layer < n_layers and 0 <= index < n_heads):
-        raise BadOption(f"{what} {layer}.{index} is outside {where}: layers 0–{n_layers - 1}, heads 0–{n_heads - 1}")
-    return layer, index
-
-
-def check_receiver(receiver: tuple[int, int], n_layers: int, n_heads: int, where: str = "the model") -> tuple[int, int]:
-    """A head that reads other heads' outputs (composition, path patching): inside the model and not in layer 0."""
-    layer, head = check_head(receiver, n_layers, n_heads, "receiver", where)
-    if layer == 0:
-        raise BadOption(f"receiver {layer}.{head} is in layer 0: no head writes before it (give a receiver in layer 1 "
-                        "or later)")
-    return layer, head
-
-
-def parse_heads(spec: str, model) -> list[tuple[int, int]]:
-    """``"1.2,5.4"`` -> [(1, 2), (5, 4)] (layer.head), checked against the model's size."""
-    parts = [p for p in (p.strip() for p in spec.split(",")) if p]
-    if not parts:
-        raise BadOption("no heads given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
-    return [parse_head(part, model.n_layers, model.n_heads, "head", model.name) for part in parts]
 
 
 def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tensor:
@@ -138,13 +102,7 @@ def clean_pass(model, text: str, truncate: bool = False, logits: bool = True, up
         enc = replace(enc, input_ids=cut(enc.input_ids), attention_mask=cut(enc.attention_mask),
                       token_type_ids=cut(enc.token_type_ids), tokens=[row[:upto] for row in enc.tokens])
     return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=False, keep_inputs=True),
-                 logits and lm_measures(model))
-
-
-def lm_measures(model) -> bool:
-    """Loss and prediction measures apply: a decoder with a language-model head the from-scratch path runs."""
-    net = build(model)
-    return bool(model.is_causal and isinstance(net, DecoderNetwork) and net.unembedding is not None)
+                 logits and model.predicts_tokens)
 
 
 def check_measures(model, measures: Sequence[str] | None,
@@ -153,7 +111,7 @@ def check_measures(model, measures: Sequence[str] | None,
     if measures is None:
         return None
     asked = tuple(dict.fromkeys(measures))
-    usable = (LM_MEASURES if lm_measures(model) else ()) + HIDDEN_MEASURES
+    usable = (LM_MEASURES if model.predicts_tokens else ()) + HIDDEN_MEASURES
     if not asked:
         raise BadOption(f"no measure asked for: choose one or more of {', '.join(usable)}")
     for name in asked:
@@ -290,8 +248,3 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
     for key, value in got.items():
         frame[key] = value.numpy()
     return frame
-
-
-def check_position(position: int | None, n: int) -> None:
-    if position is not None and not 0 <= position < n:
-        raise BadOption(f"token {position} is outside the text's {n} tokens (0–{n - 1})")

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import BadOption
 from ..scratch import build, outputs
-from .ablation import check_position, lm_measures
+from ..head_index import check_position
 
 
 @dataclass
@@ -81,7 +81,7 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
                       position: int | None = None) -> Attribution:
     """Each head's direct share of token ``target``'s logit (minus ``other``'s) at ``position`` (default: the last
     token, whose logits predict what comes next)."""
-    if not lm_measures(model):
+    if not model.predicts_tokens:
         raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
                         "ablation effects on its hidden states instead")
     net = build(model)

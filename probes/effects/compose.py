@@ -59,7 +59,7 @@ import torch
 
 from ..errors import BadOption
 from ..scratch import DecoderNetwork, build
-from .ablation import check_receiver, parse_head
+from ..head_index import check_receiver, parse_head
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
@@ -158,7 +158,7 @@ def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
 
 
 def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
-    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`.ablation.parse_head`), and not in layer 0 (it has
+    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`probes.head_index.parse_head`), and not in layer 0 (it has
     no earlier heads)."""
     return check_receiver(parse_head(spec, n_layers, n_heads, "receiver"), n_layers, n_heads)
 

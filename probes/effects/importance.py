@@ -34,14 +34,14 @@ from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, w
 from ..precision import working_dtype
 from ..runner import note_cuts
 from ..scratch import outputs
-from .ablation import ablate_each, lm_measures
+from .ablation import ablate_each
 
 PROJECTIONS = 8  # random directions per item for an encoder
 
 
 def labels(model) -> tuple[str, str]:
     """The table's two labels for this model: gradient and ablation, each naming what it measures."""
-    if lm_measures(model):
+    if model.predicts_tokens:
         return "gradient: loss", "ablation: loss"
     return "gradient: hidden", "ablation: hidden_change"
 
@@ -52,7 +52,7 @@ def _seed(text: str) -> int:
 
 def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) -> torch.Tensor:
     """|∂L/∂ξ| of each text, ``[len(texts), layers, H]`` float64 (see the module's docstring for L)."""
-    lm = lm_measures(model)
+    lm = model.predicts_tokens
     copies = 1 if lm else projections
     enc = model.encode([t for t in texts for _ in range(copies)], truncate=True)
     gates = torch.ones(enc.input_ids.shape[0], model.n_layers, model.n_heads, device=model.device,

@@ -32,7 +32,7 @@ from ..errors import BadOption, EmptyInput, InputTooLong
 from ..models import Piece
 from ..scratch import build, outputs
 from ..tokens import readable_tokens
-from .ablation import check_position, lm_measures
+from ..head_index import check_layer, check_position
 
 TOP_K = 5  # tokens kept per cell (the app's tooltip shows them)
 LOGIT_BUDGET = 64 * 2**20  # bytes of logits one chunk of positions may hold
@@ -62,7 +62,7 @@ class Lens:
 
 def check(model) -> None:
     """Refuse a model the lens cannot read: it needs a decoder with a language-model head (and a final norm)."""
-    if not lm_measures(model):
+    if not model.predicts_tokens:
         raise BadOption(f"{model.name} has no language-model head (it is an encoder, or a decoder checkpoint without "
                         "one): the logit lens reads the residual stream through the final norm and the unembedding "
                         "of a decoder; pick one, such as smollm2 or a GPT-2")
@@ -100,8 +100,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
         check_position(p, n)
     head_layers = list(range(model.n_layers)) if head_layers is None else [int(i) for i in head_layers]
     for layer in head_layers:
-        if not 0 <= layer < model.n_layers:
-            raise BadOption(f"layer {layer} is outside {model.name}'s layers (0–{model.n_layers - 1})")
+        check_layer(layer, model.n_layers, model.name)
     got = outputs(model, enc, logits=False, keep_z=heads, keep_inputs=True)  # each layer read alone: not the logits
     at = torch.tensor(positions, dtype=torch.long, device=got.residual.device)
     vocab = net.unembedding.shape[0]

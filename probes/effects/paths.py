@@ -37,10 +37,11 @@ import pandas as pd
 import torch
 
 from ..attention_math import repeat_kv
-from ..errors import BadOption
+from ..errors import BadOption, OutOfRange
 from ..scratch import BACKENDS, build, outputs
-from .ablation import MAX_BATCH, WORK_BUDGET, check_position, check_receiver, copy_bytes, lm_measures
-from .ablation import parse_head as parse_one
+from ..head_index import check_position, check_receiver
+from ..head_index import parse_head as parse_one
+from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
 from .measures import LOGIT_POSITIONS, compare, lm_stats
 
 INTO = ("q", "k", "v")
@@ -76,7 +77,7 @@ class PathPatch:
 
 
 def parse_head(spec: str, model, what: str = "head") -> tuple[int, int]:
-    """``"1.2"`` -> (1, 2), checked against the model's size (:func:`.ablation.parse_head`)."""
+    """``"1.2"`` -> (1, 2), checked against the model's size (:func:`probes.head_index.parse_head`)."""
     return parse_one(spec, model.n_layers, model.n_heads, what, model.name)
 
 
@@ -96,7 +97,7 @@ def _check(model, receiver, into, senders, n, cells):
         raise BadOption("no senders given")
     for q, k in cells or ():
         if not (0 <= k < n and 0 <= q < n):
-            raise BadOption(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
+            raise OutOfRange(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
 
 
 def fixed_bytes(model, length: int, lm: bool) -> int:
@@ -146,7 +147,7 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     cells = [tuple(c) for c in cells] if cells else None
     _check(model, receiver, into, senders, n, cells)
     check_position(position, n)
-    lm = lm_measures(model)
+    lm = model.predicts_tokens
     length = enc.input_ids.shape[1]
     size = batch if budget is None and batch else min(batch or MAX_BATCH, batch_for(model, length, lm, budget))
     net = build(model)

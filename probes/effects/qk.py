@@ -49,7 +49,8 @@ import pandas as pd
 import torch
 
 from ..attention_math import allowed_keys
-from ..errors import BadOption, UnsupportedModel
+from ..errors import BadOption, OutOfRange, UnsupportedModel
+from ..head_index import check_layer_head, check_receiver
 from ..scratch import build, outputs
 
 BIAS_QK = "q/k biases"  # the constant part of q and k: the norm's bias and the projections' biases
@@ -377,10 +378,7 @@ class _HeadPass:
 def _head_pass(model, text: str, layer: int, head: int, pair: str | None, truncate: bool) -> _HeadPass:
     net = build(model)  # an architecture the from-scratch path does not cover is refused here
     n_layers, n_heads = len(net.layers), model.n_heads
-    if not 0 <= layer < n_layers:
-        raise BadOption(f"layer {layer} does not exist: {model.name} has layers 0–{n_layers - 1}")
-    if not 0 <= head < n_heads:
-        raise BadOption(f"head {head} does not exist: {model.name} has heads 0–{n_heads - 1}")
+    check_layer_head(layer, head, n_layers, n_heads, model.name)
     enc = model.encode(text, pair, truncate=truncate).to(model.device)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
     got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)
@@ -402,7 +400,7 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
     n = run.n
     for name, position in (("query", query), ("key", key)):
         if not 0 <= position < n:
-            raise BadOption(f"{name} token {position} is outside the text's {n} tokens (0–{n - 1})")
+            raise OutOfRange(f"{name} token {position} is outside the text's {n} tokens (0–{n - 1})")
     row = run.allowed[query]
     if not bool(row[key]):
         window = model.family.window(model.config, layer)
@@ -476,10 +474,7 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
     summed over them. The first token is left out as a key (an attention sink would be every head's top cell) unless
     ``first_token``. One row per sender and side: sender_layer, sender_head, kind ("q" or "k"), contribution (its
     summed side total), share (of the cells' summed scores), cells (how many were read)."""
-    n_layers = len(build(model).layers)
-    if not 0 < layer < n_layers:
-        raise BadOption(f"head {layer}.{head} has no earlier heads to read from: pick a layer from 1 to "
-                        f"{n_layers - 1}")
+    check_receiver((layer, head), len(build(model).layers), model.n_heads, model.name)
     run = _head_pass(model, text, layer, head, pair, truncate)
     n, scale = run.n, run.scale
     with torch.inference_mode():

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..datasets import BadItem
 from ..errors import BadOption
+from ..head_index import check_head
 from .controls import DEFAULT_CONTROLS, controls
 from .questions import Question, Scored, score_questions
 from .record import Baseline, Evidence, percent, span
@@ -98,8 +99,8 @@ def judge(scored: Scored, head: tuple[int, int] | None = None, seed: int = 0, cl
         chosen_score = float(grid[head])
     else:
         layers, heads = scored.shape if n_items else (0, 0)
-        if n_items and not (0 <= head[0] < layers and 0 <= head[1] < heads):
-            raise BadOption(f"head {head[0]}.{head[1]} is outside the model's {layers} layers × {heads} heads")
+        if n_items:
+            check_head(head, layers, heads)
         judged, chosen_score = list(range(n_items)), None
     n = len(judged)
     if n == 0:

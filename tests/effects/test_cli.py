@@ -184,7 +184,7 @@ def test_why_on_a_rotary_head_reads_its_bands(smollm2, monkeypatch, capsys, tmp_
     (["--query", "he", "--key", "apple"], "--query 'he' is not a word of the text"),
     (["--query", "she", "--key", "hungry", "--model", "GPT2"], None),
     (["--query", "she", "--key", "40"], "key token 40 is outside the text's 15 tokens"),
-    (["--query", "she", "--key", "Xiaohong", "--head", "12"], "head 12 does not exist"),
+    (["--query", "she", "--key", "Xiaohong", "--head", "12"], "head 12 is outside minilm: heads 0–11"),
 ])
 def test_why_bad_input_is_one_line_and_exit_2(args, message, gpt2_dir, capsys):
     if message is None:  # a causal model's query cannot see a later key

@@ -308,9 +308,9 @@ def test_smollm2_previous_token_head_reads_as_position_and_its_story_head_as_con
 def test_cells_the_head_gives_no_score_are_refused(tiny):
     model = tiny
     n = int(model.encode(TEXT).attention_mask.sum())
-    with pytest.raises(BadOption, match="layer 9 does not exist"):
+    with pytest.raises(BadOption, match="layer 9 is outside"):
         qk_attribution(model, TEXT, 9, 0, 1, 0)
-    with pytest.raises(BadOption, match="head 99 does not exist"):
+    with pytest.raises(BadOption, match="head 99 is outside"):
         qk_attribution(model, TEXT, 0, 99, 1, 0)
     with pytest.raises(BadOption, match=f"outside the text's {n} tokens"):
         qk_attribution(model, TEXT, 0, 0, n, 0)
@@ -345,7 +345,7 @@ def test_senders_on_text_sum_the_split_of_the_cells_the_head_weighs_most(tmp_pat
     planted = senders_on_text(probes.load(str(path)).cast(torch.float64), text, 1, 0, cells=5)
     best = planted.loc[planted.contribution.abs().idxmax()]
     assert (best.sender_layer, best.sender_head, best.kind) == (0, 0, "k") and best.share > 0.9
-    with pytest.raises(BadOption, match="no earlier heads"):
+    with pytest.raises(BadOption, match="in layer 0: no head writes before it"):
         senders_on_text(minilm64, SHE, 0, 0)
 
 

@@ -78,5 +78,5 @@ def test_bad_questions_are_refused_in_one_line(pronoun_model):
         question_evidence(pronoun_model, PRONOUN_TEXT, "they", "Xiaohong", "Xiaoming")
     with pytest.raises(BadOption, match="against missing"):
         question_evidence(pronoun_model, PRONOUN_TEXT, "she", "Xiaohong", "")
-    with pytest.raises(BadOption, match="outside the model's 1 layers × 2 heads"):
+    with pytest.raises(BadOption, match="outside the model: layers 0–0, heads 0–1"):
         question_evidence(pronoun_model, questions=_gender(), head=(3, 0))

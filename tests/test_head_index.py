@@ -1,0 +1,48 @@
+"""One parser and one set of range checks for heads, with one error type (probes.head_index)."""
+
+import pytest
+
+import probes
+from probes import hf
+from probes.errors import BadOption, OutOfRange
+from probes.head_index import (check_head, check_heads, check_layer, check_position, check_receiver, head_numbers,
+                               parse_head, parse_heads)
+
+
+def test_a_head_is_two_ascii_whole_numbers_joined_by_a_dot():
+    assert parse_head(" 1.2 ", 6, 12) == (1, 2) and head_numbers("10.11") == (10, 11)
+    for bad in ("1-2", "1.2.3", "1.", ".2", "a.b", "1.²", "٣.1", "-1.2", ""):
+        assert head_numbers(bad) is None
+        with pytest.raises(BadOption, match=r"write it as LAYER\.HEAD"):
+            parse_head(bad, 6, 12, "--head")
+    assert parse_heads("1.2, 5.4,", 6, 12) == [(1, 2), (5, 4)]
+    with pytest.raises(BadOption, match="no heads given"):
+        parse_heads(" , ", 6, 12)
+
+
+def test_every_range_is_refused_with_one_type_naming_the_ranges():
+    with pytest.raises(OutOfRange, match="head 1.12 is outside minilm: layers 0–5, heads 0–11"):
+        parse_heads("1.2,1.12", 6, 12, where="minilm")
+    with pytest.raises(OutOfRange, match="layer 6 is outside the trace: layers 0–5"):
+        check_layer(6, 6, "the trace")
+    with pytest.raises(OutOfRange, match="receiver 0.3 is in layer 0"):
+        check_receiver((0, 3), 6, 12)
+    with pytest.raises(OutOfRange, match="token 7 is outside the text's 7 tokens"):
+        check_position(7, 7)
+    assert check_heads([(5, 11), (0, 0)], 6, 12) == [(5, 11), (0, 0)] and check_position(None, 3) is None
+    with pytest.raises(OutOfRange, match="head -1.0 is outside"):
+        check_head((-1, 0), 6, 12)
+    # one type: a BadOption (the CLI's exit 2, the app's st.error) and an IndexError (code that indexes)
+    assert issubclass(OutOfRange, BadOption) and issubclass(OutOfRange, IndexError)
+
+
+def test_traces_and_readers_refuse_with_the_same_type(minilm):
+    trace = hf.forward(minilm, minilm.encode("hello"))
+    for call in (lambda: trace.attention(6, 0), lambda: trace.qkv(0, 12), lambda: trace.attention(0, 0, item=1)):
+        with pytest.raises(OutOfRange):
+            call()
+    from probes.effects.qk import qk_attribution
+
+    with pytest.raises(OutOfRange, match="outside minilm: heads 0–11"):
+        qk_attribution(minilm, "hello there", 0, 12, 1, 0)
+    assert isinstance(probes.OutOfRange(""), probes.ProbesError)
