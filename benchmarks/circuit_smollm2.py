@@ -2,7 +2,7 @@
 
 1. The induction probe (repeated random tokens) ranks SmolLM2's heads; the first is the receiver (18.6 so far).
 2. Its top-5 K-composition senders from the weights (``probes.effects.compose``, against random matrices).
-3. Its top-5 path-patching senders into its key (``probes.effects.paths``): 25 random tokens then the same 25 again
+3. Its top-5 path-patching senders into its key (``probes.effects.path_patching``): 25 random tokens then the same 25 again
    (clean), and the same with the first half drawn anew (corrupted); each earlier head's output on the corrupted
    text patched into only the receiver's key, ranked by how far its pattern moves (``pattern_shift``), with the mean
    weight on the induction cells (each repeated token's query on the token after its first occurrence).
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 import probes  # noqa: E402
 from probes.effects.compose import composition_scores  # noqa: E402
-from probes.effects.paths import path_patch  # noqa: E402
+from probes.effects.path_patching import path_patch  # noqa: E402
 from probes.heads.induction import repeated_tokens  # noqa: E402
 from probes.heads.profile import run_probe  # noqa: E402
 from report import publish  # noqa: E402

@@ -3,7 +3,7 @@
 The issue's reference is TransformerLens: the same patch with hooks (the senders' outputs on the corrupted text
 added to the receiver's key input, one batch of senders per pass) peaks at 1.9 GB resident on smollm2 (given in
 issue 40; TransformerLens cannot load the offline GGUF checkpoint here, so it is quoted, not measured). This runs
-``probes.effects.paths.path_patch`` exactly as ``python -m probes patch --model smollm2 --receiver 18.6 --senders
+``probes.effects.path_patching.path_patch`` exactly as ``python -m probes patch --model smollm2 --receiver 18.6 --senders
 all`` does (glibc's mmap threshold fixed first, :func:`probes.memory.steady`), each case in a fresh process (so one case's freed memory does not hide the next one's), sampling the
 process's resident memory every millisecond, and prints: the level once the model is loaded, the peak while
 patching, and the peak above the loaded level. The cases:
@@ -56,7 +56,7 @@ def case(name: str, budget: int | None) -> dict:
 
     import probes
     from forward import PeakRSS, rss
-    from probes.effects.paths import path_patch
+    from probes.effects.path_patching import path_patch
     from probes.heads.induction import repeated_tokens
 
     from probes import memory
@@ -93,7 +93,7 @@ def main() -> None:
     if args.case:
         print(json.dumps(case(args.case, budget)))
         return
-    from probes.effects.paths import WORK_BUDGET
+    from probes.effects.path_patching import WORK_BUDGET
 
     lines = [f"Library path patching on smollm2, 162 senders (layers 0–17) into 18.6's key, each case in a fresh "
              f"process; budget per pass {(budget or WORK_BUDGET) / MIB:,.0f} MiB; mmap threshold "

@@ -461,7 +461,7 @@ def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None =
 @st.cache_data(max_entries=32, show_spinner=False)
 def why(inp: Input, layer: int, head: int, query: int, key: int):
     """One score of one head split into what wrote its query × what wrote its key: a ``QKAttribution``."""
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
 
     return compute(qk_attribution, model_of(inp), inp.text, layer, head, query, key, pair=inp.pair,
                    truncate=inp.truncate)
@@ -470,7 +470,7 @@ def why(inp: Input, layer: int, head: int, query: int, key: int):
 @st.cache_data(max_entries=16, show_spinner="Splitting the head's scores by the heads that wrote them…")
 def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
     """Each earlier head's share of head ``layer``.``head``'s scores on the text's cells it weighs most (q and k)."""
-    from probes.effects.qk import senders_on_text as split
+    from probes.effects.why import senders_on_text as split
 
     return compute(split, model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
 
@@ -498,8 +498,8 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
     """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender,
     the largest effects checked against their noise floor (:func:`probes.evidence.edges.patch_floors`: ``checked``,
     ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text)."""
-    from probes.effects.paths import batch_for
-    from probes.effects.paths import path_patch as patch
+    from probes.effects.path_patching import batch_for
+    from probes.effects.path_patching import path_patch as patch
     from probes.evidence.edges import patch_floors
 
     model = model_named(name)

@@ -41,7 +41,7 @@ def test_traces_and_readers_refuse_with_the_same_type(minilm):
     for call in (lambda: trace.attention(6, 0), lambda: trace.qkv(0, 12), lambda: trace.attention(0, 0, item=1)):
         with pytest.raises(OutOfRange):
             call()
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
 
     with pytest.raises(OutOfRange, match="outside minilm: heads 0–11"):
         qk_attribution(minilm, "hello there", 0, 12, 1, 0)

@@ -45,10 +45,10 @@ import sys
 
 from .. import memory
 from ..errors import InputTooLong, ProbesError
-from . import claim, compose, effects, generate, parity, paths, profile, serve, why
+from . import claim, compose, effects, generate, parity, path_patching, profile, serve, why
 
 
-COMMANDS = (parity, profile, generate, effects, why, claim, compose, paths, serve)  # each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why, claim, compose, path_patching, serve)  # each adds its subcommand(s): add_parser(sub)
 
 
 class Parser(argparse.ArgumentParser):

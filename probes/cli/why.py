@@ -1,4 +1,4 @@
-"""``python -m probes why``: why a head puts its weight where it does (QK attribution, :mod:`probes.effects.qk`)."""
+"""``python -m probes why``: why a head puts its weight where it does (QK attribution, :mod:`probes.effects.why`)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def run_why(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..errors import EmptyInput
-    from ..effects.qk import qk_attribution
+    from ..effects.why import qk_attribution
     from ..jobs import check_outputs, write_file
 
     if not args.text.strip():

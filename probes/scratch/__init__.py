@@ -121,7 +121,7 @@ def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: b
     there are no logits (what reads only the layers before one, as QK attribution does). ``qkv_edit(layer, q, k, v,
     spec)``: an intervention on each layer's q, k and v before its attention, returning the (q, k, v) it runs on
     (k and v may come back with one head per query head: grouped heads then stop sharing them); path patching
-    (:mod:`probes.effects.paths`) recomputes one head's q, k or v there."""
+    (:mod:`probes.effects.path_patching`) recomputes one head's q, k or v there."""
     net = build(model)
     net_layers = len(net.layers)
     enc = enc.to(model.device)

@@ -159,7 +159,7 @@ class RotaryNetwork(Network, Protocol):
 @runtime_checkable
 class SplitNetwork(Network, Protocol):
     """A network whose attention scores can be split into what wrote the query and the key (every family here):
-    what QK attribution (``probes.effects.qk``) and composition scores (``probes.effects.compose``: ``head_weights``)
+    what QK attribution (``probes.effects.why``) and composition scores (``probes.effects.compose``: ``head_weights``)
     call besides :class:`Network`. ``residual_parts`` and ``qk_parts`` work on a few
     positions of item 0, in the ``dtype`` asked (float64 for the attribution), and are exact: the parts sum back
     to the pass's own numbers up to rounding."""

@@ -95,7 +95,7 @@ STORY = "Xiaoming gave the apple to Xiaohong because she was hungry."
 
 @pytest.mark.numeric
 def test_why_prints_the_top_terms_and_that_they_sum_to_the_score(minilm, capsys, tmp_path):
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
 
     args = ["why", "--model", "minilm", "--layer", "1", "--head", "2", "--query", "she", "--key", "Xiaohong",
             "--text", STORY]
@@ -156,7 +156,7 @@ TALKS = "The president called for new talks with Iran."
 @pytest.mark.numeric
 def test_why_on_a_rotary_head_reads_its_bands(smollm2, monkeypatch, capsys, tmp_path):
     from probes import models
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
 
     monkeypatch.setattr(models, "_load", lambda name, allow_local_paths: smollm2)  # loaded once per session
     args = ["why", "--model", "smollm2", "--layer", "16", "--head", "0", "--query", "talks", "--key", "new",
@@ -308,7 +308,7 @@ def test_patch_names_the_senders_above_their_floor(minilm, capsys):
     from probes.evidence.edges import patch_floors
 
     clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
-    assert main(["patch", "--text", clean, "--corrupt", corrupt, "--receiver", "3.1", "--into", "k"]) == 0
+    assert main(["path-patch", "--text", clean, "--corrupt", corrupt, "--receiver", "3.1", "--into", "k"]) == 0
     out = capsys.readouterr().out
     above = patch_floors(minilm, clean, corrupt, (3, 1), "k").above
     assert len(above)  # on minilm: 2.7, 0.6 and 0.7

@@ -13,7 +13,7 @@ from numeric import F64, rounded
 
 import probes
 from probes.effects.compose import composition_scores
-from probes.effects.paths import path_patch
+from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.evidence.edges import (COMPOSITION_RULE, FLOORED, PatchEvidence, composition_floors, null_corruptions,
                                    patch_floors, patch_rule)

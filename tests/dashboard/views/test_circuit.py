@@ -12,7 +12,7 @@ from probes.evidence.edges import COMPOSITION_RULE, composition_floors
 
 @pytest.mark.numeric
 def test_the_text_graph_draws_the_library_senders_and_a_click_opens_the_head(minilm):
-    from probes.effects.qk import senders_on_text
+    from probes.effects.why import senders_on_text
 
     at = open_app(layer=2, head=3, page="circuit")
     assert "Head 2.3: its scores' senders on this text" in titles(at)
@@ -103,7 +103,7 @@ def test_no_composition_edge_above_its_floor_draws_no_graph(gpt2_dir):
 @pytest.mark.numeric
 def test_the_grid_shows_every_earlier_head_by_weights_or_on_this_text(minilm):
     from probes.effects.compose import composition_scores
-    from probes.effects.qk import senders_on_text
+    from probes.effects.why import senders_on_text
 
     at = open_app(layer=2, head=3, page="circuit")
     k = composition_scores(minilm, kind="k", receivers=[(2, 3)])
@@ -162,7 +162,7 @@ def test_a_post_norm_model_has_the_raw_convention_alone():
 def _public_patch(monkeypatch, minilm, text: str, corrupt: str, budget: int):
     """Path patching on a public app whose work budget is ``budget`` bytes: the page, and each pass's ``batch`` the
     library was asked for (the run itself and its noise floor's null runs)."""
-    import probes.effects.paths as paths
+    import probes.effects.path_patching as paths
     from dashboard import data
 
     monkeypatch.setenv("PROBES_PUBLIC", "1")
@@ -179,7 +179,7 @@ def _public_patch(monkeypatch, minilm, text: str, corrupt: str, budget: int):
 
 def test_public_path_patching_passes_are_sized_from_the_work_budget(minilm, monkeypatch):
     from probes.effects.ablation import copy_bytes
-    from probes.effects.paths import fixed_bytes
+    from probes.effects.path_patching import fixed_bytes
 
     text, corrupt = "the fox ran to the barn", "the owl ran to the barn"
     length = minilm.encode(text).input_ids.shape[-1]

@@ -150,7 +150,7 @@ def test_hide_the_first_token_rescales_the_rows_keeps_the_true_weight_and_is_par
 def test_a_cell_click_opens_why_this_weight_and_the_link_reopens_it(minilm):
     from apptest import texts
 
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
     from dashboard.state import DEFAULT_TEXT
 
     at = open_app(layer=1, head=2)
@@ -181,7 +181,7 @@ def test_a_cell_click_opens_why_this_weight_and_the_link_reopens_it(minilm):
 def test_why_this_weight_on_a_rotary_model_reads_position_by_band_first(smollm2):
     from apptest import texts
 
-    from probes.effects.qk import qk_attribution
+    from probes.effects.why import qk_attribution
 
     text = "The president called for new talks with Iran."
     at = open_app(model="smollm2", text=text, layer=16, head=0, query=5, key=4)  # " talks" on " new"

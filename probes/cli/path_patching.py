@@ -1,5 +1,5 @@
 """``python -m probes patch``: path patching, each sender head's output on a corrupted text patched into one receiver
-head's q, k or v on the clean text (:mod:`probes.effects.paths`), senders ranked by effect."""
+head's q, k or v on the clean text (:mod:`probes.effects.path_patching`), senders ranked by effect."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ nulls = Count(2, 64, "each null corruption is one more path-patching run of the 
 
 def run_patch(args: argparse.Namespace) -> int:
     from ..effects.attribution import target_id
-    from ..effects.paths import ABOUT, parse_head, path_patch
+    from ..effects.path_patching import ABOUT, parse_head, path_patch
     from ..errors import BadOption, EmptyInput
     from ..evidence.edges import null_corruptions, patch_floors
 
@@ -84,10 +84,10 @@ def run_patch(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    """The ``patch`` subcommand."""
+    """The ``path-patch`` subcommand (``patch`` too, its earlier name)."""
     from ..models import OFFLINE_DEFAULT
 
-    p = sub.add_parser("patch", help="path patching: which earlier heads reach one head through its q, k or v",
+    p = sub.add_parser("path-patch", aliases=["patch"], help="path patching: which earlier heads reach one head through its q, k or v",
                        description="For each sender head (every head before the receiver's layer, or --senders), add "
                        "its output on --corrupt minus its output on --text to the receiver layer's input, recompute "
                        "only the receiver's q, k or v from it, and run on: the change in the receiver's attention "

@@ -12,7 +12,7 @@ from numeric import F64
 import probes
 from probes.attention_math import repeat_kv
 from probes.effects.measures import compare, lm_stats
-from probes.effects.paths import path_patch
+from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
 from probes.scratch import build, outputs
@@ -269,7 +269,7 @@ def test_an_identity_qkv_edit_leaves_the_pass_bit_for_bit(gpt2_3):
 @pytest.mark.numeric
 def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
     from probes.effects.ablation import copy_bytes
-    from probes.effects.paths import fixed_bytes
+    from probes.effects.path_patching import fixed_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
     one, fixed = copy_bytes(gpt2_3, length), fixed_bytes(gpt2_3, length, True)
@@ -289,7 +289,7 @@ def test_the_batch_follows_the_budget_and_the_numbers_do_not(gpt2_3):
 
 def test_a_budget_too_small_for_one_sender_is_refused_before_any_pass(gpt2_3):
     from probes.effects.ablation import copy_bytes
-    from probes.effects.paths import fixed_bytes
+    from probes.effects.path_patching import fixed_bytes
 
     length = gpt2_3.encode(CLEAN).input_ids.shape[-1]
     need = copy_bytes(gpt2_3, length) + fixed_bytes(gpt2_3, length, True)

@@ -12,7 +12,7 @@ import torch
 from numeric import F64, fp32
 
 import probes
-from probes.effects.qk import BIAS_QK, band_group, qk_attribution
+from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
 from probes.scratch import SplitNetwork, build, outputs
@@ -331,7 +331,7 @@ def test_a_model_the_scratch_path_does_not_cover_is_refused(neox_dir):
 
 @pytest.mark.numeric
 def test_senders_on_text_sum_the_split_of_the_cells_the_head_weighs_most(tmp_path, minilm64):
-    from probes.effects.qk import senders_on_text
+    from probes.effects.why import senders_on_text
 
     # one cell: each sender's totals are that cell's side totals (float64: the same sums in another order)
     got = senders_on_text(minilm64, SHE, 2, 3, cells=1)

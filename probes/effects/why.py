@@ -1,5 +1,6 @@
-"""QK attribution: why a head puts its weight where it does. One pre-softmax score s_ij of layer L, head h
-(query token i, key token j) split exactly into what wrote the query and what wrote the key.
+"""Why this weight? (the ``why`` command, and Explore's "Why this weight?"): QK attribution, why a head puts its
+weight where it does. One pre-softmax score s_ij of layer L, head h (query token i, key token j) split exactly into
+what wrote the query and what wrote the key.
 
 The layer's input x is a sum of parts: the embeddings (the token's, and the position's and token type's where
 the family adds them), every earlier head's output z_h·W_O[h], every earlier MLP's output and the biases. The
