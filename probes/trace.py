@@ -69,6 +69,7 @@ class Trace:
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
     note: str = ""  # why it is not the backend that was asked for, or why it is lazy, if so
+    home = None  # held here, in this process (probes.seam.TraceLike; a RemoteTrace says its server)
 
     @property
     def lazy(self) -> bool:
