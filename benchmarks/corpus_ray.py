@@ -121,6 +121,8 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
 
     import ray
 
+    from probes import cluster
+
     from probes.corpus import ray_pool
     from probes.corpus.run import CorpusJob, in_process
 
@@ -207,6 +209,8 @@ def main() -> None:
 
     import ray
 
+    from probes import cluster
+
     from probes.corpus import ray_pool
     from probes.corpus.reader import Corpus
     from probes.models import load
@@ -256,7 +260,7 @@ def main() -> None:
     # the work alone: in this process with the model loaded, and on Ray's workers (their busy seconds)
     here, _, found = timed([minilm], corpus, tmp / "single.csv", 128, in_process, args.chunk)
     init_start = time.perf_counter()
-    ray_pool.start(None, cpus=os.cpu_count())
+    cluster.start(None, cpus=os.cpu_count())
     init_s = time.perf_counter() - init_start
     busy = {}
     for name, (workers, cpus) in {"Ray, 1 worker × 2 CPUs": (1, 2), "Ray, 2 workers × 1 CPU": (2, 1)}.items():

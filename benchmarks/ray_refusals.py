@@ -2,7 +2,7 @@
 
 Each case is an address that ``--ray`` may be given; for each, in a fresh process:
 
-* **joining**: ``ray_pool.start(ADDRESS)`` alone (the same call ``profile --ray``, ``serve --ray`` and
+* **joining**: ``cluster.start(ADDRESS)`` alone (the same call ``profile --ray``, ``serve --ray`` and
   ``probes.load(..., ray=)`` make), timed from the call to its refusal (or its join), after the imports;
 * **command**: ``python -m probes profile --corpus F --model minilm --out X --ray ADDRESS`` end to end (Python's
   start and the imports included), for the refusals;
@@ -40,11 +40,11 @@ SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 frame: no settin
 
 JOIN = """
 import sys, time
-from probes.corpus import ray_pool
+from probes import cluster
 from probes.errors import ProbesError
 start = time.perf_counter()
 try:
-    ray_pool.start(sys.argv[1])
+    cluster.start(sys.argv[1])
     said = "joined"
 except ProbesError as exc:
     said = f"error: {exc}"
@@ -55,8 +55,8 @@ print(said, flush=True)
 HEAD = """
 import json, sys
 import ray
-from probes.corpus import ray_pool
-ray_pool.start(None, cpus=1)
+from probes import cluster
+cluster.start(None, cpus=1)
 node = ray.nodes()[0]
 print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "raylet": node["NodeManagerPort"],
                   "ip": node["NodeManagerAddress"]}), flush=True)
@@ -108,7 +108,7 @@ def env(tmp: str) -> dict:
 
 
 def joining(address: str, tmp: str) -> tuple[float, int, str]:
-    """Seconds in ray_pool.start, the lines it let reach stderr (Ray's own: a refusal is an exception here),
+    """Seconds in cluster.start, the lines it let reach stderr (Ray's own: a refusal is an exception here),
     what it came to (``joined``, or the refusal's line)."""
     out = subprocess.run([sys.executable, "-c", JOIN, address], cwd=ROOT, env=env(tmp), capture_output=True,
                          text=True, timeout=600)
@@ -170,7 +170,7 @@ def main() -> None:
     met = all(s <= GOAL_S and (w is None or (w[1] == 2 and w[2] == 1)) for _, s, w, _, said in rows
               if said.startswith("error:"))
     joined = rows[-1][4] == "joined"
-    text += ["", "joining s: ray_pool.start(ADDRESS) from the call to its refusal or join (imports excluded); "
+    text += ["", "joining s: cluster.start(ADDRESS) from the call to its refusal or join (imports excluded); "
                  "command s: python -m probes profile --corpus ... --ray ADDRESS end to end (Python's start, torch's "
                  "and Ray's imports included: most of it on a busy machine); stderr lines: the command's (a join: "
                  "what Ray printed while joining)",

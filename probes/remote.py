@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from .cluster import join
 from .errors import ModelUnavailable, ProbesError, ServerLost
 from .models import Model
 from .trace import Trace
@@ -357,17 +358,6 @@ def compute(fn, *args, **kwargs):
 
 
 # -- joining a cluster, finding and starting servers ----------------------------------------------
-
-def join(address: str) -> str:
-    """Join the Ray cluster at ``address`` (``auto``: the one this process is connected to already, else the one
-    RAY_ADDRESS or ``ray start`` names); the address joined. A quick, one-line failure when none answers."""
-    from .corpus import ray_pool
-
-    ray_pool.start(address)  # nothing, where this process has joined one already
-    import ray
-
-    return ray.get_runtime_context().gcs_address
-
 
 def served(address: str = "auto") -> list[str]:
     """The models that servers on the cluster at ``address`` hold."""

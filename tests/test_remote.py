@@ -15,7 +15,7 @@ import torch
 
 import probes
 from probes import generation, parity, remote
-from probes.corpus import ray_pool
+from probes import cluster as ray_cluster
 from probes.effects import ablation
 from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
 
@@ -27,7 +27,7 @@ TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry"
 
 @pytest.fixture(scope="module")
 def cluster():
-    started = ray_pool.start(None, cpus=2)
+    started = ray_cluster.start(None, cpus=2)
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()

@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
                         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
     finally:
         if started:
-            import ray
+            from .. import cluster
 
-            ray.shutdown()
+            cluster.shutdown()
     print_top(frame, args.top)
     where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
     print(f"wrote {len(frame)} rows to {args.out} ({where})", file=sys.stderr)
@@ -70,13 +70,12 @@ def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
     from ..errors import BadOption
 
     try:
+        from .. import cluster
         from ..corpus import ray_pool
     except ImportError:
         raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (README, Install)") from None
-    started = ray_pool.start(None if args.ray == "local" else args.ray)
-    import ray
-
-    cpus = int(ray.cluster_resources().get("CPU", 1))
+    started = cluster.start(None if args.ray == "local" else args.ray)
+    cpus = int(cluster.resources().get("CPU", 1))
     workers = args.workers or max(1, cpus // args.cpus_per_worker)
     executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
                                  allow_local_paths=not args.hub_only, stats=pool_stats, notify=notify)
@@ -91,7 +90,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from ..corpus.reader import Corpus, DatasetCorpus, is_uri
+    from ..corpus.reader import Corpus, is_uri
     from ..corpus.run import examples_path, in_process, profile_corpus
     from ..errors import BadOption
     from ..jobs import check_out
@@ -115,7 +114,12 @@ def run_corpus(args: argparse.Namespace) -> int:
         raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray (alone, a local Ray on "
                         "this machine), or give a local path")
     # with --ray the chunks carry their texts (read here, or by Ray Data from a URI): no worker opens the corpus
-    corpus = (DatasetCorpus if args.ray else Corpus)(args.corpus, args.field or "text")
+    if args.ray:
+        from ..corpus.ray_data import DatasetCorpus
+
+        corpus: Corpus = DatasetCorpus(args.corpus, args.field or "text")
+    else:
+        corpus = Corpus(args.corpus, args.field or "text")
     if args.ray:
         corpus.check()  # a store that cannot be read: one line, before Ray starts and the models load
     names = [n.strip() for n in args.model.split(",") if n.strip()]
@@ -141,9 +145,9 @@ def run_corpus(args: argparse.Namespace) -> int:
             progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="chunk", file=sys.stderr))
     finally:
         if started:
-            import ray
+            from .. import cluster
 
-            ray.shutdown()
+            cluster.shutdown()
     print_top(table, args.top)
     where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
     print(f"wrote {len(table)} rows to {out} and {len(found)} top examples to {examples} ({where})", file=sys.stderr)

@@ -13,11 +13,11 @@ from .common import MODEL_HELP, gpus, quiet_transformers, threads
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import remote
+    from .. import cluster, remote
 
     name = check_name(args.model)
     if args.stop:
-        gcs = remote.join(args.ray or "auto")
+        gcs = cluster.join(args.ray or "auto")
         if name not in remote.served(gcs):
             raise BadOption(f"no server of {name} runs on the Ray cluster at {gcs}: nothing to stop")
         remote.stop(name, gcs)
@@ -28,21 +28,15 @@ def run(args: argparse.Namespace) -> int:
     quiet_transformers()
     started = False
     if args.ray:
-        gcs = remote.join(args.ray)
+        gcs = cluster.join(args.ray)
     else:  # a Ray of this machine's CPUs for as long as this command runs
-        import ray
-
-        from ..corpus import ray_pool
-
-        started = ray_pool.start(None)
-        gcs = ray.get_runtime_context().gcs_address
+        started = cluster.start(None)
+        gcs = cluster.joined()
     try:
-        import ray
-
         if name in remote.served(gcs):
             raise BadOption(f"{name} is served on the Ray cluster at {gcs} already: use it (PROBES_RAY_ADDRESS={gcs}), "
                             f"or stop that server first (python -m probes serve --model {name} --ray {gcs} --stop)")
-        have = ray.cluster_resources()
+        have = cluster.resources()
         for what, need in (("GPU", args.gpus_per_replica), ("CPU", args.cpus)):
             if need and have.get(what, 0) < need:
                 raise BadOption(f"the Ray cluster at {gcs} has {have.get(what, 0):g} {what}(s), fewer than the "
@@ -69,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         if started:
-            ray.shutdown()
+            cluster.shutdown()
 
 
 def add_parser(sub) -> None:

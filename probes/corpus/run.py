@@ -76,7 +76,7 @@ def score_windows(model, windows: list[Window], k: int = 10, batch_size: int = 1
 @dataclass(frozen=True)
 class CorpusJob:
     """One chunk's work, picklable: what a Ray worker receives (the corpus path and where the chunk starts, or,
-    from a :class:`~probes.corpus.reader.DatasetCorpus`, the chunk's texts)."""
+    from a :class:`~probes.corpus.ray_data.DatasetCorpus`, the chunk's texts)."""
 
     corpus: Corpus
     chunk: Chunk

@@ -17,6 +17,7 @@ from ray.cluster_utils import Cluster
 
 import probes
 from processes import killed_after_chunks
+from probes import cluster
 from probes.corpus import ray_pool
 from probes.corpus import run as corpus_run
 from probes.corpus.reader import Corpus
@@ -37,7 +38,7 @@ def cluster():
     try:
         nodes = [made.add_node(num_cpus=1) for _ in range(2)]
         made.wait_for_nodes()
-        assert ray_pool.start(made.address)  # the command's own way in: check_address, then ray.init
+        assert cluster.start(made.address)  # the command's own way in: check_address, then ray.init
         yield made, nodes
     finally:
         ray.shutdown()

@@ -11,9 +11,11 @@ import ray  # the [ray] extra, which the README's install includes: missing, thi
 
 from probes.cli import main
 from probes.cli import profile as profile_cli
+from probes import cluster
 from probes.corpus import ray_pool
 from probes.corpus import run as corpus_run
-from probes.corpus.reader import Corpus, DatasetCorpus
+from probes.corpus.ray_data import DatasetCorpus
+from probes.corpus.reader import Corpus
 
 pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time
 
@@ -22,7 +24,7 @@ TEXTS = [f"Text {i}: the cat sat on mat {i}, and then it slept because it was ti
 
 @pytest.fixture(scope="module")
 def local_ray():
-    started = ray_pool.start(None, cpus=2)
+    started = cluster.start(None, cpus=2)
     try:
         yield
     finally:
