@@ -8,7 +8,8 @@ backend, layer, head…), never tensors.
   numpy arrays and frames, so a head change reruns no model;
 * probe tables: in the session (see ``probe_table``);
 * a model that a server on the Ray cluster of ``PROBES_RAY_ADDRESS`` holds is that server's (``model_of``), its
-  traces are read from there, and the work that needs its weights runs there (``compute``).
+  traces are read from there, and the work that needs its weights runs there: the readers it calls
+  (``@probes.reader``) go where their model or trace is.
 """
 
 from __future__ import annotations
@@ -241,14 +242,6 @@ def model_of(inp: Input) -> probes.Model:
     return load_model(name, not public())
 
 
-def compute(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` where the model is: here, or on the server of a model served from the Ray cluster
-    (:func:`probes.remote.compute`; a ``progress`` callback is not called there)."""
-    from probes import remote
-
-    return remote.compute(fn, *args, **kwargs)
-
-
 def _run(inp: Input) -> probes.Trace:
     """The trace of this input, made now (not kept). On a public app with the public budget of probabilities, and
     without the logits: no page draws them (the lens and the attributions make their own), only the parity badge
@@ -308,7 +301,7 @@ def story(inp: Input) -> explain.Answer | None:
     words = STORIES.get(inp.text.strip())
     if words is None or inp.pair:
         return None
-    return compute(explain.answering_head, trace(inp), inp.text, *words)
+    return explain.answering_head(trace(inp), inp.text, *words)
 
 
 EVIDENCE_KEPT = 16  # questions' evidence kept at once, for every session (each holds every head's weights: ~0.5 MB)
@@ -389,7 +382,7 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
         per_text = (probs if probs <= PUBLIC_ATTENTION_BUDGET else states) + 3 * model.n_heads * longest**2 * 4
         batch = {"batch_size": max(1, min(16, PUBLIC_WORK_BYTES // per_text)),
                  "attention_budget": PUBLIC_ATTENTION_BUDGET}
-    found = compute(judged, model, inp.text, asked.query, asked.key, asked.against, questions=questions,
+    found = judged(model, inp.text, asked.query, asked.key, asked.against, questions=questions,
                     progress=watched(progress, "ask on a shorter text or upload fewer questions"), **batch)
     with _evidence_lock:
         _evidence[key] = found
@@ -401,19 +394,19 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
 @st.cache_data(max_entries=64, show_spinner=False)
 def text_words(inp: Input) -> list[tuple[str, list[int]]]:
     """The words of the text with the tokens each covers (Find heads' key menu)."""
-    return compute(explain.words, trace(inp), inp.text)
+    return explain.words(trace(inp), inp.text)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def massive_activations(inp: Input) -> pd.DataFrame:
     """The hidden-state numbers over 100 and over 1,000 × their layer's median size (Parity's table)."""
-    return compute(parity.massive_activations, trace(inp))
+    return parity.massive_activations(trace(inp))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def margins(inp: Input, query: int, keys: tuple[int, ...], other: tuple[int, ...] = ()) -> explain.Margins:
     """Every layer × head's weight from one query token on a key word, on a distractor word and on the sink."""
-    return compute(explain.margins, trace(inp), query, list(keys), list(other))
+    return explain.margins(trace(inp), query, list(keys), list(other))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -431,7 +424,7 @@ def question(inp: Input, query: int, asked: Asked | None = None) -> tuple[int | 
     if asked and asked.key.lower() in words:
         other = words.index(asked.against.lower()) if asked.against.lower() in words else None
         return words.index(asked.key.lower()), other
-    return compute(explain.likely_key, trace(inp), inp.text, query), None
+    return explain.likely_key(trace(inp), inp.text, query), None
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -439,7 +432,7 @@ def query_norms(inp: Input, query: int, keys: tuple[int, ...]) -> np.ndarray:
     """Every layer × head's value-weighted norm from one query token on some key tokens ``[layers, heads]``."""
     from probes.effects.norms import query_norms as norms
 
-    return compute(norms, trace(inp), model_of(inp), query, list(keys))
+    return norms(trace(inp), model_of(inp), query, list(keys))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -455,7 +448,7 @@ def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None =
     from probes.effects.norms import value_norms
 
     picked = slice(*rows) if rows else None
-    return compute(value_norms, trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
+    return value_norms(trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -463,7 +456,7 @@ def why(inp: Input, layer: int, head: int, query: int, key: int):
     """One score of one head split into what wrote its query × what wrote its key: a ``QKAttribution``."""
     from probes.effects.why import qk_attribution
 
-    return compute(qk_attribution, model_of(inp), inp.text, layer, head, query, key, pair=inp.pair,
+    return qk_attribution(model_of(inp), inp.text, layer, head, query, key, pair=inp.pair,
                    truncate=inp.truncate)
 
 
@@ -472,7 +465,7 @@ def senders_on_text(inp: Input, layer: int, head: int) -> pd.DataFrame:
     """Each earlier head's share of head ``layer``.``head``'s scores on the text's cells it weighs most (q and k)."""
     from probes.effects.why import senders_on_text as split
 
-    return compute(split, model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
+    return split(model_of(inp), inp.text, layer, head, pair=inp.pair, truncate=inp.truncate)
 
 
 @st.cache_data(max_entries=16, show_spinner="Composing every earlier head's weights with this head's…")
@@ -483,7 +476,7 @@ def composition(name: str, layer: int, head: int, convention: str = "raw") -> pd
     from probes.effects.compose import composition_scores
     from probes.evidence.edges import composition_floors
 
-    return composition_floors(compute(composition_scores, model_named(name), receivers=[(layer, head)],
+    return composition_floors(composition_scores(model_named(name), receivers=[(layer, head)],
                                       convention=convention))
 
 
@@ -507,16 +500,16 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
     batch = max(1, PATCH_ROWS // length)
     if public():  # and no more senders a pass than the public budget holds (none: refused, before any pass)
         try:
-            batch = min(batch, compute(batch_for, model, length, model.predicts_tokens, PUBLIC_WORK_BYTES))
+            batch = min(batch, batch_for(model, length, model.predicts_tokens, PUBLIC_WORK_BYTES))
         except probes.errors.BadOption as exc:
             raise probes.errors.BadOption(
                 f"Path patching on this public app may hold {PUBLIC_WORK_BYTES / 2**20:,.0f} MiB at a time, and "
                 f"this text of {length:,} tokens needs more for one earlier head: shorten the text, or run the app "
                 "on your own machine (make app).") from exc
     advice = "shorten the text, or pick a head in an earlier layer (fewer senders)"
-    got = compute(patch, model, text, corrupted, (layer, head), into=into, batch=batch,
+    got = patch(model, text, corrupted, (layer, head), into=into, batch=batch,
                   progress=watched(advice=advice))
-    return compute(patch_floors, model, text, corrupted, (layer, head), into, result=got, batch=batch,
+    return patch_floors(model, text, corrupted, (layer, head), into, result=got, batch=batch,
                    progress=watched(advice=advice)).frame
 
 
@@ -525,7 +518,7 @@ def rollout(inp: Input, layer: int) -> np.ndarray:
     """Attention rollout up to ``layer`` (every head of each layer, with the residual): ``[n, n]``."""
     from probes.effects.rollout import rollout as roll
 
-    return compute(roll, trace(inp), upto=layer)[layer].numpy()
+    return roll(trace(inp), upto=layer)[layer].numpy()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -551,12 +544,12 @@ def bertviz_html(inp: Input, kind: str, layer: int = 0, head: int | None = None)
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def words(inp: Input, layer: int, head: int) -> tuple[list[str], np.ndarray]:
-    return compute(explain.word_level, trace(inp), layer, head, inp.text, inp.pair)
+    return explain.word_level(trace(inp), layer, head, inp.text, inp.pair)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def steps(inp: Input, layer: int, head: int, query: int) -> explain.QuerySteps:
-    return compute(explain.query_steps, trace(inp), layer, head, query)
+    return explain.query_steps(trace(inp), layer, head, query)
 
 
 @st.cache_data(max_entries=32, show_spinner="Comparing Hugging Face with the from-scratch pass…")
@@ -567,7 +560,7 @@ def parity_report(inp: Input) -> parity.ParityReport:
     candidate is kept only when the page shows it (else it would take a place among the traces kept there)."""
     candidate = replace(inp, source="scratch", backend=parity_backend(inp))
     keep = inp.source == "scratch" or not public()
-    return compute(parity.compare, trace(replace(inp, source="hf", backend="eager")),
+    return parity.compare(trace(replace(inp, source="hf", backend="eager")),
                    trace(candidate) if keep else _run(candidate), progress=watched(advice="shorten the text"))
 
 
@@ -594,7 +587,7 @@ def parity_backend(inp: Input) -> str:
 def prove_parity(inp: Input) -> Proof:
     """Run the float64 check of this input (a float64 copy of the model, built and dropped: 1 GiB for SmolLM2;
     a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session."""
-    r = compute(parity.check, model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
+    r = parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
                 dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
     proof = Proof(r.passed, r.backend, r.attention_max_abs_diff, r.hidden_max_rel_diff, r.logits_max_rel_diff,
                   r.tolerance)
@@ -663,7 +656,7 @@ def ablation(name: str, text: str, how: str, position: int, measure: str | None 
     reference = reference_texts() if how == "mean" else None
     wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
     with wait:
-        frame = compute(ablate_each, model_named(name), text, how=how, reference=reference, position=position,
+        frame = ablate_each(model_named(name), text, how=how, reference=reference, position=position,
                         measures=None if measure is None else [measure],
                         progress=watched(progress, "shorten the text"))
     return _ablation_kept(name, text, how, position, measure, _frame=frame)
@@ -675,7 +668,7 @@ def attribution_default(name: str, text: str) -> tuple[int, str] | None:
     None (:func:`probes.effects.attribution.last_target`)."""
     from probes.effects.attribution import last_target
 
-    return compute(last_target, model_named(name), text)
+    return last_target(model_named(name), text)
 
 
 @st.cache_data(max_entries=16, show_spinner="Splitting the logit into each head's share…")
@@ -684,8 +677,8 @@ def attribution(name: str, text: str, target: str, other: str | None, position: 
     from probes.effects.attribution import logit_attribution, target_id
 
     model = model_named(name)
-    return compute(logit_attribution, model, text, compute(target_id, model, target),
-                   compute(target_id, model, other) if other else None, position)
+    return logit_attribution(model, text, target_id(model, target),
+                   target_id(model, other) if other else None, position)
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading every layer through the unembedding…")
@@ -694,7 +687,7 @@ def lens(name: str, text: str, truncate: bool, positions: tuple[int, int], layer
     with ``layer``, the direct effect of that layer's heads (a ``Lens`` of small frames)."""
     from probes.effects.lens import logit_lens
 
-    return compute(logit_lens, model_named(name), text, truncate=truncate, positions=range(*positions),
+    return logit_lens(model_named(name), text, truncate=truncate, positions=range(*positions),
                    heads=layer is not None, head_layers=None if layer is None else [layer])
 
 
@@ -703,7 +696,7 @@ def lens_column(name: str, ids: tuple[int, ...]) -> pd.DataFrame:
     """The logit lens of the token ids ``ids`` (a generated text, as it is) at its last token, layers only."""
     from probes.effects.lens import logit_lens
 
-    return compute(logit_lens, model_named(name), ids=ids, positions=[len(ids) - 1], heads=False).layers
+    return logit_lens(model_named(name), ids=ids, positions=[len(ids) - 1], heads=False).layers
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running both texts…")
@@ -712,7 +705,7 @@ def minimal_pair(name: str, text_a: str, text_b: str, query: str, key: str):
     both texts' traces: a resource, bounded, like :func:`trace`)."""
     from probes.effects.pairs import minimal_pair as pair
 
-    return compute(pair, model_named(name), text_a, text_b, query, key)
+    return pair(model_named(name), text_a, text_b, query, key)
 
 
 @dataclass(frozen=True)
@@ -775,7 +768,7 @@ def generation(w: Writing):
     """The model's continuation of the prompt with the from-scratch KV cache (a GenerationTrace)."""
     from probes import generation as g
 
-    return compute(g.generate, model_named(w.model), w.prompt, w.new_tokens, w.sampling)
+    return g.generate(model_named(w.model), w.prompt, w.new_tokens, w.sampling)
 
 
 @st.cache_data(max_entries=16, show_spinner="Proving the cache against one full forward pass…")
@@ -786,9 +779,9 @@ def generation_proof(w: Writing) -> GenerationProof:
 
     model = model_named(w.model)
     gen = generation(w)
-    proof = compute(g.prove, model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None,
+    proof = g.prove(model, gen, "hf", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None,
                     attention_budget=min(ATTENTION_BUDGET, PUBLIC_ATTENTION_BUDGET) if public() else None)
-    same = None if w.sample else compute(g.hf_generate, model, w.prompt, gen.n_steps) == gen.new_ids
+    same = None if w.sample else g.hf_generate(model, w.prompt, gen.n_steps) == gen.new_ids
     return GenerationProof(proof.passed, proof.exact_attention_max_abs_diff, proof.attention_max_abs_diff,
                            proof.logits_max_rel_diff, same)
 
@@ -806,7 +799,7 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
     if key not in tables:  # each label's head chosen on half of the items, judged on the other half
-        tables[key] = compute(judged.run_probe, model_named(name), probe, limit,
+        tables[key] = judged.run_probe(model_named(name), probe, limit,
                               progress=watched(progress, "run fewer items"),
                               **({"batch_size": PUBLIC_PROBE_BATCH} if public() else {}))
         while len(tables) > PROBE_TABLES_KEPT:
@@ -839,7 +832,7 @@ def importance_table(name: str, limit: int, progress=None) -> pd.DataFrame:
             done[0] += n
             checked(done[0], len(texts))
 
-        tables[key] = jobs.with_model(compute(importance, model, texts, ablation=False, progress=step), model)
+        tables[key] = jobs.with_model(importance(model, texts, ablation=False, progress=step), model)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .seam import reader
 from .evidence import questions
 from .errors import OutOfRange
 from .evidence.questions import SINK, counted  # noqa: F401 - the app reads them here
@@ -45,6 +46,7 @@ class QuerySteps:
     angles: np.ndarray | None = None  # [d/2] rotary models: the angle each pair of q was turned by (radians)
 
 
+@reader
 def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) -> QuerySteps:
     """One query token's attention in head (``layer``, ``head``), step by step. ``query`` indexes the
     real tokens of batch ``item`` (padding removed). Works on any Trace that holds or recomputes q, k
@@ -92,6 +94,7 @@ def _unrotated(trace: Trace, q: np.ndarray, query: int, item: int) -> tuple[np.n
     return before, np.arctan2(s_[:half], c[:half])
 
 
+@reader
 def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None = None,
                item: int = 0) -> tuple[list[str], np.ndarray]:
     """Head (``layer``, ``head``) of batch ``item`` with word pieces merged into words: the words of
@@ -183,6 +186,7 @@ class Margins:
         return int(layer), int(head)
 
 
+@reader
 def margins(trace: Trace, query: int, keys: list[int], other: list[int] | None = None, item: int = 0) -> Margins:
     """:class:`Margins` of one query token (real-token index) on ``keys`` against ``other`` (a distractor's
     pieces; none: ``None`` or empty). Reads one row per layer from the Trace."""
@@ -193,6 +197,7 @@ def margins(trace: Trace, query: int, keys: list[int], other: list[int] | None =
     return Margins(_on_keys(rows, keys), _on_keys(rows, other) if other else None, _on_keys(rows, [SINK]), uniform)
 
 
+@reader
 def likely_key(trace: Trace, text: str, query: int, item: int = 0) -> int | None:
     """A default key word for a query token when the text asks no question: the index (among :func:`words`) of
     the word it attends to most, averaged over every layer and head, leaving out its own word and the sink
@@ -204,6 +209,7 @@ def likely_key(trace: Trace, text: str, query: int, item: int = 0) -> int | None
     return -max(scored)[1] if scored else None
 
 
+@reader
 def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, other_word: str | None = None,
                    item: int = 0) -> Answer | None:
     """Over every layer and head, the one whose query word (:func:`query_token`) gives the answer word the largest
@@ -234,6 +240,7 @@ def _on_keys(rows: list, keys: list[int]) -> np.ndarray:
     return np.stack([r[:, keys].sum(-1).cpu().numpy() for r in rows])
 
 
+@reader
 def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
     """The words of ``text`` (``tokens.word_spans``) with the real tokens each covers, in order (words no token
     covers are left out)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .seam import reader
 from . import runner
 from .models import Encoding
 from .precision import FLOAT64_MAX_BYTES  # a bigger model's float64 copy is not made: the fp32 check alone runs
@@ -83,6 +84,7 @@ def _compare(rows: list[torch.Tensor], logits: torch.Tensor, ref_rows, ref_logit
     return per_step, absolute, relative
 
 
+@reader
 def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int | None = None,
           attention_budget: int | None = None) -> Proof:
     """Check a generation's cached steps against full forward passes over the sequence the steps fed in
@@ -133,6 +135,7 @@ def _reference_logits(model, full, reference: str, first: int, steps: int) -> to
         return torch.nn.functional.linear(last, build(model).lm_head).cpu()
 
 
+@reader
 def hf_generate(model, prompt: str, max_new_tokens: int) -> list[int]:
     """Hugging Face's own greedy ``generate`` on the same prompt: the new token ids (for the greedy proof)."""
     enc = model.encode(prompt).to(model.device)

@@ -17,15 +17,18 @@ import socket
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import torch
 
-from . import scratch
+from . import runner, scratch
 from .errors import (BadOption, EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
                      UnsupportedModel)
 from .families import Family, coverage, families, family_of
+from .seam import Request
 from .tokens import Token, readable_tokens
+from .trace import Trace
 
 OFFLINE_DEFAULT = "minilm"
 USE_OFFLINE_DEFAULT = f"use the offline default: --model {OFFLINE_DEFAULT}"  # the CLI's words (the app has its own)
@@ -137,42 +140,39 @@ class Encoding:
                        token_type_ids=move(self.token_type_ids))
 
 
+class LocalBackend:
+    """This process: a trace runs here (:func:`probes.runner.run`), a reader is a plain call."""
+
+    local = True
+
+    def run(self, model: LocalModel, request: Request) -> Trace:
+        return runner.run(model, request.text, request.pair, source=request.source, backend=request.backend,
+                          truncate=request.truncate, logits=request.logits,
+                          attention_budget=request.attention_budget)
+
+    def call(self, name: str, fn, args: tuple, kwargs: dict):
+        return fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return "LocalBackend()"
+
+
+LOCAL = LocalBackend()
+
+
 @dataclass
-class Model:
+class ModelBase:
+    """What a model is where its text is typed, whichever backend holds its weights: its name, family record,
+    config and tokenizer, so texts are tokenised here and sizes read here. :class:`LocalModel` (weights in this
+    process) and :class:`probes.remote.RemoteModel` (weights on a Ray server) are its two siblings; each answers
+    the rest of :class:`probes.seam.ModelLike` in its own way (nothing here raises for one of them)."""
+
     name: str  # what the user asked for
-    location: str  # the directory, file or hub id its weights were read from
+    location: str  # the directory, file or hub id its weights were read from (ray://... for a served model)
     family: Family | None  # its record (probes.families), or None: an architecture seen in the HF view only
-    hf: torch.nn.Module
-    tokenizer: object
-    config: object
-    _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
-    _scratch_problem: str | None = field(default=None, repr=False)
-    _fingerprint: str | None = field(default=None, repr=False)
-    _tokenizer_fingerprint: str | None = field(default=None, repr=False)
-
-    def fingerprint(self) -> str:
-        """A digest of the config, of every weight tensor's name, shape and dtype, and of every weight's value: the
-        sha256 of each weight file the model was read from (:func:`weight_files`; remembered by path, size and
-        times, :func:`~probes.datasets.cache.cached_sha256`), else of every tensor's bytes. Two checkpoints that
-        differ in any one weight, even under one name or path (a training run saving into one folder), never
-        share it. Computed once per loaded model."""
-        if self._fingerprint is None:
-            import hashlib
-
-            from .datasets.cache import cached_sha256
-
-            h = hashlib.sha256(self.config.to_json_string(use_diff=False).encode())
-            state = sorted(self.hf.state_dict().items())
-            for key, tensor in state:
-                h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype}".encode())
-            files = weight_files(self.location)
-            for f in files:
-                h.update(f.name.encode() + b"\0" + cached_sha256(f).encode())
-            if not files:  # a hub model (or one built in memory): every value, read from memory
-                for _, tensor in state:
-                    h.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
+    tokenizer: Any
+    config: Any
+    _tokenizer_fingerprint: str | None = field(default=None, init=False, repr=False)
 
     def tokenizer_fingerprint(self) -> str:
         """A digest of the tokenizer, beside :meth:`fingerprint`'s config and weights: the same weights read
@@ -209,6 +209,11 @@ class Model:
         return self._tokenizer_fingerprint
 
     @property
+    def home(self):
+        """Where it runs (its :attr:`backend`), by the name a trace says it: what :func:`probes.seam.reader` reads."""
+        return self.backend
+
+    @property
     def family_name(self) -> str:
         return self.family.name if self.family else "other"
 
@@ -230,26 +235,6 @@ class Model:
         return self.family.head_dim(self.config) if self.family else self.config.hidden_size // self.n_heads
 
     @property
-    def is_causal(self) -> bool:
-        if self.family:
-            return self.family.causal(self.config)
-        # every other decoder loads as a *ForCausalLM class (see _build and _load_gguf)
-        return bool(getattr(self.config, "is_decoder", False)) or type(self.hf).__name__.endswith("ForCausalLM")
-
-    @property
-    def has_lm_head(self) -> bool:
-        return self.hf.get_output_embeddings() is not None
-
-    @property
-    def predicts_tokens(self) -> bool:
-        """Whether next-token measures apply (loss, prediction changes, logit attribution, the logit lens): a decoder
-        with a language-model head that the from-scratch path runs."""
-        if not self.is_causal or self.scratch_problem is not None:
-            return False
-        net = scratch.build(self)
-        return isinstance(net, scratch.DecoderNetwork) and net.unembedding is not None
-
-    @property
     def max_tokens(self) -> int:
         for key in ("n_positions", "max_position_embeddings"):
             n = getattr(self.config, key, None)
@@ -257,44 +242,6 @@ class Model:
                 return n
         n = getattr(self.tokenizer, "model_max_length", None)
         return n if isinstance(n, int) and n < 10**7 else 10**6
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.hf.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The precision the weights are held and both passes compute in (fp32 unless :meth:`cast`)."""
-        return next(self.hf.parameters()).dtype
-
-    def weight_bytes(self, dtype: torch.dtype | None = None) -> int:
-        """What the weights take in ``dtype`` (default: as held)."""
-        return sum(p.numel() for p in self.hf.parameters()) * (dtype or self.dtype).itemsize
-
-    def cast(self, dtype: torch.dtype) -> Model:
-        """A copy of this model whose weights (and both passes) are in ``dtype``: ``torch.float64`` is the proof
-        that two computations are the same function (:func:`probes.parity.check`). The weights are this
-        model's own values, so exactly the same numbers; the copy is not kept (a float64 SmolLM2 is 1 GiB)."""
-        if dtype == self.dtype:
-            return self
-        import copy
-
-        hf = copy.deepcopy(self.hf).to(dtype)  # tied weights stay tied; buffers (rotary frequencies) cast too
-        return replace(self, hf=hf, config=hf.config, _scratch=None, _scratch_problem=None, _fingerprint=None)
-
-    @property
-    def scratch_problem(self) -> str | None:
-        """Why the from-scratch path cannot run this model (None: it can). Decided once, when the model is
-        loaded: the family has no record, or its network refuses a config option or leaves a weight unused."""
-        if self.family is None:
-            kind = getattr(self.config, "model_type", "?")
-            return f"{self.name!r} is a {kind!r} model: {coverage()}; the Hugging Face view still works"
-        if self._scratch is None and self._scratch_problem is None:
-            try:
-                scratch.build(self)
-            except UnsupportedModel as exc:
-                self._scratch_problem = str(exc)
-        return self._scratch_problem
 
     @property
     def scratch_supported(self) -> bool:
@@ -377,6 +324,118 @@ class Model:
                      else "token_type_ids" in getattr(tok, "model_input_names", []))
         return Encoding(ids, mask, types if use_types else None, tokens, list(texts), pairs,
                         list(truncated_from) if truncated_from is not None else [None] * len(pieces))
+
+
+
+
+@dataclass
+class LocalModel(ModelBase):
+    """A model whose weights are in this process: the Hugging Face module (eager attention, fp32, eval) and, built
+    on first use, the from-scratch network over the same weights."""
+
+    hf: torch.nn.Module
+    _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
+    _scratch_problem: str | None = field(default=None, repr=False)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def backend(self) -> LocalBackend:
+        return LOCAL
+
+    def fingerprint(self) -> str:
+        """A digest of the config, of every weight tensor's name, shape and dtype, and of every weight's value: the
+        sha256 of each weight file the model was read from (:func:`weight_files`; remembered by path, size and
+        times, :func:`~probes.datasets.cache.cached_sha256`), else of every tensor's bytes. Two checkpoints that
+        differ in any one weight, even under one name or path (a training run saving into one folder), never
+        share it. Computed once per loaded model."""
+        if self._fingerprint is None:
+            import hashlib
+
+            from .datasets.cache import cached_sha256
+
+            h = hashlib.sha256(self.config.to_json_string(use_diff=False).encode())
+            state = sorted(self.hf.state_dict().items())
+            for key, tensor in state:
+                h.update(f"{key}{tuple(tensor.shape)}{tensor.dtype}".encode())
+            files = weight_files(self.location)
+            for f in files:
+                h.update(f.name.encode() + b"\0" + cached_sha256(f).encode())
+            if not files:  # a hub model (or one built in memory): every value, read from memory
+                for _, tensor in state:
+                    h.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
+    @property
+    def is_causal(self) -> bool:
+        if self.family:
+            return self.family.causal(self.config)
+        # every other decoder loads as a *ForCausalLM class (see _build and _load_gguf)
+        return bool(getattr(self.config, "is_decoder", False)) or type(self.hf).__name__.endswith("ForCausalLM")
+
+    @property
+    def has_lm_head(self) -> bool:
+        return self.hf.get_output_embeddings() is not None
+
+    @property
+    def predicts_tokens(self) -> bool:
+        """Whether next-token measures apply (loss, prediction changes, logit attribution, the logit lens): a decoder
+        with a language-model head that the from-scratch path runs."""
+        if not self.is_causal or self.scratch_problem is not None:
+            return False
+        net = self.network()
+        return isinstance(net, scratch.DecoderNetwork) and net.unembedding is not None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The precision the weights are held and both passes compute in (fp32 unless :meth:`cast`)."""
+        return next(self.hf.parameters()).dtype
+
+    def weight_bytes(self, dtype: torch.dtype | None = None) -> int:
+        """What the weights take in ``dtype`` (default: as held)."""
+        return sum(p.numel() for p in self.hf.parameters()) * (dtype or self.dtype).itemsize
+
+    def cast(self, dtype: torch.dtype) -> Model:
+        """A copy of this model whose weights (and both passes) are in ``dtype``: ``torch.float64`` is the proof
+        that two computations are the same function (:func:`probes.parity.check`). The weights are this
+        model's own values, so exactly the same numbers; the copy is not kept (a float64 SmolLM2 is 1 GiB)."""
+        if dtype == self.dtype:
+            return self
+        import copy
+
+        hf = copy.deepcopy(self.hf).to(dtype)  # tied weights stay tied; buffers (rotary frequencies) cast too
+        return replace(self, hf=hf, config=hf.config, _scratch=None, _scratch_problem=None, _fingerprint=None)
+
+    @property
+    def scratch_problem(self) -> str | None:
+        """Why the from-scratch path cannot run this model (None: it can). Decided once, when the model is
+        loaded: the family has no record, or its network refuses a config option or leaves a weight unused."""
+        if self.family is None:
+            kind = getattr(self.config, "model_type", "?")
+            return f"{self.name!r} is a {kind!r} model: {coverage()}; the Hugging Face view still works"
+        if self._scratch is None and self._scratch_problem is None:
+            try:
+                self.network()
+            except UnsupportedModel as exc:
+                self._scratch_problem = str(exc)
+        return self._scratch_problem
+
+    def network(self):
+        """The from-scratch network over this model's weights (:func:`probes.scratch.build`), built once and kept
+        here; :class:`UnsupportedModel` naming what is missing where the family or a config option is not
+        covered."""
+        if self._scratch is None:
+            if self.family is None:
+                raise UnsupportedModel(self.scratch_problem)
+            self._scratch = self.family.network(self.hf.state_dict(), self.config, self.name)
+        return self._scratch
+
+
+Model = LocalModel  # the name most code knows it by: a model loaded here
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .seam import reader
 from . import runner
 from .errors import BadOption, UnsupportedModel
 from .precision import FLOAT64_MAX_BYTES, upcast
@@ -156,6 +157,7 @@ def _scaled_diff(reference: torch.Tensor, candidate: torch.Tensor, real: torch.T
     return diff, diff / max(1.0, _max(reference.abs()[real]))
 
 
+@reader
 def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | None = None,
             progress: Callable[[int, int], None] | None = None) -> ParityReport:
     """Compare two Traces of the same input, layer by layer and head by head. The tolerances follow the
@@ -239,6 +241,7 @@ def in_dtype(model, dtype: str | torch.dtype = "float32", backend: str = "eager"
     return model.cast(dtype)
 
 
+@reader
 def check(model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
           dtype: str | torch.dtype = "float32", float64_limit: int | None = None) -> ParityReport:
     """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a
@@ -257,6 +260,7 @@ MASSIVE_RATIO = 1000.0
 MASSIVE_COLUMNS = ["layer", "dimension", "value", "token", "position", "times_median"]
 
 
+@reader
 def massive_activations(trace: Trace, item: int = 0, top: int | None = None, size: float = MASSIVE_SIZE,
                         ratio: float = MASSIVE_RATIO):
     """The massive activations of one item of ``trace`` (Sun et al. 2024): every number of a layer's hidden state,

@@ -7,8 +7,9 @@ speaks to it, and ``probes.run(remote_model, text)`` a :class:`RemoteTrace`. The
 the hidden states and recomputes any head on demand, so a client asks the server for one head's ``[n, n]``
 weights (or one layer's rows, one head's q, k and v, a head summary) and nothing of size layers × heads × L²
 crosses the wire. Work that needs the model itself (parity, generation, ablation grids, attributions) runs on
-the server through :func:`compute`, which sends the function's name and its plain arguments; the server
-runs only functions of this package's public reader modules (:func:`callable_name`).
+the server: a reader (:func:`probes.seam.reader`) called with a :class:`RemoteModel` or :class:`RemoteTrace` goes
+to the model's :class:`RayBackend`, which sends the reader's registered name and its plain arguments; the server
+runs only registered readers (:func:`probes.seam.registered`).
 
 A trace on the server is keyed by its :class:`Request` (text, pair, source, backend, truncation, logits,
 budget), never by an opaque id: a restarted actor, which has lost its traces, recomputes the one asked for,
@@ -22,8 +23,6 @@ compares every head, q, k, v and hidden state bit for bit, on minilm and smollm2
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 import time
 from collections import OrderedDict
@@ -31,28 +30,14 @@ from dataclasses import dataclass, field
 
 from .cluster import join
 from .errors import ModelUnavailable, ProbesError, ServerLost
-from .models import Model
-from .trace import Trace
+from .models import ModelBase
+from .seam import Request, registered
+from .trace import TokensAndRules
 
 NAMESPACE = "probes"  # the Ray namespace the servers' actors are named in
 PREFIX = "model:"  # an actor named model:NAME serves NAME
 SERVER_TRACE_BYTES = 2**31  # the traces a server keeps at once (least recently used dropped first; newest kept)
 SERVER_TRACES = 32
-ALLOWED = ("probes.parity", "probes.explain", "probes.generation", "probes.scratch.generate", "probes.heads.",
-           "probes.effects.", "probes.evidence.")  # what compute() may run: the readers and edited passes
-
-
-@dataclass(frozen=True)
-class Request:
-    """Everything that decides a trace: the key the server keeps it under (and recomputes it from)."""
-
-    text: str
-    pair: str | None = None
-    source: str = "hf"
-    backend: str = "eager"
-    truncate: bool = False
-    logits: bool = True
-    attention_budget: int | None = None
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -85,7 +70,7 @@ class ModelServer:
         m = self.model
         return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
                     fingerprint=m.fingerprint(), tokenizer_fingerprint=m.tokenizer_fingerprint(),
-                    has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
+                    is_causal=m.is_causal, has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
                     weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem, pid=os.getpid(),
                     started=self.started)
 
@@ -124,7 +109,7 @@ class ModelServer:
     def compute(self, name: str, args: tuple, kwargs: dict):
         """``name`` (module:function, one of this package's readers) on this server's model and traces: the
         arguments :data:`MODEL` and :class:`Request` s stand for them."""
-        fn = resolve(name)
+        fn = registered(name)
         held = lambda a: self.model if isinstance(a, ServerModel) else (self._trace(a) if isinstance(a, Request) else a)  # noqa: E731
         return fn(*[held(a) for a in args], **{k: held(v) for k, v in kwargs.items()})
 
@@ -142,30 +127,6 @@ class ServerModel:
 
 
 MODEL = ServerModel()
-
-
-def callable_name(fn) -> str:
-    """``module:qualname`` of a function of this package's readers; others are refused (a server runs no other
-    code)."""
-    name = f"{fn.__module__}:{fn.__qualname__}"
-    if not fn.__module__.startswith(ALLOWED) or "<" in fn.__qualname__:
-        raise ValueError(f"{name} is not one of the library's readers: a model server runs only those")
-    return name
-
-
-def resolve(name: str):
-    """The function ``module:qualname`` names: a function (or a class's method) defined in one of the reader
-    modules, never something a module merely imported (``probes.parity:os.system``)."""
-    module, _, qualname = name.partition(":")
-    refused = ValueError(f"{name} is not one of the library's readers: a model server runs only those")
-    if not module.startswith(ALLOWED) or not qualname or "<" in qualname or qualname.startswith("_"):
-        raise refused
-    fn = importlib.import_module(module)
-    for part in qualname.split("."):
-        fn = getattr(fn, part, None)
-    if not inspect.isfunction(fn) or fn.__module__ != module or fn.__qualname__ != qualname:
-        raise refused
-    return fn
 
 
 # -- the client ------------------------------------------------------------------------------------
@@ -192,15 +153,16 @@ class Wire:
 
 
 @dataclass
-class RemoteModel(Model):
-    """A model held by a :class:`ModelServer`: the tokenizer, config and record are here (texts are tokenised
-    where they are typed), the weights are not (``hf`` says so). Pass it to :func:`probes.run` for a
-    :class:`RemoteTrace`, and to :func:`compute` for work that needs the weights."""
+class RayBackend:
+    """A model server on a Ray cluster, as a backend (:class:`probes.seam.Backend`): a trace runs there and stays
+    there (:class:`RemoteTrace` reads it), and a reader (:func:`probes.seam.reader`) runs there on the server's own
+    model and traces, which its :class:`RemoteModel` and :class:`RemoteTrace` arguments stand for."""
 
-    address: str = ""
-    handle: object = field(default=None, repr=False)
-    facts: dict = field(default_factory=dict, repr=False)
+    name: str  # the model it serves
+    address: str  # the cluster's
+    handle: object = field(default=None, repr=False)  # the actor's
     wire: Wire = field(default_factory=Wire, repr=False)
+    local = False
 
     def ask(self, method: str, *args):
         """Call the server; a dead actor is one line (:class:`ServerLost`), and Ray restarts it for the next call.
@@ -233,14 +195,55 @@ class RemoteModel(Model):
         return ServerLost(f"the server of {self.name} on the Ray cluster at {self.address} stopped answering (its "
                           "process died); Ray is restarting it: try again in a few seconds")
 
-    @property
-    def hf(self):
-        raise ProbesError(f"{self.name} is served from the Ray cluster at {self.address}: its weights are not in this "
-                          "process; this needs a model loaded here (load it without ray=)")
+    def run(self, model: RemoteModel, request: Request) -> RemoteTrace:
+        facts = self.ask("trace", request)
+        return RemoteTrace(model, request, **facts)
 
-    @hf.setter
-    def hf(self, value) -> None:  # the dataclass's own __init__ sets it (to None)
-        pass
+    def call(self, name: str, fn, args: tuple, kwargs: dict):
+        """The reader ``name`` on the server: a :class:`RemoteModel` argument stands for the server's model, a
+        :class:`RemoteTrace` for its trace (sent as its :class:`Request`); a ``progress`` callback stays here and is
+        not called."""
+        kwargs = {k: v for k, v in kwargs.items() if k != "progress"}
+        return self.ask("compute", name, tuple(_sent(a) for a in args), {k: _sent(v) for k, v in kwargs.items()})
+
+
+def _sent(value):
+    """What stands for ``value`` on the wire: the server's own model, a trace's request, or the value itself."""
+    if isinstance(value, RemoteModel):
+        return MODEL
+    if isinstance(value, RemoteTrace):
+        return value.request
+    return value
+
+
+@dataclass
+class RemoteModel(ModelBase):
+    """A model held by a :class:`ModelServer`: the tokenizer, config and record are here (texts are tokenised
+    where they are typed), the weights are there, with everything that reads them. Its :attr:`backend` runs its
+    traces (:func:`probes.run` gives a :class:`RemoteTrace`) and its readers there; what depends on the weights
+    (the fingerprint, the byte counts, whether the from-scratch path runs it) came with its description."""
+
+    backend: RayBackend = field(default=None, repr=False)  # type: ignore[assignment]  # connect() gives it
+    facts: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def handle(self):
+        """The server's actor handle."""
+        return self.backend.handle
+
+    @property
+    def address(self) -> str:
+        """The address of the cluster the server runs on."""
+        return self.backend.address
+
+    @property
+    def wire(self) -> Wire:
+        """What crossed the wire to and from the server."""
+        return self.backend.wire
+
+    def ask(self, method: str, *args):
+        """A call of the server's :class:`ModelServer` method ``method`` (:meth:`RayBackend.ask`)."""
+        return self.backend.ask(method, *args)
 
     def fingerprint(self) -> str:
         return self.facts["fingerprint"]
@@ -249,6 +252,10 @@ class RemoteModel(Model):
         """The server's own (its tokenizer's files are there); one worked out from the tokenizer it sent, for a
         server that does not say."""
         return self.facts.get("tokenizer_fingerprint") or super().tokenizer_fingerprint()
+
+    @property
+    def is_causal(self) -> bool:
+        return self.facts["is_causal"]
 
     @property
     def has_lm_head(self) -> bool:
@@ -277,24 +284,22 @@ class RemoteModel(Model):
     def scratch_problem(self) -> str | None:
         return self.facts["scratch_problem"]
 
-    def cast(self, dtype):
-        raise ProbesError(f"{self.name} is served from the Ray cluster: its float64 copy is made there "
-                          "(probes.remote.compute(probes.parity.check, model, ..., dtype='float64'))")
 
-    def run(self, request: Request) -> RemoteTrace:
-        facts = self.ask("trace", request)
-        return RemoteTrace(self, request, **facts)
-
-
-class RemoteTrace:
+class RemoteTrace(TokensAndRules):
     """A trace held by the server: tokens and mask here, every number read from there, one call per question.
-    Its readers are :class:`~probes.trace.Trace`'s, with the same answers."""
+    What it answers from its tokens, mask and layer rules is :class:`~probes.trace.TokensAndRules`'s, as a local
+    :class:`~probes.trace.Trace`'s; the rest are the server's Trace's answers."""
 
-    def __init__(self, server: RemoteModel, request: Request, **facts):
-        self.remote, self.request = server, request
+    def __init__(self, served: RemoteModel, request: Request, **facts):
+        self.remote, self.request = served, request  # facts: the server's Trace's tokens, mask, rules (and model name)
         self.__dict__.update(facts)
         self.lse = None
         self._fields: dict = {}
+
+    @property
+    def home(self) -> RayBackend:
+        """Where it is held: its model's server (where :func:`probes.seam.reader` sends a reader)."""
+        return self.remote.backend
 
     def _read(self, what: str, *args, **kwargs):
         return self.remote.ask("read", self.request, what, args, kwargs)
@@ -320,10 +325,6 @@ class RemoteTrace:
     def nbytes(self) -> int:
         return sum(t.untyped_storage().nbytes() for t in (self.input_ids, self.attention_mask))
 
-    # what a trace answers from its tokens, mask and layer rules, which are here: Trace's own code
-    batch_size, group, window, _valid, _check = Trace.batch_size, Trace.group, Trace.window, Trace._valid, Trace._check
-    real_tokens, token_strings, kv_head = Trace.real_tokens, Trace.token_strings, Trace.kv_head
-
     def attention(self, layer: int, head: int | None = None, item: int = 0, rows=None):
         return self._read("attention", layer, head, item, rows)
 
@@ -341,20 +342,6 @@ class RemoteTrace:
 
     def layer_attention(self, layer: int):
         return self._read("layer_attention", layer)
-
-
-def compute(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``, where it can run: here for local models and traces, on the server when an
-    argument is a :class:`RemoteModel` or :class:`RemoteTrace` (which then stand for the server's own model and
-    traces; a ``progress`` callback stays here and is not called)."""
-    remote = next((a.remote if isinstance(a, RemoteTrace) else a for a in (*args, *kwargs.values())
-                   if isinstance(a, (RemoteModel, RemoteTrace))), None)
-    if remote is None:
-        return fn(*args, **kwargs)
-    kwargs.pop("progress", None)
-    sent = lambda a: MODEL if isinstance(a, RemoteModel) else (a.request if isinstance(a, RemoteTrace) else a)  # noqa: E731
-    return remote.ask("compute", callable_name(fn), tuple(sent(a) for a in args),
-                      {k: sent(v) for k, v in kwargs.items()})
 
 
 # -- joining a cluster, finding and starting servers ----------------------------------------------
@@ -380,13 +367,11 @@ def connect(name: str, address: str = "auto", handle=None) -> RemoteModel:
         others = ", ".join(served(address)) or "none"
         raise ModelUnavailable(f"no server on the Ray cluster at {gcs} holds {name!r} (served there: {others}): "
                                f"start one with `python -m probes serve --model {name} --ray {gcs}`") from None
-    stub = RemoteModel(name=name, location=f"ray://{gcs}/{name}", family=None, hf=None, tokenizer=None, config=None,
-                       address=gcs, handle=handle)
-    facts = stub.ask("describe")
-    stub.name, stub.family, stub.tokenizer, stub.config = facts["name"], facts["family"], facts["tokenizer"], facts["config"]
-    stub.facts = facts
-    stub.wire = Wire()  # the description is the model's stand-in, not a question: counted from here on
-    return stub
+    backend = RayBackend(name, gcs, handle)
+    facts = backend.ask("describe")
+    backend.wire = Wire()  # the description is the model's stand-in, not a question: counted from here on
+    return RemoteModel(name=facts["name"], location=f"ray://{gcs}/{name}", family=facts["family"],
+                       tokenizer=facts["tokenizer"], config=facts["config"], backend=backend, facts=facts)
 
 
 def serve(name: str, address: str = "auto", gpus: float = 0, cpus: int = 1, allow_local_paths: bool = True,

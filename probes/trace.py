@@ -47,8 +47,57 @@ from .tokens import Token
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
 
 
+class TokensAndRules:
+    """What a trace answers from its tokens, mask and layer rules alone: shared by :class:`Trace` and by
+    :class:`probes.remote.RemoteTrace` (which holds those here and reads every number from its server). A class
+    using it has ``tokens``, ``input_ids``, ``attention_mask``, ``windows``, ``n_kv_heads``, ``n_layers`` and
+    ``n_heads``."""
+
+    tokens: list[list[Token]]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    windows: list[int | None] | None
+    n_kv_heads: int | None
+    n_layers: int  # a property of Trace (its hidden states), a fact a RemoteTrace is sent
+    n_heads: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    @property
+    def group(self) -> int:
+        """How many query heads read each key/value head (1 unless the model uses grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 1
+
+    def kv_head(self, layer: int, head: int) -> int:
+        """The key/value head that query head ``head`` reads (itself, unless the model groups its queries)."""
+        self.check(layer, head)
+        return head // self.group
+
+    def valid(self, item: int) -> torch.Tensor:
+        """The positions of item ``item``'s real tokens (padding left out), checked to be an item of the batch."""
+        check_index(item, self.batch_size, "item", f"the batch of {self.batch_size}")
+        return self.attention_mask[item].nonzero().squeeze(-1)
+
+    def check(self, layer: int, head: int | None) -> None:
+        """``layer`` (and ``head``, unless None) inside the trace, else :class:`~probes.errors.OutOfRange`."""
+        check_layer_head(layer, head, self.n_layers, self.n_heads, "the trace")
+
+    def real_tokens(self, item: int = 0) -> list[Token]:
+        """The real tokens of one item (padding removed), in the order ``attention`` indexes them."""
+        return [self.tokens[item][i] for i in self.valid(item).tolist()]
+
+    def token_strings(self, item: int = 0) -> list[str]:
+        """Readable strings of the real tokens of one item (padding removed)."""
+        return [t.text for t in self.real_tokens(item)]
+
+
 @dataclass
-class Trace:
+class Trace(TokensAndRules):
     source: str  # "hf", "scratch/eager", "scratch/sdpa", "scratch/flash"
     model: str
     tokens: list[list[Token]]  # readable tokens for each item of the batch (padding included)
@@ -93,34 +142,10 @@ class Trace:
     def n_heads(self) -> int:
         return (self.attn or self.lse)[0].shape[1]
 
-    @property
-    def batch_size(self) -> int:
-        return self.input_ids.shape[0]
-
-    def window(self, layer: int) -> int | None:
-        return self.windows[layer] if self.windows else None
-
-    @property
-    def group(self) -> int:
-        """How many query heads read each key/value head (1 unless the model uses grouped-query attention)."""
-        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 1
-
-    def kv_head(self, layer: int, head: int) -> int:
-        """The key/value head that query head ``head`` reads (itself, unless the model groups its queries)."""
-        self._check(layer, head)
-        return head // self.group
-
-    def _valid(self, item: int) -> torch.Tensor:
-        check_index(item, self.batch_size, "item", f"the batch of {self.batch_size}")
-        return self.attention_mask[item].nonzero().squeeze(-1)
-
-    def _check(self, layer: int, head: int | None) -> None:
-        check_layer_head(layer, head, self.n_layers, self.n_heads, "the trace")
-
     # -- q, k, v -------------------------------------------------------------------------------
     def layer_qkv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of every head of one layer, ``[B, H, L, d]`` each (recomputed for a lazy trace)."""
-        self._check(layer, None)
+        self.check(layer, None)
         if self.q is not None:
             return self.q[layer], self.k[layer], self.v[layer]
         if self.qkv_of is None:
@@ -131,8 +156,8 @@ class Trace:
     def qkv(self, layer: int, head: int, item: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of one head ``[n, d]`` over the real tokens of one item (k and v of the key/value head
         it reads, in a grouped-query model; q and k rotated, in a rotary one)."""
-        self._check(layer, head)
-        idx = self._valid(item)
+        self.check(layer, head)
+        idx = self.valid(item)
         q, k, v = self.layer_qkv(layer)
         kv = self.kv_head(layer, head)
         return q[item, head][idx], k[item, kv][idx], v[item, kv][idx]
@@ -161,8 +186,8 @@ class Trace:
         over its n real tokens (padding removed). Row = query token, column = key token. ``rows``
         picks query rows among the real tokens (default: all). A lazy trace recomputes them from
         the logsumexp, in blocks of rows."""
-        self._check(layer, head)
-        idx = self._valid(item)
+        self.check(layer, head)
+        idx = self.valid(item)
         picked = idx[rows] if rows is not None else idx
         if picked.ndim == 0:
             picked = picked[None]
@@ -189,7 +214,7 @@ class Trace:
         b, h, n = self.lse[layer].shape
         out = torch.zeros(b, h, n, n, dtype=self.lse[layer].dtype, device=self.lse[layer].device)
         for item in range(b):
-            idx = self._valid(item)
+            idx = self.valid(item)
             out[item][:, idx[:, None], idx[None, :]] = self.attention(layer, item=item)
         return out
 
@@ -202,8 +227,8 @@ class Trace:
         * ``previous`` ``[H, n]``: mass each query puts on the token just before it (0 for the first);
         * ``argmax`` ``[H, n]``: the most attended key of each query row.
         """
-        self._check(layer, None)
-        n = len(self._valid(item))
+        self.check(layer, None)
+        n = len(self.valid(item))
         h = self.n_heads
         dev = self.attention_mask.device
         kind = dict(dtype=working_dtype(self.hidden_states[0].dtype), device=dev)
@@ -219,14 +244,6 @@ class Trace:
             local = (r > 0).nonzero().squeeze(-1)  # rows that have a previous token
             previous[:, r[local]] = p[:, local, r[local] - 1]
         return dict(entropy=entropy, received=received, previous=previous, argmax=argmax)
-
-    def real_tokens(self, item: int = 0) -> list[Token]:
-        """The real tokens of one item (padding removed), in the order ``attention`` indexes them."""
-        return [self.tokens[item][i] for i in self._valid(item).tolist()]
-
-    def token_strings(self, item: int = 0) -> list[str]:
-        """Readable strings of the real tokens of one item (padding removed)."""
-        return [t.text for t in self.real_tokens(item)]
 
 
 @dataclass

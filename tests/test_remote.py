@@ -72,7 +72,7 @@ def same_trace(remote_trace, local_trace, model) -> None:
 
 @pytest.mark.numeric  # the server's floats against this process's, exactly
 def test_minilm_traces_from_the_server_equal_local_ones_bit_for_bit(served_minilm, minilm, one_thread):
-    assert isinstance(served_minilm, probes.Model) and served_minilm.fingerprint() == minilm.fingerprint()
+    assert isinstance(served_minilm, probes.ModelLike) and served_minilm.fingerprint() == minilm.fingerprint()
     # the tokenizer's, as the server worked it out (its files are there): a checkpoint's fingerprint covers it
     assert served_minilm.facts["tokenizer_fingerprint"] == minilm.tokenizer_fingerprint()
     for source, backend, budget in (("hf", "eager", None), ("scratch", "eager", None), ("scratch", "sdpa", 0)):
@@ -90,7 +90,7 @@ def test_smollm2_traces_from_the_server_equal_local_ones_bit_for_bit(cluster, sm
         got = probes.run(served, TEXT, source="scratch")
         same_trace(got, probes.run(smollm2, TEXT, source="scratch"), smollm2)
         assert got.kv_head(0, 7) == 2  # query head 7 reads key/value head 2, as README's local example says
-        there, here = (remote.compute(generation.generate, m, "The cat sat", 4) for m in (served, smollm2))
+        there, here = (generation.generate(m, "The cat sat", 4) for m in (served, smollm2))
         assert there.new_ids == here.new_ids and all(torch.equal(a, b) for a, b in zip(there.rows, here.rows))
     finally:
         remote.stop("smollm2", cluster)
@@ -108,19 +108,18 @@ def test_a_head_change_sends_only_that_head(served_minilm):
 @pytest.mark.numeric  # the server's floats against this process's, exactly
 def test_work_that_needs_the_weights_runs_on_the_server(served_minilm, minilm, one_thread):
     here = parity.compare(probes.run(minilm, TEXT), probes.run(minilm, TEXT, source="scratch"))
-    there = remote.compute(parity.compare, probes.run(served_minilm, TEXT),
-                           probes.run(served_minilm, TEXT, source="scratch"))
+    there = parity.compare(probes.run(served_minilm, TEXT), probes.run(served_minilm, TEXT, source="scratch"))
     assert there.passed and there.attention_max_abs_diff == here.attention_max_abs_diff
-    grid = remote.compute(ablation.ablate_each, served_minilm, "the cat sat", how="zero", position=1,
-                          progress=lambda *a: None)  # the progress callback stays here
+    grid = ablation.ablate_each(served_minilm, "the cat sat", how="zero", position=1,
+                                progress=lambda *a: None)  # the progress callback stays here
     assert grid.equals(ablation.ablate_each(minilm, "the cat sat", how="zero", position=1))
 
 
 def test_a_server_runs_only_the_library_readers(served_minilm):
-    with pytest.raises(ValueError, match="not one of the library's readers"):
-        remote.compute(os.system, served_minilm, "true")
-    for name in ("os:system", "probes.parity:os.system", "probes.effects.ablation:torch.load"):
-        with pytest.raises(ValueError, match="not one of the library's readers"):  # a client that skips the check
+    # registered where they are defined (@probes.reader), whatever their module: nothing else of the package runs
+    for name in ("os:system", "probes.parity:os.system", "probes.effects.ablation:torch.load",
+                 "probes.parity:attention_tolerance", "probes.models:load", "probes.nowhere:f", "probes.parity:"):
+        with pytest.raises(probes.ProbesError, match="not one of the library's readers"):
             served_minilm.ask("compute", name, ("true",), {})
     with pytest.raises(ValueError, match="not a reader of a trace"):
         served_minilm.ask("read", remote.Request(TEXT), "__dict__")

@@ -41,7 +41,7 @@ def _convention(ctx: ui.Context) -> tuple[str, str]:
     the same on an RMSNorm model; raw alone on a post-norm one, where the control is off)."""
     from probes.effects.compose import CONVENTIONS, conventions
 
-    about = data.compute(conventions, ctx.model)
+    about = conventions(ctx.model)
     if len(about) == 1:  # BERT: raw alone, whatever another model's choice was
         st.session_state["circuit_convention"] = "raw"
     chosen = st.radio("Convention of the composition scores from the weights", list(CONVENTION),
@@ -117,7 +117,7 @@ def _weights(ctx: ui.Context, convention: tuple[str, str]) -> None:
                    f"edge's width is that composition score. Only edges above their noise floor are drawn "
                    f"({len(above)} of {int(frame.score.notna().sum())}; at most the {TOP} largest): {random}, and "
                    f"{COMPOSITION_RULE} (here z = {z:.2f}, a floor of {floor:.4f}). Convention {convention[1]}; "
-                   + "; ".join(data.compute(notes, ctx.model, convention[0])) + ".")
+                   + "; ".join(notes(ctx.model, convention[0])) + ".")
     shown = frame.sort_values("score", ascending=False).rename(columns={"z": "above", "floor": "noise floor",
                                                                         "above_floor": "above the floor"})
     ui.table(shown.drop(columns=["z_crit", "senders"]), height=220)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 import torch
 
+from ..seam import reader
 from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
 from ..precision import working_dtype
@@ -208,6 +209,7 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
     return {key: torch.cat(value) for key, value in parts.items()}
 
 
+@reader
 def ablate(model, text: str, heads: list[tuple[int, int]], how: str = "zero", other: str | None = None,
            reference: Sequence[str] | None = None, position: int | None = None,
            targets: tuple[int, int] | None = None, truncate: bool = False) -> dict[str, float]:
@@ -220,6 +222,7 @@ def ablate(model, text: str, heads: list[tuple[int, int]], how: str = "zero", ot
     return {key: float(value[0]) for key, value in got.items()}
 
 
+@reader
 def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
                 reference: Sequence[str] | None = None, position: int | None = None,
                 targets: tuple[int, int] | None = None, batched: bool = True, truncate: bool = False,

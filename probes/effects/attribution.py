@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..seam import reader
 from ..errors import BadOption
 from ..scratch import build, outputs
 from ..head_index import check_position
@@ -40,6 +41,7 @@ class Attribution:
         return float(self.heads.sum()) + self.rest
 
 
+@reader
 def target_id(model, word: str) -> int:
     """The token id of ``word`` as the model would write it next after a word: with its leading space (" she",
     where the tokenizer has such a token), else as it is; a word of several tokens is refused, naming them."""
@@ -53,6 +55,7 @@ def target_id(model, word: str) -> int:
                     "word that is one token")
 
 
+@reader
 def last_target(model, text: str, first: int = 1) -> tuple[int, str] | None:
     """The last token of ``text`` (at position ``first`` or later among its real tokens: the text predicts token i at
     i − 1) that can be typed as a target: ``(position, raw text)``, where the raw text is what the token decodes to
@@ -77,6 +80,7 @@ def last_target(model, text: str, first: int = 1) -> tuple[int, str] | None:
     return None
 
 
+@reader
 def logit_attribution(model, text: str, target: int, other: int | None = None,
                       position: int | None = None) -> Attribution:
     """Each head's direct share of token ``target``'s logit (minus ``other``'s) at ``position`` (default: the last

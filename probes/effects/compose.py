@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..seam import reader
 from ..errors import BadOption
 from ..scratch import DecoderNetwork, build
 from ..head_index import check_receiver, parse_head
@@ -127,6 +128,7 @@ POST_NORM = ("a post-norm model, like BERT: TransformerLens folds no LayerNorm i
 SAME = "RMSNorm does not centre: the raw and transformerlens conventions give the same numbers here"
 
 
+@reader
 def conventions(model) -> dict[str, str]:
     """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
     LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
@@ -248,6 +250,7 @@ def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
     return float(values.mean()), float(values.std()) if draws > 1 else 0.0
 
 
+@reader
 def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iterable[tuple[int, int]] | None = None,
                        draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64,
                        convention: str = DEFAULT_CONVENTION) -> pd.DataFrame:
@@ -276,6 +279,7 @@ def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iter
     return frame
 
 
+@reader
 def notes(model, convention: str = DEFAULT_CONVENTION) -> list[str]:
     """What a reader of the scores should know about this model's in ``convention`` (for the CLI and the app)."""
     rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"

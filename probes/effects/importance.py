@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..seam import reader
 from ..datasets.catalog import read_items, texts as texts_of
 from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
@@ -121,6 +122,7 @@ def finish(sums: Sequence[pd.DataFrame] | pd.DataFrame) -> pd.DataFrame:
         ["label", "layer", "head"], ignore_index=True)
 
 
+@reader
 def importance(model, texts: Sequence[str], batch_size: int = 8, projections: int = PROJECTIONS,
                ablation: bool = True, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """The importance table of every head over ``texts`` (each cut to the context window)."""

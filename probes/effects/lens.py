@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..seam import reader
 from ..errors import BadOption, EmptyInput, InputTooLong
 from ..models import Piece
 from ..scratch import build, outputs
@@ -80,6 +81,7 @@ def encoding(model, ids: Sequence[int]):
     return model.batch([piece], [model.tokenizer.decode(ids)])
 
 
+@reader
 def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = None, k: int = TOP_K,
                positions: Sequence[int] | None = None, heads: bool = True,
                head_layers: Sequence[int] | None = None, truncate: bool = False) -> Lens:

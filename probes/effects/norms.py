@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..seam import reader
 from ..errors import UnsupportedModel
 from ..precision import upcast
 from ..scratch import build
@@ -26,13 +27,14 @@ def value_lengths(trace, model, layer: int, item: int = 0) -> torch.Tensor:
                                "from-scratch path covers; attention weights still work")
     weight, _bias = build(model).head_out(layer)  # [H, d, D]
     _q, _k, v = trace.layer_qkv(layer)  # v [B, H_kv, L, d]
-    idx = trace._valid(item)
+    idx = trace.valid(item)
     with torch.inference_mode():
         heads = torch.arange(trace.n_heads, device=v.device) // trace.group  # the key/value head each reads
         values = upcast(v[item][heads][:, idx])  # [H, n, d]
         return torch.linalg.vector_norm(values @ upcast(weight).to(values.device), dim=-1)  # [H, n]
 
 
+@reader
 def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0,
                 rows: slice | list[int] | None = None) -> torch.Tensor:
     """‖α_ij·f(x_j)‖ of one head ``[r, n]`` (or every head ``[H, r, n]``), rows and columns as
@@ -44,6 +46,7 @@ def value_norms(trace, model, layer: int, head: int | None = None, item: int = 0
         return weights * scale.to(weights.device)
 
 
+@reader
 def query_norms(trace, model, query: int, keys: list[int], item: int = 0):
     """Every layer × head's value-weighted norm from one query token on some key tokens (a word's pieces: the
     vectors α_ij·f(x_j) summed over them before the length is taken), ``[layers, heads]`` numpy float64."""
@@ -53,7 +56,7 @@ def query_norms(trace, model, query: int, keys: list[int], item: int = 0):
         raise UnsupportedModel(f"{model.name}: value-weighted norms need the output projection of a family the "
                                "from-scratch path covers; attention weights still work")
     net = build(model)
-    idx = trace._valid(item)
+    idx = trace.valid(item)
     out = np.zeros((trace.n_layers, trace.n_heads))
     with torch.inference_mode():
         for layer in range(trace.n_layers):

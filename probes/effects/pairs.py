@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..seam import reader
 from ..errors import BadOption
 from ..tokens import covered_words
 from ..runner import run
@@ -63,6 +64,7 @@ def word_weight(trace, layer_rows: list, query_pieces: list[int], key_pieces: li
     return np.stack([rows[:, :, key_pieces].sum(-1).mean(-1).cpu().numpy() for rows in layer_rows])
 
 
+@reader
 def minimal_pair(model, text_a: str, text_b: str, query_word: str, key_word: str, source: str = "auto",
                  truncate: bool = False) -> Pair:
     """Attention from ``query_word`` to ``key_word`` (words of ``text_a``; their counterparts in ``text_b`` are

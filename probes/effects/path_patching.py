@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 import torch
 
+from ..seam import reader
 from ..attention_math import repeat_kv
 from ..errors import BadOption, OutOfRange
 from ..scratch import BACKENDS, build, outputs
@@ -108,6 +109,7 @@ def fixed_bytes(model, length: int, lm: bool) -> int:
     return (size + 16) * min(length, LOGIT_POSITIONS) * model.config.vocab_size if lm else 0
 
 
+@reader
 def batch_for(model, length: int, lm: bool, budget: int | None = None) -> int:
     """Senders per pass within ``budget`` bytes, at most :data:`MAX_BATCH`. A budget given that is too small for one
     sender is refused (:class:`BadOption`, saying how much one needs); the default, :data:`WORK_BUDGET`, gives one
@@ -122,6 +124,7 @@ def batch_for(model, length: int, lm: bool, budget: int | None = None) -> int:
     return min(MAX_BATCH, (budget - fixed) // one)
 
 
+@reader
 def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "k",
                senders: Sequence[tuple[int, int]] | None = None, cells: Sequence[tuple[int, int]] | None = None,
                position: int | None = None, targets: tuple[int, int] | None = None, batch: int | None = None,

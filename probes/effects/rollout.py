@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ..seam import reader
+
 
 def mixed(trace, layer: int, item: int = 0) -> torch.Tensor:
     """Â_l over the real tokens of one item, ``[n, n]`` float64."""
@@ -22,6 +24,7 @@ def mixed(trace, layer: int, item: int = 0) -> torch.Tensor:
     return a / a.sum(-1, keepdim=True)
 
 
+@reader
 def rollout(trace, item: int = 0, upto: int | None = None) -> torch.Tensor:
     """``rollout_l`` for every layer l up to ``upto`` (default: all): ``[layers, n, n]`` float64, on the CPU.
     Every row sums to 1."""

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..seam import reader
 from ..attention_math import allowed_keys
 from ..errors import BadOption, OutOfRange, UnsupportedModel
 from ..head_index import check_layer_head, check_receiver
@@ -391,6 +392,7 @@ def _head_pass(model, text: str, layer: int, head: int, pair: str | None, trunca
                      own_q[0, head, :n].double(), own_k[0, group, :n].double(), allowed[0, 0, :n, :n].expand(n, n))
 
 
+@reader
 def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int, pair: str | None = None,
                    truncate: bool = False) -> QKAttribution:
     """Split head ``layer``.``head``'s score of query token ``query`` on key token ``key`` (indices among the real
@@ -467,6 +469,7 @@ def _bands(run: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:
     return rows
 
 
+@reader
 def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pair: str | None = None,
                     truncate: bool = False, first_token: bool = False) -> pd.DataFrame:
     """Data-dependent composition: how much of head ``layer``.``head``'s scores on this text comes from each earlier

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..seam import reader
 from ..datasets import BadItem
 from ..errors import BadOption
 from ..head_index import check_head
@@ -139,6 +140,7 @@ def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> "p
                               right=bool(picks[i] == scored.answer[i])) for i, q in enumerate(scored.questions)])
 
 
+@reader
 def question_evidence(model, text: str | None = None, query: str | None = None, key: str | None = None,
                       against: str | None = None, questions: Sequence[Question] | None = None,
                       head: tuple[int, int] | None = None, n_controls: int = DEFAULT_CONTROLS, seed: int = 0,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from ..seam import reader
 from ..errors import BadOption
 
 ALPHA = 0.05  # the chance that a receiver gets one false composition edge
@@ -165,6 +166,7 @@ class PatchEvidence:
         return got.reindex(got[self.measure].abs().sort_values(ascending=False).index)
 
 
+@reader
 def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str = "k", result=None,
                  count: int = NULLS, seed: int = 0, senders: Sequence[tuple[int, int]] | None = None,
                  top: int | None = CHECKED, progress: Callable[[int, int], None] | None = None,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..seam import reader
 from ..heads.profile import (apart, counting, fingerprint, left_out, noted, prepared, profile as profile_tables,
                              run_chunk, score_chunks, scored)
 from ..heads.registry import Probe, get
@@ -139,6 +140,7 @@ def _held_out(probe: Probe, model, items: list, seed: int,
     return whole, chosen, judged, evidence
 
 
+@reader
 def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
               backend: str = "eager", progress: Callable[[int, int], None] | None = None,
               seed: int = 0) -> pd.DataFrame:

@@ -35,15 +35,10 @@ QKVEdit = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object],
 
 
 def build(model) -> Network:
-    """The from-scratch network for a loaded :class:`~probes.models.Model` (built once, then cached).
-    Raises :class:`UnsupportedModel` naming what is missing: the family, a config option, a weight."""
-    cached = getattr(model, "_scratch", None)
-    if cached is not None:
-        return cached
-    if model.family is None:  # the model says which families there are (probes.families sits above this package)
-        raise UnsupportedModel(model.scratch_problem)
-    model._scratch = model.family.network(model.hf.state_dict(), model.config, model.name)
-    return model._scratch
+    """The from-scratch network for a loaded :class:`~probes.models.LocalModel` (built once, kept by the model:
+    ``model.network()``). Raises :class:`UnsupportedModel` naming what is missing: the family, a config option, a
+    weight."""
+    return model.network()
 
 
 def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None,

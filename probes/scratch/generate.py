@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..seam import reader
 from ..attention_math import allowed_keys, group_of, repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
 from ..tokens import readable_tokens
@@ -248,6 +249,7 @@ def _tokens(model, ids: list[int]):
 GENERATE_BACKENDS = ("eager", "flash")
 
 
+@reader
 def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
              stop_at_eos: bool = True, backend: str = "eager") -> GenerationTrace:
     """Write up to ``max_new_tokens`` tokens after ``prompt`` with the KV cache, keeping each step's
