@@ -136,6 +136,13 @@ def _reference_logits(model, full, reference: str, first: int, steps: int) -> to
 
 
 @reader
+def check_decoder(model) -> None:
+    """:func:`~probes.scratch.generate.decoder`'s refusal (an encoder, no language-model head, a family the
+    from-scratch path does not cover), asked where the model is: its network stays there."""
+    decoder(model)
+
+
+@reader
 def hf_generate(model, prompt: str, max_new_tokens: int) -> list[int]:
     """Hugging Face's own greedy ``generate`` on the same prompt: the new token ids (for the greedy proof)."""
     enc = model.encode(prompt).to(model.device)

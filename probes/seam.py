@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -222,13 +223,17 @@ def reader(fn: F) -> F:
     if "<" in fn.__qualname__:
         raise TypeError(f"{name}: only module-level functions (or a class's methods) can be readers")
     READERS[name] = fn
+    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def where_the_model_is(*args: Any, **kwargs: Any) -> Any:
         backend = home(args) or home(tuple(kwargs.values()))
         if backend is None:
             return fn(*args, **kwargs)
-        return backend.call(name, fn, args, kwargs)
+        # a progress callback stays here (it draws a bar in this process): it is not sent, however it was passed
+        bound = signature.bind_partial(*args, **kwargs)
+        bound.arguments.pop("progress", None)
+        return backend.call(name, fn, bound.args, bound.kwargs)
 
     where_the_model_is.reader_name = name  # type: ignore[attr-defined]
     return where_the_model_is  # type: ignore[return-value]

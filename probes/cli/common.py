@@ -9,7 +9,8 @@ import os
 import sys
 
 from ..head_index import head_numbers
-from ..models import OFFLINE_DEFAULT, Model, load
+from ..models import OFFLINE_DEFAULT, load
+from ..seam import ModelLike
 
 MODEL_HELP = f"short name, hub id or local directory (default: {OFFLINE_DEFAULT})"
 
@@ -23,17 +24,35 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-def load_model(args: argparse.Namespace, name: str | None = None) -> Model:
+def load_model(args: argparse.Namespace, name: str | None = None) -> ModelLike:
     """The model a command names (``--model``, or ``name``), loaded the way its ``--hub-only`` and ``--device``
-    say, with transformers quiet."""
+    say, with transformers quiet; with ``--ray [ADDRESS]``, the model a server on that Ray cluster holds
+    (:func:`probes.load` with ``ray=``), on which the command's readers then run."""
     quiet_transformers()
-    return load(args.model if name is None else name, allow_local_paths=not args.hub_only, device=args.device)
+    name = args.model if name is None else name
+    served_on = getattr(args, "served_on", None)
+    if served_on:
+        from .. import load as load_anywhere
+
+        return load_anywhere(name, ray=served_on)
+    return load(name, allow_local_paths=not args.hub_only, device=args.device)
 
 
-def loading_options(parser: argparse.ArgumentParser) -> None:
-    """The options :func:`load_model` reads besides ``--model``: ``--device`` and ``--hub-only``."""
+def loading_options(parser: argparse.ArgumentParser, served: bool = True) -> None:
+    """The options :func:`load_model` reads besides ``--model``: ``--device``, ``--hub-only`` and (``served``) the
+    Ray cluster whose server holds the model (:func:`served_option`)."""
     parser.add_argument("--device", default="auto")
     parser.add_argument("--hub-only", action="store_true", help="refuse local paths")
+    if served:
+        served_option(parser)
+
+
+def served_option(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``: use the model a server on that Ray cluster holds (``python -m probes serve``)."""
+    parser.add_argument("--ray", dest="served_on", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                        help="use the model that a server on this Ray cluster holds (start one with python -m probes "
+                        "serve --model NAME --ray ADDRESS): HOST:6379, or --ray alone for the cluster this machine "
+                        "has joined (RAY_ADDRESS, ray start); the work runs there, with the same numbers as here")
 
 
 def _shown(text: str) -> str:
@@ -154,7 +173,7 @@ def head_list_or_all(text: str) -> list[tuple[int, int]] | None:
     return None if text.strip() == "all" else head_list(text)
 
 
-def heads_of(model: Model, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
+def heads_of(model: ModelLike, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
     """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.head_index.check_heads`,
     the check :func:`~probes.head_index.parse_head` makes)."""
     from ..head_index import check_heads

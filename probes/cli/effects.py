@@ -64,9 +64,10 @@ def run_importance(args: argparse.Namespace) -> int:
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
     threads = apply("profile", args.threads)  # batch work, like profile
     model = load_model(args)
-    from ..scratch import build
+    if model.scratch_problem:  # an architecture the from-scratch path does not cover is refused here, in one line
+        from ..errors import UnsupportedModel
 
-    build(model)  # an architecture the from-scratch path does not cover is refused here, in one line
+        raise UnsupportedModel(model.scratch_problem)
     frame = profile_importance(
         model, args.data, args.limit, Path(args.out), batch_size=args.batch_size,
         checkpoint_every=args.checkpoint_every, projections=args.projections, ablation=not args.no_ablation,

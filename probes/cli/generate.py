@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.prompt.strip():  # before loading a model: one line, at once
         raise BadOption("the prompt is empty: give the start of a text for the model to continue (--prompt)")
     model = load_model(args)
-    g.decoder(model)
+    g.check_decoder(model)
     layer = args.layer if args.layer is not None else model.n_layers - 1
     check_layer(layer, model.n_layers, model.name, "--layer")
     check_head((layer, args.head), model.n_layers, model.n_heads, "--layer.--head", model.name)

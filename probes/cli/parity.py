@@ -7,7 +7,7 @@ import argparse
 from ..families import coverage
 from ..models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, load_model, text_arg
+from .common import MODEL_HELP, load_model, served_option, text_arg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,4 +48,5 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto",
                    help="where to run both passes: cpu, cuda, or auto (CUDA when there is one; default)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
+    served_option(p)
     p.set_defaults(func=run)

@@ -183,7 +183,7 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=positive, default=64,
                    help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
-    loading_options(p)
+    loading_options(p, served=False)  # --ray here is the cluster the chunks run on
     p.add_argument("--threads", type=threads, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
                    "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")

@@ -151,6 +151,7 @@ def centring(net, convention: str) -> bool:
     return centres(net)
 
 
+@reader
 def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
     """The convention in words for this model: ``"raw (…)"`` or ``"transformerlens (…)"``, saying where both give
     the same numbers (RMSNorm) or where only raw applies (post-norm; ``"transformerlens"`` there: BadOption)."""

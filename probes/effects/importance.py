@@ -79,6 +79,7 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
     return grads.pow(2).mean(1).sqrt()
 
 
+@reader
 def importance_sums(model, texts: Sequence[str], batch_size: int = 8, projections: int = PROJECTIONS,
                     ablation: bool = True, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Sums over ``texts`` (label, layer, head, total, n): chunks of a data set add up to the whole exactly."""
@@ -154,8 +155,14 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
               "code": code_version(), "options": digest(["importance", checkpoint_every, projections, ablation])}
     folder = checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
     bar = progress_factory(len(texts), "importance") if progress_factory else None
-    parts = checkpointed(folder, texts, checkpoint_every, lambda chunk, step: importance_sums(
-        model, chunk, batch_size, projections, ablation, step), bar)
+
+    def sums(chunk, step):
+        got = importance_sums(model, chunk, batch_size, projections, ablation, step)
+        if not model.backend.local:  # a served model's chunk ran on its server: counted here, whole
+            step(len(chunk))
+        return got
+
+    parts = checkpointed(folder, texts, checkpoint_every, sums, bar)
     frame = with_model(finish(parts), model)
     write_table(frame, out)
     shutil.rmtree(out.with_name(out.name + ".partial"), ignore_errors=True)
