@@ -143,7 +143,7 @@ def test_generate_bad_input_exits_2_with_one_line(gpt2_dir, capsys):
         (["--model", str(gpt2_dir), "--prompt", "  "], "prompt is empty"),
         (["--model", str(gpt2_dir), "--prompt", "cat " * 200], "at most 64"),
         (["--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "100"], "ask for at most"),
-        (["--model", str(gpt2_dir), "--prompt", STORY, "--head", "9"], "--layer.--head 1.9 is outside"),
+        (["--model", str(gpt2_dir), "--prompt", STORY, "--head", "9"], "--head 9 is outside"),
         (["--model", str(gpt2_dir), "--prompt", STORY, "--sample", "--temperature", "0"], "temperature"),
     ]
     for args, says in cases:

@@ -985,8 +985,8 @@ def cases() -> list:
                               ("0.0,0.0", 0, "note: head 0.0 is named more than once: it is used once"),
                               (" 0.1 , 1.3 ", 0, "")):
         case(f"ablate-heads={heads}", code, says, *ablate, f"--heads={heads}")
-    for flag, value, says in (("--layer", "2", "--layer 2 does not exist in {gpt2} (0–1)"),
-                              ("--head", "4", "--head 4 does not exist in {gpt2} (0–3)")):
+    for flag, value, says in (("--layer", "2", "--layer 2 is outside {gpt2}: layers 0–1"),
+                              ("--head", "4", "--head 4 is outside {gpt2}'s heads (0–3)")):
         case(f"generate-{flag}={value}", 2, says, "generate", "--model", "{gpt2}", "--prompt", "a", flag, value)
     case("ablate-position-past-the-text", 2, "token 9 is outside the text's 4 tokens (0–3)", *ablate,
          "--heads", "0.0", "--position", "9")

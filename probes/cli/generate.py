@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import BadOption
     from .. import generation as g
-    from ..head_index import check_head, check_layer
+    from ..head_index import check_index, check_layer
 
     if not args.prompt.strip():  # before loading a model: one line, at once
         raise BadOption("the prompt is empty: give the start of a text for the model to continue (--prompt)")
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     g.check_decoder(model)
     layer = args.layer if args.layer is not None else model.n_layers - 1
     check_layer(layer, model.n_layers, model.name, "--layer")
-    check_head((layer, args.head), model.n_layers, model.n_heads, "--layer.--head", model.name)
+    check_index(args.head, model.n_heads, "--head", f"{model.name}'s heads")
     sampling = g.Sampling(args.sample, args.seed, args.temperature, args.top_k, args.top_p)
     gen = g.generate(model, args.prompt, args.max_new_tokens, sampling, stop_at_eos=not args.no_eos,
                      backend=args.backend)

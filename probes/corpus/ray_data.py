@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..datasets.utf8 import check_start
 from ..errors import BadData
-from .reader import FORMATS, READ_ROWS, Chunk, Corpus, Scan, _first_line, is_uri
+from .reader import FORMATS, READ_ROWS, Chunk, Corpus, Scan, first_line, is_uri
 
 URI_TIMEOUT_S = 15.0  # a store that does not answer (no network, no credentials) is given up after this long
 _ADVICE = "give this machine the store's network and credentials, or copy the file here and give its path"
@@ -116,7 +116,7 @@ class DatasetCorpus(Corpus):
                 ds = ray.data.read_parquet(path, filesystem=fs, resources=here)
                 names, types = ds.schema().names, ds.schema().types
             except Exception as exc:  # noqa: BLE001 - Ray's or pyarrow's, in one line
-                raise BadData(f"{self.path}: not a readable Parquet file ({_first_line(exc)})") from None
+                raise BadData(f"{self.path}: not a readable Parquet file ({first_line(exc)})") from None
             if self.field not in names:
                 raise BadData(f"{self.name}: no column {self.field!r} (it has {', '.join(names)}): name the text "
                               "column with --field")
@@ -143,7 +143,7 @@ class DatasetCorpus(Corpus):
                 with _in_order():
                     data = ray.data.read_binary_files(path, filesystem=fs, resources=here).take(1)[0]["bytes"]
             except Exception as exc:  # noqa: BLE001 - Ray's or pyarrow's, in one line
-                raise BadData(f"{self.path}: Ray Data could not read it ({_first_line(exc)}): {_ADVICE}") from None
+                raise BadData(f"{self.path}: Ray Data could not read it ({first_line(exc)}): {_ADVICE}") from None
             check_start(self.path, data[:4])  # UTF-16 or UTF-32: refused as a whole, as a local file is
             for number, _, text, problem in self._lines_of(io.BytesIO(data)):
                 if problem:

@@ -229,7 +229,8 @@ def is_uri(text: str) -> bool:
     return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The last non-empty line of an error's message (where Ray and pyarrow say what went wrong), or its type."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
 

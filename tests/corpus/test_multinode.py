@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster
 
 import probes
 from processes import killed_after_chunks
-from probes import cluster
+from probes import cluster as ray_cluster
 from probes.corpus import ray_pool
 from probes.corpus import run as corpus_run
 from probes.corpus.reader import Corpus
@@ -38,7 +38,7 @@ def cluster():
     try:
         nodes = [made.add_node(num_cpus=1) for _ in range(2)]
         made.wait_for_nodes()
-        assert cluster.start(made.address)  # the command's own way in: check_address, then ray.init
+        assert ray_cluster.start(made.address)  # the command's own way in: check_address, then ray.init
         yield made, nodes
     finally:
         ray.shutdown()
