@@ -7,8 +7,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .words import difference
-from .words import said, size
+from .words import difference, said, size
 
 # Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
 # script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the

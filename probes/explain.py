@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evidence import questions
 from .errors import OutOfRange
-from .evidence.questions import SINK, counted  # noqa: F401 - the app reads them here
+from .evidence import questions
+from .evidence.questions import SINK, counted  # the app reads them here too
 from .heads.engine import word_attention
 from .precision import upcast
 from .tokens import align_to_words, covered_words, word_positions, word_spans

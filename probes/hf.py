@@ -29,8 +29,8 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .families import Capture
 from .attention_math import Spec, attention_bytes, row_logsumexp
+from .families import Capture
 from .trace import Trace
 
 

@@ -202,7 +202,7 @@ def _focus(ctx: ui.Context, lo: int, hi: int) -> None:
         _heatmap_and_bars(ctx, lo, hi)
     except (probes.ProbesError, ValueError) as exc:
         st.error(ui.safe(ui.in_app_words(exc)))
-    except Exception as exc:  # noqa: BLE001 - as the app's frame does: the details go to the server log
+    except Exception as exc:  # as the app's frame does: the details go to the server log
         log.exception("Explore failed")
         st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
                  "work; if it happens again, please report it with this page's link.")

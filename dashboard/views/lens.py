@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import streamlit as st
 
-
 from .. import charts, data, ui
 
 COLUMNS = 16  # positions shown at a time: a cell holds a token as text (charts.LENS_CELL wide)

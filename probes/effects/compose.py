@@ -58,8 +58,8 @@ import pandas as pd
 import torch
 
 from ..errors import BadOption
-from ..scratch import DecoderNetwork, build
 from ..head_index import check_receiver, parse_head
+from ..scratch import DecoderNetwork, build
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BadOption
-from ..tokens import covered_words
 from ..runner import run
+from ..tokens import covered_words
 
 
 def align(words_a: list[str], words_b: list[str]) -> dict[int, int]:

@@ -121,7 +121,7 @@ def judge(scored: Scored, head: tuple[int, int] | None = None, seed: int = 0, cl
                             made=scored.made(), dropped=scored.dropped, chosen_grid=grid, scored=scored)
 
 
-def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> "pd.DataFrame":
+def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> pd.DataFrame:
     """The items behind ``ev``, one row each: the text, its query, candidates and answer, how it was made, the half
     it is in (chosen on / judged on; all judged when the head was given), and ``head``'s (default: the evidence's)
     pick and whether it is right (a CSV a reader can check by hand)."""

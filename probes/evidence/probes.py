@@ -24,8 +24,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..heads.profile import (apart, counting, fingerprint, left_out, noted, prepared, profile as profile_tables,
-                             run_chunk, score_chunks, scored)
+from ..heads.profile import (
+    apart,
+    counting,
+    fingerprint,
+    left_out,
+    noted,
+    prepared,
+    profile as profile_tables,
+    run_chunk,
+    score_chunks,
+    scored,
+)
 from ..heads.registry import Probe, get
 from ..jobs import checkpoint, digest, with_model
 from .record import Baseline, Evidence

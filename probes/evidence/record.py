@@ -20,7 +20,7 @@ Nothing here computes a score: the probes, the question scorer and the effects d
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .stats import Split, wilson
 

@@ -40,7 +40,7 @@ def offsets(causal: bool) -> tuple[int, ...]:
     return PAST if causal else OFFSETS
 
 
-def attendable(pair: "Pair", causal: bool) -> bool:
+def attendable(pair: Pair, causal: bool) -> bool:
     """Whether a head could attend from the pair's query word to its target: a decoder's query sees only the target
     at or before it; an encoder's sees every word."""
     return not causal or pair.target <= pair.query

@@ -18,8 +18,16 @@ import pandas as pd
 from ..datasets.dependencies import DepSentence
 from ..errors import BadData
 from .combine import mean, pair_baseline
-from .engine import (Pair, Sentence, attendable, best_offset, offset_accuracy, peek_causal, score_pairs,
-                     sentence_attention)
+from .engine import (
+    Pair,
+    Sentence,
+    attendable,
+    best_offset,
+    offset_accuracy,
+    peek_causal,
+    score_pairs,
+    sentence_attention,
+)
 from .registry import Probe, loader
 
 
