@@ -110,7 +110,8 @@ def attention_frame(tokens: list[str], weights: np.ndarray, causal: bool = False
     key_tokens = tokens if key_tokens is None else key_tokens
     key_start = start if key_start is None else key_start
     if weights.shape != (len(tokens), len(key_tokens)):
-        raise ValueError(f"weights are {weights.shape}, expected ({len(tokens)}, {len(key_tokens)}) for the tokens given")
+        raise ValueError(f"weights are {weights.shape}, expected ({len(tokens)}, {len(key_tokens)}) "
+                         "for the tokens given")
     q, k = np.meshgrid(np.arange(len(tokens)), np.arange(len(key_tokens)), indexing="ij")
     qlab, klab = labels(tokens, start), labels(key_tokens, key_start)
     frame = pd.DataFrame({
@@ -352,10 +353,10 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     "0 (bit-identical)" or their value in the tooltip; a grid of zeros is a pale block, not a dark one); the
     tolerance is a tick on the legend and in the title, and heads above it are outlined in red."""
     layers, heads = diffs.shape
-    l, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    ly, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     d = diffs.astype(float).ravel()
     low, high = PARITY_DOMAIN
-    frame = pd.DataFrame({"layer": l.ravel(), "head": h.ravel(), "max_abs_diff": d,
+    frame = pd.DataFrame({"layer": ly.ravel(), "head": h.ravel(), "max_abs_diff": d,
                           "shown": np.clip(d, low, high), "within": d <= tolerance,
                           "difference": [difference(x) for x in d]})
     x, y, _ = _grid_axes(layers, heads)
@@ -363,7 +364,8 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     ticks = sorted({low, 1e-7, 1e-5, high, tolerance})
     rect = base.mark_rect().encode(
         color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[low, high], scheme="orangered", clamp=True),
-                        legend=alt.Legend(values=ticks, format=".2~e", title=["max |Δ|", f"tolerance {tolerance:.2g}"])),
+                        legend=alt.Legend(values=ticks, format=".2~e",
+                                          title=["max |Δ|", f"tolerance {tolerance:.2g}"])),
         tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("difference:N", title="max |Δ|"),
                  alt.Tooltip("within:N", title="within tolerance")],
     )
@@ -591,7 +593,8 @@ def cache_growth(frame: pd.DataFrame, step: int) -> alt.Chart:
         .encode(
             x=alt.X("tokens cached:Q", title="tokens in the cache"),
             y=alt.Y("KiB:Q", title="KiB (fp32)", scale=alt.Scale(zero=True)),
-            color=alt.Color("cache:N", title=None, scale=alt.Scale(domain=kinds, range=["#08519c", "#969696"][: len(kinds)]),
+            color=alt.Color("cache:N", title=None,
+                            scale=alt.Scale(domain=kinds, range=["#08519c", "#969696"][: len(kinds)]),
                             legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
             tooltip=[alt.Tooltip("cache:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens cached:Q"),
                      alt.Tooltip("size:N", title="size")],
@@ -627,16 +630,16 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         raise ValueError(f"the frame has no {', '.join(missing)} column")
     frame = frame.assign(shown=[visible(p) for p in frame["piece"]])
     digits = ".3f" if value == "probability" else "+.3f"
-    frame["said"] = [f"{s}  {v:{digits}}" for s, v in zip(frame["shown"], frame[value])]
+    frame["said"] = [f"{s}  {v:{digits}}" for s, v in zip(frame["shown"], frame[value], strict=True)]
     ranks = sorted(frame["rank"].unique())
     tops = frame.pivot_table(index=[row, "position"], columns="rank", values="said", aggfunc="first")
     tops.columns = [f"top{r}" for r in tops.columns]
     cells = frame[frame["rank"] == 1][[row, "position", "input", "shown", value]].merge(
         tops.reset_index(), on=[row, "position"])
     positions = sorted(cells["position"].unique())
-    inputs = dict(zip(cells["position"], cells["input"]))
+    inputs = dict(zip(cells["position"], cells["input"], strict=True))
     names = [f"{p}: {inputs[p]}" for p in positions]
-    cells["column"] = [f"{p}: {t}" for p, t in zip(cells["position"], cells["input"])]
+    cells["column"] = [f"{p}: {t}" for p, t in zip(cells["position"], cells["input"], strict=True)]
     if value == "probability":
         scale, dark = BLUE, 0.5
     else:
@@ -672,7 +675,7 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
         if f"{axis}_parts" in frame:
             counts = frame[f"{axis}_parts"]
             rows[f"{axis}_part"] = [f"{name} ({count} parts)" if count > 1 else name
-                                    for name, count in zip(rows[f"{axis}_part"], counts)]
+                                    for name, count in zip(rows[f"{axis}_part"], counts, strict=True)]
     rows["share"] = rows["contribution"] / score if score > 0 else np.nan
     reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
@@ -725,7 +728,7 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
                                                                                            title="size")])
     heads = pd.concat([edges[["sender_layer", "sender_head"]].set_axis(["layer", "head"], axis=1),
                        pd.DataFrame({"layer": [r_layer], "head": [r_head]})]).drop_duplicates()
-    heads["name"] = [f"{a}.{b}" for a, b in zip(heads["layer"], heads["head"])]
+    heads["name"] = [f"{a}.{b}" for a, b in zip(heads["layer"], heads["head"], strict=True)]
     heads["role"] = np.where((heads["layer"] == r_layer) & (heads["head"] == r_head), "receiver", "sender")
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
     node = alt.Chart(heads).mark_circle(size=220, cursor="pointer", stroke="white", strokeWidth=1.5).encode(

@@ -152,7 +152,8 @@ def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
     multiples: a facet) is drawn at its own size."""
     stretch = getattr(chart, "width", alt.Undefined) == "container"
     unchecked = chart.properties(autosize=alt.AutoSizeParams(type="fit-x" if stretch else "pad", contains="padding"))
-    object.__setattr__(unchecked, "to_dict", lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
+    object.__setattr__(unchecked, "to_dict",
+                       lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
     width = (_max_width(chart) or "stretch") if stretch else "content"
     return container.altair_chart(unchecked, width=width, **kwargs)
 

@@ -73,9 +73,9 @@ def measure(model: Model, lengths: Sequence[int], repeats: int = 3) -> pd.DataFr
     rows = []
     for n in lengths:
         enc = _random_encoding(model, n)
-        seconds, trace = _median_seconds(model, lambda: runner.forward(model, enc, "hf"), repeats)
+        seconds, trace = _median_seconds(model, lambda enc=enc: runner.forward(model, enc, "hf"), repeats)
         rows.append(dict(tokens=n, path=HF, seconds=seconds, attention_bytes=sum(a.nbytes for a in trace.attn)))
-        seconds, trace = _median_seconds(model, lambda: lazy(enc), repeats)
+        seconds, trace = _median_seconds(model, lambda enc=enc: lazy(enc), repeats)
         rows.append(dict(tokens=n, path=LAZY, seconds=seconds, attention_bytes=sum(s.nbytes for s in trace.lse)))
     return pd.DataFrame(rows, columns=["tokens", "path", "seconds", "attention_bytes"])
 

@@ -175,8 +175,8 @@ def check_outputs(outputs: dict[str, str | Path | None], force: bool = False,
             _check_place(name, path, flag, side, None if side else (formats or {}).get(flag), inputs or {})
         except OSError as exc:  # a name too long to look at, a folder that cannot be searched
             raise CannotWrite(f"cannot write {name}: {exc.strerror or exc}: choose another {flag}") from None
-    for i, (name, path, flag, _) in enumerate(files):
-        for other, there, other_flag, _ in files[:i]:
+    for i, (name, path, _, _) in enumerate(files):
+        for other, there, _, _ in files[:i]:
             if same_file(path, there):
                 raise CannotWrite(f"{name} is also {other}: one would overwrite the other, so give each output "
                                   f"its own file")
@@ -270,7 +270,8 @@ def claim(out: Path, notify=None, flag: str = "--out") -> None:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
             pid = f" (pid {holder})" if holder.isascii() and holder.isdigit() else ""
-            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose another {flag}")
+            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose "
+                              f"another {flag}") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:

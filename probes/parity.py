@@ -186,7 +186,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         if progress is not None:
             progress(layer + 1, reference.n_layers)
 
-    hidden_all = [_scaled_diff(a, b, real) for a, b in zip(reference.hidden_states, candidate.hidden_states)]
+    hidden_all = [_scaled_diff(a, b, real)
+                  for a, b in zip(reference.hidden_states, candidate.hidden_states, strict=True)]
     hidden_abs, hidden_rel = max(h[0] for h in hidden_all), max(h[1] for h in hidden_all)
     logits = logits_rel = None
     if reference.logits is not None and candidate.logits is not None:
@@ -196,7 +197,7 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         qkv = max(
             _max((a - b).abs().transpose(1, 2)[real])
             for layer in range(reference.n_layers)
-            for a, b in zip(reference.layer_qkv(layer), candidate.layer_qkv(layer))
+            for a, b in zip(reference.layer_qkv(layer), candidate.layer_qkv(layer), strict=True)
         )
     attention = max(lp.attention_max_abs_diff for lp in per_layer)
     passed = attention <= tol["attention"] and hidden_rel <= tol["hidden"] and (

@@ -88,8 +88,8 @@ def _kv_cache(ctx: ui.Context) -> None:
         "context, and in exchange each new token costs one row of attention instead of rerunning the whole prefix.")
     if not m.is_causal or not m.scratch_supported:
         st.info(f"{ui.safe(m.name)} does not write text with our from-scratch path "
-                f"({'an encoder' if not m.is_causal else ui.safe(m.scratch_problem)}): pick smollm2 or a GPT-2 model to see "
-                "its KV cache.")
+                f"({'an encoder' if not m.is_causal else ui.safe(m.scratch_problem)}): pick smollm2 or a GPT-2 model "
+                "to see its KV cache.")
     else:
         top = m.max_tokens
         grid = sorted({min(2**k, top) for k in range(4, 15)} | {top})
@@ -119,7 +119,8 @@ def _kv_cache(ctx: ui.Context) -> None:
             ui.table(measured)
         else:
             right.caption("Press **Measure generation** to time a cached step against rerunning the whole prefix "
-                          f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors (a few seconds).")
+                          f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors "
+                          "(a few seconds).")
         ui.downloads("kv-cache", chart, formula)
     st.subheader("Saved benchmark: SmolLM2-135M, up to 2,048 tokens of context")
     saved = _saved_decoding()

@@ -21,7 +21,8 @@ HOWS = {"zero": "zero (the head writes nothing)",
         "mean": f"mean (its average output over {data.REFERENCE_SIZE} reference sentences)"}
 SWAPS = {"she": "he", "he": "she", "her": "him", "him": "her", "她": "他", "他": "她"}  # the default minimal pair
 PAIR_SIDE_BY_SIDE = 12  # tokens: the pair's two heatmaps side by side up to this long, one above the other beyond
-PUBLIC_TOKENS = 64  # a public deployment's longest text on this page (its grids run it once per head: 270 copies on smollm2)
+# a public deployment's longest text on this page (its grids run it once per head: 270 copies on smollm2)
+PUBLIC_TOKENS = 64
 DEFAULTS = "effects_for"  # the (model, text) the page's own inputs were last filled for
 
 
@@ -254,8 +255,9 @@ def render(ctx: ui.Context) -> None:
         return
     if data.public() and len(info.tokens) > PUBLIC_TOKENS:  # every head out in turn: one copy of the text each
         st.info(f"The text is {len(info.tokens):,} tokens: on this public deployment this page takes up to "
-                f"{PUBLIC_TOKENS} (it runs the text again for every one of {ui.safe(m.name)}'s {m.n_layers * m.n_heads} "
-                "heads). Shorten the text, or run the app on your own machine (make app) for longer ones.")
+                f"{PUBLIC_TOKENS} (it runs the text again for every one of {ui.safe(m.name)}'s "
+                f"{m.n_layers * m.n_heads} heads). Shorten the text, or run the app on your own machine (make app) "
+                "for longer ones.")
         return
     words = list(dict.fromkeys(w for w, _ in data.text_words(replace(ctx.inp, pair=None))))
     if not words:

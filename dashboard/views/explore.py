@@ -345,9 +345,9 @@ def _why(ctx: ui.Context, query: int, key: int | None) -> None:
     q_name, k_name = ui.safe(names[query]), ui.safe(names[key])
     st.caption(f"Head {v.layer}.{v.head} gives query {q_name} weight {why.weight:.3f} on key {k_name}: the softmax of "
                f"its score {why.score:.3g} (scale · q·k) against the row's other scores. The score splits exactly into "
-               f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each earlier "
-               "head's and MLP's output, the biases), the norms frozen at their scale on this text, computed by the "
-               f"from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
+               f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each "
+               "earlier head's and MLP's output, the biases), the norms frozen at their scale on this text, computed "
+               f"by the from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
     st.markdown(f"**Position or content?** {ui.safe(why.reading())}")
     if why.bands is not None:
         groups = why.band_groups()

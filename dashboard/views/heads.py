@@ -204,7 +204,7 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     shares = registry.share_labels()  # labels read as plain shares 0..1 (the sink share), not against a baseline
     cols = st.columns(2)
     chosen = charts.chosen_rows(frame).set_index("label")
-    verdict_of = dict(zip(chosen.index, chosen["verdict"].astype(str))) if "verdict" in chosen else {}
+    verdict_of = dict(zip(chosen.index, chosen["verdict"].astype(str), strict=True)) if "verdict" in chosen else {}
     if ui.view().label not in labels:  # a new table (or none chosen yet): the label whose judged head gains most
         ui.update(label=charts.supported_label(frame, skip=set(shares))
                   or charts.best_label(frame, skip=set(shares), least=FEW))

@@ -37,8 +37,8 @@ def render(ctx: ui.Context) -> None:
                    f"(float32 rounding allows {tol['attention']:.1e} at {len(r.tokens)} tokens); worst head "
                    f"{layer}.{head}")
     else:
-        st.error(f"FAIL · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} at head {layer}.{head} "
-                 f"(tolerance {tol['attention']:.1e})")
+        st.error(f"FAIL · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} "
+                 f"at head {layer}.{head} (tolerance {tol['attention']:.1e})")
     if r.note:
         st.info(r.note)
     _float64(ctx.inp)

@@ -135,7 +135,7 @@ def query_index(model, context: str, query_start: int, query_token: str | None =
     cannot say which) is found by its ``query_token``. A context longer than the model's window (never one
     ``profile --corpus`` wrote) is cut to it."""
     enc = model.encode(context, truncate=True)
-    real = [t for t, keep in zip(enc.tokens[0], enc.attention_mask[0].tolist()) if keep]
+    real = [t for t, keep in zip(enc.tokens[0], enc.attention_mask[0].tolist(), strict=True) if keep]
     special = [i for i, t in enumerate(real) if t.special and t.text == query_token]
     if special:
         return special[0]

@@ -65,7 +65,7 @@ def score_windows(model, windows: list[Window], k: int = 10, batch_size: int = 1
     flat = [i for batch in batches for i in batch]
 
     def observed():
-        for i, (tokens, attn) in zip(flat, token_attention(traces())):
+        for i, (tokens, attn) in zip(flat, token_attention(traces()), strict=True):
             found.add(windows[i], tokens, attn)
             yield tokens, attn
 

@@ -57,7 +57,7 @@ def _from_graph(name: str, graph: dict) -> DepSentence | None:
     if not tokens:
         return None
     heads, rels = [0] * len(tokens), ["dep"] * len(tokens)
-    for node, edges in zip(nodes, graph["adjacency"]):
+    for node, edges in zip(nodes, graph["adjacency"], strict=True):
         for e in edges:
             if e.get("domain") == "syntax" and e.get("type") == "dependency" and "deprel" in e:
                 dependent = position.get(e["id"], 0)

@@ -13,9 +13,10 @@ and for a sender s in an earlier layer than the receiver r
     K-composition   ‖W_OV^s · (W_QK^r)ᵀ‖_F ÷ (‖W_OV^s‖_F · ‖W_QK^r‖_F)   s's output read as r's key
     V-composition   ‖W_OV^s · W_OV^r‖_F    ÷ (‖W_OV^s‖_F · ‖W_OV^r‖_F)   s's output read as r's value
 
-a number in [0, 1]; NaN where a head's map is all zero (0 ÷ 0: a head that reads or writes nothing). Beside every score, a baseline: the same score of random Gaussian factors of the same shapes
-(W_V, W_O, W_Q, W_K drawn, the products built the same way), mean and standard deviation over ``draws`` draws. Every
-head has the same shapes, and the three kinds' products have the same shapes too, so one baseline serves all.
+a number in [0, 1]; NaN where a head's map is all zero (0 ÷ 0: a head that reads or writes nothing). Beside every
+score, a baseline: the same score of random Gaussian factors of the same shapes (W_V, W_O, W_Q, W_K drawn, the
+products built the same way), mean and standard deviation over ``draws`` draws. Every head has the same shapes, and
+the three kinds' products have the same shapes too, so one baseline serves all.
 
 **Weights only.** The maps come from :meth:`probes.scratch.family.SplitNetwork.head_weights`: the gain of the norm a
 layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the rows of its W_Q, W_K and W_V; the
@@ -158,8 +159,8 @@ def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
 
 
 def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
-    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`probes.head_index.parse_head`), and not in layer 0 (it has
-    no earlier heads)."""
+    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`probes.head_index.parse_head`), and not in layer 0
+    (it has no earlier heads)."""
     return check_receiver(parse_head(spec, n_layers, n_heads, "receiver"), n_layers, n_heads)
 
 
@@ -179,7 +180,8 @@ class HeadMaps:
         self.x_norm = self.x.flatten(-2).norm(dim=-1)  # ‖W_OV‖_F [L, H]
 
     def _factors(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """W_Q, W_K, W_V ``[H, D, d]`` (key/value heads repeated for the query heads that read them), W_O ``[H, d, D]``."""
+        """W_Q, W_K, W_V ``[H, D, d]`` (key/value heads repeated for the query heads that read them),
+        W_O ``[H, d, D]``."""
         w_q, w_k, w_v = (t.detach().to("cpu", self.dtype) for t in self.net.head_weights(layer))
         group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
         w_o = self.net.head_out(layer)[0].detach().to("cpu", self.dtype)

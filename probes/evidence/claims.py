@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from .controls import DEFAULT_CONTROLS, controls
 from .questions import Question, Scored, score_questions
 from .record import Baseline, Evidence, percent, span
 from .stats import bootstrap_mean, split_half, wilson
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RECENT = Baseline("the most recent candidate", float("nan"), tracks="follows the nearer candidate",
                   picks="the nearer candidate")

@@ -67,7 +67,8 @@ def _encode(model, text):
 
 
 def _pair(model, clean, corrupted):
-    """The two encodings, refused as :func:`probes.effects.path_patching.path_patch` refuses them when their lengths differ."""
+    """The two encodings, refused as :func:`probes.effects.path_patching.path_patch` refuses them when their
+    lengths differ."""
     enc, enc_c = _encode(model, clean), _encode(model, corrupted)
     if enc.input_ids.shape != enc_c.input_ids.shape or enc.input_ids.shape[0] != 1:
         raise BadOption(f"path patching needs two texts of the same length in tokens: the clean one has "
@@ -143,8 +144,8 @@ def patch_rule(measure: str, count: int = NULLS) -> str:
 
 @dataclass
 class PatchEvidence:
-    """Path patching with noise floors. ``frame``: the :class:`~probes.effects.path_patching.PathPatch` frame (one row per
-    sender) with ``checked`` and, for each measure of :data:`FLOORED` it has, ``<measure>_floor`` (the largest
+    """Path patching with noise floors. ``frame``: the :class:`~probes.effects.path_patching.PathPatch` frame (one
+    row per sender) with ``checked`` and, for each measure of :data:`FLOORED` it has, ``<measure>_floor`` (the largest
     |effect| over the nulls), ``<measure>_null_mean`` and ``<measure>_null_sd`` (the nulls' signed effects) and
     ``<measure>_above`` (|effect| > floor); NaN and False for senders not checked. ``measure``: the ranking measure
     (``loss`` where there is one, else ``pattern_shift``); ``nulls``: how many null corruptions; ``checked``: the
@@ -171,12 +172,12 @@ def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str =
                  batch: int | None = None, position: int | None = None,
                  targets: tuple[int, int] | None = None) -> PatchEvidence:
     """Path patching of ``senders`` into receiver ``(layer, head)``'s ``into`` from ``corrupted`` (or ``result``, that
-    :class:`~probes.effects.path_patching.PathPatch` computed already: ``senders`` is then not used), and the noise floor of
-    the ``top`` largest effects (by :meth:`PathPatch.ranked`'s measure; None: every sender): the same patch from
-    ``count`` :func:`null_corruptions` (``seed``), each a :func:`~probes.effects.path_patching.path_patch` of only the checked
-    senders. ``batch``, ``position``, ``targets``: as in ``path_patch`` (give the user's run's, so the nulls measure
-    the same thing); ``progress(done, total)``: after each null run. The null runs cost ``count`` × (two passes and
-    one pass per ``batch`` of checked senders)."""
+    :class:`~probes.effects.path_patching.PathPatch` computed already: ``senders`` is then not used), and the noise
+    floor of the ``top`` largest effects (by :meth:`PathPatch.ranked`'s measure; None: every sender): the same patch
+    from ``count`` :func:`null_corruptions` (``seed``), each a :func:`~probes.effects.path_patching.path_patch` of only
+    the checked senders. ``batch``, ``position``, ``targets``: as in ``path_patch`` (give the user's run's, so the
+    nulls measure the same thing); ``progress(done, total)``: after each null run. The null runs cost ``count`` ×
+    (two passes and one pass per ``batch`` of checked senders)."""
     from ..effects.path_patching import path_patch
 
     nulls = null_corruptions(model, clean, corrupted, count, seed)  # bad input fails before any pass
@@ -188,7 +189,7 @@ def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str =
     measure = "loss" if "loss" in frame else "pattern_shift"
     ranked = result.ranked(measure)
     picked = ranked if top is None else ranked.head(max(int(top), 0))
-    checked = [(int(a), int(b)) for a, b in zip(picked["layer"], picked["head"])]
+    checked = [(int(a), int(b)) for a, b in zip(picked["layer"], picked["head"], strict=True)]
     floored = [c for c in FLOORED if c in frame]
     effects = {c: np.full((count, len(checked)), np.nan) for c in floored}
     if checked:

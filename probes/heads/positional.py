@@ -95,8 +95,8 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
         seen = (q + 1).double() if causal else torch.full((n,), float(n), dtype=torch.float64)
         allowed = (q[None, :] <= q[:, None]) if causal else torch.ones(n, n, dtype=torch.bool)
 
-        def add(name, per_query, uniform):
-            sums.setdefault(name, _Sums((ly, h))).add(per_query, uniform)
+        def add(name, per_query, uniform, head=(ly, h)):
+            sums.setdefault(name, _Sums(head)).add(per_query, uniform)
 
         for offset in PROFILE:
             rows = q[(q + offset >= 0) & (q + offset < n)]

@@ -92,7 +92,7 @@ def _watching(probe: Probe, items: list, read: Iterator[Trace], watch: frozenset
         for i in range(trace.batch_size):
             alone = probe.score([items[k]], [(trace, i)])
             if len(alone):
-                keys = pd.Series(list(zip(alone["label"].astype(str), alone["layer"], alone["head"])),
+                keys = pd.Series(list(zip(alone["label"].astype(str), alone["layer"], alone["head"], strict=True)),
                                  index=alone.index)
                 kept = alone.loc[keys.isin(watch), WATCHED]
                 if len(kept):

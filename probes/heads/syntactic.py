@@ -43,7 +43,7 @@ def dependency_sentence(dep: DepSentence) -> Sentence:
     """The word pairs of one parsed sentence, in both directions (the root relation has no pair); a subtype's pairs
     once under the subtype and once under its base relation (:func:`relations`)."""
     pairs = []
-    for i, (head, rel) in enumerate(zip(dep.heads, dep.deprels)):
+    for i, (head, rel) in enumerate(zip(dep.heads, dep.deprels, strict=True)):
         if head == 0:
             continue
         for label in relations(rel):
