@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
@@ -239,11 +240,18 @@ def open_on_the_story(inp: data.Input) -> None:
     ui.update(layer=layer, head=head, query=answer.query)
 
 
+def _renders(key: str, context: dict[str, ui.Context]) -> Callable[[], None]:
+    """What page ``key`` runs: its view's ``render`` on the context draw_page has made by then."""
+    def render() -> None:
+        importlib.import_module(f"dashboard.views.{key}").render(context["page"])
+    return render
+
+
 def main() -> None:
     start_session()
     inp = sidebar_input()
     context: dict[str, ui.Context] = {}  # the page's context, made by draw_page before the page runs
-    pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(context["page"]),
+    pages = {key: st.Page(_renders(key, context),
                           title=title, icon=icon, url_path=key, default=key == "explore")
              for key, (title, icon) in PAGES.items()}
     page = st.navigation(list(pages.values()))

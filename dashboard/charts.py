@@ -3,6 +3,8 @@ take plain lists, arrays and frames, so they are tested as chart specs without a
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -29,6 +31,7 @@ CANVAS = {"embedOptions": {"renderer": "canvas"}}
 TITLE_MAX, SUBTITLE_MAX = 60, 80  # characters a line
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
 GRID_CELL = 30  # px: a layers × heads grid's row height
+Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 
 
 def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
@@ -57,8 +60,10 @@ def _grid_axes(n_layers: int, n_heads: int) -> tuple[alt.X, alt.Y, dict]:
     """The axes of a layers × heads grid: the longer side across, so a deep model (smollm2: 30 layers × 9 heads) is
     a wide band one screen tall rather than a tall column, and a wide one (minilm: 6 × 12) stays heads across.
     Returns x, y and the fields of x and y (for layers drawn over the grid)."""
-    layers = dict(field="layer", type="ordinal", title="layer", scale=alt.Scale(domain=list(range(n_layers))))
-    heads = dict(field="head", type="ordinal", title="head", scale=alt.Scale(domain=list(range(n_heads))))
+    layers: dict[str, Any] = dict(field="layer", type="ordinal", title="layer",
+                                  scale=alt.Scale(domain=list(range(n_layers))))
+    heads: dict[str, Any] = dict(field="head", type="ordinal", title="head",
+                                 scale=alt.Scale(domain=list(range(n_heads))))
     across, down = (layers, heads) if n_layers > n_heads else (heads, layers)
     return (alt.X(**across, axis=alt.Axis(labelAngle=0)), alt.Y(**down),
             {"x": f"{across['field']}:O", "y": f"{down['field']}:O"})
@@ -170,7 +175,7 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     if top is not None:
         scale = alt.Scale(domain=[0, float(top) or 1e-9], range=NORM_RANGE, interpolate="rgb")
     order = labels(tokens, start)
-    outline = alt.Undefined
+    outline: Any = alt.Undefined
     if query is not None:
         outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
     chart = (
@@ -247,7 +252,7 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
           clickable: bool) -> alt.Chart:
     """One bar per token (``field``: key or query, with its ``<field>_pos``), weights on a fixed 0..1 scale."""
     pos = f"{field}_pos"
-    colour = alt.value("#08519c")
+    colour: Any = alt.value("#08519c")
     if marked is not None:
         colour = alt.condition(alt.datum[pos] == marked, alt.value(HIGHLIGHT), alt.value("#08519c"))
     chart = (
@@ -347,7 +352,7 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, colum
 PARITY_DOMAIN = (1e-9, 1e-3)  # max |Δ| always drawn on this log scale: a grid of zeros does not look like a signal
 
 
-def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
+def parity_heatmap(diffs: np.ndarray, tolerance: float) -> Layered:
     """Layers × heads grid of max |Δ| between Hugging Face and the scratch pass, on a fixed log scale
     (:data:`PARITY_DOMAIN`, pale to dark: 0 and anything under 1e-9 sit at its pale bottom and read
     "0 (bit-identical)" or their value in the tooltip; a grid of zeros is a pale block, not a dark one); the
@@ -433,7 +438,7 @@ def supported_label(frame: pd.DataFrame, skip: frozenset[str] | set[str] = froze
 
 
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
-              value: str = "score", reach: float | None = None, share: bool = False) -> alt.Chart:
+              value: str = "score", reach: float | None = None, share: bool = False) -> Layered:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
     that (layer, head): the selection is named ``head``. Where the rows have a baseline the colour is the
     gain over it, on a diverging scale centred at 0 and symmetric (so noise around the baseline stays pale,
@@ -488,7 +493,7 @@ EFFECT_RANGE = ["#ffffff", "#a63603"]  # a change ≥ 0: white is no change
 
 def effect_grid(frame: pd.DataFrame, value: str, n_layers: int, n_heads: int, title: str,
                 selected: tuple[int, int] | None = None, signed: bool | None = None,
-                extra: tuple[str, ...] = ()) -> alt.Chart:
+                extra: tuple[str, ...] = ()) -> Layered:
     """Layers × heads grid of one number per head (a ``layer, head, <value>`` frame: an ablation's effect, a
     head's share of a logit, a difference between two texts). A number that can be negative (``signed``, by
     default: the measure is one of :data:`SIGNED` or a value is below 0) is coloured on a diverging scale
@@ -618,7 +623,7 @@ def visible(piece: str) -> str:
 
 
 def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "probability", title: str = "",
-              reach: float | None = None) -> alt.Chart:
+              reach: float | None = None) -> Layered:
     """The logit lens as a table (a tidy ``<row>, position, input, rank, piece, <value>`` frame of
     ``probes.effects.lens``): one row per value of ``row`` in the order ``rows`` (layers: "embeddings" … "after layer
     N−1"; heads: "L.H"), one column per position (its input token), each cell the top token as text. ``value``

@@ -66,6 +66,13 @@ class Context:
             return False
         return True
 
+    @property
+    def run(self) -> data.RunInfo:
+        """The run's tokens, for a page that :meth:`ready` let through (``info``, never None there)."""
+        if self.info is None:
+            raise RuntimeError(f"the input did not run ({self.error}): ask ready() first")
+        return self.info
+
 
 def without_scratch(model, what: str, pick: str = "minilm or smollm2") -> bool:
     """True, with a note on the page, when ``model``'s architecture is not one the from-scratch pass covers, which

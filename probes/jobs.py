@@ -19,6 +19,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,11 @@ import pandas as pd
 from .datasets.cache import write_atomic
 from .errors import BadData, CannotWrite, NothingToScore
 
+if TYPE_CHECKING:
+    from .seam import ModelLike
 
-def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
+
+def with_model(frame: pd.DataFrame, model: ModelLike) -> pd.DataFrame:
     """A probe table that knows its model: its name and its layer and head counts, in every row (so a table
     shown beside another model is refused, not drawn in the wrong frame)."""
     return frame.assign(model=model.name, n_layers=model.n_layers, n_heads=model.n_heads)
@@ -167,9 +171,10 @@ def check_outputs(outputs: dict[str, str | Path | None], force: bool = False,
             raise CannotWrite(f"{flag} is empty: give a file name")
         path = Path(given)
         files.append((f"{flag} {path}", path, flag, False))
-        if flag in (sides or {}):
-            side = path.with_name(path.name + sides[flag])
-            files.append((f"{side} (written beside {flag})", side, flag, True))
+        suffix = (sides or {}).get(flag)
+        if suffix is not None:
+            beside = path.with_name(path.name + suffix)
+            files.append((f"{beside} (written beside {flag})", beside, flag, True))
     for name, path, flag, side in files:
         try:
             _check_place(name, path, flag, side, None if side else (formats or {}).get(flag), inputs or {})
@@ -359,7 +364,7 @@ def checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
 SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side file)
 
 
-def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
+def bad_items(name: str, data: str | None, items, out: Path, strict: bool, notify) -> None:
     """Report the bad items a job's data had (its ``bad``, if any; :func:`report_bad`) and what its reader noted
     (its ``notes``: items placed only by a looser match)."""
     for note in getattr(items, "notes", []) if notify else []:
@@ -367,7 +372,7 @@ def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> N
     report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
 
 
-def report_bad(name: str, data: str, bad: list, usable: int, out: Path | None, strict: bool, notify) -> None:
+def report_bad(name: str, data: str | None, bad: list, usable: int, out: Path | None, strict: bool, notify) -> None:
     """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
     the first ones through ``notify`` and every one in ``OUT.bad.txt`` (``out`` None, a command that writes no
     file: every one through ``notify``). No usable item left: an error."""

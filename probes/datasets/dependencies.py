@@ -122,7 +122,8 @@ def tree_fault(heads: list) -> tuple[int, str] | None:
         if head == i + 1:
             return i, f"word {i + 1} is its own head (a self-loop)"
     for i in range(n):
-        path, node = [], i + 1
+        path: list[int] = []
+        node = i + 1
         while node != 0:
             if node in path:
                 cycle = sorted(path[path.index(node):])

@@ -53,6 +53,7 @@ product of two stacked tall matrices, ``[senders·d, D] @ [D, receivers·d]``, p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -61,6 +62,10 @@ import torch
 from ..errors import BadOption
 from ..head_index import check_receiver, parse_head
 from ..scratch import DecoderNetwork, build
+
+if TYPE_CHECKING:
+    from ..models import Model
+    from ..scratch import Network
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
@@ -81,7 +86,7 @@ ROTARY_NOTE = "rotary positions: scored at relative offset 0 (no rotation)"
 def parse_kinds(kind: str | Iterable[str]) -> tuple[str, ...]:
     """``"q"``, ``"all"``, ``"q,k"`` or a sequence of them -> the kinds, in q, k, v order."""
     names = [kind] if isinstance(kind, str) else list(kind)
-    wanted = set()
+    wanted: set[str] = set()
     for name in names:
         for part in str(name).lower().split(","):
             part = part.strip()
@@ -105,10 +110,12 @@ def parse_convention(convention: str) -> str:
     return name
 
 
-def network(model):
+def network(model: Model | Network) -> Network:
     """The from-scratch network of ``model`` (a loaded :class:`~probes.models.Model`), or ``model`` itself if it is
     one."""
-    return model if hasattr(model, "head_weights") else build(model)
+    if hasattr(model, "head_weights"):
+        return cast("Network", model)
+    return build(model)
 
 
 def centres(net) -> bool:
@@ -128,7 +135,7 @@ POST_NORM = ("a post-norm model, like BERT: TransformerLens folds no LayerNorm i
 SAME = "RMSNorm does not centre: the raw and transformerlens conventions give the same numbers here"
 
 
-def conventions(model) -> dict[str, str]:
+def conventions(model: Model | Network) -> dict[str, str]:
     """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
     LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
     post-norm model (BERT)."""
@@ -150,7 +157,7 @@ def centring(net, convention: str) -> bool:
     return centres(net)
 
 
-def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
+def convention_said(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> str:
     """The convention in words for this model: ``"raw (…)"`` or ``"transformerlens (…)"``, saying where both give
     the same numbers (RMSNorm) or where only raw applies (post-norm; ``"transformerlens"`` there: BadOption)."""
     name, net = parse_convention(convention), network(model)
@@ -250,8 +257,9 @@ def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
     return float(values.mean()), float(values.std()) if draws > 1 else 0.0
 
 
-def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iterable[tuple[int, int]] | None = None,
-                       draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64,
+def composition_scores(model: Model | Network, kind: str | Iterable[str] = KINDS,
+                       receivers: Iterable[tuple[int, int]] | None = None, draws: int = 20, seed: int = 0,
+                       dtype: torch.dtype = torch.float64,
                        convention: str = DEFAULT_CONVENTION) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every earlier head (sender) onto each receiver (default: every head from
     layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.Model` or a from-scratch network). One row
@@ -278,7 +286,7 @@ def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iter
     return frame
 
 
-def notes(model, convention: str = DEFAULT_CONVENTION) -> list[str]:
+def notes(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> list[str]:
     """What a reader of the scores should know about this model's in ``convention`` (for the CLI and the app)."""
     rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"
     centred = parse_convention(convention) != "raw" and centring(network(model), convention)  # raw reads no weights

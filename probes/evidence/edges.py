@@ -20,11 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..errors import BadOption
+
+if TYPE_CHECKING:
+    from ..models import Encoding
+    from ..seam import ModelLike
 
 ALPHA = 0.05  # the chance that a receiver gets one false composition edge
 RANDOM_BAND = 1.96  # random matrices' 95 % band: mean ∓ 1.96·sd
@@ -62,11 +67,11 @@ def composition_floors(frame: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFram
     return out
 
 
-def _encode(model, text):
+def _encode(model: ModelLike, text: str | Encoding) -> Encoding:
     return model.encode(text) if isinstance(text, str) else text
 
 
-def _pair(model, clean, corrupted):
+def _pair(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding) -> tuple[Encoding, Encoding]:
     """The two encodings, refused as :func:`probes.effects.path_patching.path_patch` refuses them when their
     lengths differ."""
     enc, enc_c = _encode(model, clean), _encode(model, corrupted)
@@ -77,13 +82,14 @@ def _pair(model, clean, corrupted):
     return enc, enc_c
 
 
-def changed_positions(model, clean, corrupted) -> list[int]:
+def changed_positions(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding) -> list[int]:
     """The token positions where the corrupted text's ids differ from the clean text's (same length, else BadOption)."""
     enc, enc_c = _pair(model, clean, corrupted)
     return [int(i) for i in (enc.input_ids[0] != enc_c.input_ids[0]).nonzero().flatten().tolist()]
 
 
-def null_corruptions(model, clean, corrupted, count: int = NULLS, seed: int = 0) -> list:
+def null_corruptions(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding, count: int = NULLS,
+                     seed: int = 0) -> list:
     """``count`` null corruptions of ``clean`` (a text or its :class:`~probes.models.Encoding`): its encoding with as
     many tokens changed as ``corrupted`` changes (m), at m other positions chosen at random among the real,
     non-special tokens the user's corruption left alone, each replaced by a token drawn from the clean text's own real
@@ -166,8 +172,9 @@ class PatchEvidence:
         return got.reindex(got[self.measure].abs().sort_values(ascending=False).index)
 
 
-def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str = "k", result=None,
-                 count: int = NULLS, seed: int = 0, senders: Sequence[tuple[int, int]] | None = None,
+def patch_floors(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding, receiver: tuple[int, int],
+                 into: str = "k", result=None, count: int = NULLS, seed: int = 0,
+                 senders: Sequence[tuple[int, int]] | None = None,
                  top: int | None = CHECKED, progress: Callable[[int, int], None] | None = None,
                  batch: int | None = None, position: int | None = None,
                  targets: tuple[int, int] | None = None) -> PatchEvidence:

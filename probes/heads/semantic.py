@@ -105,7 +105,8 @@ def lexical_sentence(wn, dep) -> Sentence:
     """Related content-word pairs of one parsed sentence, each with a distance-matched unrelated control."""
     upos = dep.upos or [None] * len(dep.words)  # untagged: no content words
     content = [(i, (w, CONTENT[u])) for i, (w, u) in enumerate(zip(dep.words, upos, strict=True)) if u in CONTENT]
-    related, unrelated = [], {}
+    related: list[Pair] = []
+    unrelated: dict[int, list[tuple[int, int]]] = {}
     for i, a in content:
         for j, b in content:
             if i == j or a[0].lower() == b[0].lower():
