@@ -12,13 +12,16 @@ app: $(STAMP)
 	$(BIN)/streamlit run dashboard/serve.py --server.port $(PORT)
 
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
-# then the suite on TEST_JOBS processes (pytest-xdist), each on one thread (OpenMP's threads busy-wait: two workers
-# of two threads on two cores spend more time waiting than computing); the tests that start a local Ray run on
-# one worker, one after the other (the "ray" group). TEST_JOBS=0: one process.
+# then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors), then the
+# suite on TEST_JOBS processes (pytest-xdist), each on one thread (OpenMP's threads busy-wait: two workers of two
+# threads on two cores spend more time waiting than computing); the tests that start a local Ray run on one worker,
+# one after the other (the "ray" group). TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check probes dashboard
+	$(BIN)/mypy
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=15
 
 # The tests that compare floating results (marker `numeric`) again under another CPU's kernels: the portable

@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
-from dashboard import fonts, warm  # noqa: E402
+from dashboard import fonts, warm
 
 FAVICON = str(Path(__file__).parent / "static" / "favicon.png")  # served by this app: no request leaves the machine
 st.set_page_config(page_title="Attention workbench", page_icon=FAVICON, layout="wide")
@@ -31,9 +32,9 @@ try:  # large tensors' memory goes back to the system when freed (glibc; once pe
     memory.steady()
 except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: said on every page, the app still runs
     st.warning(str(exc))
-from probes import families  # noqa: E402
 from dashboard import data, ui  # noqa: E402
 from dashboard.state import PAGES, STORIES, ViewState  # noqa: E402
+from probes import families  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
 from probes.scratch import BACKENDS  # noqa: E402
 
@@ -239,11 +240,18 @@ def open_on_the_story(inp: data.Input) -> None:
     ui.update(layer=layer, head=head, query=answer.query)
 
 
+def _renders(key: str, context: dict[str, ui.Context]) -> Callable[[], None]:
+    """What page ``key`` runs: its view's ``render`` on the context draw_page has made by then."""
+    def render() -> None:
+        importlib.import_module(f"dashboard.views.{key}").render(context["page"])
+    return render
+
+
 def main() -> None:
     start_session()
     inp = sidebar_input()
     context: dict[str, ui.Context] = {}  # the page's context, made by draw_page before the page runs
-    pages = {key: st.Page(lambda key=key: importlib.import_module(f"dashboard.views.{key}").render(context["page"]),
+    pages = {key: st.Page(_renders(key, context),
                           title=title, icon=icon, url_path=key, default=key == "explore")
              for key, (title, icon) in PAGES.items()}
     page = st.navigation(list(pages.values()))
@@ -306,7 +314,7 @@ def draw_page(inp: data.Input, page, key: str, context: dict) -> None:
             page.run()
         except (probes.ProbesError, ValueError) as exc:
             st.error(ui.safe(ui.in_app_words(exc)))
-        except Exception as exc:  # noqa: BLE001 - the app keeps working; the details go to the server log
+        except Exception as exc:  # the app keeps working; the details go to the server log
             log.exception("page %s failed", key)
             st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages "
                      "still work; if it happens again, please report it with this page's link.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from importlib.metadata import distribution
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -151,4 +152,4 @@ def _offline(html: str, fit: bool = False) -> str:
 
 @lru_cache
 def _library(dist: str, path: str) -> str:
-    return distribution(dist).locate_file(path).read_text(encoding="utf-8")
+    return Path(str(distribution(dist).locate_file(path))).read_text(encoding="utf-8")

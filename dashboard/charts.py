@@ -3,12 +3,13 @@ take plain lists, arrays and frames, so they are tested as chart specs without a
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 import numpy as np
 import pandas as pd
 
-from .words import difference
-from .words import said, size
+from .words import difference, said, size
 
 # Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
 # script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the
@@ -30,6 +31,7 @@ CANVAS = {"embedOptions": {"renderer": "canvas"}}
 TITLE_MAX, SUBTITLE_MAX = 60, 80  # characters a line
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
 GRID_CELL = 30  # px: a layers × heads grid's row height
+Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 
 
 def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
@@ -58,8 +60,10 @@ def _grid_axes(n_layers: int, n_heads: int) -> tuple[alt.X, alt.Y, dict]:
     """The axes of a layers × heads grid: the longer side across, so a deep model (smollm2: 30 layers × 9 heads) is
     a wide band one screen tall rather than a tall column, and a wide one (minilm: 6 × 12) stays heads across.
     Returns x, y and the fields of x and y (for layers drawn over the grid)."""
-    layers = dict(field="layer", type="ordinal", title="layer", scale=alt.Scale(domain=list(range(n_layers))))
-    heads = dict(field="head", type="ordinal", title="head", scale=alt.Scale(domain=list(range(n_heads))))
+    layers: dict[str, Any] = dict(field="layer", type="ordinal", title="layer",
+                                  scale=alt.Scale(domain=list(range(n_layers))))
+    heads: dict[str, Any] = dict(field="head", type="ordinal", title="head",
+                                 scale=alt.Scale(domain=list(range(n_heads))))
     across, down = (layers, heads) if n_layers > n_heads else (heads, layers)
     return (alt.X(**across, axis=alt.Axis(labelAngle=0)), alt.Y(**down),
             {"x": f"{across['field']}:O", "y": f"{down['field']}:O"})
@@ -111,7 +115,8 @@ def attention_frame(tokens: list[str], weights: np.ndarray, causal: bool = False
     key_tokens = tokens if key_tokens is None else key_tokens
     key_start = start if key_start is None else key_start
     if weights.shape != (len(tokens), len(key_tokens)):
-        raise ValueError(f"weights are {weights.shape}, expected ({len(tokens)}, {len(key_tokens)}) for the tokens given")
+        raise ValueError(f"weights are {weights.shape}, expected ({len(tokens)}, {len(key_tokens)}) "
+                         "for the tokens given")
     q, k = np.meshgrid(np.arange(len(tokens)), np.arange(len(key_tokens)), indexing="ij")
     qlab, klab = labels(tokens, start), labels(key_tokens, key_start)
     frame = pd.DataFrame({
@@ -170,7 +175,7 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     if top is not None:
         scale = alt.Scale(domain=[0, float(top) or 1e-9], range=NORM_RANGE, interpolate="rgb")
     order = labels(tokens, start)
-    outline = alt.Undefined
+    outline: Any = alt.Undefined
     if query is not None:
         outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
     chart = (
@@ -247,7 +252,7 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
           clickable: bool) -> alt.Chart:
     """One bar per token (``field``: key or query, with its ``<field>_pos``), weights on a fixed 0..1 scale."""
     pos = f"{field}_pos"
-    colour = alt.value("#08519c")
+    colour: Any = alt.value("#08519c")
     if marked is not None:
         colour = alt.condition(alt.datum[pos] == marked, alt.value(HIGHLIGHT), alt.value("#08519c"))
     chart = (
@@ -347,16 +352,16 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, colum
 PARITY_DOMAIN = (1e-9, 1e-3)  # max |Δ| always drawn on this log scale: a grid of zeros does not look like a signal
 
 
-def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
+def parity_heatmap(diffs: np.ndarray, tolerance: float) -> Layered:
     """Layers × heads grid of max |Δ| between Hugging Face and the scratch pass, on a fixed log scale
     (:data:`PARITY_DOMAIN`, pale to dark: 0 and anything under 1e-9 sit at its pale bottom and read
     "0 (bit-identical)" or their value in the tooltip; a grid of zeros is a pale block, not a dark one); the
     tolerance is a tick on the legend and in the title, and heads above it are outlined in red."""
     layers, heads = diffs.shape
-    l, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    ly, h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     d = diffs.astype(float).ravel()
     low, high = PARITY_DOMAIN
-    frame = pd.DataFrame({"layer": l.ravel(), "head": h.ravel(), "max_abs_diff": d,
+    frame = pd.DataFrame({"layer": ly.ravel(), "head": h.ravel(), "max_abs_diff": d,
                           "shown": np.clip(d, low, high), "within": d <= tolerance,
                           "difference": [difference(x) for x in d]})
     x, y, _ = _grid_axes(layers, heads)
@@ -364,7 +369,8 @@ def parity_heatmap(diffs: np.ndarray, tolerance: float) -> alt.Chart:
     ticks = sorted({low, 1e-7, 1e-5, high, tolerance})
     rect = base.mark_rect().encode(
         color=alt.Color("shown:Q", scale=alt.Scale(type="log", domain=[low, high], scheme="orangered", clamp=True),
-                        legend=alt.Legend(values=ticks, format=".2~e", title=["max |Δ|", f"tolerance {tolerance:.2g}"])),
+                        legend=alt.Legend(values=ticks, format=".2~e",
+                                          title=["max |Δ|", f"tolerance {tolerance:.2g}"])),
         tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("difference:N", title="max |Δ|"),
                  alt.Tooltip("within:N", title="within tolerance")],
     )
@@ -432,7 +438,7 @@ def supported_label(frame: pd.DataFrame, skip: frozenset[str] | set[str] = froze
 
 
 def head_grid(frame: pd.DataFrame, label: str, n_layers: int, n_heads: int, selected: tuple[int, int] | None = None,
-              value: str = "score", reach: float | None = None, share: bool = False) -> alt.Chart:
+              value: str = "score", reach: float | None = None, share: bool = False) -> Layered:
     """Layers × heads grid of one probe label's scores (rows of a probe table); clicking a cell selects
     that (layer, head): the selection is named ``head``. Where the rows have a baseline the colour is the
     gain over it, on a diverging scale centred at 0 and symmetric (so noise around the baseline stays pale,
@@ -487,7 +493,7 @@ EFFECT_RANGE = ["#ffffff", "#a63603"]  # a change ≥ 0: white is no change
 
 def effect_grid(frame: pd.DataFrame, value: str, n_layers: int, n_heads: int, title: str,
                 selected: tuple[int, int] | None = None, signed: bool | None = None,
-                extra: tuple[str, ...] = ()) -> alt.Chart:
+                extra: tuple[str, ...] = ()) -> Layered:
     """Layers × heads grid of one number per head (a ``layer, head, <value>`` frame: an ablation's effect, a
     head's share of a logit, a difference between two texts). A number that can be negative (``signed``, by
     default: the measure is one of :data:`SIGNED` or a value is below 0) is coloured on a diverging scale
@@ -592,7 +598,8 @@ def cache_growth(frame: pd.DataFrame, step: int) -> alt.Chart:
         .encode(
             x=alt.X("tokens cached:Q", title="tokens in the cache"),
             y=alt.Y("KiB:Q", title="KiB (fp32)", scale=alt.Scale(zero=True)),
-            color=alt.Color("cache:N", title=None, scale=alt.Scale(domain=kinds, range=["#08519c", "#969696"][: len(kinds)]),
+            color=alt.Color("cache:N", title=None,
+                            scale=alt.Scale(domain=kinds, range=["#08519c", "#969696"][: len(kinds)]),
                             legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
             tooltip=[alt.Tooltip("cache:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens cached:Q"),
                      alt.Tooltip("size:N", title="size")],
@@ -616,7 +623,7 @@ def visible(piece: str) -> str:
 
 
 def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "probability", title: str = "",
-              reach: float | None = None) -> alt.Chart:
+              reach: float | None = None) -> Layered:
     """The logit lens as a table (a tidy ``<row>, position, input, rank, piece, <value>`` frame of
     ``probes.effects.lens``): one row per value of ``row`` in the order ``rows`` (layers: "embeddings" … "after layer
     N−1"; heads: "L.H"), one column per position (its input token), each cell the top token as text. ``value``
@@ -628,16 +635,16 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         raise ValueError(f"the frame has no {', '.join(missing)} column")
     frame = frame.assign(shown=[visible(p) for p in frame["piece"]])
     digits = ".3f" if value == "probability" else "+.3f"
-    frame["said"] = [f"{s}  {v:{digits}}" for s, v in zip(frame["shown"], frame[value])]
+    frame["said"] = [f"{s}  {v:{digits}}" for s, v in zip(frame["shown"], frame[value], strict=True)]
     ranks = sorted(frame["rank"].unique())
     tops = frame.pivot_table(index=[row, "position"], columns="rank", values="said", aggfunc="first")
     tops.columns = [f"top{r}" for r in tops.columns]
     cells = frame[frame["rank"] == 1][[row, "position", "input", "shown", value]].merge(
         tops.reset_index(), on=[row, "position"])
     positions = sorted(cells["position"].unique())
-    inputs = dict(zip(cells["position"], cells["input"]))
+    inputs = dict(zip(cells["position"], cells["input"], strict=True))
     names = [f"{p}: {inputs[p]}" for p in positions]
-    cells["column"] = [f"{p}: {t}" for p, t in zip(cells["position"], cells["input"])]
+    cells["column"] = [f"{p}: {t}" for p, t in zip(cells["position"], cells["input"], strict=True)]
     if value == "probability":
         scale, dark = BLUE, 0.5
     else:
@@ -673,7 +680,7 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
         if f"{axis}_parts" in frame:
             counts = frame[f"{axis}_parts"]
             rows[f"{axis}_part"] = [f"{name} ({count} parts)" if count > 1 else name
-                                    for name, count in zip(rows[f"{axis}_part"], counts)]
+                                    for name, count in zip(rows[f"{axis}_part"], counts, strict=True)]
     rows["share"] = rows["contribution"] / score if score > 0 else np.nan
     reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
@@ -726,7 +733,7 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
                                                                                            title="size")])
     heads = pd.concat([edges[["sender_layer", "sender_head"]].set_axis(["layer", "head"], axis=1),
                        pd.DataFrame({"layer": [r_layer], "head": [r_head]})]).drop_duplicates()
-    heads["name"] = [f"{a}.{b}" for a, b in zip(heads["layer"], heads["head"])]
+    heads["name"] = [f"{a}.{b}" for a, b in zip(heads["layer"], heads["head"], strict=True)]
     heads["role"] = np.where((heads["layer"] == r_layer) & (heads["head"] == r_head), "receiver", "sender")
     pick = alt.selection_point(name="head", fields=["layer", "head"], on="click", clear=False)
     node = alt.Chart(heads).mark_circle(size=220, cursor="pointer", stroke="white", strokeWidth=1.5).encode(

@@ -340,8 +340,8 @@ def question_upload(name: str, raw: bytes) -> probes.datasets.Items:
     """A user's questions (.jsonl: text, pronoun, candidates, answer), read once per file: the usable ones and every
     bad line with its number and why (:func:`probes.evidence.questions.parse_questions`)."""
     from probes.datasets.utf8 import decode
-    from probes.evidence.questions import parse_questions
     from probes.errors import BadData
+    from probes.evidence.questions import parse_questions
 
     if len(raw) > MAX_QUESTION_BYTES:  # before it is decoded: 2,000 questions of a sentence each are ~0.5 MB
         raise BadData(f"{name} is {len(raw) / 1e6:,.1f} MB; a file of questions here takes up to "
@@ -491,8 +491,7 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
     """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender,
     the largest effects checked against their noise floor (:func:`probes.evidence.edges.patch_floors`: ``checked``,
     ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text)."""
-    from probes.effects.path_patching import batch_for
-    from probes.effects.path_patching import path_patch as patch
+    from probes.effects.path_patching import batch_for, path_patch as patch
     from probes.evidence.edges import patch_floors
 
     model = model_named(name)

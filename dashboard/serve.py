@@ -21,7 +21,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
-from dashboard import warm  # noqa: E402
+from dashboard import warm
 
 # the normal shutdown (uvicorn closes the connections, Streamlit stops its sessions) takes 0.4-1.3 s here, busy or
 # not (benchmarks/upload_bombs.py); past this the process ends anyway, well inside a host's usual 5-10 s before SIGKILL

@@ -66,6 +66,13 @@ class Context:
             return False
         return True
 
+    @property
+    def run(self) -> data.RunInfo:
+        """The run's tokens, for a page that :meth:`ready` let through (``info``, never None there)."""
+        if self.info is None:
+            raise RuntimeError(f"the input did not run ({self.error}): ask ready() first")
+        return self.info
+
 
 def without_scratch(model, what: str, pick: str = "minilm or smollm2") -> bool:
     """True, with a note on the page, when ``model``'s architecture is not one the from-scratch pass covers, which
@@ -152,7 +159,8 @@ def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
     multiples: a facet) is drawn at its own size."""
     stretch = getattr(chart, "width", alt.Undefined) == "container"
     unchecked = chart.properties(autosize=alt.AutoSizeParams(type="fit-x" if stretch else "pad", contains="padding"))
-    object.__setattr__(unchecked, "to_dict", lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
+    object.__setattr__(unchecked, "to_dict",
+                       lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
     width = (_max_width(chart) or "stretch") if stretch else "content"
     return container.altair_chart(unchecked, width=width, **kwargs)
 

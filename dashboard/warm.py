@@ -37,9 +37,9 @@ def warm() -> None:
         # of a second, so it runs beside the imports and the load, and is done before the first pass
         choosing = threading.Thread(target=threads.apply, args=("app",), name="warm-start threads")
         choosing.start()
+        import dashboard.views.explore  # noqa: F401
         from dashboard import data, ui  # noqa: F401 - the modules the first run imports (probes, altair…)
         from dashboard.state import STORIES, ViewState
-        import dashboard.views.explore  # noqa: F401
 
         v = ViewState()
         allowed = data.allowed_models()
@@ -55,7 +55,7 @@ def warm() -> None:
                 layer, head = data.question_evidence(inp, data.Asked(*story)).head or (layer, head)
             data.head(inp, layer, head, (0, n))
         choosing.join()
-    except Exception:  # noqa: BLE001 - the visitor's own run meets the same problem and shows it in the page
+    except Exception:  # the visitor's own run meets the same problem and shows it in the page
         log.warning("warm start failed; the first visitor's run does the work", exc_info=True)
     finally:
         _done.set()

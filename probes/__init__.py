@@ -2,8 +2,15 @@
 their attention."""
 
 from . import models
-from .errors import (EmptyInput, InputTooLong, ModelUnavailable, OutOfRange, ProbesError, UnsafeCheckpoint,
-                     UnsupportedModel)
+from .errors import (
+    EmptyInput,
+    InputTooLong,
+    ModelUnavailable,
+    OutOfRange,
+    ProbesError,
+    UnsafeCheckpoint,
+    UnsupportedModel,
+)
 from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, LocalModel, Model, check_name
 from .seam import ModelLike, Request, TraceLike, reader
 from .trace import Trace

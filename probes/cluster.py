@@ -178,7 +178,8 @@ def check_address(address: str) -> str:
         if env and env != "auto":
             source, gcs = f"--ray auto (RAY_ADDRESS={shown(env)})", env
         else:
-            # where `ray start` notes the cluster it started ($RAY_TMPDIR/ray, /tmp/ray by default), as ray.init reads it
+            # where `ray start` notes the cluster it started ($RAY_TMPDIR/ray, /tmp/ray by default), as ray.init
+            # reads it
             noted = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
             try:
                 gcs = noted.read_text().strip().splitlines()[0]

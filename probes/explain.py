@@ -9,17 +9,23 @@ pieces into words the way the head probes do (Clark et al. 2019).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .seam import reader
-from .evidence import questions
 from .errors import OutOfRange
-from .evidence.questions import SINK, counted  # noqa: F401 - the app reads them here
+from .evidence import questions
+from .evidence.questions import SINK, counted  # the app reads them here too
 from .heads.engine import word_attention
 from .precision import upcast
+from .seam import reader
 from .tokens import align_to_words, covered_words, word_positions, word_spans
 from .trace import Trace
+
+if TYPE_CHECKING:
+    import torch
+
+    from .seam import TraceLike
 
 
 @dataclass
@@ -78,14 +84,15 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
                        weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
                        tuple(range(kv * group, (kv + 1) * group)), window)
     if trace.rotary is not None:
-        steps.q_unrotated, steps.angles = _unrotated(trace, q, query, item)
+        steps.q_unrotated, steps.angles = _unrotated(trace, trace.rotary, q, query, item)
     return steps
 
 
-def _unrotated(trace: Trace, q: np.ndarray, query: int, item: int) -> tuple[np.ndarray, np.ndarray]:
+def _unrotated(trace: TraceLike, rotary: tuple[torch.Tensor, torch.Tensor], q: np.ndarray, query: int,
+               item: int) -> tuple[np.ndarray, np.ndarray]:
     """q before the rotary embedding turned it, and the angle of each of its pairs: the inverse turn,
     by the cos and sin the trace's model used at the query's position."""
-    cos, sin = (t[min(item, len(t) - 1)].detach().cpu().double().numpy() for t in trace.rotary)
+    cos, sin = (t[min(item, len(t) - 1)].detach().cpu().double().numpy() for t in rotary)
     position = int(trace.attention_mask[item].nonzero()[query])
     c, s_ = cos[position], sin[position]
     half = len(q) // 2
@@ -95,7 +102,7 @@ def _unrotated(trace: Trace, q: np.ndarray, query: int, item: int) -> tuple[np.n
 
 
 @reader
-def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None = None,
+def word_level(trace: TraceLike, layer: int, head: int, text: str, pair: str | None = None,
                item: int = 0) -> tuple[list[str], np.ndarray]:
     """Head (``layer``, ``head``) of batch ``item`` with word pieces merged into words: the words of
     ``text`` then of ``pair`` (the texts the trace was run on: a Trace keeps tokens and their
@@ -109,7 +116,8 @@ def word_level(trace: Trace, layer: int, head: int, text: str, pair: str | None 
     left-out tokens, not to 1.
     """
     tokens = trace.real_tokens(item)
-    word_of, words = [-1] * len(tokens), []
+    word_of = [-1] * len(tokens)
+    words: list[str] = []
     for segment, source in enumerate((text, pair)):
         ends = [t.end for t in tokens if not t.special and t.segment == segment]
         if ends and (source is None or max(ends) > len(source)):
@@ -153,13 +161,13 @@ class Answer:
         return self.margin > 0
 
 
-def word_tokens(trace: Trace, text: str, word: str, item: int = 0) -> list[int]:
+def word_tokens(trace: TraceLike, text: str, word: str, item: int = 0) -> list[int]:
     """The real tokens (indices) of the first whole-word occurrence of ``word`` in ``text`` (case-insensitive;
     CJK words match anywhere); [] when the text does not hold it (:func:`probes.tokens.word_positions`)."""
     return word_positions(trace.real_tokens(item), text, word)
 
 
-def query_token(trace: Trace, pieces: list[int]) -> int:
+def query_token(trace: TraceLike, pieces: list[int]) -> int:
     """The piece of a query word whose attention stands for the word's (:func:`probes.evidence.questions.
     query_token`: the last piece in a decoder, the first in an encoder)."""
     return questions.query_token(trace.is_causal, pieces)
@@ -187,7 +195,7 @@ class Margins:
 
 
 @reader
-def margins(trace: Trace, query: int, keys: list[int], other: list[int] | None = None, item: int = 0) -> Margins:
+def margins(trace: TraceLike, query: int, keys: list[int], other: list[int] | None = None, item: int = 0) -> Margins:
     """:class:`Margins` of one query token (real-token index) on ``keys`` against ``other`` (a distractor's
     pieces; none: ``None`` or empty). Reads one row per layer from the Trace."""
     rows = _query_rows(trace, query, item)
@@ -198,7 +206,7 @@ def margins(trace: Trace, query: int, keys: list[int], other: list[int] | None =
 
 
 @reader
-def likely_key(trace: Trace, text: str, query: int, item: int = 0) -> int | None:
+def likely_key(trace: TraceLike, text: str, query: int, item: int = 0) -> int | None:
     """A default key word for a query token when the text asks no question: the index (among :func:`words`) of
     the word it attends to most, averaged over every layer and head, leaving out its own word and the sink
     token (so the default is never the sink, whatever its word). None when no other word is there."""
@@ -210,7 +218,7 @@ def likely_key(trace: Trace, text: str, query: int, item: int = 0) -> int | None
 
 
 @reader
-def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, other_word: str | None = None,
+def answering_head(trace: TraceLike, text: str, query_word: str, answer_word: str, other_word: str | None = None,
                    item: int = 0) -> Answer | None:
     """Over every layer and head, the one whose query word (:func:`query_token`) gives the answer word the largest
     margin over the distractor (the largest weight without one; None when the text lacks the query or the answer).
@@ -230,7 +238,7 @@ def answering_head(trace: Trace, text: str, query_word: str, answer_word: str, o
                   float(found.on_sink[layer, head]))
 
 
-def _query_rows(trace: Trace, query: int, item: int) -> list:
+def _query_rows(trace: TraceLike, query: int, item: int) -> list:
     """The query token's attention row in every head of every layer: one ``[heads, n]`` tensor per layer."""
     return [upcast(trace.attention(layer, item=item, rows=[query])[:, 0]) for layer in range(trace.n_layers)]
 
@@ -241,7 +249,7 @@ def _on_keys(rows: list, keys: list[int]) -> np.ndarray:
 
 
 @reader
-def words(trace: Trace, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
+def words(trace: TraceLike, text: str, item: int = 0) -> list[tuple[str, list[int]]]:
     """The words of ``text`` (``tokens.word_spans``) with the real tokens each covers, in order (words no token
     covers are left out)."""
     return covered_words(trace.real_tokens(item), text)

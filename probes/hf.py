@@ -29,8 +29,8 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .families import Capture
 from .attention_math import Spec, attention_bytes, row_logsumexp
+from .families import Capture
 from .trace import Trace
 
 
@@ -81,6 +81,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     windows = [family.window(config, layer) for layer in layers] if family else None
     lse, note = None, ""
     if lazy:
+        assert scales is not None and windows is not None and attention_budget is not None  # lazy: a family, a budget
         if not complete:
             raise RuntimeError(f"the {family.title} hooks caught q and k in {len(cap.q)} of {model.n_layers} layers")
         with torch.inference_mode():

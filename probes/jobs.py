@@ -19,6 +19,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,11 @@ import pandas as pd
 from .datasets.cache import write_atomic
 from .errors import BadData, CannotWrite, NothingToScore
 
+if TYPE_CHECKING:
+    from .seam import ModelLike
 
-def with_model(frame: pd.DataFrame, model) -> pd.DataFrame:
+
+def with_model(frame: pd.DataFrame, model: ModelLike) -> pd.DataFrame:
     """A probe table that knows its model: its name and its layer and head counts, in every row (so a table
     shown beside another model is refused, not drawn in the wrong frame)."""
     return frame.assign(model=model.name, n_layers=model.n_layers, n_heads=model.n_heads)
@@ -167,16 +171,17 @@ def check_outputs(outputs: dict[str, str | Path | None], force: bool = False,
             raise CannotWrite(f"{flag} is empty: give a file name")
         path = Path(given)
         files.append((f"{flag} {path}", path, flag, False))
-        if flag in (sides or {}):
-            side = path.with_name(path.name + sides[flag])
-            files.append((f"{side} (written beside {flag})", side, flag, True))
+        suffix = (sides or {}).get(flag)
+        if suffix is not None:
+            beside = path.with_name(path.name + suffix)
+            files.append((f"{beside} (written beside {flag})", beside, flag, True))
     for name, path, flag, side in files:
         try:
             _check_place(name, path, flag, side, None if side else (formats or {}).get(flag), inputs or {})
         except OSError as exc:  # a name too long to look at, a folder that cannot be searched
             raise CannotWrite(f"cannot write {name}: {exc.strerror or exc}: choose another {flag}") from None
-    for i, (name, path, flag, _) in enumerate(files):
-        for other, there, other_flag, _ in files[:i]:
+    for i, (name, path, _, _) in enumerate(files):
+        for other, there, _, _ in files[:i]:
             if same_file(path, there):
                 raise CannotWrite(f"{name} is also {other}: one would overwrite the other, so give each output "
                                   f"its own file")
@@ -270,7 +275,8 @@ def claim(out: Path, notify=None, flag: str = "--out") -> None:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
             pid = f" (pid {holder})" if holder.isascii() and holder.isdigit() else ""
-            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose another {flag}")
+            raise CannotWrite(f"another run is writing {out}{pid}: wait for it to finish or choose "
+                              f"another {flag}") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:
@@ -358,7 +364,7 @@ def checkpoint(partial: Path, name: str, print_: dict, notify) -> Path:
 SHOWN_BAD = 10  # bad items listed in the summary (all of them go to the side file)
 
 
-def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> None:
+def bad_items(name: str, data: str | None, items, out: Path, strict: bool, notify) -> None:
     """Report the bad items a job's data had (its ``bad``, if any; :func:`report_bad`) and what its reader noted
     (its ``notes``: items placed only by a looser match)."""
     for note in getattr(items, "notes", []) if notify else []:
@@ -366,7 +372,7 @@ def bad_items(name: str, data: str, items, out: Path, strict: bool, notify) -> N
     report_bad(name, data, list(getattr(items, "bad", [])), len(items), out, strict, notify)
 
 
-def report_bad(name: str, data: str, bad: list, usable: int, out: Path | None, strict: bool, notify) -> None:
+def report_bad(name: str, data: str | None, bad: list, usable: int, out: Path | None, strict: bool, notify) -> None:
     """Report the bad items (or rows) of a data file: all of them in an error (``strict``), else a summary of
     the first ones through ``notify`` and every one in ``OUT.bad.txt`` (``out`` None, a command that writes no
     file: every one through ``notify``). No usable item left: an error."""

@@ -36,9 +36,8 @@ def _glibc():
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name or "libc.so.6")
-        libc.gnu_get_libc_version  # noqa: B018 - glibc alone has it
-        libc.mallopt
-        libc.malloc_trim
+        for needed in ("gnu_get_libc_version", "mallopt", "malloc_trim"):  # glibc alone has the first
+            getattr(libc, needed)
     except (OSError, AttributeError, TypeError):
         return None
     return libc

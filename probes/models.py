@@ -23,8 +23,15 @@ from urllib.parse import urlparse
 import torch
 
 from . import runner, scratch
-from .errors import (BadOption, EmptyInput, InputTooLong, ModelUnavailable, ProbesError, UnsafeCheckpoint,
-                     UnsupportedModel)
+from .errors import (
+    BadOption,
+    EmptyInput,
+    InputTooLong,
+    ModelUnavailable,
+    ProbesError,
+    UnsafeCheckpoint,
+    UnsupportedModel,
+)
 from .families import Family, coverage, families, family_of
 from .seam import Request
 from .tokens import Token, readable_tokens
@@ -131,7 +138,7 @@ class Encoding:
     def truncated(self) -> bool:
         return any(n is not None for n in self.truncated_from)
 
-    def to(self, device: torch.device | str) -> "Encoding":
+    def to(self, device: torch.device | str) -> Encoding:
         """The same encoding with its tensors on ``device`` (itself when they are there already)."""
         if self.input_ids.device == torch.device(device):
             return self
@@ -265,7 +272,7 @@ class ModelBase:
             raise EmptyInput("no text given: type a sentence")
         if len(pairs) != len(texts):
             raise ValueError("give one pair text per text (or None)")
-        for t, p in zip(texts, pairs):
+        for t, p in zip(texts, pairs, strict=True):
             if not isinstance(t, str) or not t.strip():
                 raise EmptyInput("the text is empty: type a sentence to see its attention")
             if p is not None and not p.strip():
@@ -280,7 +287,7 @@ class ModelBase:
         kw = dict(return_offsets_mapping=True, add_special_tokens=True)
         truncated_from: list[int | None] = []
         rows = []
-        for t, p in zip(texts, pairs):
+        for t, p in zip(texts, pairs, strict=True):
             enc = tok(t, p, **kw) if p is not None else tok(t, **kw)
             n = len(enc["input_ids"])
             if n > limit:
@@ -299,7 +306,7 @@ class ModelBase:
         pieces = [Piece(r["input_ids"], r["offset_mapping"], r.sequence_ids(), r.get("token_type_ids")) for r in rows]
         return self.batch(pieces, texts, pairs, truncated_from)
 
-    def batch(self, pieces: list["Piece"], texts: list[str], pairs: list[str | None] | None = None,
+    def batch(self, pieces: list[Piece], texts: list[str], pairs: list[str | None] | None = None,
               truncated_from: list[int | None] | None = None) -> Encoding:
         """Already tokenised sequences (special tokens included) padded into one batch: what ``encode`` ends
         with, and what a reader that cuts its own windows of token ids (``probes.corpus``) hands the model."""
@@ -311,7 +318,7 @@ class ModelBase:
         mask = torch.zeros((len(pieces), width), dtype=torch.long)
         types = torch.zeros((len(pieces), width), dtype=torch.long)
         tokens = []
-        for b, (r, t, p) in enumerate(zip(pieces, texts, pairs)):
+        for b, (r, t, p) in enumerate(zip(pieces, texts, pairs, strict=True)):
             n = len(r.ids)
             ids[b, :n] = torch.tensor(r.ids)
             mask[b, :n] = 1
@@ -502,7 +509,8 @@ def check_name(name: str, *, allow_local_paths: bool = True, offered: list[str] 
         raise ModelUnavailable(f"{name!r} is a local file, and this deployment loads only hub ids and "
                                f"{OFFLINE_DEFAULT!r}")
     if looks_local(name):
-        raise ModelUnavailable(f"{name!r} is a local path, and this deployment loads only hub ids and {OFFLINE_DEFAULT!r}")
+        raise ModelUnavailable(f"{name!r} is a local path, and this deployment loads only hub ids and "
+                               f"{OFFLINE_DEFAULT!r}")
     return name
 
 
@@ -565,7 +573,7 @@ def _load_gguf(name: str, path: Path) -> Model:
         raise UnsupportedModel(f"{name!r} cannot be loaded as GGUF by transformers: {_first_line(exc)}") from exc
     except ProbesError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a truncated or header-only GGUF fails anywhere in its reader
+    except Exception as exc:
         raise ModelUnavailable(f"cannot read {name!r} as GGUF ({type(exc).__name__}: {_first_line(exc)}): the file "
                                "may be truncated or damaged; copy or download it again") from exc
     return _ready(name, str(path), family, hf, tokenizer)
@@ -576,7 +584,7 @@ def _check_pickle(path: Path, name: str) -> None:
         with warnings.catch_warnings():  # torch warns of a pickle protocol it did not write: a second stderr line
             warnings.simplefilter("ignore")
             torch.load(path, map_location="meta", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError or RuntimeError
+    except Exception as exc:
         raise UnsafeCheckpoint(
             f"{name!r}: {path.name} is a pickle that holds more than plain tensors, and loading it could run "
             f"code; it is refused. Convert the checkpoint to safetensors with code you trust."
@@ -639,9 +647,8 @@ def _load_hub(name: str) -> Model:
 
 def _build(name: str, location: str, *, local_files_only: bool) -> Model:
     import transformers
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-
     from huggingface_hub.errors import RepositoryNotFoundError
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     common = dict(local_files_only=local_files_only, trust_remote_code=False)
     try:
@@ -682,7 +689,7 @@ def _build(name: str, location: str, *, local_files_only: bool) -> Model:
         if local_files_only and location == name and not os.path.isdir(location):
             raise ModelUnavailable(f"{name!r} is not cached") from exc
         raise ModelUnavailable(f"cannot load {name!r}: {_first_line(exc)}") from exc
-    except Exception as exc:  # noqa: BLE001 - weight readers raise anything on a damaged file (SafetensorError…)
+    except Exception as exc:
         raise ModelUnavailable(f"cannot read the weights of {name!r} ({type(exc).__name__}: {_first_line(exc)}): "
                                "the file may be truncated or damaged; copy or download it again") from exc
     return _ready(name, location, family, hf, tokenizer)

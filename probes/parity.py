@@ -25,15 +25,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from .seam import reader
 from . import runner
 from .errors import BadOption, UnsupportedModel
 from .precision import FLOAT64_MAX_BYTES, upcast
 from .scratch import resolve_backend
+from .seam import reader
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .models import Model
+    from .seam import TraceLike
 
 EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7: one fp32 rounding, relative
 
@@ -188,7 +193,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         if progress is not None:
             progress(layer + 1, reference.n_layers)
 
-    hidden_all = [_scaled_diff(a, b, real) for a, b in zip(reference.hidden_states, candidate.hidden_states)]
+    hidden_all = [_scaled_diff(a, b, real)
+                  for a, b in zip(reference.hidden_states, candidate.hidden_states, strict=True)]
     hidden_abs, hidden_rel = max(h[0] for h in hidden_all), max(h[1] for h in hidden_all)
     logits = logits_rel = None
     if reference.logits is not None and candidate.logits is not None:
@@ -198,7 +204,7 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
         qkv = max(
             _max((a - b).abs().transpose(1, 2)[real])
             for layer in range(reference.n_layers)
-            for a, b in zip(reference.layer_qkv(layer), candidate.layer_qkv(layer))
+            for a, b in zip(reference.layer_qkv(layer), candidate.layer_qkv(layer), strict=True)
         )
     attention = max(lp.attention_max_abs_diff for lp in per_layer)
     passed = attention <= tol["attention"] and hidden_rel <= tol["hidden"] and (
@@ -225,7 +231,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
     )
 
 
-def in_dtype(model, dtype: str | torch.dtype = "float32", backend: str = "eager", float64_limit: int | None = None):
+def in_dtype(model: Model, dtype: str | torch.dtype = "float32", backend: str = "eager",
+             float64_limit: int | None = None) -> Model:
     """``model`` ready for a parity check in ``dtype``: itself for float32; for float64 a float64 copy (refused,
     with the reason, for a backend that cannot compute in float64 or a copy over ``float64_limit`` bytes)."""
     dtype = dtype_of(dtype)
@@ -242,7 +249,7 @@ def in_dtype(model, dtype: str | torch.dtype = "float32", backend: str = "eager"
 
 
 @reader
-def check(model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
+def check(model: Model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
           dtype: str | torch.dtype = "float32", float64_limit: int | None = None) -> ParityReport:
     """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a
     float64 copy of the model: the proof that the two are the same function (≤ 1e-10), on any machine."""
@@ -261,7 +268,7 @@ MASSIVE_COLUMNS = ["layer", "dimension", "value", "token", "position", "times_me
 
 
 @reader
-def massive_activations(trace: Trace, item: int = 0, top: int | None = None, size: float = MASSIVE_SIZE,
+def massive_activations(trace: TraceLike, item: int = 0, top: int | None = None, size: float = MASSIVE_SIZE,
                         ratio: float = MASSIVE_RATIO):
     """The massive activations of one item of ``trace`` (Sun et al. 2024): every number of a layer's hidden state,
     over the real tokens, whose |value| is over ``size`` (100) and over ``ratio`` (1,000) × the median |value| of

@@ -70,7 +70,8 @@ class ModelServer:
         m = self.model
         return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
                     fingerprint=m.fingerprint(), tokenizer_fingerprint=m.tokenizer_fingerprint(),
-                    is_causal=m.is_causal, has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens, dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
+                    is_causal=m.is_causal, has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens,
+                    dtype=str(m.dtype).replace("torch.", ""), device=str(m.device),
                     weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem, pid=os.getpid(),
                     started=self.started)
 

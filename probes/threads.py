@@ -170,6 +170,8 @@ def busy_cpus(seconds: float = SAMPLE_S) -> float | None:
             return None
     time.sleep(seconds)
     after, own1, t1 = _cpu_ticks(mine), os.times(), time.monotonic()
+    if after is None:  # /proc/stat readable a moment ago, not now
+        return None
     busy, total = after[0] - before[0], after[1] - before[1]
     n = len(mine) if mine else (os.cpu_count() or 1)
     if total <= 0:

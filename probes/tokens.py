@@ -166,7 +166,7 @@ def readable_tokens(tokenizer, input_ids, offsets, text: str, text_pair: str | N
         if not run:
             return
         labels = _decode_pieces([_token_bytes(raws[j], style) for j in run])
-        for j, label in zip(run, labels):
+        for j, label in zip(run, labels, strict=True):
             out[j] = _make(j, label)
         run.clear()
 
@@ -175,7 +175,7 @@ def readable_tokens(tokenizer, input_ids, offsets, text: str, text_pair: str | N
         seg = sequence_ids[j] or 0
         return Token(_visible(label), start, end, False, seg)
 
-    for j, (tid, raw) in enumerate(zip(ids, raws)):
+    for j, (tid, raw) in enumerate(zip(ids, raws, strict=True)):
         if tid in special_ids and sequence_ids[j] is None:
             flush()
             out[j] = Token(raw, 0, 0, True, 0)

@@ -248,7 +248,8 @@ class Trace(TokensAndRules):
 
 @dataclass
 class Outputs:
-    """What an edited from-scratch pass (:func:`probes.scratch.outputs`) hands back: no attention, only what effects are measured on."""
+    """What an edited from-scratch pass (:func:`probes.scratch.outputs`) hands back: no attention, only what effects
+    are measured on."""
 
     hidden: torch.Tensor  # [B, L, D] the last hidden state (after the final norm, where the model has one)
     inputs: list[torch.Tensor] | None  # per layer [B, L, D]: each layer's input (``keep_inputs``)
@@ -329,7 +330,7 @@ class GenerationTrace:
         """The ``k`` most attended context tokens of one head at one step: (position, token, weight)."""
         r = self.row(step, layer, head)
         weights, positions = r.topk(min(k, r.numel()))
-        return [(int(p), self.tokens[int(p)].text, float(w)) for w, p in zip(weights, positions)]
+        return [(int(p), self.tokens[int(p)].text, float(w)) for w, p in zip(weights, positions, strict=True)]
 
     def frame(self, layer: int, head: int):
         """One head's rows as a tidy table: step, query, query_token, key, key_token, weight (keys 0..query of

@@ -109,7 +109,7 @@ def _weights(ctx: ui.Context, convention: tuple[str, str]) -> None:
         top = above.loc[above.score.sort_values(ascending=False).index[:TOP]]
         edges = top.assign(value=top["score"], label=[f"{a}.{b} → {k}: {s:.3f} (floor {f:.3f})" for a, b, k, s, f in
                                                        zip(top.sender_layer, top.sender_head, top.kind, top.score,
-                                                           top.floor)])
+                                                           top.floor, strict=True)])
         _graph(ctx, edges, f"Head {v.layer}.{v.head}: composition from the weights (random: {mean:.3f} ± {sd:.3f}, "
                f"floor {floor:.3f})", "circuit_weights")
         st.caption(f"Elhage et al. (2021): how much of what an earlier head writes this head can read through its "
@@ -130,14 +130,14 @@ def _on_text(ctx: ui.Context) -> None:
     frame = data.senders_on_text(ctx.inp, v.layer, v.head)
     top = frame.loc[frame.contribution.abs().sort_values(ascending=False).index[:TOP]]
     edges = top.assign(value=top["share"], label=[f"{a}.{b} → {k}" for a, b, k in
-                                                   zip(top.sender_layer, top.sender_head, top.kind)])
+                                                   zip(top.sender_layer, top.sender_head, top.kind, strict=True)])
     _graph(ctx, edges, f"Head {v.layer}.{v.head}: its scores' senders on this text", "circuit_text")
     cells = int(frame.cells.iloc[0]) if len(frame) else 0
-    st.caption(f"The {cells} cells head {v.layer}.{v.head} weighs most on the sidebar's text (the first token left out as "
-               "a key: an attention sink would be every head's top cell), each score split into what wrote its query × "
-               "what wrote its key (as \"Why this weight?\" on Explore), the parts of each earlier head summed: on "
-               "the query side (q) and the key side (k). An edge's width is that head's share of the cells' summed "
-               "score; the table lists every sender.")
+    st.caption(f"The {cells} cells head {v.layer}.{v.head} weighs most on the sidebar's text (the first token left "
+               "out as a key: an attention sink would be every head's top cell), each score split into what wrote its "
+               "query × what wrote its key (as \"Why this weight?\" on Explore), the parts of each earlier head "
+               "summed: on the query side (q) and the key side (k). An edge's width is that head's share of the "
+               "cells' summed score; the table lists every sender.")
     ui.table(frame.sort_values("contribution", key=abs, ascending=False), height=220)
     ui.downloads(f"circuit-text-L{v.layer}H{v.head}", None, frame)
 
@@ -190,7 +190,7 @@ def _patching(ctx: ui.Context) -> None:
         edges = pd.DataFrame({"sender_layer": above["layer"], "sender_head": above["head"], "kind": into,
                               "value": above[measure],
                               "label": [f"{a}.{b} → {into} (floor {f:.4f})" for a, b, f in
-                                        zip(above["layer"], above["head"], above[f"{measure}_floor"])]})
+                                        zip(above["layer"], above["head"], above[f"{measure}_floor"], strict=True)]})
         _graph(ctx, edges, f"Head {v.layer}.{v.head}: senders through its {PARTS[into]}, by {words.said(measure)}",
                "circuit_patch")
         st.caption(f"Each earlier head's output on the corrupted text patched into only this head's {PARTS[into]} "

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
 import streamlit as st
 
 from probes import cost
@@ -89,15 +88,17 @@ def _kv_cache(ctx: ui.Context) -> None:
         "context, and in exchange each new token costs one row of attention instead of rerunning the whole prefix.")
     if not m.is_causal or not m.scratch_supported:
         st.info(f"{ui.safe(m.name)} does not write text with our from-scratch path "
-                f"({'an encoder' if not m.is_causal else ui.safe(m.scratch_problem)}): pick smollm2 or a GPT-2 model to see "
-                "its KV cache.")
+                f"({'an encoder' if not m.is_causal else ui.safe(m.scratch_problem)}): pick smollm2 or a GPT-2 model "
+                "to see its KV cache.")
     else:
         top = m.max_tokens
         grid = sorted({min(2**k, top) for k in range(4, 15)} | {top})
         kinds = [(f"{m.n_kv_heads} key/value heads (this model)", True)]
         if m.n_kv_heads < m.n_heads:
             kinds.append((f"{m.n_heads} key/value heads (one per query head)", False))
-        formula = pd.DataFrame([dict(tokens=n, path=name, MiB=cost.kv_cache_bytes(m, n, grouped) / 2**20)
+        # (the ignore: Model is no ModelLike yet, having no backend or home; mypy says when it is)
+        formula = pd.DataFrame([dict(tokens=n, path=name,
+                                     MiB=cost.kv_cache_bytes(m, n, grouped) / 2**20)  # type: ignore[arg-type]
                                 for name, grouped in kinds for n in grid])
         contexts = tuple(n for n in DECODE_CONTEXTS if n + 8 <= top)
         measured = None
@@ -120,7 +121,8 @@ def _kv_cache(ctx: ui.Context) -> None:
             ui.table(measured)
         else:
             right.caption("Press **Measure generation** to time a cached step against rerunning the whole prefix "
-                          f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors (a few seconds).")
+                          f"on {ui.safe(m.name)}, and to check the formula against the cache's own tensors "
+                          "(a few seconds).")
         ui.downloads("kv-cache", chart, formula)
     st.subheader("Saved benchmark: SmolLM2-135M, up to 2,048 tokens of context")
     saved = _saved_decoding()

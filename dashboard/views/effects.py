@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from functools import partial
 
 import pandas as pd
 import streamlit as st
@@ -21,7 +22,8 @@ HOWS = {"zero": "zero (the head writes nothing)",
         "mean": f"mean (its average output over {data.REFERENCE_SIZE} reference sentences)"}
 SWAPS = {"she": "he", "he": "she", "her": "him", "him": "her", "她": "他", "他": "她"}  # the default minimal pair
 PAIR_SIDE_BY_SIDE = 12  # tokens: the pair's two heatmaps side by side up to this long, one above the other beyond
-PUBLIC_TOKENS = 64  # a public deployment's longest text on this page (its grids run it once per head: 270 copies on smollm2)
+# a public deployment's longest text on this page (its grids run it once per head: 270 copies on smollm2)
+PUBLIC_TOKENS = 64
 DEFAULTS = "effects_for"  # the (model, text) the page's own inputs were last filled for
 
 
@@ -49,7 +51,7 @@ def _fill_defaults(ctx: ui.Context, info: data.RunInfo, words: list[str]) -> Non
     tokens, text = info.tokens, ctx.inp.text
     swap = swapped(text)
     at = next((i for i, t in enumerate(tokens) if swap and i > 0 and t.strip().lower() == swap[1].lower()), None)
-    if at is not None:  # " she" against " he", predicted at the token before "she"
+    if at is not None and swap:  # " she" against " he", predicted at the token before "she"
         lead = " " if tokens[at].startswith(" ") else ""
         target, other, position = lead + swap[1], lead + swap[2], at - 1
     else:  # the text's last token that can be typed as a target (one token's raw text), predicted at the one before
@@ -63,10 +65,10 @@ def _fill_defaults(ctx: ui.Context, info: data.RunInfo, words: list[str]) -> Non
     st.session_state["effects_qword"] = words[lower.index(query.lower())] if query.lower() in lower else words[0]
     # the key word: where Find heads and the callout point (the story's referent, else never the sink's word)
     alone = replace(ctx.inp, pair=None)
-    found = data.text_words(alone)
-    pieces = next((p for w, p in found if w == st.session_state["effects_qword"]), found[0][1])
+    spans = data.text_words(alone)
+    pieces = next((p for w, p in spans if w == st.session_state["effects_qword"]), spans[0][1])
     keyword, _ = data.question(alone, pieces[-1] if info.causal else pieces[0])
-    st.session_state["effects_kword"] = found[keyword][0] if keyword is not None else words[0]
+    st.session_state["effects_kword"] = spans[keyword][0] if keyword is not None else words[0]
 
 
 def _token(tokens: list[str], i: int) -> str:
@@ -231,7 +233,7 @@ def _pair(ctx: ui.Context, words: list[str]) -> None:
                                             (right, shown.tokens_b, shown.weights_b, shown.query_b, "Second text")):
         hi = min(len(tokens), charts.MAX_CELLS)
         ui.chart(charts.attention_heatmap(tokens[:hi], weights[:hi, :hi], f"{name}: layer {v.layer}, head {v.head}",
-                                          causal=ctx.info.causal, query=row if row < hi else None), col)
+                                          causal=ctx.run.causal, query=row if row < hi else None), col)
 
 
 def render(ctx: ui.Context) -> None:
@@ -241,7 +243,7 @@ def render(ctx: ui.Context) -> None:
     m = ctx.model
     if ui.without_scratch(m, "Each of these measures"):
         return
-    info = ctx.info
+    info = ctx.run
     if ctx.inp.pair:
         st.info("This page reads the sidebar's text alone: the second sentence is left out.")
         info = data.run_info(replace(ctx.inp, pair=None))
@@ -254,18 +256,18 @@ def render(ctx: ui.Context) -> None:
         return
     if data.public() and len(info.tokens) > PUBLIC_TOKENS:  # every head out in turn: one copy of the text each
         st.info(f"The text is {len(info.tokens):,} tokens: on this public deployment this page takes up to "
-                f"{PUBLIC_TOKENS} (it runs the text again for every one of {ui.safe(m.name)}'s {m.n_layers * m.n_heads} "
-                "heads). Shorten the text, or run the app on your own machine (make app) for longer ones.")
+                f"{PUBLIC_TOKENS} (it runs the text again for every one of {ui.safe(m.name)}'s "
+                f"{m.n_layers * m.n_heads} heads). Shorten the text, or run the app on your own machine (make app) "
+                "for longer ones.")
         return
     words = list(dict.fromkeys(w for w, _ in data.text_words(replace(ctx.inp, pair=None))))
     if not words:
         st.info("The text has no words to look at.")
         return
     _fill_defaults(ctx, info, words)
-    for section in (_ablation, _attribution if m.predicts_tokens else None, _pair):
-        if section is None:
-            continue
+    sections = [_ablation, _attribution] if m.predicts_tokens else [_ablation]
+    for section in [*(partial(s, ctx, info) for s in sections), partial(_pair, ctx, words)]:
         try:
-            section(ctx, words) if section is _pair else section(ctx, info)
+            section()
         except probes.ProbesError as exc:
             st.error(ui.safe(ui.in_app_words(exc)))

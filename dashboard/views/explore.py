@@ -88,7 +88,7 @@ def _colour_by(ctx: ui.Context, container) -> str:
 
 def _shaded(ctx: ui.Context, colour: str, lo: int, hi: int, query: int):
     """The token heatmap coloured by norms or rollout, and what to say under it."""
-    v, info = ui.view(), ctx.info
+    v, info = ui.view(), ctx.run
     if colour == "norms":
         norms = data.head_norms(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], norms, f"Layer {v.layer}, head {v.head}: value-weighted "
@@ -116,7 +116,7 @@ def render(ctx: ui.Context) -> None:
     st.header(f"{ui.safe(ctx.model.name)}: layer {v.layer}, head {v.head}")
     if not ctx.ready():
         return
-    info = ctx.info
+    info = ctx.run
     n = len(info.tokens)
     where = ("Hugging Face (eager, fp32)" if ctx.inp.source == "hf"
              else f"our from-scratch pass, {info.backend} attention")
@@ -202,7 +202,7 @@ def _focus(ctx: ui.Context, lo: int, hi: int) -> None:
         _heatmap_and_bars(ctx, lo, hi)
     except (probes.ProbesError, ValueError) as exc:
         st.error(ui.safe(ui.in_app_words(exc)))
-    except Exception as exc:  # noqa: BLE001 - as the app's frame does: the details go to the server log
+    except Exception as exc:  # as the app's frame does: the details go to the server log
         log.exception("Explore failed")
         st.error(f"Something went wrong on this page ({type(exc).__name__}: {ui.safe(exc)}). The other pages still "
                  "work; if it happens again, please report it with this page's link.")
@@ -218,7 +218,7 @@ def _follow_clicks(ctx: ui.Context, lo: int) -> None:
     """Act on a click in the heatmap or a bar chart before anything is drawn: a cell sets the query (its row)
     and the key (its column); a bar of "Where … looks" the key; a bar of "Who attends to …" the query. In the
     word-level view a word stands for its first token."""
-    n = len(ctx.info.tokens)
+    n = len(ctx.run.tokens)
     cell, key, query = ui.clicked(_key("cell"), "cell"), ui.clicked(_key("keybar"), "key"), \
         ui.clicked(_key("querybar"), "query")
     for name, point in (("cell", cell), ("keybar", key), ("querybar", query)):
@@ -240,7 +240,7 @@ def _follow_clicks(ctx: ui.Context, lo: int) -> None:
 
 
 def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
-    v, info = ui.view(), ctx.info
+    v, info = ui.view(), ctx.run
     n = len(info.tokens)
     left, right = st.columns([1, 2])
     word_level = ui.bound("toggle", "words", "Word level (pieces merged)", left,
@@ -280,8 +280,8 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
         st.caption(note + " The bars and the small multiples below are attention weights.")
         frame = chart.data
     elif hide:
-        shown, true, first = charts.without_first(data.head(ctx.inp, v.layer, v.head, (lo, hi)), lo, hi)
-        chart = charts.attention_heatmap(info.tokens[lo:hi], shown, title + ", first token hidden (rows rescaled)",
+        rescaled, true, first = charts.without_first(data.head(ctx.inp, v.layer, v.head, (lo, hi)), lo, hi)
+        chart = charts.attention_heatmap(info.tokens[lo:hi], rescaled, title + ", first token hidden (rows rescaled)",
                                          causal=info.causal, start=lo, query=query, value="rescaled", clickable=True,
                                          key_start=first, true=true)
         first_token = ui.safe(charts.labels(info.tokens)[0])
@@ -325,7 +325,7 @@ def _why(ctx: ui.Context, query: int, key: int | None) -> None:
     from-scratch pass): the top terms in words, a grid of buckets (the embeddings, big heads and MLPs by name, the
     others in bands of layers) and a CSV of every term (and of the bands)."""
     st.subheader("Why this weight?")
-    v, info = ui.view(), ctx.info
+    v, info = ui.view(), ctx.run
     if key is None:
         st.caption("Click a cell of the heatmap: its score is split here into what wrote the query × what wrote the "
                    "key (the embeddings, each earlier head and MLP, the biases).")
@@ -345,9 +345,9 @@ def _why(ctx: ui.Context, query: int, key: int | None) -> None:
     q_name, k_name = ui.safe(names[query]), ui.safe(names[key])
     st.caption(f"Head {v.layer}.{v.head} gives query {q_name} weight {why.weight:.3f} on key {k_name}: the softmax of "
                f"its score {why.score:.3g} (scale · q·k) against the row's other scores. The score splits exactly into "
-               f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each earlier "
-               "head's and MLP's output, the biases), the norms frozen at their scale on this text, computed by the "
-               f"from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
+               f"what wrote the query × what wrote the key: {len(why.parts)} parts a side (the embeddings, each "
+               "earlier head's and MLP's output, the biases), the norms frozen at their scale on this text, computed "
+               f"by the from-scratch pass. Sum of the parts {why.total:.4g} (|Δ| {why.delta:.1g} from the score).")
     st.markdown(f"**Position or content?** {ui.safe(why.reading())}")
     if why.bands is not None:
         groups = why.band_groups()

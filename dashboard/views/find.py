@@ -24,7 +24,7 @@ def render(ctx: ui.Context) -> None:
         st.info("The text has no words to look at.")
         return
     cols = st.columns(3)
-    query = ui.query_picker(ctx.info, cols[0])
+    query = ui.query_picker(ctx.run, cols[0])
     # the question asked of the text (typed on Explore, picked here before, or the story's), never the sink
     key_default, other_default = data.question(ctx.inp, query, verdicts.asked(ctx.inp))
     key = cols[1].selectbox("Key word", range(len(words)), index=key_default or 0, key="find_key",
@@ -48,12 +48,12 @@ def render(ctx: ui.Context) -> None:
     found = data.margins(ctx.inp, query, tuple(keys), others)
     weights, uniform = found.on_key, found.uniform
     layers, heads = weights.shape
-    token = ctx.info.tokens[query]
+    token = ctx.run.tokens[query]
     label = f"“{token.strip()}” → “{word}”"
     frame = pd.DataFrame([dict(label=label, layer=layer, head=head, score=float(weights[layer, head]),
                                baseline=uniform, n=1, sink=float(found.on_sink[layer, head]))
                           for layer in range(layers) for head in range(heads)])
-    if others:
+    if others and found.on_other is not None:
         frame = frame.assign(against=found.on_other.ravel(), margin=found.score.ravel())
     v = ui.view()
     problem = st.session_state.pop("heads_problem", None)
@@ -142,11 +142,11 @@ def _ranked(ctx: ui.Context, found, token: str, word: str, other: str | None, pi
     """What the grid answers, in words: the head with the largest margin over the other word (or that none
     prefers the key word, and the closest), or with the most weight on the key word; and its share on the sink."""
     token, word, name = ui.safe(token.strip()), ui.safe(word), ui.safe(ctx.model.name)
-    if ctx.info.causal and min(pieces) > query:
+    if ctx.run.causal and min(pieces) > query:
         return f"“{word}” comes after the query in a decoder: no head can look at it (every weight is 0)."
     layer, head = found.best()
     on_key, on_sink = found.on_key[layer, head], found.on_sink[layer, head]
-    sink = (f" It gives {on_sink:.2f} to the first token (“{ui.safe(ctx.info.tokens[0].strip())}”, the attention "
+    sink = (f" It gives {on_sink:.2f} to the first token (“{ui.safe(ctx.run.tokens[0].strip())}”, the attention "
             "sink)" + (f", left out of “{ui.safe(sink_left_out)}”'s weight" if sink_left_out else "") + ".")
     alone = "On this sentence alone (one sentence: a description, not evidence), "
     if other is None:

@@ -33,7 +33,8 @@ def _clamp_settings() -> None:
 def _settings() -> data.Writing:
     _clamp_settings()
     left, right = st.columns([3, 2])
-    ui.bound("text_area", "prompt", "Prompt", left, height=80, help="the start of a text: the model writes what follows")
+    ui.bound("text_area", "prompt", "Prompt", left, height=80,
+             help="the start of a text: the model writes what follows")
     ui.bound("number_input", "new_tokens", "New tokens", right, min_value=1, max_value=MAX_NEW, step=1)
     sample = ui.bound("toggle", "sample", "Sample (seeded) instead of greedy", right,
                       help="greedy takes the most likely token each step; sampling draws one from the softmax, "

@@ -97,7 +97,7 @@ def _read_table(upload: Upload, model):
     return readback.for_model(whole, upload.name, model.name, model.n_layers, model.n_heads), upload.name, whole
 
 
-def _others(ctx: ui.Context, how: str, whole) -> dict:
+def _others(ctx: ui.Context, how: str | None, whole) -> dict:
     """The same scores for other models, by model name: the rest of a several-model upload (``whole``, the table
     read), or this session's runs of the same probe on other models. Their grids share one colour scale with this
     one."""
@@ -204,7 +204,7 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     shares = registry.share_labels()  # labels read as plain shares 0..1 (the sink share), not against a baseline
     cols = st.columns(2)
     chosen = charts.chosen_rows(frame).set_index("label")
-    verdict_of = dict(zip(chosen.index, chosen["verdict"].astype(str))) if "verdict" in chosen else {}
+    verdict_of = dict(zip(chosen.index, chosen["verdict"].astype(str), strict=True)) if "verdict" in chosen else {}
     if ui.view().label not in labels:  # a new table (or none chosen yet): the label whose judged head gains most
         ui.update(label=charts.supported_label(frame, skip=set(shares))
                   or charts.best_label(frame, skip=set(shares), least=FEW))
@@ -234,8 +234,8 @@ def _grid(ctx: ui.Context, frame, source, others: dict | None = None):
     chart = charts.head_grid(mine[~repeated].assign(label=label), label, layers, heads,
                              selected=(v.layer, v.head), value=value, reach=reach, share=share)
     names = [ui.safe(m) for m in others or {}]
-    named = ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED:,} more" if len(names) > NAMED else "")
-    shared = (f" One colour scale (gain ±{reach:.3g}) with {named}: switch the "
+    listed = ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED:,} more" if len(names) > NAMED else "")
+    shared = (f" One colour scale (gain ±{reach:.3g}) with {listed}: switch the "
               "sidebar's model to compare, the colours mean the same." if reach else "")
     what = (f" {ui.safe(words.opening(label))} is {shares[label]}. A share from 0 to 1, coloured as it is on one "
             "fixed scale "

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import streamlit as st
 
-
 from .. import charts, data, ui
 
 COLUMNS = 16  # positions shown at a time: a cell holds a token as text (charts.LENS_CELL wide)
@@ -34,7 +33,7 @@ def _layers(ctx: ui.Context, lo: int, hi: int) -> None:
                "coloured by its probability from 0 (white) to 1 (blue). Hover a cell for its top 5. The last row is "
                "the model's own prediction: its logits, exactly. ␣ is a space.")
     last = lens.layers[(lens.layers.row == lens.n_layers) & (lens.layers["rank"] == 1)]
-    said = "the last token" if hi == len(ctx.info.tokens) else f"token {hi - 1}, the last shown,"
+    said = "the last token" if hi == len(ctx.run.tokens) else f"token {hi - 1}, the last shown,"
     st.markdown(f"At {said} the model's prediction “{ui.safe(charts.visible(last.piece.iloc[-1]))}” "
                 f"({last.probability.iloc[-1]:.2f}) is on top {_settled(lens)}.")
     ui.downloads(f"logit-lens-{lo}-{hi - 1}", chart, lens.layers)
@@ -77,19 +76,21 @@ def render(ctx: ui.Context) -> None:
     m = ctx.model
     if ui.without_scratch(m, "The logit lens", pick="smollm2 (offline) or a GPT-2 model"):
         return
+    assert m.family is not None  # (without_scratch said so otherwise)
     if not m.predicts_tokens:
         what = "an encoder" if not m.is_causal else "a decoder checkpoint without one"
         st.info(f"{ui.safe(m.name)} has no language-model head ({what}, {ui.safe(m.family.title)}): the logit lens "
                 "reads a decoder's residual stream through its final norm and unembedding, so it needs a decoder. "
                 "Pick smollm2 (offline) or a GPT-2 model in the sidebar's Model menu.")
         return
-    info = ctx.info
+    info = ctx.run
     if ctx.inp.pair:
         info = data.run_info(replace(ctx.inp, pair=None))
     st.markdown("A decoder predicts the next token from its last hidden state: the residual stream after the last "
                 "layer, through the final norm and the unembedding. The **logit lens** reads the stream the same way "
                 "after every layer, to see when the prediction forms.")
-    how = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, key="lens_view", default="layers",
+    how = st.segmented_control("Show", list(VIEWS), format_func=lambda view: VIEWS[view], key="lens_view",
+                               default="layers",
                                help="layers: the residual stream after each layer; heads: what each head of the "
                                     "sidebar's layer adds to the logits directly")
     if info.truncated_from:

@@ -37,8 +37,8 @@ def render(ctx: ui.Context) -> None:
                    f"(float32 rounding allows {tol['attention']:.1e} at {len(r.tokens)} tokens); worst head "
                    f"{layer}.{head}")
     else:
-        st.error(f"FAIL · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} at head {layer}.{head} "
-                 f"(tolerance {tol['attention']:.1e})")
+        st.error(f"FAIL · {versus} · max |Δ| attention {words.difference(r.attention_max_abs_diff)} "
+                 f"at head {layer}.{head} (tolerance {tol['attention']:.1e})")
     if r.note:
         st.info(r.note)
     _float64(ctx.inp)
@@ -70,7 +70,7 @@ def render(ctx: ui.Context) -> None:
     if diffs.max(initial=0) == 0:
         st.caption("Every head: 0 (identical to the last bit).")
     else:
-        layer, head = np.unravel_index(int(diffs.argmax()), diffs.shape)
+        layer, head = (int(i) for i in np.unravel_index(int(diffs.argmax()), diffs.shape))
         st.caption(f"Largest max |Δ| {diffs.max():.1e}, at layer {layer}, head {head}; {over} of {diffs.size} heads "
                    f"above the tolerance {tol['attention']:.2g}.")
     frame = pd.DataFrame([{"layer": lp.layer, "head": h, "attention_max_abs_diff": d,

@@ -23,7 +23,7 @@ def render(ctx: ui.Context) -> None:
     st.header(f"Q/K/V step by step: layer {v.layer}, head {v.head}")
     if not ctx.ready():
         return
-    info = ctx.info
+    info = ctx.run
     query = ui.query_picker(info)
     s = data.steps(ctx.inp, v.layer, v.head, query)
     keys = charts.labels(s.tokens)
@@ -67,9 +67,9 @@ def render(ctx: ui.Context) -> None:
     _worked(s, keys, d)
 
     st.subheader("5 · The weighted sum of v")
-    top = np.argsort(-s.weights)[:3]
+    heaviest = np.argsort(-s.weights)[:3]
     st.markdown("The head's output for this token is the value vectors v, mixed by the weights: "
-                + ", ".join(f"{s.weights[j]:.3f} × v({ui.safe(keys[j])})" for j in top) + " + …")
+                + ", ".join(f"{s.weights[j]:.3f} × v({ui.safe(keys[j])})" for j in heaviest) + " + …")
     rows = {f"{s.weights[j]:.3f} × v  {names[j]}": s.weights[j] * s.v[j] for j in _heaviest(s)}
     rows["= output"] = s.output
     ui.chart(qkv_charts.vectors_heatmap(rows, "weighted value vectors (heaviest) and their sum"))

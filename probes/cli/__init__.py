@@ -47,8 +47,8 @@ from .. import memory
 from ..errors import InputTooLong, ProbesError
 from . import claim, compose, effects, generate, parity, path_patching, profile, serve, why
 
-
-COMMANDS = (parity, profile, generate, effects, why, claim, compose, path_patching, serve)  # each adds its subcommand(s): add_parser(sub)
+# each adds its subcommand(s): add_parser(sub)
+COMMANDS = (parity, profile, generate, effects, why, claim, compose, path_patching, serve)
 
 
 class Parser(argparse.ArgumentParser):

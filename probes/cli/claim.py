@@ -47,9 +47,9 @@ def _print(ev, model: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
-    from ..head_index import parse_head
     from ..evidence.claims import question_evidence
     from ..evidence.questions import read_questions
+    from ..head_index import parse_head
     from ..jobs import report_bad
 
     asked = [name for name in ("query", "key", "against") if getattr(args, name)]

@@ -10,8 +10,15 @@ from .common import MODEL_HELP, draws, load_model, loading_options, positive, se
 
 
 def run_compose(args: argparse.Namespace) -> int:
-    from ..effects.compose import (ABOUT, composition_scores, convention_said, conventions, notes, parse_kinds,
-                                   parse_receiver)
+    from ..effects.compose import (
+        ABOUT,
+        composition_scores,
+        convention_said,
+        conventions,
+        notes,
+        parse_kinds,
+        parse_receiver,
+    )
     from ..evidence.edges import ALPHA, COMPOSITION_RULE, composition_floors
 
     kinds = parse_kinds(args.kind)  # bad options fail before the model loads

@@ -6,15 +6,27 @@ import argparse
 import json
 import sys
 
-from .common import (MODEL_HELP, batch_size, head_list, heads_of, index, load_model, loading_options, positive,
-                     print_top, projections, text_arg, threads)
+from .common import (
+    MODEL_HELP,
+    batch_size,
+    head_list,
+    heads_of,
+    index,
+    load_model,
+    loading_options,
+    positive,
+    print_top,
+    projections,
+    text_arg,
+    threads,
+)
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from ..errors import BadOption, EmptyInput
     from ..effects.ablation import ablate
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
+    from ..errors import BadOption, EmptyInput
 
     if not args.text.strip():
         raise EmptyInput("the text is empty: give a sentence (--text)")
@@ -56,9 +68,9 @@ def run_importance(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from ..effects.importance import profile_importance
     from ..jobs import check_out
     from ..threads import apply
-    from ..effects.importance import profile_importance
 
     check_out(args.out, args.force, {"--data": args.data},
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
@@ -81,9 +93,8 @@ def run_importance(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """The ``ablate`` and ``importance`` subcommands."""
-    from ..models import OFFLINE_DEFAULT
-
     from ..datasets.catalog import BUILTIN
+    from ..models import OFFLINE_DEFAULT
 
     p = sub.add_parser("ablate", help="ablate heads on a text and say what changed",
                        description="Zero-, mean-ablate or patch heads on a text with the from-scratch pass and print "

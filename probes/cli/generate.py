@@ -6,15 +6,15 @@ import argparse
 import sys
 
 from ..generation import GENERATE_BACKENDS
-from .common import index, load_model, loading_options, positive, seed, temperature, top_k, top_p, text_arg
+from .common import index, load_model, loading_options, positive, seed, temperature, text_arg, top_k, top_p
 
 
 def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from ..errors import BadOption
     from .. import generation as g
+    from ..errors import BadOption
     from ..head_index import check_index, check_layer
 
     if not args.prompt.strip():  # before loading a model: one line, at once
@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     proof = g.prove(model, gen, "hf")
     hf_ids = None if sampling.sample else g.hf_generate(model, args.prompt, gen.n_steps)
     same = None if hf_ids is None else hf_ids == gen.new_ids
-    steps = [dict(step=s, query=gen.tokens[gen.query_position(s)].text, wrote=gen.tokens[gen.query_position(s) + 1].text,
+    steps = [dict(step=s, query=gen.tokens[gen.query_position(s)].text,
+                  wrote=gen.tokens[gen.query_position(s) + 1].text,
                   top=[dict(position=p, token=t, weight=round(w, 4)) for p, t, w in gen.top_keys(s, layer, args.head)],
                   cache_bytes=gen.cache_bytes[s], attention_max_abs_diff=proof.per_step[s])
              for s in range(gen.n_steps)]

@@ -8,8 +8,18 @@ import json
 import math
 import sys
 
-from .common import (MODEL_HELP, Count, head_list_or_all, heads_of, index, load_model, loading_options, positive,
-                     seed, text_arg)
+from .common import (
+    MODEL_HELP,
+    Count,
+    head_list_or_all,
+    heads_of,
+    index,
+    load_model,
+    loading_options,
+    positive,
+    seed,
+    text_arg,
+)
 
 nulls = Count(2, 64, "each null corruption is one more path-patching run of the senders checked")
 
@@ -42,7 +52,7 @@ def run_patch(args: argparse.Namespace) -> int:
     measure = evidence.measure
     ranked = got.ranked(measure)
     floored = evidence.frame.set_index(["layer", "head"])
-    ranked = floored.loc[list(zip(ranked["layer"], ranked["head"]))].reset_index()
+    ranked = floored.loc[list(zip(ranked["layer"], ranked["head"], strict=True))].reset_index()
     top = ranked.head(args.top)
     above = evidence.above
     name = f"{receiver[0]}.{receiver[1]}"
@@ -73,7 +83,7 @@ def run_patch(args: argparse.Namespace) -> int:
     for c in cols:
         print(f"  {c}: {about[c]}")
     if len(above):
-        shown = ", ".join(f"{a}.{b}" for a, b in zip(above["layer"], above["head"]))
+        shown = ", ".join(f"{a}.{b}" for a, b in zip(above["layer"], above["head"], strict=True))
         print(f"{len(above)} of the {len(evidence.checked)} senders checked clear their noise floor: {shown}")
     else:
         print(f"no sender's effect is above what a change elsewhere in the text does through the same path (its "
@@ -87,7 +97,8 @@ def add_parser(sub) -> None:
     """The ``path-patch`` subcommand (``patch`` too, its earlier name)."""
     from ..models import OFFLINE_DEFAULT
 
-    p = sub.add_parser("path-patch", aliases=["patch"], help="path patching: which earlier heads reach one head through its q, k or v",
+    p = sub.add_parser("path-patch", aliases=["patch"],
+                       help="path patching: which earlier heads reach one head through its q, k or v",
                        description="For each sender head (every head before the receiver's layer, or --senders), add "
                        "its output on --corrupt minus its output on --text to the receiver layer's input, recompute "
                        "only the receiver's q, k or v from it, and run on: the change in the receiver's attention "

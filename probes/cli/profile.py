@@ -8,8 +8,19 @@ import sys
 
 from ..models import OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import (MODEL_HELP, batch_size, gpus, load_model, loading_options, positive, print_top,
-                     quiet_transformers, seed, threads, workers)
+from .common import (
+    MODEL_HELP,
+    batch_size,
+    gpus,
+    load_model,
+    loading_options,
+    positive,
+    print_top,
+    quiet_transformers,
+    seed,
+    threads,
+    workers,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         model = load_model(args)
         # "all": every probe, or with --data the probes whose records say they read it
         probes = [p.name for p in for_data(args.data)] if args.probe == "all" else [args.probe]
-        frame = profile(model, probes, args.data, args.limit, Path(args.out), seed=args.seed, batch_size=args.batch_size,
+        frame = profile(model, probes, args.data, args.limit, Path(args.out), seed=args.seed,
+                        batch_size=args.batch_size,
                         checkpoint_every=args.checkpoint_every, backend=args.backend, notify=notify, strict=args.strict,
                         executor=executor,
                         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))

@@ -17,7 +17,7 @@ def token_index(model, text: str, pair: str | None, given: str, what: str) -> tu
     from ..tokens import word_positions
 
     enc = model.encode(text, pair)
-    tokens = [t for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
+    tokens = [t for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist(), strict=True) if real]
     if given.isascii() and given.isdigit():  # '²' and '٣' are digits to str.isdigit: here they are words
         return int(given), None
     found = word_positions(tokens, text, given)
@@ -45,8 +45,8 @@ def records(frame) -> list[dict]:
 def run_why(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..errors import EmptyInput
     from ..effects.why import qk_attribution
+    from ..errors import EmptyInput
     from ..jobs import check_outputs, write_file
 
     if not args.text.strip():

@@ -173,7 +173,7 @@ class Collector:
             return pd.DataFrame(columns=COLUMNS)
         best = pd.DataFrame(self._prune())
         described = [describe(*self.seen[int(slot)], int(q), int(k))
-                     for slot, q, k in zip(best["slot"], best["query"], best["key"])]
+                     for slot, q, k in zip(best["slot"], best["query"], best["key"], strict=True)]
         for col in described[0]:
             best[col] = [d[col] for d in described]
         return best[COLUMNS]

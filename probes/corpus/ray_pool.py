@@ -93,7 +93,8 @@ class ChunkWorker:
 def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0, allow_local_paths: bool = True,
              stats: dict | None = None, notify: Callable[[str], None] | None = None):
     """An executor for :func:`probes.corpus.run.profile_corpus` and :func:`probes.heads.profile.profile`: the
-    jobs on a pool of ``workers`` Ray actors (Ray must be started: :func:`probes.cluster.start`), each job's result yielded once
+    jobs on a pool of ``workers`` Ray actors (Ray must be started: :func:`probes.cluster.start`), each job's result
+    yielded once
     as ``(index, result)``. ``stats`` (a dict), if given, receives by worker process id its peak memory
     (``peak_bytes``), the seconds it took to start (``load_seconds``: imports and the model), the seconds it
     spent on chunks (``busy_seconds``) and its node's id (``node``); and by chunk index, which start of

@@ -5,6 +5,7 @@ run's tables, and where an example's query lands when its context is opened as a
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,9 @@ import pandas as pd
 from ..errors import BadData
 from ..jobs import check_heads
 from .examples import COLUMNS
+
+if TYPE_CHECKING:
+    from ..seam import ModelLike
 
 WRITTEN_BY = "`python -m probes profile --corpus FILE --out FILE.csv` (its FILE.examples.parquet)"
 SPANS = (("query", "query_start", "query_end"), ("key", "key_start", "key_end"))
@@ -127,7 +131,7 @@ def _read_bounded(raw: bytes, name: str) -> pd.DataFrame:
     return table.to_pandas()
 
 
-def query_index(model, context: str, query_start: int, query_token: str | None = None) -> int:
+def query_index(model: ModelLike, context: str, query_start: int, query_token: str | None = None) -> int:
     """Where an example's query lands when its ``context`` is opened as a text: the index, among the real
     tokens of ``model.encode(context)`` (special tokens included, as the app counts them), of the first
     non-special token whose span holds character ``query_start``; if none does, the non-special token that
@@ -135,7 +139,7 @@ def query_index(model, context: str, query_start: int, query_token: str | None =
     cannot say which) is found by its ``query_token``. A context longer than the model's window (never one
     ``profile --corpus`` wrote) is cut to it."""
     enc = model.encode(context, truncate=True)
-    real = [t for t, keep in zip(enc.tokens[0], enc.attention_mask[0].tolist()) if keep]
+    real = [t for t, keep in zip(enc.tokens[0], enc.attention_mask[0].tolist(), strict=True) if keep]
     special = [i for i, t in enumerate(real) if t.special and t.text == query_token]
     if special:
         return special[0]

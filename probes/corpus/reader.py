@@ -177,7 +177,7 @@ class Corpus:
         """One streaming pass: the chunks of ``size`` usable texts, the bad rows, the blank lines."""
         chunks, bad, blank, n = [], [], 0, 0
         if self.suffix == ".parquet":
-            for row_id, group, row, text, problem in self._parquet():
+            for row_id, group, row, _text, problem in self._parquet():
                 if problem:
                     bad.append(problem)
                     continue
@@ -203,7 +203,7 @@ class Corpus:
         out: list[tuple[int, str]] = []
         if self.suffix == ".parquet":
             rows = self._parquet(chunk.group)
-            for row_id, group, row, text, problem in rows:
+            for row_id, group, row, text, _problem in rows:
                 if group == chunk.group and row < chunk.row:
                     continue
                 if text is not None:
@@ -283,7 +283,7 @@ def cut(model, texts: list[tuple[int, str]], window: int) -> list[Window]:
         return []
     enc = model.tokenizer([t for _, t in texts], add_special_tokens=False, return_offsets_mapping=True)
     out = []
-    for (text_id, text), ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+    for (text_id, text), ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True):
         for index, lo in enumerate(range(0, len(ids), room)):
             part, spans = ids[lo:lo + room], [tuple(o) for o in offsets[lo:lo + room]]
             piece = Piece(before + part + after, [(0, 0)] * len(before) + spans + [(0, 0)] * len(after),

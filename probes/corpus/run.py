@@ -19,9 +19,10 @@ import hashlib
 import io
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -36,12 +37,15 @@ from ..jobs import checkpoint, report_bad, with_model, write_file, write_table
 from . import examples as ex
 from .reader import Chunk, Corpus, Window, check_window, cut
 
+if TYPE_CHECKING:
+    from ..seam import ModelLike
+
 PROBE = "corpus"
 ATTENTION_BUDGET = 2**28  # bytes of attention probabilities a batch may hold (256 MiB); over it a Trace is lazy
 combine_stats = mean(extra=merge_histograms)
 
 
-def score_windows(model, windows: list[Window], k: int = 10, batch_size: int = 16, backend: str = "eager",
+def score_windows(model: ModelLike, windows: list[Window], k: int = 10, batch_size: int = 16, backend: str = "eager",
                   budget: int = ATTENTION_BUDGET) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The statistics table and the top ``k`` examples per head of some windows. Windows run shortest
     first, in batches of at most ``batch_size`` whose attention fits ``budget`` bytes (one long window alone
@@ -65,7 +69,7 @@ def score_windows(model, windows: list[Window], k: int = 10, batch_size: int = 1
     flat = [i for batch in batches for i in batch]
 
     def observed():
-        for i, (tokens, attn) in zip(flat, token_attention(traces())):
+        for i, (tokens, attn) in zip(flat, token_attention(traces()), strict=True):
             found.add(windows[i], tokens, attn)
             yield tokens, attn
 
@@ -89,16 +93,16 @@ class CorpusJob:
     def index(self) -> int:
         return self.chunk.index
 
-    def __call__(self, model) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def __call__(self, model: ModelLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         windows = cut(model, self.corpus.read(self.chunk), self.window)
         return score_windows(model, windows, self.k, self.batch_size, self.backend)
 
 
 # (model, jobs) -> (index, result) of each job once, in any order (a retried Ray task is the executor's to drop)
-Executor = Callable[[object, list[CorpusJob]], Iterator[tuple[int, tuple[pd.DataFrame, pd.DataFrame]]]]
+Executor = Callable[["ModelLike", list[CorpusJob]], Iterator[tuple[int, tuple[pd.DataFrame, pd.DataFrame]]]]
 
 
-def in_process(model, jobs: list[CorpusJob]) -> Iterator[tuple[int, tuple[pd.DataFrame, pd.DataFrame]]]:
+def in_process(model: ModelLike, jobs: list[CorpusJob]) -> Iterator[tuple[int, tuple[pd.DataFrame, pd.DataFrame]]]:
     """Run the jobs here, one after another."""
     for job in jobs:
         yield job.index, job(model)
@@ -111,7 +115,7 @@ def corpus_code() -> str:
     return hashlib.sha256(code_version().encode() + b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
-def fingerprint(model, scan, field: str, window: int, chunk_size: int, k: int, backend: str) -> dict:
+def fingerprint(model: ModelLike, scan, field: str, window: int, chunk_size: int, k: int, backend: str) -> dict:
     """What a model's checkpoint was computed from: the corpus (its digest, read once by ``scan``), the model
     (its config and weights, and its tokenizer, which cuts the corpus into the windows scored), the code and the
     options."""
@@ -131,7 +135,7 @@ def _parquet(frame: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: int, k: int, batch_size: int,
+def _one_model(model: ModelLike, corpus: Corpus, scan, out: Path, window: int, chunk_size: int, k: int, batch_size: int,
                backend: str, executor: Executor, progress_factory, notify) -> tuple[pd.DataFrame, pd.DataFrame]:
     partial = out.with_name(out.name + ".partial")
     name = f"{PROBE}-{re.sub(r'[^A-Za-z0-9._-]+', '_', model.name)[-60:]}"
@@ -162,8 +166,8 @@ def _one_model(model, corpus: Corpus, scan, out: Path, window: int, chunk_size: 
     return with_model(stats, model), with_model(examples, model)
 
 
-def profile_corpus(models: list, corpus: Corpus, out: Path, examples_out: Path | None = None, window: int = 128,
-                   chunk_size: int = 64, k: int = 10, batch_size: int = 16, backend: str = "eager",
+def profile_corpus(models: Sequence[ModelLike], corpus: Corpus, out: Path, examples_out: Path | None = None,
+                   window: int = 128, chunk_size: int = 64, k: int = 10, batch_size: int = 16, backend: str = "eager",
                    executor: Executor = in_process, progress_factory=None,
                    notify: Callable[[str], None] | None = None,
                    strict: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:

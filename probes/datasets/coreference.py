@@ -84,7 +84,8 @@ def _item(text: str, pronoun: str, antecedent: str | None, label: str,
     """Words and indices from a text with [brackets] around the antecedent and [MASK] for the pronoun
     (WinoBias), or from plain text and the antecedent's words (user JSONL; ``matched`` is told "case" or
     "possessive" when they were found only so)."""
-    words, spans, depth, start = [], [], 0, None
+    words: list[str] = []
+    spans, depth, start = [], 0, None
     for tok in WORD.findall(text.replace("[MASK]", pronoun)):
         if tok == "[":
             depth, start = depth + 1, len(words)
@@ -137,13 +138,17 @@ def read_jsonl(path: str | Path) -> Items:
     in ``bad`` with its line and why; a file with no item lines at all raises :class:`BadData`. A
     byte-order mark is accepted."""
     path = Path(path)
-    items, bad, matched = [], [], []
+    items: list[CorefItem] = []
+    bad: list[BadItem] = []
+    matched: list[str] = []
     lines = read_text(path).splitlines()  # not UTF-8: BadData naming the line
     for n, line in enumerate(lines, 1):
         if line.strip():
             item = _jsonl_item(line, matched)
-            (items if isinstance(item, CorefItem) else bad).append(
-                item if isinstance(item, CorefItem) else BadItem(str(path), n, item))
+            if isinstance(item, CorefItem):
+                items.append(item)
+            else:
+                bad.append(BadItem(str(path), n, item))
     if not items and not bad:
         raise BadData(f"{path}:1: no items found")
     notes = [f"{path}: {matched.count(how)} antecedent(s) found in the text only {why}"

@@ -57,7 +57,7 @@ def _from_graph(name: str, graph: dict) -> DepSentence | None:
     if not tokens:
         return None
     heads, rels = [0] * len(tokens), ["dep"] * len(tokens)
-    for node, edges in zip(nodes, graph["adjacency"]):
+    for node, edges in zip(nodes, graph["adjacency"], strict=True):
         for e in edges:
             if e.get("domain") == "syntax" and e.get("type") == "dependency" and "deprel" in e:
                 dependent = position.get(e["id"], 0)
@@ -122,7 +122,8 @@ def tree_fault(heads: list) -> tuple[int, str] | None:
         if head == i + 1:
             return i, f"word {i + 1} is its own head (a self-loop)"
     for i in range(n):
-        path, node = [], i + 1
+        path: list[int] = []
+        node = i + 1
         while node != 0:
             if node in path:
                 cycle = sorted(path[path.index(node):])

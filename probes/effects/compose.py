@@ -13,9 +13,10 @@ and for a sender s in an earlier layer than the receiver r
     K-composition   ‖W_OV^s · (W_QK^r)ᵀ‖_F ÷ (‖W_OV^s‖_F · ‖W_QK^r‖_F)   s's output read as r's key
     V-composition   ‖W_OV^s · W_OV^r‖_F    ÷ (‖W_OV^s‖_F · ‖W_OV^r‖_F)   s's output read as r's value
 
-a number in [0, 1]; NaN where a head's map is all zero (0 ÷ 0: a head that reads or writes nothing). Beside every score, a baseline: the same score of random Gaussian factors of the same shapes
-(W_V, W_O, W_Q, W_K drawn, the products built the same way), mean and standard deviation over ``draws`` draws. Every
-head has the same shapes, and the three kinds' products have the same shapes too, so one baseline serves all.
+a number in [0, 1]; NaN where a head's map is all zero (0 ÷ 0: a head that reads or writes nothing). Beside every
+score, a baseline: the same score of random Gaussian factors of the same shapes (W_V, W_O, W_Q, W_K drawn, the
+products built the same way), mean and standard deviation over ``draws`` draws. Every head has the same shapes, and
+the three kinds' products have the same shapes too, so one baseline serves all.
 
 **Weights only.** The maps come from :meth:`probes.scratch.family.SplitNetwork.head_weights`: the gain of the norm a
 layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the rows of its W_Q, W_K and W_V; the
@@ -52,15 +53,20 @@ product of two stacked tall matrices, ``[senders·d, D] @ [D, receivers·d]``, p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..seam import reader
 from ..errors import BadOption
-from ..scratch import DecoderNetwork, build
 from ..head_index import check_receiver, parse_head
+from ..scratch import DecoderNetwork, build
+from ..seam import reader
+
+if TYPE_CHECKING:
+    from ..models import Model
+    from ..scratch import Network
 
 KINDS = ("q", "k", "v")
 ABOUT = {"q": "the sender's output read as the receiver's query (‖W_OV^s · W_QK^r‖)",
@@ -81,7 +87,7 @@ ROTARY_NOTE = "rotary positions: scored at relative offset 0 (no rotation)"
 def parse_kinds(kind: str | Iterable[str]) -> tuple[str, ...]:
     """``"q"``, ``"all"``, ``"q,k"`` or a sequence of them -> the kinds, in q, k, v order."""
     names = [kind] if isinstance(kind, str) else list(kind)
-    wanted = set()
+    wanted: set[str] = set()
     for name in names:
         for part in str(name).lower().split(","):
             part = part.strip()
@@ -105,10 +111,12 @@ def parse_convention(convention: str) -> str:
     return name
 
 
-def network(model):
+def network(model: Model | Network) -> Network:
     """The from-scratch network of ``model`` (a loaded :class:`~probes.models.Model`), or ``model`` itself if it is
     one."""
-    return model if hasattr(model, "head_weights") else build(model)
+    if hasattr(model, "head_weights"):
+        return cast("Network", model)
+    return build(model)
 
 
 def centres(net) -> bool:
@@ -129,7 +137,7 @@ SAME = "RMSNorm does not centre: the raw and transformerlens conventions give th
 
 
 @reader
-def conventions(model) -> dict[str, str]:
+def conventions(model: Model | Network) -> dict[str, str]:
     """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
     LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
     post-norm model (BERT)."""
@@ -152,7 +160,7 @@ def centring(net, convention: str) -> bool:
 
 
 @reader
-def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
+def convention_said(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> str:
     """The convention in words for this model: ``"raw (…)"`` or ``"transformerlens (…)"``, saying where both give
     the same numbers (RMSNorm) or where only raw applies (post-norm; ``"transformerlens"`` there: BadOption)."""
     name, net = parse_convention(convention), network(model)
@@ -161,8 +169,8 @@ def convention_said(model, convention: str = DEFAULT_CONVENTION) -> str:
 
 
 def parse_receiver(spec: str, n_layers: int, n_heads: int) -> tuple[int, int]:
-    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`probes.head_index.parse_head`), and not in layer 0 (it has
-    no earlier heads)."""
+    """``"18.6"`` -> (18, 6), checked: inside the model (:func:`probes.head_index.parse_head`), and not in layer 0
+    (it has no earlier heads)."""
     return check_receiver(parse_head(spec, n_layers, n_heads, "receiver"), n_layers, n_heads)
 
 
@@ -182,7 +190,8 @@ class HeadMaps:
         self.x_norm = self.x.flatten(-2).norm(dim=-1)  # ‖W_OV‖_F [L, H]
 
     def _factors(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """W_Q, W_K, W_V ``[H, D, d]`` (key/value heads repeated for the query heads that read them), W_O ``[H, d, D]``."""
+        """W_Q, W_K, W_V ``[H, D, d]`` (key/value heads repeated for the query heads that read them),
+        W_O ``[H, d, D]``."""
         w_q, w_k, w_v = (t.detach().to("cpu", self.dtype) for t in self.net.head_weights(layer))
         group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
         w_o = self.net.head_out(layer)[0].detach().to("cpu", self.dtype)
@@ -252,8 +261,9 @@ def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
 
 
 @reader
-def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iterable[tuple[int, int]] | None = None,
-                       draws: int = 20, seed: int = 0, dtype: torch.dtype = torch.float64,
+def composition_scores(model: Model | Network, kind: str | Iterable[str] = KINDS,
+                       receivers: Iterable[tuple[int, int]] | None = None, draws: int = 20, seed: int = 0,
+                       dtype: torch.dtype = torch.float64,
                        convention: str = DEFAULT_CONVENTION) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every earlier head (sender) onto each receiver (default: every head from
     layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.Model` or a from-scratch network). One row
@@ -281,7 +291,7 @@ def composition_scores(model, kind: str | Iterable[str] = KINDS, receivers: Iter
 
 
 @reader
-def notes(model, convention: str = DEFAULT_CONVENTION) -> list[str]:
+def notes(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> list[str]:
     """What a reader of the scores should know about this model's in ``convention`` (for the CLI and the app)."""
     rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"
     centred = parse_convention(convention) != "raw" and centring(network(model), convention)  # raw reads no weights

@@ -54,14 +54,20 @@ def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tu
     network's own head makes them, :data:`LOGIT_POSITIONS` positions at a time. ``ids``: the text's token ids (what
     each position predicts is the next one); ``position`` (default: the last real token) and ``targets``: where and
     between which two token ids the logit difference is read."""
-    if (logits is None) == (hidden is None) or (hidden is not None and unembedding is None):
+    if logits is not None and hidden is None:
+        rows, weight = logits, None
+    elif logits is None and hidden is not None and unembedding is not None:
+        rows, weight = hidden, unembedding
+    else:
         raise ValueError("give the logits, or the hidden states and the unembedding")
     position = n - 1 if position is None else position
-    rows = logits if logits is not None else hidden
-    at = (lambda b, s: logits[b, s]) if logits is not None else (lambda b, s: F.linear(hidden[b, s], unembedding))
+
+    def at(b: int, s: int | slice) -> torch.Tensor:  # the logits of row b at position(s) s
+        return rows[b, s] if weight is None else F.linear(rows[b, s], weight)
+
     losses = torch.empty(rows.shape[0], max(n - 1, 0), dtype=torch.float64, device=rows.device)
     top = torch.empty(rows.shape[0], n, dtype=torch.long, device=rows.device)
-    diff = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device) if targets is not None else None
+    diff = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device)  # read only with targets
     with torch.inference_mode():
         for b in range(rows.shape[0]):
             for start in range(0, n, LOGIT_POSITIONS):
@@ -75,7 +81,7 @@ def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tu
             if targets is not None:
                 row = at(b, position)
                 diff[b] = (row[targets[0]] - row[targets[1]]).double()
-    return LMStats(losses, top, diff)
+    return LMStats(losses, top, diff if targets is not None else None)
 
 
 def token_losses(logits: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Tensor:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from ..seam import reader
 from ..errors import BadOption
-from ..tokens import covered_words
 from ..runner import run
+from ..seam import reader
+from ..tokens import covered_words
+
+if TYPE_CHECKING:
+    from ..seam import ModelLike, TraceLike
 
 
 def align(words_a: list[str], words_b: list[str]) -> dict[int, int]:
@@ -59,13 +63,13 @@ def _find(word: str, found: list[tuple[str, list[int]]], role: str, text: str) -
     return hits[0]
 
 
-def word_weight(trace, layer_rows: list, query_pieces: list[int], key_pieces: list[int]) -> np.ndarray:
+def word_weight(trace: TraceLike, layer_rows: list, query_pieces: list[int], key_pieces: list[int]) -> np.ndarray:
     """``[layers, H]``: the query word's weight on the key word from each layer's rows ``[H, r, n]``."""
     return np.stack([rows[:, :, key_pieces].sum(-1).mean(-1).cpu().numpy() for rows in layer_rows])
 
 
 @reader
-def minimal_pair(model, text_a: str, text_b: str, query_word: str, key_word: str, source: str = "auto",
+def minimal_pair(model: ModelLike, text_a: str, text_b: str, query_word: str, key_word: str, source: str = "auto",
                  truncate: bool = False) -> Pair:
     """Attention from ``query_word`` to ``key_word`` (words of ``text_a``; their counterparts in ``text_b`` are
     found by alignment, so the query may be the changed word) in every layer × head of both texts (traced by
@@ -96,7 +100,7 @@ def minimal_pair(model, text_a: str, text_b: str, query_word: str, key_word: str
                 trace_b)
 
 
-def effect_difference(model, text_a: str, text_b: str, measure: str, **options) -> pd.DataFrame:
+def effect_difference(model: ModelLike, text_a: str, text_b: str, measure: str, **options) -> pd.DataFrame:
     """Every single-head ablation on both texts: layer, head, a, b, diff (= b − a) of one measure."""
     from .ablation import ablate_each
 

@@ -12,12 +12,17 @@ Row i of ``rollout_l`` says how much of what token i holds after layer l came fr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..seam import reader
 
+if TYPE_CHECKING:
+    from ..seam import TraceLike
 
-def mixed(trace, layer: int, item: int = 0) -> torch.Tensor:
+
+def mixed(trace: TraceLike, layer: int, item: int = 0) -> torch.Tensor:
     """Â_l over the real tokens of one item, ``[n, n]`` float64."""
     a = trace.attention(layer, None, item).double().mean(0)
     a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
@@ -25,7 +30,7 @@ def mixed(trace, layer: int, item: int = 0) -> torch.Tensor:
 
 
 @reader
-def rollout(trace, item: int = 0, upto: int | None = None) -> torch.Tensor:
+def rollout(trace: TraceLike, item: int = 0, upto: int | None = None) -> torch.Tensor:
     """``rollout_l`` for every layer l up to ``upto`` (default: all): ``[layers, n, n]`` float64, on the CPU.
     Every row sums to 1."""
     last = trace.n_layers - 1 if upto is None else upto

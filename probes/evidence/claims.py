@@ -14,17 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..seam import reader
 from ..datasets import BadItem
 from ..errors import BadOption
 from ..head_index import check_head
+from ..seam import reader
 from .controls import DEFAULT_CONTROLS, controls
 from .questions import Question, Scored, score_questions
 from .record import Baseline, Evidence, percent, span
 from .stats import bootstrap_mean, split_half, wilson
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..seam import ModelLike
 
 RECENT = Baseline("the most recent candidate", float("nan"), tracks="follows the nearer candidate",
                   picks="the nearer candidate")
@@ -122,7 +128,7 @@ def judge(scored: Scored, head: tuple[int, int] | None = None, seed: int = 0, cl
                             made=scored.made(), dropped=scored.dropped, chosen_grid=grid, scored=scored)
 
 
-def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> "pd.DataFrame":
+def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> pd.DataFrame:
     """The items behind ``ev``, one row each: the text, its query, candidates and answer, how it was made, the half
     it is in (chosen on / judged on; all judged when the head was given), and ``head``'s (default: the evidence's)
     pick and whether it is right (a CSV a reader can check by hand)."""
@@ -141,7 +147,7 @@ def items_frame(ev: QuestionEvidence, head: tuple[int, int] | None = None) -> "p
 
 
 @reader
-def question_evidence(model, text: str | None = None, query: str | None = None, key: str | None = None,
+def question_evidence(model: ModelLike, text: str | None = None, query: str | None = None, key: str | None = None,
                       against: str | None = None, questions: Sequence[Question] | None = None,
                       head: tuple[int, int] | None = None, n_controls: int = DEFAULT_CONTROLS, seed: int = 0,
                       winobias: bool = True, source: str = "auto", backend: str = "eager", batch_size: int = 16,
@@ -156,8 +162,8 @@ def question_evidence(model, text: str | None = None, query: str | None = None, 
     notes: list[str] = []
     asked = None
     if text is not None:
-        missing = [name for name, w in (("query", query), ("key", key), ("against", against)) if not w]
-        if missing:
+        if not query or not key or not against:
+            missing = [name for name, w in (("query", query), ("key", key), ("against", against)) if not w]
             raise BadOption(f"a question on a text needs a query word, a key word and an 'against' word: "
                             f"{', '.join(missing)} missing")
         asked = Question(text, query, (key, against), key, "your sentence")
@@ -165,7 +171,7 @@ def question_evidence(model, text: str | None = None, query: str | None = None, 
         if isinstance(placed, str):
             raise BadOption(f"{placed}: ask about words of the text")
     if questions is None:
-        if asked is None:
+        if asked is None or text is None or query is None or key is None or against is None:  # (asked: all given)
             raise BadOption("give a text with its question (query, key and against words), or a set of questions")
         questions, notes = controls(text, query, key, against, n_controls, seed, winobias)
         unit = "controls"
@@ -204,13 +210,14 @@ def box_sentence(ev: QuestionEvidence, subject: str | None = None) -> str:
     subject = subject or f"Head {layer}.{h}"
     shown = f"{percent(ev.score)} (95 % interval {span(ev.low, ev.high)})"
     where = f"on {ev.n} held-out {ev.unit}" if ev.split is not None else f"on {ev.n} {ev.unit}"
+    best = ev.best_baseline
+    if best is None:  # (only with no item: too few, above)
+        return f"{subject}: nothing to judge it against (no baseline): {where} it picks the answer {shown}."
     if ev.supported:
-        best = ev.best_baseline
         return (f"{subject} picks the answer {where} {shown}, above {best.name} ({percent(best.score)}) and every "
                 "other head-free rule.")
     tracked = ev.tracked
-    if tracked is not None:
+    if tracked is not None and tracked.agreement is not None:  # (a tracked baseline has its agreement)
         return (f"{subject} {tracked.tracks}: {where} it picks the answer {shown}, {tracked.picks} "
                 f"{percent(tracked.agreement)}.")
-    best = ev.best_baseline
     return f"{subject} is no better than {best.name} ({percent(best.score)}): {where} it picks the answer {shown}."

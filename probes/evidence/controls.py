@@ -306,7 +306,8 @@ def winobias_questions() -> list[Question]:
     parsed = []
     follows: set[str] = set()
     for row in rows:
-        words, gold, depth, start = [], None, 0, 0
+        words: list[str] = []
+        gold, depth, start = None, 0, 0
         for tok in WORD.findall(row["text"].replace("[MASK]", "\x00")):
             if tok == "[":
                 depth, start = depth + 1, len(words)

@@ -20,12 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from ..seam import reader
 from ..errors import BadOption
+from ..seam import reader
+
+if TYPE_CHECKING:
+    from ..models import Encoding
+    from ..seam import ModelLike
 
 ALPHA = 0.05  # the chance that a receiver gets one false composition edge
 RANDOM_BAND = 1.96  # random matrices' 95 % band: mean ∓ 1.96·sd
@@ -63,12 +68,13 @@ def composition_floors(frame: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFram
     return out
 
 
-def _encode(model, text):
+def _encode(model: ModelLike, text: str | Encoding) -> Encoding:
     return model.encode(text) if isinstance(text, str) else text
 
 
-def _pair(model, clean, corrupted):
-    """The two encodings, refused as :func:`probes.effects.path_patching.path_patch` refuses them when their lengths differ."""
+def _pair(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding) -> tuple[Encoding, Encoding]:
+    """The two encodings, refused as :func:`probes.effects.path_patching.path_patch` refuses them when their
+    lengths differ."""
     enc, enc_c = _encode(model, clean), _encode(model, corrupted)
     if enc.input_ids.shape != enc_c.input_ids.shape or enc.input_ids.shape[0] != 1:
         raise BadOption(f"path patching needs two texts of the same length in tokens: the clean one has "
@@ -77,13 +83,14 @@ def _pair(model, clean, corrupted):
     return enc, enc_c
 
 
-def changed_positions(model, clean, corrupted) -> list[int]:
+def changed_positions(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding) -> list[int]:
     """The token positions where the corrupted text's ids differ from the clean text's (same length, else BadOption)."""
     enc, enc_c = _pair(model, clean, corrupted)
     return [int(i) for i in (enc.input_ids[0] != enc_c.input_ids[0]).nonzero().flatten().tolist()]
 
 
-def null_corruptions(model, clean, corrupted, count: int = NULLS, seed: int = 0) -> list:
+def null_corruptions(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding, count: int = NULLS,
+                     seed: int = 0) -> list:
     """``count`` null corruptions of ``clean`` (a text or its :class:`~probes.models.Encoding`): its encoding with as
     many tokens changed as ``corrupted`` changes (m), at m other positions chosen at random among the real,
     non-special tokens the user's corruption left alone, each replaced by a token drawn from the clean text's own real
@@ -144,8 +151,8 @@ def patch_rule(measure: str, count: int = NULLS) -> str:
 
 @dataclass
 class PatchEvidence:
-    """Path patching with noise floors. ``frame``: the :class:`~probes.effects.path_patching.PathPatch` frame (one row per
-    sender) with ``checked`` and, for each measure of :data:`FLOORED` it has, ``<measure>_floor`` (the largest
+    """Path patching with noise floors. ``frame``: the :class:`~probes.effects.path_patching.PathPatch` frame (one
+    row per sender) with ``checked`` and, for each measure of :data:`FLOORED` it has, ``<measure>_floor`` (the largest
     |effect| over the nulls), ``<measure>_null_mean`` and ``<measure>_null_sd`` (the nulls' signed effects) and
     ``<measure>_above`` (|effect| > floor); NaN and False for senders not checked. ``measure``: the ranking measure
     (``loss`` where there is one, else ``pattern_shift``); ``nulls``: how many null corruptions; ``checked``: the
@@ -167,18 +174,19 @@ class PatchEvidence:
 
 
 @reader
-def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str = "k", result=None,
-                 count: int = NULLS, seed: int = 0, senders: Sequence[tuple[int, int]] | None = None,
+def patch_floors(model: ModelLike, clean: str | Encoding, corrupted: str | Encoding, receiver: tuple[int, int],
+                 into: str = "k", result=None, count: int = NULLS, seed: int = 0,
+                 senders: Sequence[tuple[int, int]] | None = None,
                  top: int | None = CHECKED, progress: Callable[[int, int], None] | None = None,
                  batch: int | None = None, position: int | None = None,
                  targets: tuple[int, int] | None = None) -> PatchEvidence:
     """Path patching of ``senders`` into receiver ``(layer, head)``'s ``into`` from ``corrupted`` (or ``result``, that
-    :class:`~probes.effects.path_patching.PathPatch` computed already: ``senders`` is then not used), and the noise floor of
-    the ``top`` largest effects (by :meth:`PathPatch.ranked`'s measure; None: every sender): the same patch from
-    ``count`` :func:`null_corruptions` (``seed``), each a :func:`~probes.effects.path_patching.path_patch` of only the checked
-    senders. ``batch``, ``position``, ``targets``: as in ``path_patch`` (give the user's run's, so the nulls measure
-    the same thing); ``progress(done, total)``: after each null run. The null runs cost ``count`` × (two passes and
-    one pass per ``batch`` of checked senders)."""
+    :class:`~probes.effects.path_patching.PathPatch` computed already: ``senders`` is then not used), and the noise
+    floor of the ``top`` largest effects (by :meth:`PathPatch.ranked`'s measure; None: every sender): the same patch
+    from ``count`` :func:`null_corruptions` (``seed``), each a :func:`~probes.effects.path_patching.path_patch` of only
+    the checked senders. ``batch``, ``position``, ``targets``: as in ``path_patch`` (give the user's run's, so the
+    nulls measure the same thing); ``progress(done, total)``: after each null run. The null runs cost ``count`` ×
+    (two passes and one pass per ``batch`` of checked senders)."""
     from ..effects.path_patching import path_patch
 
     nulls = null_corruptions(model, clean, corrupted, count, seed)  # bad input fails before any pass
@@ -190,7 +198,7 @@ def patch_floors(model, clean, corrupted, receiver: tuple[int, int], into: str =
     measure = "loss" if "loss" in frame else "pattern_shift"
     ranked = result.ranked(measure)
     picked = ranked if top is None else ranked.head(max(int(top), 0))
-    checked = [(int(a), int(b)) for a, b in zip(picked["layer"], picked["head"])]
+    checked = [(int(a), int(b)) for a, b in zip(picked["layer"], picked["head"], strict=True)]
     floored = [c for c in FLOORED if c in frame]
     effects = {c: np.full((count, len(checked)), np.nan) for c in floored}
     if checked:

@@ -21,16 +21,30 @@ import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..seam import reader
-from ..heads.profile import (apart, counting, fingerprint, left_out, noted, prepared, profile as profile_tables,
-                             run_chunk, score_chunks, scored)
+from ..heads.profile import (
+    apart,
+    counting,
+    fingerprint,
+    left_out,
+    noted,
+    prepared,
+    profile as profile_tables,
+    run_chunk,
+    score_chunks,
+    scored,
+)
 from ..heads.registry import Probe, get
 from ..jobs import checkpoint, digest, with_model
+from ..seam import reader
 from .record import Baseline, Evidence
 from .stats import Split, bootstrap_ratio, split_half, wilson
+
+if TYPE_CHECKING:
+    from ..seam import ModelLike
 
 COLUMNS = ["selection_score", "heldout_score", "chosen", "heldout_n", "heldout_low", "heldout_high",
            "baseline_heldout", "verdict", "said", "split_seed"]
@@ -67,6 +81,8 @@ def judge(probe: Probe, chosen: pd.DataFrame, judged: pd.DataFrame, per_item: pd
     picked_index = chosen.assign(label=chosen["label"].astype(str)).set_index(KEYS)
     for label, head in heads.items():
         measure = probe.judged(label)
+        if measure is None:  # (choose leaves out the labels a probe describes)
+            continue
         key = (label, *head)
         chosen_score = float(picked_index.loc[key, "score"]) if key in picked_index.index else math.nan
         if key not in index.index:  # the label has no example in the judged half
@@ -105,6 +121,7 @@ def with_verdicts(whole: pd.DataFrame, chosen: pd.DataFrame, judged: pd.DataFram
     rows = []
     for ev in evidence:
         best = ev.best_baseline
+        assert ev.head is not None  # (judge gives each label's evidence its chosen head)
         rows.append(dict(label=ev.claim, layer=ev.head[0], head=ev.head[1], chosen=True, heldout_n=ev.n,
                          heldout_low=ev.low, heldout_high=ev.high,
                          baseline_heldout=best.score if best is not None else math.nan, verdict=ev.verdict,
@@ -124,7 +141,7 @@ def halves(items: list, seed: int) -> tuple[Split, list, list]:
     return split, [items[i] for i in split.chosen_on], [items[i] for i in split.judged_on]
 
 
-def _held_out(probe: Probe, model, items: list, seed: int,
+def _held_out(probe: Probe, model: ModelLike, items: list, seed: int,
               half: Callable[[str, list, frozenset], list[pd.DataFrame]]) -> tuple[pd.DataFrame, ...]:
     """The two halves of ``items`` scored by ``half(which, subset, watch)`` (chunk frames: in memory, or checkpointed),
     the second watching the heads the first chose; returns the whole table, both halves' tables and the verdicts."""
@@ -141,7 +158,7 @@ def _held_out(probe: Probe, model, items: list, seed: int,
 
 
 @reader
-def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
+def run_probe(model: ModelLike, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
               backend: str = "eager", progress: Callable[[int, int], None] | None = None,
               seed: int = 0) -> pd.DataFrame:
     """One probe over its data, in memory (the app's Heads page), judged held out: the table
@@ -162,8 +179,8 @@ def split_code() -> str:
     return digest(b"".join((here / f).read_bytes() for f in ("probes.py", "stats.py")))
 
 
-def _judged_one(model, name, data, limit, out, partial_dir, batch_size, checkpoint_every, backend, progress_factory,
-                notify, strict, executor=None, seed: int = 0) -> pd.DataFrame:
+def _judged_one(model: ModelLike, name, data, limit, out, partial_dir, batch_size, checkpoint_every, backend,
+                progress_factory, notify, strict, executor=None, seed: int = 0) -> pd.DataFrame:
     """One probe's judged table for ``profile``: each half checkpointed on its own (``NAME-chosen``,
     ``NAME-judged``), the second half watching the heads the first chose."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
@@ -202,7 +219,7 @@ class _Shared:
         return self.bar is not None
 
 
-def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, seed: int = 0,
+def profile(model: ModelLike, probes: list[str], data: str | None, limit: int | None, out: Path, seed: int = 0,
             **options) -> pd.DataFrame:
     """:func:`probes.heads.profile.profile` (the same checkpoints, resume, Ray executor and bad-item report), each
     probe's table judged held out with the split of ``seed`` (:data:`COLUMNS`)."""

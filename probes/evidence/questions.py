@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from ..datasets.utf8 import read_text
 from ..errors import BadData
 from ..precision import upcast
 from ..tokens import span_tokens, word_occurrences
+
+if TYPE_CHECKING:
+    from ..seam import ModelLike, TraceLike
 
 SINK = 0  # the attention sink: the first real token (BOS, [CLS], or the text's first token where there is none)
 MAX_CANDIDATES = 8  # candidates one question may name
@@ -108,7 +112,8 @@ def question_of(row, line: int = 0, made: str = "given") -> Question | str:
     answer = row["answer"].strip()
     if answer.lower() not in {c.lower() for c in candidates}:
         return f"the answer {answer!r} is not among the candidates ({', '.join(map(repr, candidates))})"
-    made = row.get("made") if isinstance(row.get("made"), str) and row.get("made").strip() else made
+    given = row.get("made")
+    made = given if isinstance(given, str) and given.strip() else made
     q = Question(row["text"], row["pronoun"].strip(), candidates, answer, made[:80], line)
     placed = q.place()
     return placed if isinstance(placed, str) else q
@@ -129,7 +134,8 @@ def read_questions(path: str | Path) -> Items:
 
 def parse_questions(text: str, name: str) -> Items:
     """:func:`read_questions` of a file's text (an upload), ``name`` naming it in the bad items."""
-    items, bad = [], []
+    items: list[Question] = []
+    bad: list[BadItem] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -145,7 +151,10 @@ def parse_questions(text: str, name: str) -> Items:
             bad.append(BadItem(name, n, "not a question: JSON nested too deeply"))
             continue
         q = question_of(row, n, made=Path(name).name)
-        (items if isinstance(q, Question) else bad).append(q if isinstance(q, Question) else BadItem(name, n, q))
+        if isinstance(q, Question):
+            items.append(q)
+        else:
+            bad.append(BadItem(name, n, q))
     if not items and not bad:
         raise BadData(f"{name}:1: no questions found (one JSON object a line: {', '.join(FIELDS)})")
     return Items(items, bad)
@@ -208,7 +217,7 @@ class Scored:
         return out
 
 
-def _answer(q: Question, trace, item: int) -> tuple | str:
+def _answer(q: Question, trace: TraceLike, item: int) -> tuple | str:
     """Every head's weight on each of ``q``'s candidates in batch ``item`` of ``trace`` (its text's Trace), with the
     answer's index and the two rules' picks; or why the question cannot be read there."""
     placed = q.place()
@@ -247,13 +256,14 @@ def _scored(questions: Sequence[Question], answers: Sequence[tuple | str], causa
             kept.append(q)
             rows.append(got)
     if not rows:
-        return Scored([], np.zeros((0, 0, 0, 2)), *(np.zeros(0, dtype=int) for _ in range(3)), causal, dropped)
+        none = np.zeros(0, dtype=int)
+        return Scored([], np.zeros((0, 0, 0, 2)), none, none.copy(), none.copy(), causal, dropped)
     k = max(len(q.candidates) for q in kept)
-    return Scored(kept, np.stack([r[0][..., :k] for r in rows]), *(np.array([r[i] for r in rows]) for i in (1, 2, 3)),
-                  causal, dropped)
+    answer, recent, first = (np.array([r[i] for r in rows]) for i in (1, 2, 3))
+    return Scored(kept, np.stack([r[0][..., :k] for r in rows]), answer, recent, first, causal, dropped)
 
 
-def score_traced(questions: Sequence[Question], traced: Sequence[tuple[object, int]]) -> Scored:
+def score_traced(questions: Sequence[Question], traced: Sequence[tuple[TraceLike, int]]) -> Scored:
     """:class:`Scored` from each question's ``(trace, item)`` (the Trace of its text, in the same order). A question
     whose words the tokens do not cover (cut by truncation), whose query shares a token with a candidate, or whose
     answer comes after the query in a decoder (which cannot attend to it) is dropped, with its reason."""
@@ -261,7 +271,7 @@ def score_traced(questions: Sequence[Question], traced: Sequence[tuple[object, i
     return _scored(questions, answers, bool(traced) and traced[0][0].is_causal)
 
 
-def score_questions(model, questions: Sequence[Question], source: str = "auto", backend: str = "eager",
+def score_questions(model: ModelLike, questions: Sequence[Question], source: str = "auto", backend: str = "eager",
                     batch_size: int = 16, progress: Callable[[int, int], None] | None = None,
                     attention_budget: int | None = None) -> Scored:
     """Run every question's text through ``model`` (in batches, shortest first; each cut to the context window) and

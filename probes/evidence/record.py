@@ -20,7 +20,7 @@ Nothing here computes a score: the probes, the question scorer and the effects d
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .stats import Split, wilson
 
@@ -79,10 +79,10 @@ class Evidence:
         """The baseline the head's picks follow: the one it agrees with most, when that agreement's interval is
         above chance and the agreement is above the head's own accuracy (None: none does)."""
         chance = next((b.score for b in self.baselines if b.name == "chance"), 0.5)
-        ranked = sorted((b for b in self.baselines if b.agreement is not None), key=lambda b: -b.agreement)
-        for b in ranked[:1]:
-            low = wilson(round(b.agreement * self.n), self.n)[0]
-            if low > chance and b.agreement > self.score:
+        ranked = sorted(((b, b.agreement) for b in self.baselines if b.agreement is not None), key=lambda p: -p[1])
+        for b, agreement in ranked[:1]:
+            low = wilson(round(agreement * self.n), self.n)[0]
+            if low > chance and agreement > self.score:
                 return b
         return None
 
@@ -130,7 +130,7 @@ def verdict(ev: Evidence, min_items: int = MIN_ITEMS) -> tuple[str, str]:
     if ev.low > best.score:
         return SUPPORTED, f"supported: {shown}, above {best.name} ({figure(best.score, ev.measure)})"
     tracked = ev.tracked
-    if tracked is not None:
+    if tracked is not None and tracked.agreement is not None:  # (a tracked baseline has its agreement)
         return BASELINE, (f"no better than {tracked.name}: {shown}; it agrees with {tracked.name} on "
                           f"{percent(tracked.agreement)} ({tracked.tracks})")
     return BASELINE, f"no better than {best.name} ({figure(best.score, ev.measure)}): {shown}"

@@ -50,7 +50,7 @@ def wilson(hits: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def bootstrap_mean(values: Sequence[float], level: float = LEVEL, seed: int = 0,
+def bootstrap_mean(values: Sequence[float] | np.ndarray, level: float = LEVEL, seed: int = 0,
                    resamples: int = RESAMPLES) -> tuple[float, float]:
     """A bootstrap interval (SciPy's ``bootstrap``, BCa) of the mean of ``values``, one per item; (nan, nan) for no
     value, the value itself for values that are all equal (no spread to resample)."""

@@ -40,7 +40,7 @@ def offsets(causal: bool) -> tuple[int, ...]:
     return PAST if causal else OFFSETS
 
 
-def attendable(pair: "Pair", causal: bool) -> bool:
+def attendable(pair: Pair, causal: bool) -> bool:
     """Whether a head could attend from the pair's query word to its target: a decoder's query sees only the target
     at or before it; an encoder's sees every word."""
     return not causal or pair.target <= pair.query
@@ -157,7 +157,7 @@ def sentence_attention(sentences: Iterable[Sentence],
     """Word-segmented sentences and the Traces of their texts (``Sentence.text_and_spans``, in order; any
     ``data`` :func:`token_attention` takes): yields (sentence, attention ``[layers, heads, n, n]``,
     each token's word index, -1 for special tokens), what :func:`score_pairs` scores."""
-    for sentence, (tokens, layers) in zip(sentences, token_attention(data)):
+    for sentence, (tokens, layers) in zip(sentences, token_attention(data), strict=True):
         yield sentence, layers, align_to_words(tokens, sentence.text_and_spans()[1])
 
 
@@ -197,8 +197,8 @@ def score_pairs(items: Iterable[tuple[Sentence, torch.Tensor, Sequence[int]]], p
         n = len(pairs)
         base = pair_set_baseline(pairs, baseline, causal)
         acc, mean = (correct[label] / n).tolist(), (mass[label] / n).tolist()
-        for layer, (acc_row, mean_row) in enumerate(zip(acc, mean)):
-            for head, (a, m) in enumerate(zip(acc_row, mean_row)):
+        for layer, (acc_row, mean_row) in enumerate(zip(acc, mean, strict=True)):
+            for head, (a, m) in enumerate(zip(acc_row, mean_row, strict=True)):
                 out.append(dict(probe=probe, label=label, layer=layer, head=head, score=a, baseline=base, n=n,
                                 mean_attention=m, causal=causal))
     return pd.DataFrame(out, columns=[*COLUMNS, "causal"])

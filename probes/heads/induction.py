@@ -20,15 +20,19 @@ the same token) and ``induction_bidirectional`` (j − 1 ≠ i with token j − 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
 from ..precision import upcast
-from ..trace import Trace
 from .combine import carry, mean
 from .engine import COLUMNS
 from .registry import Probe
+
+if TYPE_CHECKING:
+    from ..models import Encoding
+    from ..seam import ModelLike, TraceLike
 
 
 def detection_patterns(ids: torch.Tensor, bidirectional: bool) -> dict[str, torch.Tensor]:
@@ -74,7 +78,7 @@ def repeated_random_tokens(tokenizer, n_sequences: int, length: int, seed: int =
     return out
 
 
-def repeated_tokens(model, n_sequences: int = 20, length: int = 25, seed: int = 0):
+def repeated_tokens(model: ModelLike, n_sequences: int = 20, length: int = 25, seed: int = 0) -> Encoding:
     """The :class:`~probes.models.Encoding` the induction probe reads: ``n_sequences`` of ``length``
     random tokens repeated twice, with BOS (or [CLS] … [SEP] for an encoder) added the way the
     tokenizer adds them. The only part of the probe that needs the model (its tokenizer)."""
@@ -98,7 +102,7 @@ def repeated_tokens(model, n_sequences: int = 20, length: int = 25, seed: int = 
                     [None] * len(rows))
 
 
-def _items(traces: Iterable) -> Iterable[tuple[Trace, int]]:
+def _items(traces: Iterable) -> Iterable[tuple[TraceLike, int]]:
     """Each batch item of each Trace in turn, as (trace, item); (trace, item) pairs pass through (one item scored
     alone)."""
     for entry in traces:
@@ -108,7 +112,7 @@ def _items(traces: Iterable) -> Iterable[tuple[Trace, int]]:
             yield from ((entry, item) for item in range(entry.batch_size))
 
 
-def induction_scores(traces: Iterable[Trace], exclude_bos: bool = False, exclude_current: bool = False,
+def induction_scores(traces: Iterable[TraceLike], exclude_bos: bool = False, exclude_current: bool = False,
                      probe: str = "induction") -> pd.DataFrame:
     """Score every layer × head from the Traces of repeated random tokens (:func:`repeated_tokens`);
     a bidirectional model (the Traces say) gets the mirrored patterns too."""

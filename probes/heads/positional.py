@@ -95,15 +95,15 @@ def positional_scores(data: Iterable, causal: bool | None = None, probe: str = "
         seen = (q + 1).double() if causal else torch.full((n,), float(n), dtype=torch.float64)
         allowed = (q[None, :] <= q[:, None]) if causal else torch.ones(n, n, dtype=torch.bool)
 
-        def add(name, per_query, uniform):
-            sums.setdefault(name, _Sums((ly, h))).add(per_query, uniform)
+        def add(name, per_query, uniform, head=(ly, h)):
+            sums.setdefault(name, _Sums(head)).add(per_query, uniform)
 
         for offset in PROFILE:
-            rows = q[(q + offset >= 0) & (q + offset < n)]
-            if len(rows) == 0 or (causal and offset > 0):  # a decoder's query cannot look ahead: nothing to measure
+            at = q[(q + offset >= 0) & (q + offset < n)]  # the queries with a key at this offset
+            if len(at) == 0 or (causal and offset > 0):  # a decoder's query cannot look ahead: nothing to measure
                 continue
-            per = attn[:, :, rows, rows + offset]
-            uniform = allowed[rows, rows + offset].double() / seen[rows]
+            per = attn[:, :, at, at + offset]
+            uniform = allowed[at, at + offset].double() / seen[at]
             add(NAMED.get(offset, f"offset{offset:+d}"), per, uniform)  # each offset named once
         if n > 1:  # the sink share: queries 1..n−1 only (row 0 of a decoder sees only itself)
             add(SINK, attn[:, :, 1:, 0], 1.0 / seen[1:])

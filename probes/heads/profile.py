@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -34,8 +35,11 @@ from ..trace import Trace
 from .engine import unattendable
 from .registry import Probe, get
 
+if TYPE_CHECKING:
+    from ..seam import ModelLike
 
-def traces(probe: Probe, model, items: list, batch_size: int = 16, backend: str = "eager",
+
+def traces(probe: Probe, model: ModelLike, items: list, batch_size: int = 16, backend: str = "eager",
            progress: Callable[[int], None] | None = None) -> Iterator[Trace]:
     """The Traces of a probe's ``items``, in order: its texts in batches of ``batch_size`` (each cut to
     the context window), or the Encodings it builds itself, one forward pass each; the from-scratch
@@ -51,7 +55,7 @@ def traces(probe: Probe, model, items: list, batch_size: int = 16, backend: str 
             progress(enc.input_ids.shape[0])
 
 
-def shortest_first(model, items: list, texts: list[str]) -> list:
+def shortest_first(model: ModelLike, items: list, texts: list[str]) -> list:
     """``items`` ordered by the token count of their ``texts``, shortest first (a stable order): batched in
     this order, texts of like length share a batch and little of it is padding. The first 500 UD English-EWT
     dev sentences in their own order, 16 a batch, run 2.4× their real tokens through the model; shortest
@@ -62,7 +66,7 @@ def shortest_first(model, items: list, texts: list[str]) -> list:
     return [items[i] for i in sorted(range(len(items)), key=lambda i: len(ids[i]))]
 
 
-def run_chunk(probe: Probe, model, items: list, batch_size: int = 16, backend: str = "eager",
+def run_chunk(probe: Probe, model: ModelLike, items: list, batch_size: int = 16, backend: str = "eager",
               progress: Callable[[int], None] | None = None, watch: frozenset = frozenset()) -> pd.DataFrame:
     """One chunk: the probe's scores read from the Traces of its items. Items that run as texts go
     :func:`shortest_first`: a probe's scores sum over its items, in whatever order it is handed them
@@ -92,7 +96,7 @@ def _watching(probe: Probe, items: list, read: Iterator[Trace], watch: frozenset
         for i in range(trace.batch_size):
             alone = probe.score([items[k]], [(trace, i)])
             if len(alone):
-                keys = pd.Series(list(zip(alone["label"].astype(str), alone["layer"], alone["head"])),
+                keys = pd.Series(list(zip(alone["label"].astype(str), alone["layer"], alone["head"], strict=True)),
                                  index=alone.index)
                 kept = alone.loc[keys.isin(watch), WATCHED]
                 if len(kept):
@@ -120,7 +124,7 @@ def apart(frames: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], pd.DataFrame]
     return own, (pd.concat(per_item, ignore_index=True) if per_item else pd.DataFrame(columns=columns))
 
 
-def run_probe(model, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
+def run_probe(model: ModelLike, probe: str, limit: int | None = None, data: str | None = None, batch_size: int = 16,
               backend: str = "eager", progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """One probe over its data (built-in by default), in memory: the same table ``profile`` writes,
     without files. ``progress(done, total)`` is called as items finish (the app's progress bar)."""
@@ -152,7 +156,8 @@ def code_version() -> str:
     return digest(b"".join(f.name.encode() + f.read_bytes() for f in files))
 
 
-def fingerprint(model, probe: Probe, items: list, data: str | None, checkpoint_every: int, backend: str) -> dict:
+def fingerprint(model: ModelLike, probe: Probe, items: list, data: str | None, checkpoint_every: int,
+                backend: str) -> dict:
     """What a probe's checkpoint was computed from, part by part (a change in any one starts afresh)."""
     return {"data": digest(items), "model": model.fingerprint(), "tokenizer": model.tokenizer_fingerprint(),
             "code": code_version(), "options": digest([probe.name, data, checkpoint_every, backend])}
@@ -174,12 +179,13 @@ class ProbeJob:
     def label(self) -> str:
         return self.probe
 
-    def __call__(self, model) -> pd.DataFrame:
+    def __call__(self, model: ModelLike) -> pd.DataFrame:
         return run_chunk(get(self.probe), model, self.items, self.batch_size, self.backend, watch=self.watch)
 
 
-def score_chunks(model, probe: Probe, items: list, folder: Path, batch_size: int = 16, checkpoint_every: int = 64,
-                 backend: str = "eager", bar=None, executor=None, notify: Callable[[str], None] | None = None,
+def score_chunks(model: ModelLike, probe: Probe, items: list, folder: Path, batch_size: int = 16,
+                 checkpoint_every: int = 64, backend: str = "eager", bar=None, executor=None,
+                 notify: Callable[[str], None] | None = None,
                  watch: frozenset = frozenset()) -> list[pd.DataFrame]:
     """The chunk frames of ``items`` (checkpointed in ``folder``: a rerun reads back the chunks written), run here or
     by ``executor``'s workers; ``watch``: see :func:`run_chunk`."""
@@ -194,17 +200,19 @@ def score_chunks(model, probe: Probe, items: list, folder: Path, batch_size: int
                         bar, run=elsewhere, notify=resumed)
 
 
-def prepared(model, name: str, data: str | None, limit: int | None, out: Path, strict: bool,
+def prepared(model: ModelLike, name: str, data: str | None, limit: int | None, out: Path, strict: bool,
              notify: Callable[[str], None] | None) -> tuple[Probe, list]:
     """A probe's record and its items, the bad ones reported (``OUT.bad.txt``; ``strict``: an error), the texts the
     context window cuts and the labels a decoder leaves out (:func:`left_out`) noted."""
     probe = get(name)
     items = probe.items(data, limit)
-    bad_items(name, data or probe.default_data, items, out, strict, notify)
-    if probe.encodings is None:  # items read as texts (a probe with its own encodings is not cut by batches)
-        runner.note_cuts(name, model, data or probe.default_data, probe.texts(items), notify)
-    for note in left_out(probe, items, model.is_causal) if notify else ():
-        notify(note)
+    source = data or probe.default_data  # None: a probe that makes its own inputs
+    bad_items(name, source, items, out, strict, notify)
+    if probe.encodings is None and source is not None:  # items read as texts (a probe with its own encodings is
+        runner.note_cuts(name, model, source, probe.texts(items), notify)  # not cut by batches)
+    if notify is not None:
+        for note in left_out(probe, items, model.is_causal):
+            notify(note)
     return probe, items
 
 
@@ -234,8 +242,8 @@ def scored(result: pd.DataFrame, probe: Probe, items: list, data: str | None) ->
     return result
 
 
-def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_every, backend, progress_factory,
-                 notify, strict, executor=None) -> pd.DataFrame:
+def _profile_one(model: ModelLike, name, data, limit, out, partial, batch_size, checkpoint_every, backend,
+                 progress_factory, notify, strict, executor=None) -> pd.DataFrame:
     """One probe's table: its items (bad ones reported), its chunks (resumed from a matching checkpoint; run here,
     or by ``executor``), combined exactly."""
     probe, items = prepared(model, name, data, limit, out, strict, notify)
@@ -245,7 +253,7 @@ def _profile_one(model, name, data, limit, out, partial, batch_size, checkpoint_
     return scored(probe.combine(parts, items), probe, items, data)
 
 
-def profile(model, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
+def profile(model: ModelLike, probes: list[str], data: str | None, limit: int | None, out: Path, batch_size: int = 16,
             checkpoint_every: int = 64, backend: str = "eager", progress_factory=None,
             notify: Callable[[str], None] | None = None, strict: bool = False, executor=None,
             one: Callable[..., pd.DataFrame] | None = None) -> pd.DataFrame:

@@ -21,6 +21,7 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -29,13 +30,18 @@ from ..datasets.catalog import read_items, sentence_data, texts
 from ..errors import BadData
 from .combine import Combine, mean
 
+if TYPE_CHECKING:
+    from ..seam import ModelLike
+
 
 def loader(check: Callable[[str, list], None] | None = None,
-           unusable: Callable[[object], str | None] | None = None) -> Callable[[str, int | None], Items]:
+           unusable: Callable[[object], str | None] | None = None) -> Callable[[str | None, int | None], Items]:
     """A ``load`` for probes that read a data set: read it, let ``check(data, items)`` refuse data that
     does not suit the probe at all (with ``BadData``), set aside the items ``unusable(item)`` gives a
     reason for (with the reader's own bad items, in ``bad``), keep the first ``limit`` usable items."""
-    def load(data: str, limit: int | None) -> Items:
+    def load(data: str | None, limit: int | None) -> Items:
+        if data is None:  # (a probe that reads a data set has a default one)
+            raise BadData("this probe reads a data set: give one with --data")
         items = read_items(data)
         bad = list(getattr(items, "bad", []))
         if check is not None and items:
@@ -62,7 +68,7 @@ class Probe:
     # the runner hands the items in any order (shortest text first), so a score must not depend on it
     reads: Callable[[str], bool] = sentence_data  # does `profile --probe all --data DATA` run it on DATA?
     texts: Callable[[list], list[str]] = texts  # items -> texts, run in batches by the runner
-    encodings: Callable[[object, list], list] | None = None  # (model, items) -> Encodings, instead of texts
+    encodings: Callable[[ModelLike, list], list] | None = None  # (model, items) -> Encodings, instead of texts
     combine: Combine = mean()  # (chunk frames, all items) -> the whole result, exactly (probes.heads.combine)
     # labels that are plain shares (0..1) read as they are, not against their baseline: (label, what it is, for people)
     shares: tuple[tuple[str, str], ...] = ()

@@ -40,7 +40,7 @@ def coreference_scores(items: Iterable[CorefItem], data: Iterable) -> pd.DataFra
     """Score every (condition, layer, head) on coreference ``items`` from ``data``, the Traces of their
     texts in order (the words joined by spaces; see :func:`~probes.heads.engine.sentence_attention`)."""
     items = list(items)
-    sentences = [Sentence(i.words, [p]) for i, p in zip(items, coreference_pairs(items))]
+    sentences = [Sentence(i.words, [p]) for i, p in zip(items, coreference_pairs(items), strict=True)]
     causal, data = peek_causal(data)
     return score_pairs(sentence_attention(sentences, data), probe="coreference", baseline="nearest_candidate",
                        causal=bool(causal))
@@ -103,8 +103,10 @@ def relation(wn, a: tuple[str, str], b: tuple[str, str]) -> str | None:
 
 def lexical_sentence(wn, dep) -> Sentence:
     """Related content-word pairs of one parsed sentence, each with a distance-matched unrelated control."""
-    content = [(i, (w, CONTENT[u])) for i, (w, u) in enumerate(zip(dep.words, dep.upos or [])) if u in CONTENT]
-    related, unrelated = [], {}
+    upos = dep.upos or [None] * len(dep.words)  # untagged: no content words
+    content = [(i, (w, CONTENT[u])) for i, (w, u) in enumerate(zip(dep.words, upos, strict=True)) if u in CONTENT]
+    related: list[Pair] = []
+    unrelated: dict[int, list[tuple[int, int]]] = {}
     for i, a in content:
         for j, b in content:
             if i == j or a[0].lower() == b[0].lower():

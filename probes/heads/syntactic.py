@@ -18,8 +18,16 @@ import pandas as pd
 from ..datasets.dependencies import DepSentence
 from ..errors import BadData
 from .combine import mean, pair_baseline
-from .engine import (Pair, Sentence, attendable, best_offset, offset_accuracy, peek_causal, score_pairs,
-                     sentence_attention)
+from .engine import (
+    Pair,
+    Sentence,
+    attendable,
+    best_offset,
+    offset_accuracy,
+    peek_causal,
+    score_pairs,
+    sentence_attention,
+)
 from .registry import Probe, loader
 
 
@@ -35,7 +43,7 @@ def dependency_sentence(dep: DepSentence) -> Sentence:
     """The word pairs of one parsed sentence, in both directions (the root relation has no pair); a subtype's pairs
     once under the subtype and once under its base relation (:func:`relations`)."""
     pairs = []
-    for i, (head, rel) in enumerate(zip(dep.heads, dep.deprels)):
+    for i, (head, rel) in enumerate(zip(dep.heads, dep.deprels, strict=True)):
         if head == 0:
             continue
         for label in relations(rel):
