@@ -18,6 +18,7 @@ import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import RayUnavailable
 
@@ -212,7 +213,7 @@ def check_address(address: str) -> str:
                                          f"GCS port: {_WHAT_TO_DO}")
     except (OSError, UnicodeError) as e:  # UnicodeError: a name the resolver will not encode (checked above)
         why = (f"no answer within {CONNECT_TIMEOUT_S:g} s" if isinstance(e, TimeoutError)
-               else (e.strerror or str(e) or type(e).__name__).lower())
+               else (getattr(e, "strerror", None) or str(e) or type(e).__name__).lower())
         raise RayUnavailable(f"{source}: nothing answers at {authority} ({why}): {_WHAT_TO_DO}") from None
     return gcs
 
@@ -281,7 +282,7 @@ def start(address: str | None, cpus: int | None = None) -> bool:
     # and max_restarts > 0", ray-project/ray#53727: Ray Data's own arguments; restarts work, tested); fatal
     # only, it says one line instead, that it set the level
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-    options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    options: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     if address:
         try:
             with _stderr_held():  # Ray's C++ warnings while it retries: said only if it joins after all

@@ -38,7 +38,7 @@ SEED = 0
 
 def _random_encoding(model: Model, n: int) -> Encoding:
     """One sequence of ``n`` random token ids from the model's vocabulary (a fixed seed)."""
-    vocab = model.config.vocab_size  # type: ignore[attr-defined]  # Model.config: object (Any after the rewrite)
+    vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(SEED))
     return Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
 
@@ -158,7 +158,7 @@ def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, rep
                 times.append(time.perf_counter() - t0)
             # (the ignore: Model is no ModelLike yet, having no backend or home; mypy says when it is)
             rows.append(dict(tokens=n, path=CACHED, seconds_per_token=statistics.median(times), cache_bytes=measured,
-                             formula_bytes=kv_cache_bytes(model, n)))  # type: ignore[arg-type]
+                             formula_bytes=kv_cache_bytes(model, n)))
             times = []
             for _ in range(repeats + 1):
                 t0 = time.perf_counter()

@@ -17,7 +17,7 @@ import socket
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import torch
@@ -36,6 +36,11 @@ from .families import Family, coverage, families, family_of
 from .seam import Request
 from .tokens import Token, readable_tokens
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from .seam import Backend
 
 OFFLINE_DEFAULT = "minilm"
 USE_OFFLINE_DEFAULT = f"use the offline default: --model {OFFLINE_DEFAULT}"  # the CLI's words (the app has its own)
@@ -142,9 +147,9 @@ class Encoding:
         """The same encoding with its tensors on ``device`` (itself when they are there already)."""
         if self.input_ids.device == torch.device(device):
             return self
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
-                       token_type_ids=move(self.token_type_ids))
+        types = None if self.token_type_ids is None else self.token_type_ids.to(device)
+        return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
+                       token_type_ids=types)
 
 
 class LocalBackend:
@@ -180,6 +185,13 @@ class ModelBase:
     tokenizer: Any
     config: Any
     _tokenizer_fingerprint: str | None = field(default=None, init=False, repr=False)
+
+    if TYPE_CHECKING:  # what each sibling answers in its own way (declared for the type checker only)
+        @property
+        def backend(self) -> Backend: ...
+
+        @property
+        def scratch_problem(self) -> str | None: ...
 
     def tokenizer_fingerprint(self) -> str:
         """A digest of the tokenizer, beside :meth:`fingerprint`'s config and weights: the same weights read
@@ -263,8 +275,7 @@ class ModelBase:
         :class:`InputTooLong` unless ``truncate=True``, in which case the first ``max_tokens`` are kept
         and ``Encoding.truncated_from`` reports the original length.
         """
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
+        texts = [texts] if isinstance(texts, str) else list(texts)
         if pairs is None or isinstance(pairs, str):
             pairs = [pairs] * len(texts)
         pairs = list(pairs)
@@ -340,7 +351,7 @@ class LocalModel(ModelBase):
     """A model whose weights are in this process: the Hugging Face module (eager attention, fp32, eval) and, built
     on first use, the from-scratch network over the same weights."""
 
-    hf: torch.nn.Module
+    hf: PreTrainedModel  # eager attention, eval mode, no gradients
     _scratch: object = field(default=None, repr=False)  # the from-scratch network, built on first use
     _scratch_problem: str | None = field(default=None, repr=False)
     _fingerprint: str | None = field(default=None, repr=False)
@@ -414,7 +425,8 @@ class LocalModel(ModelBase):
             return self
         import copy
 
-        hf = copy.deepcopy(self.hf).to(dtype)  # tied weights stay tied; buffers (rotary frequencies) cast too
+        hf = copy.deepcopy(self.hf)
+        torch.nn.Module.to(hf, dtype)  # in place: tied weights stay tied; buffers (rotary frequencies) cast too
         return replace(self, hf=hf, config=hf.config, _scratch=None, _scratch_problem=None, _fingerprint=None)
 
     @property
@@ -465,7 +477,7 @@ def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device:
     device = _device(device)  # a device this machine does not have is refused before the model loads
     model = _load(name, allow_local_paths)
     if device is not None and torch.device(device) != model.device:
-        model.hf.to(device)
+        torch.nn.Module.to(model.hf, device)  # in place (transformers' own .to is typed for other arguments)
     model.scratch_problem  # noqa: B018 - build the from-scratch network now (on the model's device), or say why not
     return model
 
@@ -525,18 +537,18 @@ def _load(name: str, allow_local_paths: bool) -> Model:
         path = SHORT_NAMES[name]()
         return _load_gguf(name, Path(path)) if path.endswith(".gguf") else _load_dir(name, path)
     if name.endswith(".gguf"):
-        path = Path(name).expanduser()
-        if not path.is_file():
+        gguf = Path(name).expanduser()
+        if not gguf.is_file():
             raise ModelUnavailable(f"no GGUF file at {name!r}")
-        return _load_gguf(name, path)
+        return _load_gguf(name, gguf)
     if looks_local(name):
-        path = Path(name).expanduser()
-        if not path.is_dir():
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
             raise ModelUnavailable(
                 f"no model directory at {name!r}: give a directory with config.json, a hub id, "
                 f"or {OFFLINE_DEFAULT!r} (the offline default)"
             )
-        return _load_dir(name, str(path))
+        return _load_dir(name, str(folder))
     return _load_hub(name)
 
 

@@ -27,12 +27,17 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .cluster import join
 from .errors import ModelUnavailable, ProbesError, ServerLost
-from .models import ModelBase
+from .models import LocalModel, ModelBase
 from .seam import Request, registered
-from .trace import TokensAndRules
+from .tokens import Token
+from .trace import ROW_BLOCK, TokensAndRules, Trace
+
+if TYPE_CHECKING:
+    import torch
 
 NAMESPACE = "probes"  # the Ray namespace the servers' actors are named in
 PREFIX = "model:"  # an actor named model:NAME serves NAME
@@ -53,12 +58,12 @@ class ModelServer:
         from . import models
 
         self.problem: ProbesError | None = None
-        self.model = None
+        self.model: LocalModel | None = None
         try:
             self.model = models.load(name, allow_local_paths=allow_local_paths, device=device)
         except ProbesError as exc:  # said by describe(), to the one who started it: a failed constructor says less
             self.problem = exc
-        self.traces: OrderedDict[Request, object] = OrderedDict()
+        self.traces: OrderedDict[Request, Trace] = OrderedDict()
         self.started = time.time()
 
     def describe(self) -> dict:
@@ -67,7 +72,7 @@ class ModelServer:
         only the server can read: its fingerprint)."""
         if self.problem is not None:
             raise self.problem
-        m = self.model
+        m = self.loaded()
         return dict(name=m.name, location=m.location, family=m.family, config=m.config, tokenizer=m.tokenizer,
                     fingerprint=m.fingerprint(), tokenizer_fingerprint=m.tokenizer_fingerprint(),
                     is_causal=m.is_causal, has_lm_head=m.has_lm_head, predicts_tokens=m.predicts_tokens,
@@ -75,12 +80,18 @@ class ModelServer:
                     weight_bytes=m.weight_bytes(), scratch_problem=m.scratch_problem, pid=os.getpid(),
                     started=self.started)
 
-    def _trace(self, request: Request):
+    def loaded(self) -> LocalModel:
+        """The model, which :meth:`describe` has said loaded (a client never gets further when it did not)."""
+        if self.model is None:
+            raise self.problem or ProbesError("the server holds no model")
+        return self.model
+
+    def _trace(self, request: Request) -> Trace:
         from . import runner
 
         t = self.traces.get(request)
         if t is None:
-            t = runner.run(self.model, request.text, request.pair, source=request.source, backend=request.backend,
+            t = runner.run(self.loaded(), request.text, request.pair, source=request.source, backend=request.backend,
                            truncate=request.truncate, logits=request.logits,
                            attention_budget=request.attention_budget)
             self.traces[request] = t
@@ -111,7 +122,9 @@ class ModelServer:
         """``name`` (module:function, one of this package's readers) on this server's model and traces: the
         arguments :data:`MODEL` and :class:`Request` s stand for them."""
         fn = registered(name)
-        held = lambda a: self.model if isinstance(a, ServerModel) else (self._trace(a) if isinstance(a, Request) else a)  # noqa: E731
+        def held(a):
+            return self.loaded() if isinstance(a, ServerModel) else (self._trace(a) if isinstance(a, Request) else a)
+
         return fn(*[held(a) for a in args], **{k: held(v) for k, v in kwargs.items()})
 
     def pid(self) -> int:
@@ -161,7 +174,7 @@ class RayBackend:
 
     name: str  # the model it serves
     address: str  # the cluster's
-    handle: object = field(default=None, repr=False)  # the actor's
+    handle: Any = field(default=None, repr=False)  # the actor's
     wire: Wire = field(default_factory=Wire, repr=False)
     local = False
 
@@ -291,6 +304,24 @@ class RemoteTrace(TokensAndRules):
     What it answers from its tokens, mask and layer rules is :class:`~probes.trace.TokensAndRules`'s, as a local
     :class:`~probes.trace.Trace`'s; the rest are the server's Trace's answers."""
 
+    # the facts the server sends (ModelServer.trace), set in __init__
+    source: str
+    model: str
+    tokens: list[list[Token]]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    is_causal: bool
+    scales: list[float] | None
+    windows: list[int | None] | None
+    n_kv_heads: int | None
+    backend: str
+    note: str
+    lazy: bool
+    n_layers: int
+    n_heads: int
+    has_logits: bool
+    has_qkv: bool
+
     def __init__(self, served: RemoteModel, request: Request, **facts):
         self.remote, self.request = served, request  # facts: the server's Trace's tokens, mask, rules (and model name)
         self.__dict__.update(facts)
@@ -335,8 +366,8 @@ class RemoteTrace(TokensAndRules):
     def layer_qkv(self, layer: int):
         return self._read("layer_qkv", layer)
 
-    def head_summary(self, layer: int, item: int = 0, block: int | None = None):
-        return self._read("head_summary", layer, item, *(() if block is None else (block,)))
+    def head_summary(self, layer: int, item: int = 0, block: int = ROW_BLOCK):
+        return self._read("head_summary", layer, item, block)
 
     def all_attention(self, item: int = 0):
         return self._read("all_attention", item)
@@ -383,10 +414,10 @@ def serve(name: str, address: str = "auto", gpus: float = 0, cpus: int = 1, allo
     import ray
 
     join(address)
-    actor = ray.remote(ModelServer).options(
+    actor: Any = ray.remote(ModelServer).options(
         name=PREFIX + name, namespace=NAMESPACE, lifetime="detached" if detached else None, max_restarts=-1,
         num_cpus=cpus, num_gpus=gpus or None, get_if_exists=True)
-    handle = actor.remote(name, allow_local_paths, "cuda" if gpus else "cpu", cpus)
+    handle: Any = actor.remote(name, allow_local_paths, "cuda" if gpus else "cpu", cpus)
     try:
         return connect(name, address, handle)  # this handle keeps an actor that is not detached alive
     except ProbesError:
@@ -400,6 +431,7 @@ def stop(name: str, address: str = "auto") -> None:
 
     join(address)
     try:
-        ray.kill(ray.get_actor(PREFIX + name, namespace=NAMESPACE), no_restart=True)
+        held: Any = ray.get_actor(PREFIX + name, namespace=NAMESPACE)
+        ray.kill(held, no_restart=True)
     except ValueError:
         pass

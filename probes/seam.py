@@ -55,8 +55,8 @@ class Backend(Protocol):
 
     local: bool
 
-    def run(self, model: ModelLike, request: Request) -> TraceLike:
-        """The trace of ``request`` on ``model``."""
+    def run(self, model: Any, request: Request) -> TraceLike:
+        """The trace of ``request`` on ``model`` (the model this backend holds: each backend takes its own kind)."""
         ...
 
     def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -58,8 +59,13 @@ class TokensAndRules:
     attention_mask: torch.Tensor
     windows: list[int | None] | None
     n_kv_heads: int | None
-    n_layers: int  # a property of Trace (its hidden states), a fact a RemoteTrace is sent
-    n_heads: int
+
+    if TYPE_CHECKING:  # a Trace's properties (from its tensors), facts a RemoteTrace is sent
+        @property
+        def n_layers(self) -> int: ...
+
+        @property
+        def n_heads(self) -> int: ...
 
     @property
     def batch_size(self) -> int:
@@ -140,13 +146,15 @@ class Trace(TokensAndRules):
 
     @property
     def n_heads(self) -> int:
-        return (self.attn or self.lse)[0].shape[1]
+        held = self.attn if self.attn is not None else self.lse
+        assert held is not None, "a trace holds its probabilities or their logsumexp"
+        return held[0].shape[1]
 
     # -- q, k, v -------------------------------------------------------------------------------
     def layer_qkv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of every head of one layer, ``[B, H, L, d]`` each (recomputed for a lazy trace)."""
         self.check(layer, None)
-        if self.q is not None:
+        if self.q is not None and self.k is not None and self.v is not None:
             return self.q[layer], self.k[layer], self.v[layer]
         if self.qkv_of is None:
             raise ValueError(f"this trace ({self.source}) does not hold q, k and v")
@@ -171,6 +179,7 @@ class Trace(TokensAndRules):
         k = k[item, heads // self.group] if isinstance(heads, int) else repeat_kv(k[item], self.group)[heads]
         q = q[item, heads][..., rows, :]
         k = k[..., idx, :]
+        assert self.lse is not None and self.scales is not None, "a lazy trace keeps its logsumexp and scales"
         lse = self.lse[layer][item, heads][..., rows]
         scores = (upcast(q) @ upcast(k).transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
         probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
@@ -192,7 +201,7 @@ class Trace(TokensAndRules):
         if picked.ndim == 0:
             picked = picked[None]
         heads = slice(None) if head is None else head
-        if not self.lazy:
+        if self.attn is not None:  # not lazy
             a = self.attn[layer][item, heads]
             return a[..., picked, :][..., idx]
         qk = self.layer_qkv(layer)
@@ -209,8 +218,9 @@ class Trace(TokensAndRules):
     def layer_attention(self, layer: int) -> torch.Tensor:
         """All heads of one layer for the whole batch, ``[B, H, L, L]`` (padding included; its rows and
         columns are not meaningful). Materialises L² per head: for parity on modest inputs."""
-        if not self.lazy:
+        if self.attn is not None:  # not lazy
             return self.attn[layer]
+        assert self.lse is not None, "a lazy trace keeps its logsumexp"
         b, h, n = self.lse[layer].shape
         out = torch.zeros(b, h, n, n, dtype=self.lse[layer].dtype, device=self.lse[layer].device)
         for item in range(b):
@@ -231,8 +241,8 @@ class Trace(TokensAndRules):
         n = len(self.valid(item))
         h = self.n_heads
         dev = self.attention_mask.device
-        kind = dict(dtype=working_dtype(self.hidden_states[0].dtype), device=dev)
-        entropy, previous, received = torch.zeros(h, n, **kind), torch.zeros(h, n, **kind), torch.zeros(h, n, **kind)
+        dtype = working_dtype(self.hidden_states[0].dtype)
+        entropy, previous, received = (torch.zeros(h, n, dtype=dtype, device=dev) for _ in range(3))
         argmax = torch.zeros(h, n, dtype=torch.long, device=dev)
         for start in range(0, n, block):
             rows = slice(start, min(n, start + block))

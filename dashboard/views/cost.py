@@ -98,7 +98,7 @@ def _kv_cache(ctx: ui.Context) -> None:
             kinds.append((f"{m.n_heads} key/value heads (one per query head)", False))
         # (the ignore: Model is no ModelLike yet, having no backend or home; mypy says when it is)
         formula = pd.DataFrame([dict(tokens=n, path=name,
-                                     MiB=cost.kv_cache_bytes(m, n, grouped) / 2**20)  # type: ignore[arg-type]
+                                     MiB=cost.kv_cache_bytes(m, n, grouped) / 2**20)
                                 for name, grouped in kinds for n in grid])
         contexts = tuple(n for n in DECODE_CONTEXTS if n + 8 <= top)
         measured = None

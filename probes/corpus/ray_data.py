@@ -129,7 +129,7 @@ class DatasetCorpus(Corpus):
             with _in_order():
                 for batch in ds.select_columns([self.field]).iter_batches(batch_size=READ_ROWS,
                                                                           batch_format="pyarrow"):
-                    for text in batch.column(0).to_pylist():
+                    for text in batch.column(0).to_pylist():  # type: ignore[union-attr]  # pyarrow, as asked
                         h.update(b"\1" if text is None else text.encode() + b"\0")
                         if text is None or not text.strip():
                             bad.append(f"{self.name} row {row_id}: {self.field!r} is "

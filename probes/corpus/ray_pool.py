@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable, Iterator
+from typing import Any
 
 WAIT_FOR_WORKERS_S = 600
 
@@ -116,13 +117,13 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
         ray.data.DataContext.get_current().wait_for_min_actors_s = WAIT_FOR_WORKERS_S
         # on the driver's node, which lives as long as the run (soft affinity may place it on a worker's node)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        attempts = ray.remote(num_cpus=0)(Attempts).options(scheduling_strategy=here).remote()
+        attempts: Any = ray.remote(num_cpus=0)(Attempts).options(scheduling_strategy=here).remote()
         labels = {job.index: getattr(job, "label", "") for job in jobs}
         # cloudpickle (Ray's): a job's class travels by value where asked to (register_pickle_by_value: a class
         # made in a notebook or a test), by reference (the installed package) otherwise, and plain pickle reads it
         rows = [{"job": cloudpickle.dumps(job)} for job in jobs]
-        ds = ray.data.from_items(rows, override_num_blocks=len(rows))  # one chunk a block: streamed one by one
-        ds = ds.map_batches(
+        items = ray.data.from_items(rows, override_num_blocks=len(rows))  # one chunk a block: streamed one by one
+        ds = items.map_batches(
             ChunkWorker, batch_size=1, batch_format="numpy",
             fn_constructor_kwargs=dict(model=model.name, allow_local_paths=allow_local_paths, device=device,
                                        threads=cpus_per_worker, attempts=attempts),

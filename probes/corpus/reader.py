@@ -175,7 +175,9 @@ class Corpus:
     # -- the whole file, then one chunk -------------------------------------------------------------------
     def scan(self, size: int) -> Scan:
         """One streaming pass: the chunks of ``size`` usable texts, the bad rows, the blank lines."""
-        chunks, bad, blank, n = [], [], 0, 0
+        chunks: list[Chunk] = []
+        bad: list[str] = []
+        blank, n = 0, 0
         if self.suffix == ".parquet":
             for row_id, group, row, _text, problem in self._parquet():
                 if problem:
