@@ -60,12 +60,16 @@ class TokensAndRules:
     windows: list[int | None] | None
     n_kv_heads: int | None
 
-    if TYPE_CHECKING:  # a Trace's properties (from its tensors), facts a RemoteTrace is sent
+    is_causal: bool
+
+    if TYPE_CHECKING:  # a Trace's properties (from its tensors), facts a RemoteTrace is sent; its attention
         @property
         def n_layers(self) -> int: ...
 
         @property
         def n_heads(self) -> int: ...
+
+        def all_attention(self, item: int = 0) -> torch.Tensor: ...
 
     @property
     def batch_size(self) -> int:

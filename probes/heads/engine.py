@@ -28,7 +28,7 @@ import torch
 
 from ..precision import upcast
 from ..tokens import Token, align_to_words
-from ..trace import Trace
+from ..trace import TokensAndRules
 
 OFFSETS = tuple(o for o in range(-5, 6) if o != 0)
 PAST = tuple(o for o in OFFSETS if o < 0)  # what a decoder's fixed-offset baseline may use: it sees only the past
@@ -129,10 +129,10 @@ def token_attention(data: Iterable) -> Iterator[tuple[list[Token], torch.Tensor]
     (hand-built ones, e.g. planted heads in tests), passed through. A lazy Trace (``sdpa``/``flash``)
     serves as well as a materialised one: attention is asked for through :meth:`Trace.all_attention`."""
     for entry in data:
-        if isinstance(entry, Trace):
+        if isinstance(entry, TokensAndRules):  # a Trace, or a served model's RemoteTrace
             for item in range(entry.batch_size):
                 yield entry.real_tokens(item), entry.all_attention(item)
-        elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Trace):
+        elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], TokensAndRules):
             trace, item = entry
             yield trace.real_tokens(item), trace.all_attention(item)
         else:
@@ -147,8 +147,8 @@ def peek_causal(data: Iterable) -> tuple[bool | None, Iterator]:
     first = next(data, None)
     if first is None:
         return False, iter(())
-    trace = first if isinstance(first, Trace) else first[0] if isinstance(first, tuple) else None
-    causal = trace.is_causal if isinstance(trace, Trace) else None
+    trace = first if isinstance(first, TokensAndRules) else first[0] if isinstance(first, tuple) else None
+    causal = trace.is_causal if isinstance(trace, TokensAndRules) else None
     return causal, itertools.chain([first], data)
 
 
