@@ -174,7 +174,7 @@ def sidebar_input() -> data.Input:
     return data.Input(v.model, v.text, v.pair.strip() or None, v.source, v.backend, v.truncate)
 
 
-def sidebar_model(model: probes.Model) -> None:
+def sidebar_model(model: probes.ModelLike) -> None:
     sb = st.sidebar
     v = ui.view()
     if not model.scratch_supported and v.source != "hf":

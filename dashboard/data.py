@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -180,7 +181,7 @@ def watched(progress=None, advice: str | None = None):
     server = runtime.get_instance() if ctx is not None and runtime.exists() else None
 
     def step(*args) -> None:
-        if server is not None and not server.is_active_session(ctx.session_id):
+        if server is not None and ctx is not None and not server.is_active_session(ctx.session_id):
             st.stop()  # the browser has gone (Streamlit keeps a closed tab's session a while, and its run going)
         if bound is not None and clock() - started > bound:
             raise TookTooLong(f"This took longer than the {bound:g} seconds the public app gives one computation, so "
@@ -215,23 +216,23 @@ class RunInfo:
 
 
 @st.cache_resource(max_entries=MODELS_LOADED, show_spinner="Loading the model…")
-def load_model(name: str, allow_local_paths: bool) -> probes.Model:
+def load_model(name: str, allow_local_paths: bool) -> probes.ModelLike:
     return probes.load(name, allow_local_paths=allow_local_paths, device="auto")
 
 
 @st.cache_resource(max_entries=16, show_spinner="Connecting to the model's server on the Ray cluster…")
-def served_model(name: str, address: str) -> probes.Model:
+def served_model(name: str, address: str) -> probes.ModelLike:
     """The model a server on the Ray cluster at ``address`` holds (a ``RemoteModel``: its tokenizer and config here,
     its weights there; light, so more are kept than :data:`MODELS_LOADED`)."""
     return probes.load(name, ray=address)
 
 
-def model_named(name: str) -> probes.Model:
+def model_named(name: str) -> probes.ModelLike:
     """The model of that name (for work that does not depend on the sidebar's text: probes, generation)."""
     return model_of(Input(name, "", None, "hf", "eager", False))
 
 
-def model_of(inp: Input) -> probes.Model:
+def model_of(inp: Input) -> probes.ModelLike:
     """The model of this input: from the Ray cluster (``PROBES_RAY_ADDRESS``) when a server there holds it (it may
     then be one this deployment does not load itself), else loaded here."""
     served, offered = served_models(), allowed_models()
@@ -242,7 +243,7 @@ def model_of(inp: Input) -> probes.Model:
     return load_model(name, not public())
 
 
-def _run(inp: Input) -> probes.Trace:
+def _run(inp: Input) -> probes.TraceLike:
     """The trace of this input, made now (not kept). On a public app with the public budget of probabilities, and
     without the logits: no page draws them (the lens and the attributions make their own), only the parity badge
     compared them, and on SmolLM2 they are half a trace (a 2,000-character text: 88 MiB of its 170)."""
@@ -252,7 +253,7 @@ def _run(inp: Input) -> probes.Trace:
 
 
 @st.cache_resource(max_entries=4 * TRACES_KEPT, show_spinner="Running the model…")  # `trace` evicts, by bytes
-def _traced(inp: Input, where: str = "") -> probes.Trace:
+def _traced(inp: Input, where: str = "") -> probes.TraceLike:
     """``where``: the Ray cluster whose server holds the model ("": this process), so that a trace made here is not
     taken for the server's (or the other way round) when the cluster comes or goes."""
     return _run(inp)
@@ -263,7 +264,7 @@ _held: OrderedDict[Input, tuple[str, int]] = OrderedDict()
 _held_lock = threading.Lock()
 
 
-def trace(inp: Input) -> probes.Trace:
+def trace(inp: Input) -> probes.TraceLike:
     """The trace of this input, kept for the next rerun (a head change reruns no model). At most ``TRACES_KEPT``
     are kept, and at most ``TRACE_BYTES`` of them (``PUBLIC_TRACE_BYTES`` on a public deployment): the least
     recently used go first, and the newest is always kept. Counted in bytes, not entries: one 2,000-character
@@ -310,6 +311,18 @@ PUBLIC_QUESTIONS = 300  # …on a public deployment (about 10 s on SmolLM2 on tw
 MAX_QUESTION_BYTES = 2_000_000  # bytes of one upload of questions
 _evidence: OrderedDict[tuple, object] = OrderedDict()
 _evidence_lock = threading.Lock()
+
+
+class _Batched(TypedDict, total=False):
+    """The texts a pass traces at once, where a deployment bounds them (else the library's default)."""
+
+    batch_size: int
+
+
+class _Budgeted(_Batched, total=False):
+    """...and the bytes of probabilities a trace of them keeps."""
+
+    attention_budget: int
 
 
 @dataclass(frozen=True)
@@ -369,9 +382,11 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
             return _evidence[key]
     questions = None
     if asked.upload is not None:
+        if raw is None:  # not kept (see above): the upload's own bytes are needed to judge on it
+            raise TypeError(f"question_evidence: the questions of {asked.upload[0]} were not given (raw)")
         questions = list(question_upload(asked.upload[0], raw))
     model = model_of(inp)
-    batch = {}
+    batch: _Budgeted = {}
     if public():  # texts traced at once within the public work budget: what a trace keeps of each text, its
         # probabilities (every head's) or, past the public attention budget, its hidden states (a lazy trace: each
         # question's row recomputed), and one layer's scores, probabilities and mask while the pass runs
@@ -448,7 +463,8 @@ def head_norms(inp: Input, layer: int, head: int, rows: tuple[int, int] | None =
     from probes.effects.norms import value_norms
 
     picked = slice(*rows) if rows else None
-    return value_norms(trace(inp), model_of(inp), layer, head, rows=picked).float().cpu().numpy()
+    got = value_norms(trace(inp), model_of(inp), layer, head, rows=picked)
+    return got.float().cpu().numpy()
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -476,8 +492,9 @@ def composition(name: str, layer: int, head: int, convention: str = "raw") -> pd
     from probes.effects.compose import composition_scores
     from probes.evidence.edges import composition_floors
 
-    return composition_floors(composition_scores(model_named(name), receivers=[(layer, head)],
-                                      convention=convention))
+    scores = composition_scores(model_named(name), receivers=[(layer, head)],
+                                convention=convention)
+    return composition_floors(scores)
 
 
 # token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one
@@ -560,7 +577,8 @@ def parity_report(inp: Input) -> parity.ParityReport:
     candidate = replace(inp, source="scratch", backend=parity_backend(inp))
     keep = inp.source == "scratch" or not public()
     return parity.compare(trace(replace(inp, source="hf", backend="eager")),
-                   trace(candidate) if keep else _run(candidate), progress=watched(advice="shorten the text"))
+                   trace(candidate) if keep else _run(candidate),
+                   progress=watched(advice="shorten the text"))
 
 
 @dataclass(frozen=True)
@@ -586,7 +604,8 @@ def parity_backend(inp: Input) -> str:
 def prove_parity(inp: Input) -> Proof:
     """Run the float64 check of this input (a float64 copy of the model, built and dropped: 1 GiB for SmolLM2;
     a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session."""
-    r = parity.check(model_of(inp), inp.text, inp.pair, truncate=inp.truncate, backend=parity_backend(inp),
+    r = parity.check(model_of(inp), inp.text, inp.pair,
+                truncate=inp.truncate, backend=parity_backend(inp),
                 dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
     proof = Proof(r.passed, r.backend, r.attention_max_abs_diff, r.hidden_max_rel_diff, r.logits_max_rel_diff,
                   r.tolerance)
@@ -798,9 +817,9 @@ def probe_table(name: str, probe: str, limit: int, progress=None) -> pd.DataFram
     tables = st.session_state.setdefault("probe_tables", {})
     key = (name, probe, limit)
     if key not in tables:  # each label's head chosen on half of the items, judged on the other half
+        batch: _Batched = {"batch_size": PUBLIC_PROBE_BATCH} if public() else {}
         tables[key] = judged.run_probe(model_named(name), probe, limit,
-                              progress=watched(progress, "run fewer items"),
-                              **({"batch_size": PUBLIC_PROBE_BATCH} if public() else {}))
+                              progress=watched(progress, "run fewer items"), **batch)
         while len(tables) > PROBE_TABLES_KEPT:
             tables.pop(next(iter(tables)))
     return tables[key]

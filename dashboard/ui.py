@@ -55,7 +55,7 @@ class Context:
     there are none (empty text, too long…)."""
 
     inp: data.Input
-    model: probes.Model
+    model: probes.ModelLike
     info: data.RunInfo | None
     error: str | None
 

@@ -202,7 +202,7 @@ class TraceLike(Protocol):
 # -- readers: functions that run where the model is -------------------------------------------------
 
 READERS: dict[str, Callable[..., Any]] = {}  # "module:qualname" -> the function, as written (runs here)
-F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 def home(values: Sequence[Any]) -> Backend | None:
@@ -215,10 +215,12 @@ def home(values: Sequence[Any]) -> Backend | None:
     return None
 
 
-def reader(fn: F) -> F:
+def reader(fn: Callable[..., R]) -> Callable[..., R]:
     """Register ``fn`` as a reader: callable where its model is. With a remote model or trace among its arguments
     the call goes to that model's backend (:meth:`Backend.call`), which runs the registered function on the
-    server's own model and traces; otherwise it is ``fn`` itself, here."""
+    server's own model and traces; otherwise it is ``fn`` itself, here. ``fn``'s annotations describe its body,
+    which runs where the weights are (a ``LocalModel``, a ``Trace``); the reader takes their stand-ins too (any
+    ``ModelLike``, ``TraceLike``), so its arguments are not checked against them; its result type is kept."""
     name = f"{fn.__module__}:{fn.__qualname__}"
     if "<" in fn.__qualname__:
         raise TypeError(f"{name}: only module-level functions (or a class's methods) can be readers")
@@ -236,7 +238,7 @@ def reader(fn: F) -> F:
         return backend.call(name, fn, bound.args, bound.kwargs)
 
     where_the_model_is.reader_name = name  # type: ignore[attr-defined]
-    return where_the_model_is  # type: ignore[return-value]
+    return where_the_model_is
 
 
 def registered(name: str) -> Callable[..., Any]:

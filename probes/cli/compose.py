@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from .common import MODEL_HELP, draws, load_model, loading_options, positive, seed
 
@@ -24,14 +25,18 @@ def run_compose(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.kind)  # bad options fail before the model loads
     model = load_model(args)
     layer, head = parse_receiver(args.receiver, model.n_layers, model.n_heads)
-    frame = composition_floors(composition_scores(model, kinds, receivers=[(layer, head)], draws=args.draws,
+    # these are readers (@probes.seam.reader) typed Model | Network: a served model (--ray) is right too, its
+    # server runs them on its own LocalModel
+    frame = composition_floors(composition_scores(model,
+                                                  kinds, receivers=[(layer, head)], draws=args.draws,
                                                   seed=args.seed, convention=args.convention))
     lines = notes(model, args.convention)
     said = convention_said(model, args.convention)
-    if len(set(conventions(model).values())) > 1:  # a LayerNorm decoder: the other convention gives other numbers
+    # a LayerNorm decoder: the other convention gives other numbers
+    if len(set(conventions(model).values())) > 1:
         said += ("; --convention raw leaves it out" if args.convention == "transformerlens" else
                  "; --convention transformerlens folds it in as TransformerLens's defaults do")
-    result = {}
+    result: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         part = frame[frame.kind == kind].dropna(subset=["score"]).sort_values("score", ascending=False)
         top = part.head(args.top)

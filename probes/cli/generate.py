@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..generation import GENERATE_BACKENDS
 from .common import index, load_model, loading_options, positive, seed, temperature, text_arg, top_k, top_p
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     proof = g.prove(model, gen, "hf")
     hf_ids = None if sampling.sample else g.hf_generate(model, args.prompt, gen.n_steps)
     same = None if hf_ids is None else hf_ids == gen.new_ids
+    steps: list[dict[str, Any]]
     steps = [dict(step=s, query=gen.tokens[gen.query_position(s)].text,
                   wrote=gen.tokens[gen.query_position(s) + 1].text,
                   top=[dict(position=p, token=t, weight=round(w, 4)) for p, t, w in gen.top_keys(s, layer, args.head)],

@@ -14,8 +14,9 @@ def run(args: argparse.Namespace) -> int:
     from .. import parity
 
     model = load_model(args)
-    report = parity.check(model, args.text, args.pair, truncate=args.truncate, backend=args.backend,
-                          dtype=args.dtype)
+    # a reader typed Model: a served model (--ray) is right too, its server checks its own LocalModel
+    report = parity.check(model,
+                          args.text, args.pair, truncate=args.truncate, backend=args.backend, dtype=args.dtype)
     if args.json:
         print(report.to_json())
     else:

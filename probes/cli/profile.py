@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out, args.force, {"--data": args.data},  # before anything heavy: one line, at once
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
     notify = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
-    executor, started, threads, pool_stats = None, False, None, {}
+    executor, started, threads = None, False, None
+    pool_stats: dict = {}
     if args.ray:
         quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
         executor, started = on_ray(args, pool_stats, notify)
@@ -121,6 +122,8 @@ def run_corpus(args: argparse.Namespace) -> int:
     # every output at once, before anything heavy: bad paths are one line, at once, and both files are this run's
     check_out(args.out, args.force, {"--corpus": args.corpus}, also={"--examples": given},
               formats={"--examples": parquet}, notify=lambda message: print(f"note: {message}", file=sys.stderr))
+    if given is None:  # (check_out refuses an --out with no name, the one way to get here without --examples)
+        raise BadOption(f"--out {args.out}: give a file name")
     examples = Path(given)
     if is_uri(args.corpus) and not args.ray:
         raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray (alone, a local Ray on "
@@ -129,11 +132,11 @@ def run_corpus(args: argparse.Namespace) -> int:
     if args.ray:
         from ..corpus.ray_data import DatasetCorpus
 
-        corpus: Corpus = DatasetCorpus(args.corpus, args.field or "text")
+        dataset = DatasetCorpus(args.corpus, args.field or "text")
+        dataset.check()  # a store that cannot be read: one line, before Ray starts and the models load
+        corpus: Corpus = dataset
     else:
         corpus = Corpus(args.corpus, args.field or "text")
-    if args.ray:
-        corpus.check()  # a store that cannot be read: one line, before Ray starts and the models load
     names = [n.strip() for n in args.model.split(",") if n.strip()]
     if not names:
         raise BadOption("--model is empty: give one model, or several separated by commas")
