@@ -142,20 +142,19 @@ class Pass:
         for name, fns in table(then, n_layers).items():  # the caller's own reads, after the given hooks
             self.hooks.setdefault(name, []).extend(fns)
         self.stop_after = None if stop_after is None else check(stop_after, n_layers)
-        self.active = bool(self.hooks) or stop_after is not None  # False: every point returns its tensor at once
+        # (layer, name) of every point with something to do: a hook, the stop, attn_out where attn.result is hooked
+        self._where = {split(full) for full in [*self.hooks, *([self.stop_after] if stop_after else [])]}
+        self._where |= {(layer, "attn_out") for layer, name in list(self._where) if name == "attn.result"}
+        self.active = bool(self._where)  # False: every point returns its tensor at once
         self._z: dict[int, torch.Tensor] = {}  # each layer's z, kept only while attn.result is hooked there
-
-    def hooked(self, name: str) -> bool:
-        """Whether the point ``name`` (full) has a hook or is where the pass stops."""
-        return self.active and (name in self.hooks or name == self.stop_after)
 
     def at(self, name: str, layer: int | None, x: torch.Tensor) -> torch.Tensor:
         """The point ``name`` of ``layer`` (None: a point of the whole network) reached with ``x``: its hooks run in
         order, each on what the one before handed on; returns the tensor the pass goes on with."""
-        if not self.active:
+        if (layer, name) not in self._where:  # nothing to do here: the tensor as it came
             return x
         full = name if layer is None else f"blocks.{layer}.{name}"
-        if name == "attn_out" and f"blocks.{layer}.attn.result" in self.hooks:
+        if name == "attn_out" and (layer, "attn.result") in self._where:
             x = self._result(layer, x)
         for fn in self.hooks.get(full, ()):
             got = fn(x, full)
@@ -168,7 +167,7 @@ class Pass:
     def edit_of(self, name: str, layer: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """``x -> x`` running the point ``name`` of ``layer`` (what an eager attention calls on its scores and
         pattern), or None when nothing is hooked there (the attention then works in place, as without hooks)."""
-        if not self.hooked(f"blocks.{layer}.{name}"):
+        if (layer, name) not in self._where:
             return None
         return lambda x: self.at(name, layer, x)
 
@@ -180,7 +179,7 @@ class Pass:
         z = self.attention(layer, q, k, v, spec, self)
         if self.active:
             z = self.at("attn.z", layer, z)
-            if f"blocks.{layer}.attn.result" in self.hooks:
+            if (layer, "attn.result") in self._where:
                 self._z[layer] = z
         return z
 
