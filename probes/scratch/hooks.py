@@ -191,7 +191,7 @@ class Pass:
         result = torch.einsum("bhld,hdD->blhD", z, w_o.to(z.dtype))
         name = f"blocks.{layer}.attn.result"
         edited = False
-        for fn in self.hooks[name]:
+        for fn in self.hooks.get(name, ()):  # none where the pass only stops here
             got = fn(result, name)
             if got is not None:
                 result, edited = got, True

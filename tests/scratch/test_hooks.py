@@ -81,6 +81,10 @@ def test_stop_after_returns_what_came_before_and_no_logits(model):
     assert len(cut.each("resid_pre")) == 2 and len(cut.each("attn.z")) == 2
     assert all(torch.equal(a, b) for a, b in zip(cut.each("attn.z"), whole.each("attn.z")))
     assert torch.equal(cut["blocks.1.resid_pre"], whole["blocks.1.resid_pre"])
+    for name in ("embed", "blocks.0.attn.scores", "blocks.0.attn.result", "blocks.1.mlp_out", "final"):  # any point
+        stopped = scratch.run(model, enc, keep=["resid_pre"], stop_after=name)
+        assert stopped.stopped == name and stopped.logits is None
+        assert len(stopped.each("resid_pre")) == (0 if name == "embed" else 1 if name.startswith("blocks.0") else 2)
 
 
 def test_an_unknown_point_is_refused_naming_the_valid_ones(gpt2_model):
