@@ -10,7 +10,8 @@ every position and lets the rest of the network run on:
 
 Every single-head ablation of a text runs as batched passes: row b of a batch is a copy of the text with
 head b ablated (:func:`ablate_each`), which is many times faster than one pass per head
-(``benchmarks/ablation.py``).
+(``benchmarks/ablation.py``). An ablation is an edit hook on each layer's ``attn.z`` (:func:`ablation_hooks`, on
+the from-scratch pass :func:`probes.scratch.run`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from ..seam import reader
 from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
 from ..precision import working_dtype
-from ..scratch import build, outputs
-from ..trace import Outputs
+from ..scratch import Ran, build, point, run
 from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_stats
 
 HOWS = ("zero", "mean", "patch")
@@ -45,18 +45,19 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
     total, count = None, 0
     for start in range(0, len(texts), batch_size):
         enc = model.encode(texts[start:start + batch_size], truncate=True)
-        got = outputs(model, enc, logits=False, keep_z=True)
-        real = enc.attention_mask.to(got.z[0].device).bool()  # [B, L]
-        sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in got.z])  # [layers, H, d]
+        zs = run(model, enc, logits=False, keep=["attn.z"]).each("attn.z")
+        real = enc.attention_mask.to(zs[0].device).bool()  # [B, L]
+        sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in zs])  # [layers, H, d]
         total = sums if total is None else total + sums
         count += int(real.sum())
     return (total / count).to(working_dtype(model.dtype))
 
 
-def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
-                  patch: list[torch.Tensor] | None = None) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    """The ``edit`` for a batch whose row b ablates the heads ``rows[b]`` (a row may ablate none: the clean
-    copy). ``means``: :func:`head_means`; ``patch``: the other input's z of every layer (``[1, H, L, d]``)."""
+def ablation_hooks(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
+                   patch: list[torch.Tensor] | None = None) -> dict:
+    """The hooks (:func:`probes.scratch.run`) for a batch whose row b ablates the heads ``rows[b]`` (a row may ablate
+    none: the clean copy): an edit of ``attn.z`` in each layer with an ablated head. ``means``: :func:`head_means`;
+    ``patch``: the other input's z of every layer (``[1, H, L, d]``)."""
     if how not in HOWS:
         raise BadOption(f"unknown ablation {how!r}: choose one of {', '.join(HOWS)}")
     if how == "mean" and means is None or how == "patch" and patch is None:
@@ -68,9 +69,7 @@ def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", 
             batch.append(b)
             which.append(head)
 
-    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
-        if layer not in by_layer:
-            return z
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:  # z [B, H, L, d], fresh from the attention: written over
         b, h = (torch.tensor(x, device=z.device) for x in by_layer[layer])
         if how == "zero":
             z[b, h] = 0.0
@@ -79,6 +78,19 @@ def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", 
         else:
             z[b, h] = patch[layer][0, h].to(z)  # [k, L, d]: the other input's output at each position
         return z
+
+    return {point(layer, "attn.z"): lambda z, name, layer=layer: edit(layer, z) for layer in by_layer}
+
+
+def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
+                  patch: list[torch.Tensor] | None = None) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """:func:`ablation_hooks` as one ``edit(layer, z)`` (what :func:`probes.scratch.outputs`, the old form of the pass,
+    takes: ``benchmarks/effects_checks.py``)."""
+    hooks = ablation_hooks(rows, how, means, patch)
+
+    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
+        name = point(layer, "attn.z")
+        return hooks[name](z, name) if name in hooks else z
 
     return edit
 
@@ -89,7 +101,8 @@ class Clean:
 
     enc: object
     n: int  # real tokens
-    out: Outputs  # without logits: the next-token measures read them from the last hidden state (measures.lm_stats)
+    out: Ran  # without logits (the next-token measures read them from the last hidden state, measures.lm_stats),
+    # keeping each layer's input (resid_pre): where a batch of edited copies resumes
     lm: bool  # the next-token measures apply and were asked for
 
 
@@ -102,7 +115,7 @@ def clean_pass(model, text: str, truncate: bool = False, logits: bool = True, up
         cut = lambda t: None if t is None else t[:, :upto]  # noqa: E731 (one text: no padding)
         enc = replace(enc, input_ids=cut(enc.input_ids), attention_mask=cut(enc.attention_mask),
                       token_type_ids=cut(enc.token_type_ids), tokens=[row[:upto] for row in enc.tokens])
-    return Clean(enc, int(enc.attention_mask.sum()), outputs(model, enc, logits=False, keep_inputs=True),
+    return Clean(enc, int(enc.attention_mask.sum()), run(model, enc, logits=False, keep=["resid_pre"]),
                  logits and model.predicts_tokens)
 
 
@@ -142,7 +155,7 @@ def replacements(model, how: str, clean: Clean, other: str | None = None,
             raise BadOption(f"patching needs two texts of the same length in tokens: this one has "
                             f"{clean.enc.input_ids.shape[1]}, the other {enc.input_ids.shape[1]} on {model.name} "
                             "(change words for words of one token each)")
-        return {"patch": outputs(model, enc, logits=False, keep_z=True).z}
+        return {"patch": run(model, enc, logits=False, keep=["attn.z"]).each("attn.z")}
     if how != "zero":
         raise BadOption(f"unknown ablation {how!r}: choose one of zero, mean, patch")
     return {}
@@ -175,11 +188,11 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
     when one needs them and the clean pass asked for them). ``progress(done, total)``: called after each row is measured."""
     size = batch or _copies(model, clean)
     lm = clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
-    ids = clean.enc.input_ids[0].to(clean.out.hidden.device)
+    ids = clean.enc.input_ids[0].to(clean.out.final.device)
     unembedding = build(model).unembedding if lm else None
     stats = lambda hidden: lm_stats(ids, clean.n, position, targets, hidden=hidden,  # noqa: E731
                                     unembedding=unembedding) if lm else None
-    clean_lm = stats(clean.out.hidden)
+    clean_lm = stats(clean.out.final)
     parts: dict[str, list[torch.Tensor]] = {}
     first_layer = [min((layer for layer, _ in heads), default=model.n_layers) for heads in rows]
     chunks, start = [], 0
@@ -198,9 +211,9 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
                          token_type_ids=many(enc.token_type_ids))
         resume = None
         if share and 0 < first < model.n_layers:
-            resume = (first, clean.out.inputs[first].expand(len(chunk), -1, -1))
-        got = outputs(model, copies, edit=ablation_edit(chunk, how, **writes), logits=False, resume=resume)
-        measured = compare(clean.out.hidden[0], got.hidden, clean.n, clean_lm, stats(got.hidden), position, measures)
+            resume = (first, clean.out[point(first, "resid_pre")].expand(len(chunk), -1, -1))
+        got = run(model, copies, ablation_hooks(chunk, how, **writes), logits=False, resume=resume)
+        measured = compare(clean.out.final[0], got.final, clean.n, clean_lm, stats(got.final), position, measures)
         for key, value in measured.items():
             parts.setdefault(key, []).append(value.cpu())
         if progress is not None:

@@ -19,7 +19,7 @@ import torch
 
 from ..seam import reader
 from ..errors import BadOption
-from ..scratch import build, outputs
+from ..scratch import build, point, run
 from ..head_index import check_position
 
 
@@ -97,15 +97,17 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
     for t in (target, other):
         if t is not None and not 0 <= t < vocab:
             raise BadOption(f"token id {t} is outside {model.name}'s vocabulary of {vocab}")
-    got = outputs(model, enc, keep_z=True)
+    last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
+    got = run(model, enc, keep=["attn.z", last])
+    residual = got[last][0, position]
     with torch.inference_mode():
         u = net.unembedding[target].double()
         if other is not None:
             u = u - net.unembedding[other].double()
-        frozen, bias = net.final_norm(got.residual[0, position])
+        frozen, bias = net.final_norm(residual)
         shares = []
-        rest_part = got.residual[0, position].double()  # the residual, less every head's write below
-        for layer, z in enumerate(got.z):
+        rest_part = residual.double()  # the residual, less every head's write below
+        for layer, z in enumerate(got.each("attn.z")):
             w_o, _b = net.head_out(layer)  # [H, d, D]
             parts = torch.einsum("hd,hdD->hD", z[0, :, position].double(), w_o.double())  # each head's write
             shares.append(frozen(parts) @ u)

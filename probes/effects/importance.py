@@ -34,7 +34,7 @@ from ..datasets.catalog import read_items, texts as texts_of
 from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
 from ..runner import note_cuts
-from ..scratch import outputs
+from ..scratch import layer_of, run
 from .ablation import ablate_each
 
 PROJECTIONS = 8  # random directions per item for an encoder
@@ -58,23 +58,24 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
     enc = model.encode([t for t in texts for _ in range(copies)], truncate=True)
     gates = torch.ones(enc.input_ids.shape[0], model.n_layers, model.n_heads, device=model.device,
                        dtype=working_dtype(model.dtype), requires_grad=True)
-    got = outputs(model, enc, edit=lambda layer, z: z * gates[:, layer, :, None, None], logits=lm, grad=True)
-    mask = enc.attention_mask.to(got.hidden.device).bool()
+    # each layer's head outputs times their gates: an edit hook on every layer's attn.z
+    got = run(model, enc, {"attn.z": lambda z, name: z * gates[:, layer_of(name), :, None, None]}, logits=lm, grad=True)
+    mask = enc.attention_mask.to(got.final.device).bool()
     if lm:
-        ids = enc.input_ids.to(got.hidden.device)
+        ids = enc.input_ids.to(got.final.device)
         targets = ids[:, 1:].masked_fill(~mask[:, 1:], -100)  # padding predicts nothing
         losses = torch.nn.functional.cross_entropy(got.logits[:, :-1].transpose(1, 2), targets, reduction="none",
                                                    ignore_index=-100)
         counts = mask[:, 1:].sum(-1).clamp_min(1)
         (losses.sum(-1) / counts).sum().backward()  # each item's mean loss; its gates see only its own
         return gates.grad.double().abs()
-    r = torch.zeros(got.hidden.shape, dtype=got.hidden.dtype)
+    r = torch.zeros(got.final.shape, dtype=got.final.dtype)
     for i, text in enumerate(texts):  # each item's directions from its own seed: the same whatever it is batched with
         n = int(mask[i * copies].sum())
         gen = torch.Generator().manual_seed(_seed(text))
-        r[i * copies:(i + 1) * copies, :n] = torch.randn(copies, n, got.hidden.shape[-1], generator=gen)
-    r = r.to(got.hidden.device)
-    (got.hidden * r).sum().backward()
+        r[i * copies:(i + 1) * copies, :n] = torch.randn(copies, n, got.final.shape[-1], generator=gen)
+    r = r.to(got.final.device)
+    (got.final * r).sum().backward()
     grads = gates.grad.double().view(len(texts), copies, model.n_layers, model.n_heads)
     return grads.pow(2).mean(1).sqrt()
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..seam import reader
 from ..errors import BadOption, EmptyInput, InputTooLong
 from ..models import Piece
-from ..scratch import build, outputs
+from ..scratch import build, point, run
 from ..tokens import readable_tokens
 from ..head_index import check_layer, check_position
 
@@ -103,13 +103,16 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
     head_layers = list(range(model.n_layers)) if head_layers is None else [int(i) for i in head_layers]
     for layer in head_layers:
         check_layer(layer, model.n_layers, model.name)
-    got = outputs(model, enc, logits=False, keep_z=heads, keep_inputs=True)  # each layer read alone: not the logits
-    at = torch.tensor(positions, dtype=torch.long, device=got.residual.device)
+    last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
+    # each layer read alone, not the logits; each head's output where its writes are read
+    got = run(model, enc, logits=False, keep=["resid_pre", last, *(["attn.z"] if heads else [])])
+    inputs, residual, zs = got.each("resid_pre"), got[last], got.each("attn.z")
+    at = torch.tensor(positions, dtype=torch.long, device=residual.device)
     vocab = net.unembedding.shape[0]
-    chunk = max(1, LOGIT_BUDGET // (vocab * got.residual.element_size() * (model.n_heads if heads else 1)))
+    chunk = max(1, LOGIT_BUDGET // (vocab * residual.element_size() * (model.n_heads if heads else 1)))
     tokens = [t.text for t in enc.tokens[0][:n]]
     with torch.inference_mode():
-        streams = [*got.inputs, got.residual]  # each [1, L, D]: the embeddings, each layer's input, the last residual
+        streams = [*inputs, residual]  # each [1, L, D]: the embeddings, each layer's input, the last residual
         layer_top = []
         for x in streams:
             normed = net.normed(x[0])[at]  # the true final norm (each position alone), then the positions read
@@ -118,21 +121,21 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
             layer_top.append(tuple(torch.cat(p, dim=0) for p in zip(*parts)))  # ([P, k] ids, logits, probabilities)
         head_top = None
         if heads and head_layers:
-            final = got.residual[0, at]  # the final norm's scale is frozen here, per position
+            final = residual[0, at]  # the final norm's scale is frozen here, per position
             head_top = []
             for layer in head_layers:
                 w_o, _b = net.head_out(layer)  # [H, d, D]
-                zs = got.z[layer][0][:, at]  # [H, P, d]
+                z = zs[layer][0][:, at]  # [H, P, d]
                 parts = []
                 for i in range(0, len(positions), chunk):
                     frozen, _bias = net.final_norm(final[i:i + chunk])  # the bias is no head's: left out
-                    write = torch.einsum("hpd,hdD->hpD", zs[:, i:i + chunk], w_o)  # what each head writes
+                    write = torch.einsum("hpd,hdD->hpD", z[:, i:i + chunk], w_o)  # what each head writes
                     parts.append(_top(F.linear(frozen(write), net.unembedding), k, probabilities=False))
                 head_top.append(tuple(torch.cat(p, dim=1) for p in zip(*parts)))  # ([H, P, k] ids, logits)
     pieces = _pieces(model.tokenizer)
     layers = _layer_frame(layer_top, positions, tokens, pieces)
     head_frame = None if head_top is None else _head_frame(head_top, head_layers, positions, tokens, pieces)
-    return Lens(layers, head_frame, tokens, positions, len(got.inputs), k)
+    return Lens(layers, head_frame, tokens, positions, len(inputs), k)
 
 
 def _top(logits: torch.Tensor, k: int, probabilities: bool):

@@ -18,14 +18,14 @@ over query rows of the total variation ½·Σ_j |Δα_ij|, 0 = unchanged, 1 = al
 language-model head; hidden-state changes for every model).
 
 Batched like :func:`.ablation.ablate_each`: copy b of a pass patches sender b, and the pass starts at the receiver's
-layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced through
-:func:`probes.scratch.outputs`'s ``qkv_edit``. A pass holds ``batch`` copies' logits and activations, so its size
-comes from a byte budget (``budget``, default :data:`~probes.effects.ablation.WORK_BUDGET`;
-:func:`~probes.effects.ablation.copy_bytes` is one sender's share, :func:`fixed_bytes` what a pass holds whatever its
-size): the peak stays near the clean pass's own, whatever the
-number of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a layer's input is the normed residual,
-so Δ_s added to it is the sender's write as the residual carries it, without the norms between: the pattern change
-is still the receiver's own, the path an approximation.
+layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced by edit hooks on the receiver
+layer's ``attn.q``, ``attn.k`` and ``attn.v`` (:func:`receiver_hooks`, on :func:`probes.scratch.run`). A pass holds
+``batch`` copies' logits and activations, so its size comes from a byte budget (``budget``, default
+:data:`~probes.effects.ablation.WORK_BUDGET`; :func:`~probes.effects.ablation.copy_bytes` is one sender's share,
+:func:`fixed_bytes` what a pass holds whatever its size): the peak stays near the clean pass's own, whatever the number
+of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a
+layer's input is the normed residual, so Δ_s added to it is the sender's write as the residual carries it, without the
+norms between: the pattern change is still the receiver's own, the path an approximation.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from dataclasses import dataclass, replace
 import pandas as pd
 import torch
 
+from ..attention_math import Spec, repeat_kv
 from ..seam import reader
-from ..attention_math import repeat_kv
 from ..errors import BadOption, OutOfRange
-from ..scratch import BACKENDS, build, outputs
+from ..scratch import BACKENDS, build, point, run
 from ..head_index import check_position, check_receiver
 from ..head_index import parse_head as parse_one
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
@@ -155,53 +155,39 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     size = batch if budget is None and batch else min(batch or MAX_BATCH, batch_for(model, length, lm, budget))
     net = build(model)
 
-    base = outputs(model, enc, logits=False, keep_inputs=True, keep_z=True)  # logits: a few positions at a time
-    other = outputs(model, enc_c, logits=False, keep_z=True, upto=r_layer).z  # the senders' z on the corrupted text
-    x = base.inputs[r_layer]  # [1, L, D]: the receiver layer's clean input
-    base.inputs = None  # the other layers' inputs are not needed again
+    x_at = point(r_layer, "resid_pre")
+    base = run(model, enc, logits=False, keep=[x_at, "attn.z"])  # logits: a few positions at a time
+    base_z = base.each("attn.z")
+    # the senders' z on the corrupted text: the layers before the receiver's
+    other = run(model, enc_c, logits=False, keep=["attn.z"], stop_after=x_at).each("attn.z")
+    x = base[x_at]  # [1, L, D]: the receiver layer's clean input
     ids = enc.input_ids[0].to(x.device)
     stats = lambda hidden: lm_stats(ids, n, position, targets, hidden=hidden,  # noqa: E731
                                     unembedding=net.unembedding) if lm else None
-    clean_lm = stats(base.hidden)
+    clean_lm = stats(base.final)
     with torch.inference_mode():
         heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
 
     def deltas(part):  # [S, L, D]: each sender's write, made per pass (all of them at once: S × L × D floats)
         with torch.inference_mode():
-            return torch.stack([(other[s][0, h] - base.z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
+            return torch.stack([(other[s][0, h] - base_z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
                                 for s, h in part]).to(x)
 
     mask = enc.attention_mask.to(x.device)
+    spec = Spec(model.family.scale(model.config, r_layer), causal=net.causal,
+                window=model.family.window(model.config, r_layer))  # the receiver layer's attention
     clean_pattern: list[torch.Tensor] = []
     rows, patterns = [], []
     for start in range(0, len(senders), size):
         chunk = deltas(senders[start:start + size])
         got_pattern: list[torch.Tensor] = []
-
-        def qkv_edit(layer, q, k, v, spec, chunk=chunk, got_pattern=got_pattern):
-            if layer != r_layer:
-                return q, k, v
-            group = q.shape[1] // k.shape[1]
-            if not clean_pattern:
-                clean_pattern.append(_pattern(q[:1, r_head], k[:1, r_head // group], mask, spec))
-            new_q, new_k, new_v = net.qkv(r_layer, x + chunk)  # the norm and projections of x + Δ_b, copy b
-            if into == "q":
-                q = q.clone()
-                q[:, r_head] = new_q[:, r_head]
-                got_pattern.append(_pattern(q[:, r_head], k[:, r_head // group], mask, spec))
-                return q, k, v
-            # k or v: head r reads key/value head r // group; grouped heads stop sharing it, so the others stay clean
-            k, v = (repeat_kv(t, group) if group > 1 else t.clone() for t in (k, v))
-            (k if into == "k" else v)[:, r_head] = (new_k if into == "k" else new_v)[:, r_head // group]
-            got_pattern.append(_pattern(q[:, r_head], k[:, r_head], mask, spec))
-            return q, k, v
-
         copies = replace(enc, input_ids=enc.input_ids.expand(len(chunk), -1),
                          attention_mask=enc.attention_mask.expand(len(chunk), -1),
                          token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(len(chunk),
                                                                                                            -1))
-        got = outputs(model, copies, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)), qkv_edit=qkv_edit)
-        measured = compare(base.hidden[0], got.hidden, n, clean_lm, stats(got.hidden), position)
+        hooks = receiver_hooks(net, receiver, into, x + chunk, mask, spec, clean_pattern, got_pattern)
+        got = run(model, copies, hooks, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)))
+        measured = compare(base.final[0], got.final, n, clean_lm, stats(got.final), position)
         patched = got_pattern[0][:, :n, :n].double().cpu()
         clean = clean_pattern[0][0, :n, :n].double().cpu()
         delta = patched - clean[None]
@@ -227,6 +213,50 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     clean_cells = float(clean[tuple(torch.tensor(cells).T)].mean()) if cells else None
     return PathPatch(model.name, (r_layer, r_head), into, tokens, frame, clean,
                      torch.cat(patterns) if keep_patterns else None, cells, clean_cells)
+
+
+def receiver_hooks(net, receiver: tuple[int, int], into: str, patched: torch.Tensor, mask: torch.Tensor, spec: Spec,
+                   clean_pattern: list, got_pattern: list) -> dict:
+    """Edit hooks on the receiver layer's ``attn.q``, ``attn.k`` and ``attn.v`` (a pass reaches them in that order):
+    head r's q, or the k or v it reads, recomputed from ``patched`` ``[B, L, D]`` (copy b: the layer's clean input plus
+    sender b's write), every other head clean. The receiver's own pattern is appended to ``got_pattern`` (``[B, L,
+    L]``), and its clean one to ``clean_pattern`` once (from copy 0 before the edit)."""
+    r_layer, r_head = receiver
+    seen: dict = {}
+
+    def on_q(q, name):
+        seen["q"], seen["new"] = q, net.qkv(r_layer, patched)  # the norm and projections of x + Δ_b, copy b
+        if into == "q":
+            q = q.clone()
+            q[:, r_head] = seen["new"][0][:, r_head]
+        seen["patched q"] = q
+        return q
+
+    def on_k(k, name):
+        q, group = seen["q"], seen["q"].shape[1] // k.shape[1]
+        seen["group"] = group
+        if not clean_pattern:
+            clean_pattern.append(_pattern(q[:1, r_head], k[:1, r_head // group], mask, spec))
+        if into == "q":
+            got_pattern.append(_pattern(seen["patched q"][:, r_head], k[:, r_head // group], mask, spec))
+            return k
+        # k or v: head r reads key/value head r // group; grouped heads stop sharing it, so the others stay clean
+        k = repeat_kv(k, group) if group > 1 else k.clone()
+        if into == "k":
+            k[:, r_head] = seen["new"][1][:, r_head // group]
+        got_pattern.append(_pattern(q[:, r_head], k[:, r_head], mask, spec))
+        return k
+
+    def on_v(v, name):
+        if into == "q":
+            return v
+        group = seen["group"]
+        v = repeat_kv(v, group) if group > 1 else v.clone()
+        if into == "v":
+            v[:, r_head] = seen["new"][2][:, r_head // group]
+        return v
+
+    return {point(r_layer, "attn.q"): on_q, point(r_layer, "attn.k"): on_k, point(r_layer, "attn.v"): on_v}
 
 
 def _pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, spec) -> torch.Tensor:

@@ -53,7 +53,7 @@ from ..seam import reader
 from ..attention_math import allowed_keys
 from ..errors import BadOption, OutOfRange, UnsupportedModel
 from ..head_index import check_layer_head, check_receiver
-from ..scratch import build, outputs
+from ..scratch import build, point, run
 
 BIAS_QK = "q/k biases"  # the constant part of q and k: the norm's bias and the projections' biases
 POSITION_PARTS = ("position embedding",)  # the parts that are position itself (families with a learned table)
@@ -356,7 +356,8 @@ class _HeadPass:
 
     net: object
     enc: object
-    got: object  # scratch.outputs(..., keep_z, keep_inputs, upto=layer)
+    inputs: list[torch.Tensor]  # each layer's input (resid_pre) up to this one's, [1, L, D]
+    z: list[torch.Tensor]  # each earlier layer's head outputs (attn.z), [1, H, L, d]
     layer: int
     head: int
     group: int  # the key/value head this head reads (grouped-query)
@@ -370,9 +371,9 @@ class _HeadPass:
         """The residual parts' names (and :data:`BIAS_QK` last) and this head's q and k of each part at
         ``positions``: ``[P + 1, len(positions), d]`` each, float64."""
         where = torch.tensor(positions, device=self.enc.input_ids.device)
-        named = self.net.residual_parts(self.layer, self.enc.input_ids, self.enc.token_type_ids, self.got.inputs,
-                                        self.got.z, where, torch.float64)
-        q, k = self.net.qk_parts(self.layer, torch.stack(list(named.values())), self.got.inputs[self.layer][0, where],
+        named = self.net.residual_parts(self.layer, self.enc.input_ids, self.enc.token_type_ids, self.inputs,
+                                        self.z, where, torch.float64)
+        q, k = self.net.qk_parts(self.layer, torch.stack(list(named.values())), self.inputs[self.layer][0, where],
                                  where, self.enc.input_ids.shape[1])
         return [*named, BIAS_QK], q[:, self.head], k[:, self.group]
 
@@ -383,13 +384,16 @@ def _head_pass(model, text: str, layer: int, head: int, pair: str | None, trunca
     check_layer_head(layer, head, n_layers, n_heads, model.name)
     enc = model.encode(text, pair, truncate=truncate).to(model.device)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
-    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True, upto=layer)
+    # the layers before this one, and its input: the pass stops there
+    got = run(model, enc, logits=False, keep=["resid_pre", "attn.z"], stop_after=point(layer, "resid_pre"))
+    inputs = got.each("resid_pre")
     group = head // (n_heads // model.n_kv_heads)
     allowed = allowed_keys(enc.attention_mask, net.causal, window=model.family.window(model.config, layer))
     with torch.inference_mode():
-        own_q, own_k, _ = net.qkv(layer, got.inputs[layer])
-    return _HeadPass(net, enc, got, layer, head, group, model.family.scale(model.config, layer), n,
-                     own_q[0, head, :n].double(), own_k[0, group, :n].double(), allowed[0, 0, :n, :n].expand(n, n))
+        own_q, own_k, _ = net.qkv(layer, inputs[layer])
+    scale = model.family.scale(model.config, layer)
+    return _HeadPass(net, enc, inputs, got.each("attn.z"), layer, head, group, scale, n, own_q[0, head, :n].double(),
+                     own_k[0, group, :n].double(), allowed[0, 0, :n, :n].expand(n, n))
 
 
 @reader

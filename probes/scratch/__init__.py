@@ -9,29 +9,50 @@ compared head by head.
 Backends (``attention.BACKENDS``): ``eager`` materialises every probability; ``sdpa`` and ``flash``
 keep only the logsumexp per query row and give a lazy Trace, which recovers any head on demand.
 Where ``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` says so.
+
+**Hook points** (:mod:`probes.scratch.hooks`): every pass goes through one fixed set of named points (``embed``,
+each layer's ``resid_pre``, ``attn.q``, ``attn.k``, ``attn.v``, ``attn.scores``, ``attn.pattern``, ``attn.z``,
+``attn.result``, ``attn_out``, ``mlp_out``, ``resid_post``, then ``final`` and ``logits``), where a callback
+``fn(tensor, point)`` reads the tensor (returns None) or edits it (returns the tensor the pass goes on with).
+:func:`run` is the pass the interventions use (eager attention, no probabilities kept, ``stop_after`` a point);
+:func:`forward` takes the same hooks. Ablation, path patching, QK attribution, the logit lens, direct logit
+attribution and head importance (:mod:`probes.effects`) are hooks on it::
+
+    from probes import scratch
+    from probes.scratch import point
+    seen = {}
+    def read(pattern, name):  # [B, H, L, L]; returns None: the pass goes on with it
+        seen[name] = pattern
+    def zero_head_2(z, name):  # [B, H, L, d]: head 2 writes nothing (an edit: the z the pass goes on with)
+        z = z.clone()
+        z[:, 2] = 0.0
+        return z
+    ran = scratch.run(model, enc, {point(1, "attn.pattern"): read, point(1, "attn.z"): zero_head_2})
+    seen["blocks.1.attn.pattern"], ran.logits  # layer 1's pattern; the logits of the edited run
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
 from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_logsumexp
-from ..errors import UnsupportedModel
+from ..errors import BadOption, UnsupportedModel
 from ..trace import Outputs, Trace
-from .attention import BACKENDS, FLOAT64_BACKENDS, resolve_backend
+from .attention import BACKENDS, FLOAT64_BACKENDS, Attended, attention, resolve_backend
 from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork
+from .hooks import LAYER_POINTS, POINTS, Hook, Pass, layer_of, point, split
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Network", "Outputs", "RotaryNetwork", "SplitNetwork",
-           "build", "forward", "outputs", "resolve_backend"]
+__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "Outputs", "POINTS",
+           "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "outputs", "point",
+           "resolve_backend", "run"]
 
-Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, head outputs z [B, H, L, d]) -> the z to go on with
-# (layer, q [B, H, L, d], k, v [B, H_kv, L, d], spec) -> the (q, k, v) the layer's attention runs on
-QKVEdit = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object],
-                   tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+Hooks = Mapping[str, "Hook | list[Hook]"]  # {point: hook, or hooks run in order}; "attn.z" alone: every layer's
+LAZY_UNHOOKABLE = ("attn.q", "attn.k", "attn.scores", "attn.pattern")  # a lazy Trace recomputes q and k itself
 
 
 def build(model) -> Network:
@@ -42,7 +63,7 @@ def build(model) -> Network:
 
 
 def forward(model, enc, backend: str = "eager", logits: bool = True, attention_budget: int | None = None,
-            edit: Edit | None = None) -> Trace:
+            hooks: Hooks | None = None) -> Trace:
     """Run the from-scratch network on an :class:`~probes.models.Encoding` and return its Trace.
 
     ``eager`` keeps every probability; ``sdpa`` and ``flash`` keep the logsumexp and give a lazy Trace.
@@ -51,9 +72,10 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     ``attention_budget`` (bytes): where eager's probabilities of every head would take more, eager still
     computes each layer (the same numbers, so parity with Hugging Face stays exact), but the Trace keeps one
     logsumexp per row instead of the probabilities (lazy).
-    ``edit(layer, z)``: an intervention on each layer's head outputs ``z`` ``[B, H, L, d]`` (the weighted sums
-    of v, before the output projection), returning the ``z`` the layer goes on with (see :mod:`probes.effects`);
-    the Trace then shows the attention of the edited run (layers after the edit see its effect)."""
+    ``hooks``: ``{point: fn}`` (:mod:`probes.scratch.hooks`), as in :func:`run`; the Trace then shows the attention
+    of the edited run (an edit of ``attn.z`` in one layer changes what the layers after it see). A lazy Trace
+    recomputes each head's q and k from its layer's input, so it refuses hooks on ``attn.q``, ``attn.k``,
+    ``attn.scores`` and ``attn.pattern``."""
     net = build(model)
     enc = enc.to(model.device)
     size = attention_bytes(model, enc)
@@ -63,28 +85,39 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
         note = (f"every probability would take {size / 2**20:,.0f} MiB at this length (over the "
                 f"{attention_budget / 2**20:,.0f} MiB kept): eager attention ran, and each head is recovered from "
                 "one logsumexp per row (equal to its softmax up to float32 rounding)")
+    if ran != "eager" or keep_lse:
+        for name in hooks or {}:
+            if split(name)[1] in LAZY_UNHOOKABLE:
+                raise BadOption(f"hook point {name!r}: this Trace is lazy (it recovers each head from its q and k, "
+                                "recomputed from the layer's input), so it cannot show an edit of q, k, the scores or "
+                                "the pattern; run the eager backend within its attention budget")
     attend_with = BACKENDS[ran]
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
     probs, lse, specs, kernels = [], [], [], set()
     allowed: dict = {}  # the eager key mask of each rule (causal, window), as numbers to add, built once per pass
 
-    def attend(q, k, v, spec):
-        rule = (spec.causal, spec.window)
-        if ran == "eager" and rule not in allowed:
-            allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
-        got = attend_with(q, k, v, mask, spec, allowed.get(rule))
+    def attend(layer, q, k, v, spec, via: Pass):
+        if ran == "eager":
+            rule = (spec.causal, spec.window)
+            if rule not in allowed:
+                allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
+            out, p = attention(q, k, v, allowed[rule], spec.scale, via.edit_of("attn.scores", layer),
+                               via.edit_of("attn.pattern", layer))
+            got = Attended(out, probs=p, kernel="eager")
+        else:
+            got = attend_with(q, k, v, mask, spec)
         if keep_lse:  # the layer's probabilities are dropped here: one logsumexp per row is kept instead
             got.probs, got.lse = None, row_logsumexp(q, k, mask, spec)
         (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
-        layer = len(specs)
         specs.append(spec)
         kernels.add(got.kernel)
-        return got.output if edit is None else edit(layer, got.output)
+        return got.output
 
+    record = lambda x, name: hidden.append(x)  # noqa: E731 (each layer's input, then the last hidden state)
     with torch.inference_mode():
-        out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=hidden.append, logits=logits,
-                  chunk=None if ran == "eager" else LAZY_CHUNK)
+        out, _ = Pass(net, attend, hooks, then={"resid_pre": record, "final": record}).run(
+            enc.input_ids, mask, enc.token_type_ids, logits=logits, chunk=None if ran == "eager" else LAZY_CHUNK)
         rotary = net.rotary(enc.input_ids.shape[1], enc.input_ids.device) if isinstance(net, RotaryNetwork) else None
 
     def qkv_of(layer: int):  # q, k, v are one linear map (and a rotation) from a layer's input: recomputed
@@ -97,64 +130,73 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
 
 
-class _Stop(Exception):
-    """Raised inside a pass of :func:`outputs` at the layer it was asked to stop before."""
+@dataclass
+class Ran:
+    """What :func:`run` hands back: the logits and the last hidden state (None when the pass stopped before them,
+    or ``logits=False``, or the model has no language-model head) and the tensors of the points it was asked to
+    ``keep``, by full name (``ran["blocks.1.attn.z"]``; :meth:`each` lists one point of every layer)."""
+
+    logits: torch.Tensor | None  # [B, L, V]
+    final: torch.Tensor | None  # [B, L, D]: the last hidden state, after the final norm where there is one
+    kept: dict[str, torch.Tensor] = field(default_factory=dict)
+    stopped: str | None = None  # the point the pass stopped after (``stop_after``), or None: it ran to the end
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.kept[name]
+
+    def each(self, name: str) -> list[torch.Tensor]:
+        """The kept tensors of a layer's point (``"attn.z"``, ``"resid_pre"``) in layer order: one per layer the
+        pass ran (from ``resume``'s layer, up to ``stop_after``)."""
+        got = sorted((layer, x) for full, x in self.kept.items() for layer, rest in [split(full)] if rest == name)
+        return [x for _, x in got]
 
 
-def outputs(model, enc, edit: Edit | None = None, logits: bool = True, keep_z: bool = False,
-            grad: bool = False, keep_inputs: bool = False, resume: tuple[int, torch.Tensor] | None = None,
-            upto: int | None = None, qkv_edit: QKVEdit | None = None) -> Outputs:
-    """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps
-    no probabilities: what interventions run many times, in batches of edited copies.
+def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), stop_after: str | None = None,
+        logits: bool = True, grad: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Ran:
+    """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps no
+    probabilities: what interventions run, many times, in batches of edited copies.
 
-    ``edit(layer, z)`` as in :func:`forward`; ``keep_z`` keeps every layer's (edited) head outputs (from the
-    first layer run), ``keep_inputs`` every layer's input; ``resume=(layer, x)`` starts at ``layer`` from its
-    input ``x`` ``[B, L, D]`` (a clean pass's ``inputs``, shared by copies edited from that layer on);
-    ``grad`` records the pass for autograd (the attention and activations then work out of place), so a
-    gradient can flow back to whatever ``edit`` multiplied in (head gates). ``upto``: stop at layer ``upto``'s
-    attention, its input recorded (``keep_inputs``) and nothing after it run: ``hidden`` is then that input, and
-    there are no logits (what reads only the layers before one, as QK attribution does). ``qkv_edit(layer, q, k, v,
-    spec)``: an intervention on each layer's q, k and v before its attention, returning the (q, k, v) it runs on
-    (k and v may come back with one head per query head: grouped heads then stop sharing them); path patching
-    (:mod:`probes.effects.path_patching`) recomputes one head's q, k or v there."""
+    ``hooks``: ``{point: fn}`` or ``{point: [fn, …]}`` (:mod:`probes.scratch.hooks`; a layer's point without its
+    layer, ``"attn.z"``, is that point of every layer): ``fn(tensor, point)`` returns None to read, or the tensor the
+    pass goes on with. ``keep``: points whose tensors :class:`Ran` hands back (after every hook there: what the pass
+    went on with), e.g. ``keep=("resid_pre", "attn.z")``. ``stop_after``: a point's full name; the pass ends right
+    after it (``blocks.3.resid_pre``: layer 3's input is kept and nothing of layer 3 runs), with no logits.
+    ``logits=False`` skips the language-model head. ``grad`` records the pass for autograd (the attention and the
+    activations then work out of place), so a gradient can flow back to what an edit multiplied in (head gates).
+    ``resume=(layer, x)`` starts at ``layer`` from its input ``x`` ``[B, L, D]`` (a clean pass's ``resid_pre``,
+    shared by copies edited from that layer on); the first point reached is then that layer's ``resid_pre``."""
     net = build(model)
-    net_layers = len(net.layers)
     enc = enc.to(model.device)
     mask = enc.attention_mask
     allowed: dict = {}
-    kept: list[torch.Tensor] = []
-    last: list[torch.Tensor] = []
-    residual: list[torch.Tensor] = []
 
-    def attend(q, k, v, spec):
-        if attend.layer == upto:
-            raise _Stop
-        if qkv_edit is not None:
-            q, k, v = qkv_edit(attend.layer, q, k, v, spec)
+    def attend(layer, q, k, v, spec, via: Pass):  # eager attention, the scores and pattern points inside it
         rule = (spec.causal, spec.window)
         if rule not in allowed:
             allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
-        z = BACKENDS["eager"](q, k, v, mask, spec, allowed[rule]).output
-        if edit is not None:
-            z = edit(attend.layer, z)
-        attend.layer += 1
-        if keep_z:
-            kept.append(z)
-        return z
+        return attention(q, k, v, allowed[rule], spec.scale, via.edit_of("attn.scores", layer),
+                         via.edit_of("attn.pattern", layer))[0]
 
-    attend.layer = resume[0] if resume else 0
-    layer_inputs: list[torch.Tensor] = []
-
-    def keep_last(x):  # the last hidden state is kept (and every layer's input, when asked)
-        if keep_inputs and len(layer_inputs) < net_layers:
-            layer_inputs.append(x)
-        last[:] = [x]
-
+    kept: dict[str, torch.Tensor] = {}
+    store = kept.__setitem__
+    then = {name: lambda x, full: store(full, x) for name in (*keep, "final")}
     with torch.enable_grad() if grad else torch.inference_mode():
-        try:
-            out = net(enc.input_ids, mask, enc.token_type_ids, attend=attend, record=keep_last, logits=logits,
-                      residual=residual.append, resume=resume)
-        except _Stop:
-            out = None
-    return Outputs(hidden=last[-1], logits=out, residual=residual[0] if residual else None,
-                   z=kept if keep_z else None, inputs=layer_inputs if keep_inputs else None)
+        one = Pass(net, attend, hooks, stop_after, then)
+        out, stopped = one.run(enc.input_ids, mask, enc.token_type_ids, logits=logits, resume=resume)
+    final = kept.pop("final", None) if "final" not in keep else kept.get("final")
+    return Ran(logits=out, final=final, kept=kept, stopped=one.stop_after if stopped else None)
+
+
+def outputs(model, enc, edit: Callable[[int, torch.Tensor], torch.Tensor] | None = None, logits: bool = True,
+            keep_z: bool = False, keep_inputs: bool = False, grad: bool = False) -> Outputs:
+    """The old form of :func:`run`, for its callers outside the library (``benchmarks/effects_checks.py``): its
+    switches are hooks. ``edit(layer, z)``: an edit hook on every layer's ``attn.z``; ``keep_z``, ``keep_inputs``:
+    :func:`run`'s ``keep`` of ``attn.z`` and ``resid_pre``; ``residual``: the last layer's ``resid_post`` (the
+    residual before the final norm, pre-norm models)."""
+    net = build(model)
+    last = f"blocks.{len(net.layers) - 1}.resid_post"
+    hooks = {"attn.z": lambda z, name: edit(split(name)[0], z)} if edit is not None else None
+    keep = [*(["attn.z"] if keep_z else []), *(["resid_pre"] if keep_inputs else []), last]
+    got = run(model, enc, hooks, keep=keep, logits=logits, grad=grad)
+    return Outputs(hidden=got.final, logits=got.logits, residual=got[last] if hasattr(net, "normed") else None,
+                   z=got.each("attn.z") if keep_z else None, inputs=got.each("resid_pre") if keep_inputs else None)

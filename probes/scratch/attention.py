@@ -23,6 +23,7 @@ read its keys):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +45,8 @@ class Attended:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              scale: float | None = None, scores_hook: Callable[[torch.Tensor], torch.Tensor] | None = None,
+              pattern_hook: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backend: ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
     ``allowed`` is the key mask (:func:`allowed_keys`), or the same already turned into numbers to add
@@ -53,6 +55,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     fresh score tensor, and the softmax writes over the scores: the same numbers, three fewer [B, H, L, L]
     tensors; the mask is ``[B, 1, L, L]``, broadcast over the heads, cheaper than filling every head's
     scores.
+
+    ``scores_hook``, ``pattern_hook``: the hook points ``attn.scores`` and ``attn.pattern``
+    (:mod:`probes.scratch.hooks`), each ``x -> the x to go on with``; where the scores are hooked the softmax gets a
+    tensor of its own (a hook may keep the scores).
     """
     d_k = q.shape[-1]
     if scale is None:
@@ -64,10 +70,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
     mask = allowed if allowed.is_floating_point() else additive_mask(allowed, scores.dtype)
     scores.add_(mask)  # mask: padding, the future, outside the window (0 where allowed, the lowest value where not)
-    if torch.is_grad_enabled():  # autograd (head gates) keeps the scores: the softmax gets its own tensor
-        probs = torch.softmax(scores, dim=-1)
+    if scores_hook is not None:
+        scores = scores_hook(scores)
+    if torch.is_grad_enabled() or scores_hook is not None:  # autograd (head gates) or a hook keeps the scores:
+        probs = torch.softmax(scores, dim=-1)  # the softmax gets its own tensor
     else:
         probs = torch.softmax(scores, dim=-1, dtype=scores.dtype, out=scores)  # softmax over keys: rows sum to 1
+    if pattern_hook is not None:
+        probs = pattern_hook(probs)
     output = probs @ v  # · v: each query's weighted sum of the values
     return output, probs
 

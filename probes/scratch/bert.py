@@ -70,6 +70,7 @@ class Layer:
         self.width = config.hidden_size
         self.eps = config.layer_norm_eps
         self.act = ACTIVATIONS[config.hidden_act]
+        self.index = i
         self.spec = Spec(attention_scale(config, i), causal=is_causal(config))
 
     def qkv(self, x):
@@ -79,11 +80,12 @@ class Layer:
     def feed_forward(self, x):
         return F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
 
-    def __call__(self, x, attend, chunk=None):
-        out = attend(*self.qkv(x), self.spec)
-        h = F.linear(merge_heads(out), *self.attn_out).add_(x)  # x + attention: the residual
+    def __call__(self, x, run, chunk=None):
+        i = self.index
+        z = run.attend(i, *self.qkv(x), self.spec)
+        h = x + run.at("attn_out", i, F.linear(merge_heads(z), *self.attn_out))  # x + attention: the residual
         x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
-        h = by_rows(self.feed_forward, x, chunk).add_(x)  # x + feed-forward: the residual
+        h = x + run.at("mlp_out", i, by_rows(self.feed_forward, x, chunk))  # x + feed-forward: the residual
         return F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
 
 
@@ -185,8 +187,9 @@ class Bert:
         return tuple((gain[:, None] * w.t()).reshape(self.width, lay.n_heads, -1).transpose(0, 1)
                      for w, _ in (lay.query, lay.key, lay.value))
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, attend=None, record=None, logits=True,
-                 chunk=None, residual=None, resume=None):  # residual: BERT normalises after each layer, no final norm
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, run, logits=True, chunk=None,
+                 resume=None):
+        # run: the pass (probes.scratch.hooks.Pass), whose points each step goes through: run.at(point, layer, x)
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
         first, x = resume or (0, None)
         if resume is None:
@@ -195,15 +198,15 @@ class Bert:
                 token_type_ids = torch.zeros_like(input_ids)
             positions = torch.arange(n, device=input_ids.device)
             x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
-            x = F.layer_norm(x, (self.width,), *self.ln_emb, self.eps)
-            record(x)
-        for layer in self.layers[first:]:
-            x = layer(x, attend, chunk)
-            record(x)
+            x = run.at("embed", None, F.layer_norm(x, (self.width,), *self.ln_emb, self.eps))
+        for i, layer in enumerate(self.layers[first:], start=first):
+            x = run.at("resid_pre", i, x)
+            x = run.at("resid_post", i, layer(x, run, chunk))
+        x = run.at("final", None, x)  # post-norm: the last layer's output is the last hidden state
         if self.head is None or not logits:
             return None
         h = F.layer_norm(self.act(F.linear(x, *self.head["dense"])), (self.width,), *self.head["ln"], self.eps)
-        return F.linear(h, *self.head["decoder"])
+        return run.at("logits", None, F.linear(h, *self.head["decoder"]))
 
 
 _LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}

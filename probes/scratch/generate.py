@@ -38,6 +38,7 @@ from . import build
 from . import flash as flash_kernel
 from .family import DecoderNetwork
 from .attention import attention
+from .hooks import Pass
 
 BYTES = 4  # fp32
 
@@ -100,20 +101,22 @@ class KVCache:
 
 
 def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None,
-                backend: str = "eager") -> torch.Tensor:
+                backend: str = "eager", hooks=None) -> torch.Tensor:
     """Run the tokens ``ids`` ``[1, n]`` (positions cache.length onward) through the network, each layer
     attending over its cache, and return the logits of the last one ``[vocab]``. With ``rows`` a list,
     the last token's attention row of every layer is appended to it (``[H, positions]``).
 
     ``backend``: ``eager`` (the formula, every probability of the step) or ``flash`` (our Triton kernel:
-    output and logsumexp; the last row is recovered from them as exp(q·kᵀ·scale − lse))."""
+    output and logsumexp; the last row is recovered from them as exp(q·kᵀ·scale − lse)).
+
+    The step is a pass of :class:`~probes.scratch.hooks.Pass` resumed at position ``cache.length`` (``start``) with
+    the cache as its attention: ``hooks`` (:mod:`probes.scratch.hooks`) see the new tokens only (q, k and v of them,
+    before k and v join the cache; the scores and pattern over the cache, eager only)."""
     n, start = ids.shape[1], cache.length
-    layer = iter(range(len(cache.k)))
     queries = torch.arange(start, start + n, device=ids.device)
     final: list[torch.Tensor] = []
 
-    def attend(q, k, v, spec):
-        i = next(layer)
+    def attend(i, q, k, v, spec, via: Pass):
         keys, values, positions = cache.append(i, k, v)  # append k and v to the cache
         allowed = positions[None, :] <= queries[:, None]  # the past (and itself); empty slots hold −1...
         allowed &= positions[None, :] >= 0  # ...and are never seen
@@ -122,7 +125,8 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
         if backend == "flash":
             out, last = _flash(q, keys, values, allowed, spec)
         else:  # q of the new token(s) against every cached k, × scale, softmax, weighted sum of the cached v
-            out, probs = attention(q, keys, values, allowed[None, None], scale=spec.scale)
+            out, probs = attention(q, keys, values, allowed[None, None], spec.scale, via.edit_of("attn.scores", i),
+                                   via.edit_of("attn.pattern", i))
             last = probs[0, :, -1]
         if rows is not None:  # the last query's row, each weight at its key's position
             row = torch.zeros(last.shape[0], start + n, dtype=last.dtype, device=last.device)
@@ -131,7 +135,8 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
             rows.append(row)
         return out
 
-    net(ids, torch.ones_like(ids), None, attend=attend, record=final.append, logits=False, start=start)
+    Pass(net, attend, hooks, then={"final": lambda x, name: final.append(x)}).run(
+        ids, torch.ones_like(ids), None, logits=False, start=start)
     cache.length += n
     return F.linear(final[-1][0, -1], net.lm_head)  # the last token's scores over the vocabulary
 
@@ -251,11 +256,13 @@ GENERATE_BACKENDS = ("eager", "flash")
 
 @reader
 def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = Sampling(),
-             stop_at_eos: bool = True, backend: str = "eager") -> GenerationTrace:
+             stop_at_eos: bool = True, backend: str = "eager", hooks=None) -> GenerationTrace:
     """Write up to ``max_new_tokens`` tokens after ``prompt`` with the KV cache, keeping each step's
     attention row (every layer and head) and logits. Refuses an encoder, an empty prompt, and a prompt
     plus new tokens beyond the context window. ``backend="flash"`` runs each step's attention in our Triton
-    kernel (CUDA, or Triton's interpreter); without it eager runs and the trace's ``note`` says so."""
+    kernel (CUDA, or Triton's interpreter); without it eager runs and the trace's ``note`` says so.
+    ``hooks`` (:mod:`probes.scratch.hooks`): run at every step's pass (:func:`cached_pass`: the prompt's, then one
+    new token's each), so an edit (a head's z zeroed) writes the text the edited model writes."""
     net = decoder(model)
     sampling.check()
     if backend not in GENERATE_BACKENDS:
@@ -288,7 +295,7 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
         for step in range(max_new_tokens):
             t0 = time.perf_counter()
             rows: list[torch.Tensor] = []
-            step_logits = cached_pass(net, cache, fed, rows, backend)
+            step_logits = cached_pass(net, cache, fed, rows, backend, hooks)
             token = next_token(step_logits, sampling, gen)
             seconds.append(time.perf_counter() - t0)
             per_step.append(torch.stack(rows).cpu())
@@ -314,12 +321,12 @@ def full_pass(net, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]
     mask = torch.ones_like(ids)
     probs, final = [], []
 
-    def attend(q, k, v, spec):
+    def attend(i, q, k, v, spec, via: Pass):
         out, p = attention(q, k, v, allowed_keys(mask, True, window=spec.window), scale=spec.scale)
         probs.append(p[0])
         return out
 
-    net(ids, mask, None, attend=attend, record=final.append, logits=False)
+    Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, mask, None, logits=False)
     return probs, F.linear(final[-1][0], net.lm_head)
 
 

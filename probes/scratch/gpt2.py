@@ -60,6 +60,7 @@ class Block:
         self.width = config.n_embd
         self.eps = config.layer_norm_epsilon
         self.act = ACTIVATIONS[config.activation_function]
+        self.index = i
         self.spec = Spec(attention_scale(config, i), causal=True)
         # reorder_and_upcast_attn computes the scores in fp32 with the scale folded into the matmul:
         # we always run in fp32, so it is the same attention (only rounding order differs)
@@ -73,11 +74,12 @@ class Block:
     def mlp(self, h):
         return conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
 
-    def __call__(self, x, attend, chunk=None):
-        out = attend(*self.qkv(x), self.spec)
-        x = conv1d(merge_heads(out), *self.c_proj).add_(x)  # x + attention: the residual
+    def __call__(self, x, run, chunk=None):
+        i = self.index
+        z = run.attend(i, *self.qkv(x), self.spec)
+        x = x + run.at("attn_out", i, conv1d(merge_heads(z), *self.c_proj))  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
-        return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
+        return x + run.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
 
 
 class GPT2(PreNormDecoder):

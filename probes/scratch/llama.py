@@ -162,6 +162,7 @@ class Layer:
         self.eps = config.rms_norm_eps
         self.n_heads, self.n_kv_heads = config.num_attention_heads, kv_heads(config)
         self.act = ACTIVATIONS[config.hidden_act]
+        self.index = i
         self.spec = Spec(attention_scale(config, i), causal=True, window=window)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -175,11 +176,12 @@ class Layer:
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(self.act(F.linear(h, *self.gate_proj)) * F.linear(h, *self.up_proj), *self.down_proj)  # SwiGLU
 
-    def __call__(self, x, attend, cos, sin, chunk=None):
-        out = attend(*self.qkv(x, cos, sin), self.spec)
-        x = F.linear(merge_heads(out), *self.o_proj).add_(x)  # x + attention: the residual
+    def __call__(self, x, run, cos, sin, chunk=None):
+        i = self.index
+        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
+        x = x + run.at("attn_out", i, F.linear(merge_heads(z), *self.o_proj))  # x + attention: the residual
         h = rms_norm(x, self.norm_mlp, self.eps)
-        return by_rows(self.mlp, h, chunk).add_(x)  # x + MLP: the residual
+        return x + run.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
 
 
 class Llama(PreNormDecoder):

@@ -17,14 +17,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .family import QKV, Attend, Record
+from .family import QKV
+from .hooks import Pass
 
 
 class PreNormDecoder:
     """A pre-norm decoder (a :class:`~probes.scratch.family.DecoderNetwork`): a subclass sets ``layers`` (each
-    ``layer(x, attend, *at, chunk)`` returning its output and ``layer.qkv(x, *at)``), ``lm_head`` (``[V, D]`` or
-    None) and defines :meth:`embeddings`, :meth:`normed`, ``head_out``, ``final_norm`` and, where its layers need
-    something about positions besides x, :meth:`at`."""
+    ``layer(x, run, *at, chunk)`` returning its output, calling ``run.attend(i, q, k, v, spec)`` for its attention and
+    ``run.at("attn_out", i, …)``, ``run.at("mlp_out", i, …)`` on what it adds to x, and ``layer.qkv(x, *at)``),
+    ``lm_head`` (``[V, D]`` or None) and defines :meth:`embeddings`, :meth:`normed`, ``head_out``, ``final_norm``
+    and, where its layers need something about positions besides x, :meth:`at`."""
 
     causal = True
     layers: list
@@ -74,22 +76,19 @@ class PreNormDecoder:
         return self.lm_head  # [V, D]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor | None = None, attend: Attend | None = None,
-                 record: Record | None = None, logits: bool = True, chunk: int | None = None, start: int = 0,
-                 residual: Record | None = None, resume: tuple[int, torch.Tensor] | None = None):
+                 token_type_ids: torch.Tensor | None = None, *, run: Pass, logits: bool = True,
+                 chunk: int | None = None, start: int = 0, resume: tuple[int, torch.Tensor] | None = None):
+        # run: the pass (probes.scratch.hooks.Pass), whose points each step goes through: run.at(point, layer, x)
         # start > 0 when decoding after a KV cache; padding is on the right
         at = self.at(start, input_ids.shape[1], input_ids.device)
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
         first, x = resume or (0, None)
         if resume is None:
-            x = self.embeddings(input_ids, token_type_ids, start)
-            record(x)
+            x = run.at("embed", None, self.embeddings(input_ids, token_type_ids, start))
         for i, layer in enumerate(self.layers[first:], start=first):
-            x = layer(x, attend, *at, chunk)
-            if i < len(self.layers) - 1:
-                record(x)
-        if residual is not None:  # the residual stream before the final norm (direct logit attribution)
-            residual(x)
-        x = self.normed(x)
-        record(x)  # as in Hugging Face, the last hidden state is after the final norm
-        return F.linear(x, self.lm_head) if logits and self.lm_head is not None else None  # a score per token
+            x = run.at("resid_pre", i, x)
+            x = run.at("resid_post", i, layer(x, run, *at, chunk))  # the last one: the residual before the final norm
+        x = run.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
+        if not logits or self.lm_head is None:
+            return None
+        return run.at("logits", None, F.linear(x, self.lm_head))  # a score per token

@@ -39,15 +39,16 @@ def test_mean_ablation_writes_the_reference_mean(copy_model64):
     model = copy_model64  # float64: the means of a padded batch and of one text at a time differ by rounding only
     reference = ["the head", "he the he the"]
     means = ablation.head_means(model, reference)
-    got = scratch.outputs(model, model.encode(reference[0]), keep_z=True).z[0][0]  # [H, L, d]
-    got2 = scratch.outputs(model, model.encode(reference[1]), keep_z=True).z[0][0]
+    got = scratch.run(model, model.encode(reference[0]), keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]  # [H, L, d]
+    got2 = scratch.run(model, model.encode(reference[1]), keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]
     z = torch.cat([got, got2], dim=1)
     by_hand = z.mean(1)
     assert means.dtype == torch.float64
     assert torch.allclose(means[0], by_hand, atol=F64 * float(z.abs().max()), rtol=0)
-    edit = ablation.ablation_edit([[COPY_HEAD]], "mean", means=means)
+    hooks = ablation.ablation_hooks([[COPY_HEAD]], "mean", means=means)
+    assert list(hooks) == ["blocks.0.attn.z"]  # a hook where a head is ablated, nowhere else
     z = torch.randn(1, 4, 5, 8, dtype=torch.float64)
-    assert torch.equal(edit(0, z.clone())[0, 0], means[0, 0].expand(5, 8))
+    assert torch.equal(hooks["blocks.0.attn.z"](z.clone(), "blocks.0.attn.z")[0, 0], means[0, 0].expand(5, 8))
 
 
 @pytest.mark.numeric
@@ -93,10 +94,9 @@ def test_equals_ablating_inside_hugging_face(minilm64):
 def test_clean_edited_pass_equals_the_trace(gpt2_model):
     enc = gpt2_model.encode("Researchers probe every head")
     trace = runner.forward(gpt2_model, enc, "scratch")
-    got = scratch.outputs(gpt2_model, enc)
-    assert torch.equal(got.hidden, trace.hidden_states[-1]) and torch.equal(got.logits, trace.logits)
-    keep = scratch.outputs(gpt2_model, enc, keep_inputs=True)
-    resumed = scratch.outputs(gpt2_model, enc, resume=(1, keep.inputs[1]))
+    got = scratch.run(gpt2_model, enc, keep=["blocks.1.resid_pre"])
+    assert torch.equal(got.final, trace.hidden_states[-1]) and torch.equal(got.logits, trace.logits)
+    resumed = scratch.run(gpt2_model, enc, resume=(1, got["blocks.1.resid_pre"]))
     assert torch.equal(resumed.logits, trace.logits)  # starting at layer 1 from its input: the same numbers
 
 
@@ -104,7 +104,7 @@ def test_clean_edited_pass_equals_the_trace(gpt2_model):
 def test_an_edited_trace_shows_the_edit_downstream(gpt2_model):
     enc = gpt2_model.encode("Researchers probe every head")
     clean = runner.forward(gpt2_model, enc, "scratch")
-    edited = scratch.forward(gpt2_model, enc, edit=ablation.ablation_edit([[(0, 1)]]))
+    edited = scratch.forward(gpt2_model, enc, hooks=ablation.ablation_hooks([[(0, 1)]]))
     assert torch.equal(edited.attention(0), clean.attention(0))  # layer 0's attention is before the edit
     assert (edited.attention(1) - clean.attention(1)).abs().max() > 0.1  # layer 1 reads the edited stream
 

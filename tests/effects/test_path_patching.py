@@ -15,7 +15,7 @@ from probes.effects.measures import compare, lm_stats
 from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
-from probes.scratch import build, outputs
+from probes.scratch import build, point, run
 from tests.checkpoints import make_gpt2, make_induction, make_llama
 
 CLEAN = "The cat sat on the mat, and the dog watched it."
@@ -117,11 +117,12 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path):
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape
     got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 4)], keep_patterns=True)
-    base = outputs(model, enc, keep_inputs=True, keep_z=True)
-    z_c = outputs(model, enc_c, keep_z=True, logits=False).z
+    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    inputs, base_z = base.each("resid_pre"), base.each("attn.z")
+    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
     w_o = net.head_out(1)[0]
-    x = base.inputs[2] + (z_c[1][0, 4] - base.z[1][0, 4]) @ w_o[4]
-    q, _, _ = net.qkv(2, base.inputs[2])
+    x = inputs[2] + (z_c[1][0, 4] - base_z[1][0, 4]) @ w_o[4]
+    q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
     n = q.shape[2]
     scale = model.family.scale(model.config, 2)
@@ -130,23 +131,18 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path):
     assert got.frame.pattern_change[0] > 0.01
     # the pass by hand, only head 2.0's key replaced (k and v one per query head): heads 2.1 and 2.2, which read the
     # same key/value head, keep their clean output, and the loss change is path_patch's
-    seen = {}
-
-    def keep(layer, z):
-        seen[layer] = z
-        return z
-
-    def by_hand(layer, q, k, v, spec):
-        k, v = repeat_kv(k, 3), repeat_kv(v, 3)
-        k = k.clone()
+    def by_hand_k(k, name):
+        k = repeat_kv(k, 3).clone()
         k[:, 0] = net.qkv(2, x)[1][:, 0]
-        return q, k, v
+        return k
 
-    hand = outputs(model, enc, resume=(2, base.inputs[2]), edit=keep, qkv_edit=by_hand)
-    assert (seen[2][0, 1:] - base.z[2][0, 1:]).abs().max() <= F64
-    assert (seen[2][0, 0] - base.z[2][0, 0]).abs().max() > 1e-3
+    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 3)},
+               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    seen = hand["blocks.2.attn.z"]
+    assert (seen[0, 1:] - base_z[2][0, 1:]).abs().max() <= F64
+    assert (seen[0, 0] - base_z[2][0, 0]).abs().max() > 1e-3
     ids = enc.input_ids[0]
-    measured = compare(base.hidden[0], hand.hidden, n, lm_stats(ids, n, logits=base.logits),
+    measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
 
@@ -255,15 +251,16 @@ def test_cli_an_encoder_has_no_logits_for_a_target(capsys):
     assert "pattern change is still measured" in capsys.readouterr().err
 
 
-def test_an_identity_qkv_edit_leaves_the_pass_bit_for_bit(gpt2_3):
-    # the hook in probes.scratch.outputs: called once per layer, in order, with that layer's spec; handing q, k and v
-    # back unchanged gives the same pass, bit for bit
+def test_identity_qkv_hooks_leave_the_pass_bit_for_bit(gpt2_3):
+    # the q, k, v hook points: reached once per layer, in order, q then k then v; handing them back unchanged gives the
+    # same pass, bit for bit
     enc = gpt2_3.encode(CLEAN)
     calls = []
-    plain = outputs(gpt2_3, enc)
-    hooked = outputs(gpt2_3, enc, qkv_edit=lambda layer, q, k, v, spec: calls.append((layer, spec.causal)) or (q, k, v))
-    assert calls == [(0, True), (1, True), (2, True)]
-    assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.hidden, hooked.hidden)
+    plain = run(gpt2_3, enc)
+    same = lambda x, name: calls.append(name) or x  # noqa: E731
+    hooked = run(gpt2_3, enc, {"attn.q": same, "attn.k": same, "attn.v": same})
+    assert calls == [point(layer, f"attn.{x}") for layer in range(3) for x in "qkv"]
+    assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.final, hooked.final)
 
 
 @pytest.mark.numeric

@@ -15,7 +15,7 @@ import probes
 from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, outputs
+from probes.scratch import SplitNetwork, build, run
 from probes.scratch.llama import inverse_frequencies
 from tests.checkpoints import make_bert, make_gpt2, make_induction, make_llama, make_rotary_heads
 
@@ -69,14 +69,15 @@ def test_the_summed_parts_are_hugging_faces_own_q_and_k(tiny):
     # float64: the residual parts sum to the layer's input, and their q and k parts to Hugging Face's q and k
     model = tiny.cast(torch.float64)
     net, enc = build(model), model.encode(TEXT)
-    got = outputs(model, enc, logits=False, keep_z=True, keep_inputs=True)
+    got = run(model, enc, logits=False, keep=["resid_pre", "attn.z"])
+    inputs, zs = got.each("resid_pre"), got.each("attn.z")
     reference = hf_forward(model, enc)
     positions = torch.tensor([3, 6])
     for layer in range(model.n_layers):
-        parts = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, got.inputs, got.z, positions,
+        parts = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, inputs, zs, positions,
                                    torch.float64)
         stacked = torch.stack(list(parts.values()))
-        x = got.inputs[layer][0, positions]
+        x = inputs[layer][0, positions]
         assert (stacked.sum(0) - x).abs().max() <= F64 * max(1.0, float(x.abs().max()))
         q, k = net.qk_parts(layer, stacked, x, positions, enc.input_ids.shape[1])
         for mine, theirs in ((q.sum(0), reference.q[layer][0][:, positions]),

@@ -15,8 +15,9 @@ from checkpoints import make_llama
 import probes
 from probes import families
 from probes.attention_math import additive_mask, allowed_keys
-from probes.scratch.attention import BACKENDS
+from probes.scratch.attention import attention
 from probes.scratch.family import DecoderNetwork, Network, RotaryNetwork
+from probes.scratch.hooks import LAYER_POINTS, Pass, point
 
 TEXTS = ["the cat sat on the mat", "a dog"]  # a padded batch
 
@@ -139,23 +140,29 @@ def test_the_members_return_what_the_protocol_says(built):
     family, model, net = built
     enc = model.encode(TEXTS)
     batch, length = enc.input_ids.shape
-    recorded, residual = [], []
+    n = len(net.layers)
 
-    def attend(q, k, v, spec):  # eager attention, as scratch.forward runs it
+    def attend(layer, q, k, v, spec, run):  # eager attention, as scratch.run runs it
         allowed = additive_mask(allowed_keys(enc.attention_mask, spec.causal, window=spec.window), q.dtype)
-        return BACKENDS["eager"](q, k, v, enc.attention_mask, spec, allowed).output
+        return attention(q, k, v, allowed, spec.scale, run.edit_of("attn.scores", layer),
+                         run.edit_of("attn.pattern", layer))[0]
+
+    def reached(into):  # a read hook on every point: the names in the order the network reaches them
+        return {name: lambda x, full: into.append((full, x)) for name in ("embed", *LAYER_POINTS, "final", "logits")}
 
     with torch.inference_mode():
-        logits = net(enc.input_ids, enc.attention_mask, enc.token_type_ids, attend=attend, record=recorded.append,
-                     logits=True, residual=residual.append)
-        resumed: list = []
-        net(enc.input_ids, enc.attention_mask, enc.token_type_ids, attend=attend, record=resumed.append,
-            logits=False, resume=(1, recorded[1]))
-    n = len(net.layers)
-    assert n == model.n_layers and len(recorded) == n + 1 and len(resumed) == n - 1
+        seen, resumed = [], []
+        logits, _ = Pass(net, attend, reached(seen)).run(enc.input_ids, enc.attention_mask, enc.token_type_ids)
+        recorded = [x for name, x in seen if name.endswith("resid_pre") or name == "final"]
+        Pass(net, attend, reached(resumed)).run(enc.input_ids, enc.attention_mask, enc.token_type_ids, logits=False,
+                                                resume=(1, recorded[1]))
+    every = [point(i, name) for i in range(n) for name in LAYER_POINTS]
+    assert [name for name, _ in seen] == ["embed", *every, "final", *(["logits"] if logits is not None else [])]
+    assert [name for name, _ in resumed] == [*every[len(LAYER_POINTS):], "final"]
+    assert n == model.n_layers and len(recorded) == n + 1
     assert all(x.shape == (batch, length, model.config.hidden_size) for x in recorded)
     assert logits is None or logits.shape[:2] == (batch, length)
-    assert len(residual) == (1 if isinstance(net, DecoderNetwork) else 0)
+    residual = [x for name, x in seen if name == point(n - 1, "resid_post")]
     q, k, v = net.qkv(n - 1, recorded[n - 1])
     d = family.head_dim(model.config)
     assert q.shape == (batch, model.n_heads, length, d) and k.shape == v.shape == (batch, model.n_kv_heads, length, d)

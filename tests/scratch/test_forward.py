@@ -48,10 +48,12 @@ def test_a_pass_stopped_before_a_layer_keeps_what_came_before_it_bit_for_bit(min
     # what QK attribution reads: the inputs of layers 0..L and the head outputs of layers 0..L−1, as a whole pass
     for model in (minilm, gpt2_model):
         enc = model.encode("Researchers probe every layer and every head.")
-        whole = scratch.outputs(model, enc, keep_z=True, keep_inputs=True)
+        keep = ["resid_pre", "attn.z"]
+        whole = scratch.run(model, enc, keep=keep)
         for upto in range(model.n_layers):
-            cut = scratch.outputs(model, enc, keep_z=True, keep_inputs=True, upto=upto)
-            assert len(cut.inputs) == upto + 1 and len(cut.z) == upto and cut.logits is None
-            assert all(torch.equal(a, b) for a, b in zip(cut.inputs, whole.inputs))
-            assert all(torch.equal(a, b) for a, b in zip(cut.z, whole.z))
-            assert torch.equal(cut.hidden, whole.inputs[upto])
+            cut = scratch.run(model, enc, keep=keep, stop_after=scratch.point(upto, "resid_pre"))
+            inputs, z = cut.each("resid_pre"), cut.each("attn.z")
+            assert len(inputs) == upto + 1 and len(z) == upto and cut.logits is None and cut.final is None
+            assert cut.stopped == f"blocks.{upto}.resid_pre"
+            assert all(torch.equal(a, b) for a, b in zip(inputs, whole.each("resid_pre")))
+            assert all(torch.equal(a, b) for a, b in zip(z, whole.each("attn.z")))
