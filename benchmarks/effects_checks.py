@@ -26,12 +26,12 @@ HE = "Xiaoming gave the apple to Xiaohong because he was hungry"
 def induction_check(lines: list[str]) -> None:
     import torch
 
-    from probes.effects.ablation import ablation_edit
+    from probes.effects.ablation import ablation_hooks
     from probes.effects.measures import token_losses
     from probes.heads.induction import repeated_tokens
     from probes.heads.profile import run_probe
     from probes.models import load
-    from probes.scratch import outputs
+    from probes.scratch import run
 
     model = load("smollm2")
     table = run_probe(model, "induction", limit=20)
@@ -39,12 +39,13 @@ def induction_check(lines: list[str]) -> None:
     top = (int(ranked.iloc[0]["layer"]), int(ranked.iloc[0]["head"]))
     length, n_seq = 25, 20
     enc = repeated_tokens(model, n_sequences=n_seq, length=length, seed=1)  # other sequences than the probe's
-    clean = outputs(model, enc, keep_z=True)
-    means = torch.stack([z.transpose(1, 2).reshape(-1, z.shape[1], z.shape[-1]).double().mean(0) for z in clean.z])
+    clean = run(model, enc, keep=("attn.z",))
+    means = torch.stack([z.transpose(1, 2).reshape(-1, z.shape[1], z.shape[-1]).double().mean(0)
+                         for z in clean.each("attn.z")])
     first = enc.input_ids.shape[1] - length - 1  # predictions of the second copy: positions first .. end − 2
 
     def repeated_loss(heads) -> float:
-        got = outputs(model, enc, edit=ablation_edit([heads] * n_seq, "mean", means=means.float())) if heads else clean
+        got = run(model, enc, hooks=ablation_hooks([heads] * n_seq, "mean", means=means.float())) if heads else clean
         losses = torch.stack([token_losses(got.logits[i:i + 1], enc.input_ids[i], enc.input_ids.shape[1])[0]
                               for i in range(n_seq)])
         return float(losses[:, first:].mean())

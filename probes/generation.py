@@ -16,13 +16,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .seam import reader
 from . import runner
 from .models import Encoding
 from .precision import FLOAT64_MAX_BYTES  # a bigger model's float64 copy is not made: the fp32 check alone runs
-from .scratch import build
-from .scratch.generate import (GENERATE_BACKENDS, KVCache, Sampling, cache_bytes, decoder, full_pass, generate,
-                               network64, replay, windows_of)
+from .scratch import DecoderNetwork, build
+from .scratch.generate import (
+    GENERATE_BACKENDS,
+    KVCache,
+    Sampling,
+    cache_bytes,
+    decoder,
+    full_pass,
+    generate,
+    network64,
+    replay,
+    windows_of,
+)
+from .seam import reader
 from .trace import GenerationTrace
 
 __all__ = ["FP32_TOLERANCES", "GENERATE_BACKENDS", "GenerationTrace", "KVCache", "Proof", "Sampling", "TOLERANCES",
@@ -68,7 +78,8 @@ class Proof:
                 f"of their scale (tolerance {FP32_TOLERANCES['attention']:g}: rounding)")
 
 
-def _compare(rows: list[torch.Tensor], logits: torch.Tensor, ref_rows, ref_logits, first: int):
+def _compare(rows: list[torch.Tensor], logits: torch.Tensor, ref_rows, ref_logits,
+             first: int) -> tuple[list[float], float, float]:
     """Per step max |Δ| of the rows (each ``[layers, H, context]``) against the reference's rows at query
     ``first + s`` (``ref_rows(layer, q)`` -> ``[H, context]``), and the logits' max |Δ| and relative max against the
     reference's (``ref_logits(q)`` -> ``[V]``)."""
@@ -99,7 +110,9 @@ def prove(model, gen: GenerationTrace, reference: str = "hf", float64_limit: int
     first = gen.prompt_length - 1
     size = model.weight_bytes(torch.float64)
     limit = FLOAT64_MAX_BYTES if float64_limit is None else float64_limit
-    exact, exact_logits, note = [None], None, ""
+    exact: list[float] = []  # float64 attention max |Δ| of each step: set with exact_logits, read only with it
+    exact_logits: float | None = None
+    note = ""
     if size <= limit:
         with torch.inference_mode():
             net = network64(model)
@@ -132,7 +145,9 @@ def _reference_logits(model, full, reference: str, first: int, steps: int) -> to
     with torch.inference_mode():
         if reference == "hf":
             return model.hf.get_output_embeddings()(last).cpu()
-        return torch.nn.functional.linear(last, build(model).lm_head).cpu()
+        net = build(model)
+        assert isinstance(net, DecoderNetwork) and net.lm_head is not None  # prove() asked decoder(model) first
+        return torch.nn.functional.linear(last, net.lm_head).cpu()
 
 
 @reader

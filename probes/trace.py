@@ -23,10 +23,10 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
   variant) and ``windows`` (a sliding window, or None), so a reader never needs the model to redo a
   row by hand.
 
-The activations have three records, all here: :class:`Trace` (a forward pass), :class:`GenerationTrace`
+The activations have two records here: :class:`Trace` (a forward pass) and :class:`GenerationTrace`
 (``probes.scratch.generate``: per step only the new token's attention row of every layer and head, never a
-full L×L per step) and :class:`Outputs` (an edited pass of ``probes.effects``: no attention, only what effects
-are measured on).
+full L×L per step); an edited pass of ``probes.effects`` is a :class:`probes.scratch.Ran` (what its hook points
+kept, no attention unless asked).
 
 Ask for attention through :meth:`Trace.attention` (one head or one layer, padding removed) or
 :meth:`Trace.head_summary` (streaming statistics of every head of a layer), never by indexing.
@@ -258,18 +258,6 @@ class Trace(TokensAndRules):
             local = (r > 0).nonzero().squeeze(-1)  # rows that have a previous token
             previous[:, r[local]] = p[:, local, r[local] - 1]
         return dict(entropy=entropy, received=received, previous=previous, argmax=argmax)
-
-
-@dataclass
-class Outputs:
-    """What an edited from-scratch pass (:func:`probes.scratch.outputs`) hands back: no attention, only what effects
-    are measured on."""
-
-    hidden: torch.Tensor  # [B, L, D] the last hidden state (after the final norm, where the model has one)
-    inputs: list[torch.Tensor] | None  # per layer [B, L, D]: each layer's input (``keep_inputs``)
-    logits: torch.Tensor | None  # [B, L, V], or None (no language-model head, or not asked for)
-    residual: torch.Tensor | None  # [B, L, D] the residual stream before the final norm (pre-norm models)
-    z: list[torch.Tensor] | None  # per layer [B, H, L, d]: the head outputs the layer went on with (``keep_z``)
 
 
 @dataclass

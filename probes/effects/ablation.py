@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 import pandas as pd
 import torch
 
-from ..seam import reader
 from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
+from ..models import Encoding
 from ..precision import working_dtype
-from ..scratch import Ran, build, point, run
-from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_stats
+from ..scratch import Ran, point, run
+from ..seam import reader
+from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_network, lm_stats
 
 HOWS = ("zero", "mean", "patch")
 AT_POSITION = ("token_change", "logit_diff")  # the measures that read one position only
@@ -42,7 +43,8 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise EmptyInput("the reference set for mean-ablation has no text")
-    total, count = None, 0
+    total: torch.Tensor | None = None
+    count = 0
     for start in range(0, len(texts), batch_size):
         enc = model.encode(texts[start:start + batch_size], truncate=True)
         zs = run(model, enc, logits=False, keep=["attn.z"]).each("attn.z")
@@ -50,6 +52,7 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
         sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in zs])  # [layers, H, d]
         total = sums if total is None else total + sums
         count += int(real.sum())
+    assert total is not None  # texts is not empty: at least one batch was summed
     return (total / count).to(working_dtype(model.dtype))
 
 
@@ -74,32 +77,21 @@ def ablation_hooks(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero",
         if how == "zero":
             z[b, h] = 0.0
         elif how == "mean":
+            assert means is not None  # checked above: mean-ablation has its means
             z[b, h] = means[layer, h].to(z)[:, None, :]  # [k, 1, d]: the same mean at every position
         else:
+            assert patch is not None  # checked above: patching has the other input's z
             z[b, h] = patch[layer][0, h].to(z)  # [k, L, d]: the other input's output at each position
         return z
 
     return {point(layer, "attn.z"): lambda z, name, layer=layer: edit(layer, z) for layer in by_layer}
 
 
-def ablation_edit(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
-                  patch: list[torch.Tensor] | None = None) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    """:func:`ablation_hooks` as one ``edit(layer, z)`` (what :func:`probes.scratch.outputs`, the old form of the pass,
-    takes: ``benchmarks/effects_checks.py``)."""
-    hooks = ablation_hooks(rows, how, means, patch)
-
-    def edit(layer: int, z: torch.Tensor) -> torch.Tensor:
-        name = point(layer, "attn.z")
-        return hooks[name](z, name) if name in hooks else z
-
-    return edit
-
-
 @dataclass
 class Clean:
     """One text's clean pass: what every edited copy is compared with."""
 
-    enc: object
+    enc: Encoding
     n: int  # real tokens
     out: Ran  # without logits (the next-token measures read them from the last hidden state, measures.lm_stats),
     # keeping each layer's input (resid_pre): where a batch of edited copies resumes
@@ -181,15 +173,18 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
              measures: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None,
              **writes) -> dict[str, torch.Tensor]:
     """Measures of each row's ablation (``rows[b]``: the heads ablated together in copy b), in batches of
-    ``batch`` copies (default: as many as :data:`WORK_BUDGET` holds, :func:`copy_bytes`). Nothing before a row's first ablated layer
-    changes, so a batch starts from the clean pass's input of its first edited layer: rows of one layer run
-    together, and only the layers from it on are computed again (``share=False``: every copy runs every layer).
+    ``batch`` copies (default: as many as :data:`WORK_BUDGET` holds, :func:`copy_bytes`). Nothing before a row's
+    first ablated layer changes, so a batch starts from the clean pass's input of its first edited layer: rows of one
+    layer run together, and only the layers from it on are computed again (``share=False``: every copy runs every
+    layer).
     ``measures``: only these (default: every one that applies; the copies' next-token statistics are read only
-    when one needs them and the clean pass asked for them). ``progress(done, total)``: called after each row is measured."""
+    when one needs them and the clean pass asked for them). ``progress(done, total)``: called after each row is
+    measured."""
+    assert clean.out.final is not None  # clean_pass runs to the end: its final state is always kept
     size = batch or _copies(model, clean)
     lm = clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
     ids = clean.enc.input_ids[0].to(clean.out.final.device)
-    unembedding = build(model).unembedding if lm else None
+    unembedding = lm_network(model)[1] if lm else None  # lm: clean.lm, so model.predicts_tokens
     stats = lambda hidden: lm_stats(ids, clean.n, position, targets, hidden=hidden,  # noqa: E731
                                     unembedding=unembedding) if lm else None
     clean_lm = stats(clean.out.final)
@@ -206,13 +201,14 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
         chunk = rows[start:end]
         first = min(first_layer[start:end])
         enc = clean.enc
-        many = lambda t: None if t is None else t.expand(len(chunk), -1)  # noqa: E731 (copies share memory)
-        copies = replace(enc, input_ids=many(enc.input_ids), attention_mask=many(enc.attention_mask),
-                         token_type_ids=many(enc.token_type_ids))
+        k = len(chunk)  # the copies share the text's memory (expand)
+        copies = replace(enc, input_ids=enc.input_ids.expand(k, -1), attention_mask=enc.attention_mask.expand(k, -1),
+                         token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(k, -1))
         resume = None
         if share and 0 < first < model.n_layers:
             resume = (first, clean.out[point(first, "resid_pre")].expand(len(chunk), -1, -1))
         got = run(model, copies, ablation_hooks(chunk, how, **writes), logits=False, resume=resume)
+        assert got.final is not None  # no stop_after: the pass reaches its final point
         measured = compare(clean.out.final[0], got.final, clean.n, clean_lm, stats(got.final), position, measures)
         for key, value in measured.items():
             parts.setdefault(key, []).append(value.cpu())
@@ -253,7 +249,7 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
     logits = measures is None or any(name in LM_MEASURES for name in measures)
     at_one = measures is not None and set(measures) <= set(AT_POSITION) and position is not None
     # (not when patching: the other text's outputs would have to be cut the same way)
-    upto = position + 1 if at_one and model.is_causal and how != "patch" else None
+    upto = position + 1 if at_one and position is not None and model.is_causal and how != "patch" else None
     clean = clean_pass(model, text, truncate=truncate, logits=logits, upto=upto)
     check_position(position, clean.n)
     writes = replacements(model, how, clean, other, reference, truncate)

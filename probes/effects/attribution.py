@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..seam import reader
 from ..errors import BadOption
-from ..scratch import build, point, run
 from ..head_index import check_position
+from ..scratch import point, run
+from ..seam import reader
+from .measures import lm_network
 
 
 @dataclass
@@ -88,22 +89,23 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
     if not model.predicts_tokens:
         raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
                         "ablation effects on its hidden states instead")
-    net = build(model)
+    net, unembedding = lm_network(model)
     enc = model.encode(text)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
     check_position(position, n)
     position = n - 1 if position is None else position
-    vocab = net.unembedding.shape[0]
+    vocab = unembedding.shape[0]
     for t in (target, other):
         if t is not None and not 0 <= t < vocab:
             raise BadOption(f"token id {t} is outside {model.name}'s vocabulary of {vocab}")
     last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
     got = run(model, enc, keep=["attn.z", last])
+    assert got.logits is not None  # a model that predicts tokens has a language-model head, and logits were asked
     residual = got[last][0, position]
     with torch.inference_mode():
-        u = net.unembedding[target].double()
+        u = unembedding[target].double()
         if other is not None:
-            u = u - net.unembedding[other].double()
+            u = u - unembedding[other].double()
         frozen, bias = net.final_norm(residual)
         shares = []
         rest_part = residual.double()  # the residual, less every head's write below
@@ -119,4 +121,4 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
             logit = logit - got.logits[0, position, other].double()
     real = enc.attention_mask[0].bool().tolist()
     return Attribution(heads.cpu().numpy(), float(rest), float(logit), position, target, other,
-                       [t.text for t, keep in zip(enc.tokens[0], real) if keep])
+                       [t.text for t, keep in zip(enc.tokens[0], real, strict=True) if keep])

@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..seam import reader
 from ..datasets.catalog import read_items, texts as texts_of
 from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
 from ..runner import note_cuts
 from ..scratch import layer_of, run
+from ..seam import reader
 from .ablation import ablate_each
 
 PROJECTIONS = 8  # random directions per item for an encoder
@@ -60,14 +60,17 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
                        dtype=working_dtype(model.dtype), requires_grad=True)
     # each layer's head outputs times their gates: an edit hook on every layer's attn.z
     got = run(model, enc, {"attn.z": lambda z, name: z * gates[:, layer_of(name), :, None, None]}, logits=lm, grad=True)
+    assert got.final is not None  # no stop_after: the pass reaches its final point
     mask = enc.attention_mask.to(got.final.device).bool()
     if lm:
         ids = enc.input_ids.to(got.final.device)
         targets = ids[:, 1:].masked_fill(~mask[:, 1:], -100)  # padding predicts nothing
+        assert got.logits is not None  # lm: the model predicts tokens (a language-model head), logits asked for
         losses = torch.nn.functional.cross_entropy(got.logits[:, :-1].transpose(1, 2), targets, reduction="none",
                                                    ignore_index=-100)
         counts = mask[:, 1:].sum(-1).clamp_min(1)
         (losses.sum(-1) / counts).sum().backward()  # each item's mean loss; its gates see only its own
+        assert gates.grad is not None  # backward() reached the gates: every layer's z is multiplied by them
         return gates.grad.double().abs()
     r = torch.zeros(got.final.shape, dtype=got.final.dtype)
     for i, text in enumerate(texts):  # each item's directions from its own seed: the same whatever it is batched with
@@ -76,6 +79,7 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
         r[i * copies:(i + 1) * copies, :n] = torch.randn(copies, n, got.final.shape[-1], generator=gen)
     r = r.to(got.final.device)
     (got.final * r).sum().backward()
+    assert gates.grad is not None  # backward() reached the gates: every layer's z is multiplied by them
     grads = gates.grad.double().view(len(texts), copies, model.n_layers, model.n_heads)
     return grads.pow(2).mean(1).sqrt()
 

@@ -28,12 +28,13 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..seam import reader
 from ..errors import BadOption, EmptyInput, InputTooLong
-from ..models import Piece
-from ..scratch import build, point, run
-from ..tokens import readable_tokens
 from ..head_index import check_layer, check_position
+from ..models import Piece
+from ..scratch import point, run
+from ..seam import reader
+from ..tokens import readable_tokens
+from .measures import lm_network
 
 TOP_K = 5  # tokens kept per cell (the app's tooltip shows them)
 LOGIT_BUDGET = 64 * 2**20  # bytes of logits one chunk of positions may hold
@@ -94,7 +95,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
         raise ValueError("give the text or the token ids, not both")
     if not 1 <= k <= 100:
         raise BadOption(f"k={k}: keep between 1 and 100 tokens per cell")
-    net = build(model)
+    net, unembedding = lm_network(model)
     enc = model.encode(text, truncate=truncate) if ids is None else encoding(model, ids)
     n = int(enc.attention_mask.sum())
     positions = list(range(n)) if positions is None else [int(p) for p in positions]
@@ -108,7 +109,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
     got = run(model, enc, logits=False, keep=["resid_pre", last, *(["attn.z"] if heads else [])])
     inputs, residual, zs = got.each("resid_pre"), got[last], got.each("attn.z")
     at = torch.tensor(positions, dtype=torch.long, device=residual.device)
-    vocab = net.unembedding.shape[0]
+    vocab = unembedding.shape[0]
     chunk = max(1, LOGIT_BUDGET // (vocab * residual.element_size() * (model.n_heads if heads else 1)))
     tokens = [t.text for t in enc.tokens[0][:n]]
     with torch.inference_mode():
@@ -116,9 +117,10 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
         layer_top = []
         for x in streams:
             normed = net.normed(x[0])[at]  # the true final norm (each position alone), then the positions read
-            parts = [_top(F.linear(normed[i:i + chunk], net.unembedding), k, probabilities=True)
+            parts = [_top(F.linear(normed[i:i + chunk], unembedding), k, probabilities=True)
                      for i in range(0, len(positions), chunk)]
-            layer_top.append(tuple(torch.cat(p, dim=0) for p in zip(*parts)))  # ([P, k] ids, logits, probabilities)
+            # ([P, k] ids, logits, probabilities)
+            layer_top.append(tuple(torch.cat(p, dim=0) for p in zip(*parts, strict=True)))
         head_top = None
         if heads and head_layers:
             final = residual[0, at]  # the final norm's scale is frozen here, per position
@@ -130,8 +132,8 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
                 for i in range(0, len(positions), chunk):
                     frozen, _bias = net.final_norm(final[i:i + chunk])  # the bias is no head's: left out
                     write = torch.einsum("hpd,hdD->hpD", z[:, i:i + chunk], w_o)  # what each head writes
-                    parts.append(_top(F.linear(frozen(write), net.unembedding), k, probabilities=False))
-                head_top.append(tuple(torch.cat(p, dim=1) for p in zip(*parts)))  # ([H, P, k] ids, logits)
+                    parts.append(_top(F.linear(frozen(write), unembedding), k, probabilities=False))
+                head_top.append(tuple(torch.cat(p, dim=1) for p in zip(*parts, strict=True)))  # ([H, P, k] ids, logits)
     pieces = _pieces(model.tokenizer)
     layers = _layer_frame(layer_top, positions, tokens, pieces)
     head_frame = None if head_top is None else _head_frame(head_top, head_layers, positions, tokens, pieces)

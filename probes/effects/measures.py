@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..scratch import DecoderNetwork, build
+
 LM_MEASURES = ("loss", "top_changed", "logit_diff")
 HIDDEN_MEASURES = ("hidden_change", "token_change", "embedding_change")
 LOGIT_POSITIONS = 16  # positions of one row whose logits are made and scored at once (a vocabulary each, and two
@@ -33,6 +35,14 @@ ABOUT = {
     "token_change": "1 − cosine of the chosen token's last hidden state",
     "embedding_change": "1 − cosine of the mean-pooled sentence embedding",
 }
+
+
+def lm_network(model) -> tuple[DecoderNetwork, torch.Tensor]:
+    """The from-scratch network of a model whose next-token measures apply (``model.predicts_tokens``, which the
+    caller checked: a :class:`~probes.scratch.DecoderNetwork` with an unembedding) and its unembedding ``[V, D]``."""
+    net = build(model)
+    assert isinstance(net, DecoderNetwork) and net.unembedding is not None  # what predicts_tokens says
+    return net, net.unembedding
 
 
 @dataclass

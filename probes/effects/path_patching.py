@@ -37,13 +37,12 @@ import pandas as pd
 import torch
 
 from ..attention_math import Spec, repeat_kv
-from ..seam import reader
 from ..errors import BadOption, OutOfRange
+from ..head_index import check_position, check_receiver, parse_head as parse_one
 from ..scratch import BACKENDS, build, point, run
-from ..head_index import check_position, check_receiver
-from ..head_index import parse_head as parse_one
+from ..seam import reader
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
-from .measures import LOGIT_POSITIONS, compare, lm_stats
+from .measures import LOGIT_POSITIONS, compare, lm_network, lm_stats
 
 INTO = ("q", "k", "v")
 PATTERN_MEASURES = ("pattern_change", "pattern_shift")
@@ -135,19 +134,20 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     default every head before the receiver's layer. ``cells``: (query, key) token pairs whose mean receiver weight is
     reported; ``position``, ``targets``: as in :func:`probes.effects.measures.compare`; ``batch``: senders per pass
     (at most; default: as many as ``budget`` bytes hold, :func:`batch_for`, whose default is :data:`WORK_BUDGET`; a
-    budget given that is too small for one sender is refused before any pass runs); ``progress(done, total)``: called after each pass, ``done`` senders of ``total`` patched. The
-    numbers do not depend on the batch: each copy is its own row of the same pass."""
+    budget given that is too small for one sender is refused before any pass runs); ``progress(done, total)``: called
+    after each pass, ``done`` senders of ``total`` patched. The numbers do not depend on the batch: each copy is its
+    own row of the same pass."""
     r_layer, r_head = receiver
     if senders is None:
         senders = [(layer, head) for layer in range(max(r_layer, 0)) for head in range(model.n_heads)]
-    senders = [tuple(s) for s in senders]
+    senders = [(s_layer, s_head) for s_layer, s_head in senders]
     enc, enc_c = _encode(model, clean), _encode(model, corrupted)  # an empty text is refused here (EmptyInput)
     if enc.input_ids.shape != enc_c.input_ids.shape or enc.input_ids.shape[0] != 1:
         raise BadOption(f"path patching needs two texts of the same length in tokens: the clean one has "
                         f"{enc.input_ids.shape[-1]}, the corrupted {enc_c.input_ids.shape[-1]} on {model.name} "
                         "(change words for words of one token each)")
     n = int(enc.attention_mask.sum())
-    cells = [tuple(c) for c in cells] if cells else None
+    cells = [(q, k) for q, k in cells] if cells else None
     _check(model, receiver, into, senders, n, cells)
     check_position(position, n)
     lm = model.predicts_tokens
@@ -162,8 +162,10 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     other = run(model, enc_c, logits=False, keep=["attn.z"], stop_after=x_at).each("attn.z")
     x = base[x_at]  # [1, L, D]: the receiver layer's clean input
     ids = enc.input_ids[0].to(x.device)
+    unembedding = lm_network(model)[1] if lm else None  # lm: model.predicts_tokens
     stats = lambda hidden: lm_stats(ids, n, position, targets, hidden=hidden,  # noqa: E731
-                                    unembedding=net.unembedding) if lm else None
+                                    unembedding=unembedding) if lm else None
+    assert base.final is not None  # no stop_after: the clean pass reaches its final point
     clean_lm = stats(base.final)
     with torch.inference_mode():
         heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
@@ -187,6 +189,7 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
                                                                                                            -1))
         hooks = receiver_hooks(net, receiver, into, x + chunk, mask, spec, clean_pattern, got_pattern)
         got = run(model, copies, hooks, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)))
+        assert got.final is not None  # no stop_after: the pass reaches its final point
         measured = compare(base.final[0], got.final, n, clean_lm, stats(got.final), position)
         patched = got_pattern[0][:, :n, :n].double().cpu()
         clean = clean_pattern[0][0, :n, :n].double().cpu()
@@ -262,4 +265,6 @@ def receiver_hooks(net, receiver: tuple[int, int], into: str, patched: torch.Ten
 def _pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, spec) -> torch.Tensor:
     """One head's attention probabilities ``[B, L, L]`` from its q and k ``[B, L, d]``, by the eager backend (the
     pass's own formula and mask)."""
-    return BACKENDS["eager"](q[:, None], k[:, None], k[:, None], mask, spec).probs[:, 0]
+    probs = BACKENDS["eager"](q[:, None], k[:, None], k[:, None], mask, spec).probs
+    assert probs is not None  # the eager backend keeps every probability
+    return probs[:, 0]

@@ -49,11 +49,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..seam import reader
 from ..attention_math import allowed_keys
 from ..errors import BadOption, OutOfRange, UnsupportedModel
 from ..head_index import check_layer_head, check_receiver
-from ..scratch import build, point, run
+from ..models import Encoding
+from ..scratch import RotaryNetwork, SplitNetwork, build, point, run
+from ..seam import reader
 
 BIAS_QK = "q/k biases"  # the constant part of q and k: the norm's bias and the projections' biases
 POSITION_PARTS = ("position embedding",)  # the parts that are position itself (families with a learned table)
@@ -83,7 +84,8 @@ def percent(share: float) -> str:
 
 def _ranges(indices) -> str:
     """Band numbers as ranges: [0, 1, 2, 5] -> "0–2, 5"."""
-    out, run = [], []
+    out: list[list[int]] = []
+    run: list[int] = []
     for i in sorted(indices):
         if run and i != run[-1] + 1:
             out.append(run)
@@ -354,8 +356,8 @@ class _HeadPass:
     """One from-scratch pass up to layer ``layer`` (the layers after it are not needed) and what splitting head
     ``layer``.``head``'s scores reads from it: shared by :func:`qk_attribution` and :func:`senders_on_text`."""
 
-    net: object
-    enc: object
+    net: SplitNetwork
+    enc: Encoding
     inputs: list[torch.Tensor]  # each layer's input (resid_pre) up to this one's, [1, L, D]
     z: list[torch.Tensor]  # each earlier layer's head outputs (attn.z), [1, H, L, d]
     layer: int
@@ -380,6 +382,7 @@ class _HeadPass:
 
 def _head_pass(model, text: str, layer: int, head: int, pair: str | None, truncate: bool) -> _HeadPass:
     net = build(model)  # an architecture the from-scratch path does not cover is refused here
+    assert isinstance(net, SplitNetwork)  # every family's network splits its scores (tests/scratch/test_family.py)
     n_layers, n_heads = len(net.layers), model.n_heads
     check_layer_head(layer, head, n_layers, n_heads, model.name)
     enc = model.encode(text, pair, truncate=truncate).to(model.device)  # an empty text is refused here (EmptyInput)
@@ -424,13 +427,13 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
         weight = float(torch.softmax(scores, -1)[key])
         score = float(scores[key])
         bound = run.scale * float(run.q[query].norm() * run.k[key].norm())
-    matrix = matrix.cpu().numpy()
-    keep = [p for p in range(len(names)) if matrix[p].any() or matrix[:, p].any()]  # a part that is all zero: none
+    grid = matrix.cpu().numpy()
+    keep = [p for p in range(len(names)) if grid[p].any() or grid[:, p].any()]  # a part that is all zero: none
     enc = run.enc
-    tokens = [t.text for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist()) if real]
+    tokens = [t.text for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist(), strict=True) if real]
     rotary = model.family.positions == "rotary"
     return QKAttribution(model.name, layer, head, query, key, tokens, [names[p] for p in keep],
-                         matrix[np.ix_(keep, keep)], score, bound, weight, n_layers=len(run.net.layers),
+                         grid[np.ix_(keep, keep)], score, bound, weight, n_layers=len(run.net.layers),
                          positions="rotary" if rotary else "absolute",
                          bands=_bands(run, query, key, score) if rotary else None)
 
@@ -441,6 +444,7 @@ def _bands(run: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:
     and k, so the bands sum to the score; its content the same with both turned back by their own positions' angles
     (the network's tables, the inverse of ``x·cos + rotate_half(x)·sin``), so no turn is left between them."""
     length = run.enc.input_ids.shape[1]
+    assert isinstance(run.net, RotaryNetwork)  # called only where the family's positions are rotary
     cos, sin = (t[0].to(torch.float64) for t in run.net.rotary(max(length, 2), run.q.device))  # [L, r]
     d, r = run.q.shape[-1], cos.shape[-1]
     half = r // 2
@@ -501,7 +505,7 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
         q_side = torch.zeros(len(names), dtype=torch.float64)
         k_side = torch.zeros_like(q_side)
         total = 0.0
-        for i, j in zip(queries, keys):
+        for i, j in zip(queries, keys, strict=True):  # picked // n and picked % n: one of each per cell
             q_i, k_j = q[:, at[i]], k[:, at[j]]  # [P + 1, d]
             q_side += scale * (q_i @ k_j.sum(0))  # each query part with the whole key
             k_side += scale * (k_j @ q_i.sum(0))  # each key part with the whole query

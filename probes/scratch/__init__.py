@@ -33,22 +33,22 @@ attribution and head importance (:mod:`probes.effects`) are hooks on it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_logsumexp
-from ..errors import BadOption, UnsupportedModel
-from ..trace import Outputs, Trace
+from ..errors import BadOption
+from ..trace import Trace
 from .attention import BACKENDS, FLOAT64_BACKENDS, Attended, attention, resolve_backend
 from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork
 from .hooks import LAYER_POINTS, POINTS, Hook, Pass, layer_of, point, split
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "Outputs", "POINTS",
-           "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "outputs", "point",
+__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS",
+           "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
            "resolve_backend", "run"]
 
 Hooks = Mapping[str, "Hook | list[Hook]"]  # {point: hook, or hooks run in order}; "attn.z" alone: every layer's
@@ -82,6 +82,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     ran, note = resolve_backend(backend, enc.input_ids.device, model.dtype)
     keep_lse = ran == "eager" and attention_budget is not None and size > attention_budget
     if keep_lse:
+        assert attention_budget is not None  # keep_lse is set only under a budget
         note = (f"every probability would take {size / 2**20:,.0f} MiB at this length (over the "
                 f"{attention_budget / 2**20:,.0f} MiB kept): eager attention ran, and each head is recovered from "
                 "one logsumexp per row (equal to its softmax up to float32 rounding)")
@@ -94,7 +95,9 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     attend_with = BACKENDS[ran]
     mask = enc.attention_mask
     hidden: list[torch.Tensor] = []
-    probs, lse, specs, kernels = [], [], [], set()
+    probs: list[torch.Tensor] = []
+    lse: list[torch.Tensor] = []
+    specs, kernels = [], set()
     allowed: dict = {}  # the eager key mask of each rule (causal, window), as numbers to add, built once per pass
 
     def attend(layer, q, k, v, spec, via: Pass):
@@ -109,7 +112,11 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
             got = attend_with(q, k, v, mask, spec)
         if keep_lse:  # the layer's probabilities are dropped here: one logsumexp per row is kept instead
             got.probs, got.lse = None, row_logsumexp(q, k, mask, spec)
-        (probs.append(got.probs) if got.probs is not None else lse.append(got.lse))
+        if got.probs is not None:
+            probs.append(got.probs)
+        else:
+            assert got.lse is not None  # every backend hands back the probabilities or the logsumexp (Attended)
+            lse.append(got.lse)
         specs.append(spec)
         kernels.add(got.kernel)
         return got.output
@@ -185,18 +192,3 @@ def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), sto
         out, stopped = one.run(enc.input_ids, mask, enc.token_type_ids, logits=logits, resume=resume)
     final = kept.pop("final", None) if "final" not in keep else kept.get("final")
     return Ran(logits=out, final=final, kept=kept, stopped=one.stop_after if stopped else None)
-
-
-def outputs(model, enc, edit: Callable[[int, torch.Tensor], torch.Tensor] | None = None, logits: bool = True,
-            keep_z: bool = False, keep_inputs: bool = False, grad: bool = False) -> Outputs:
-    """The old form of :func:`run`, for its callers outside the library (``benchmarks/effects_checks.py``): its
-    switches are hooks. ``edit(layer, z)``: an edit hook on every layer's ``attn.z``; ``keep_z``, ``keep_inputs``:
-    :func:`run`'s ``keep`` of ``attn.z`` and ``resid_pre``; ``residual``: the last layer's ``resid_post`` (the
-    residual before the final norm, pre-norm models)."""
-    net = build(model)
-    last = f"blocks.{len(net.layers) - 1}.resid_post"
-    hooks = {"attn.z": lambda z, name: edit(split(name)[0], z)} if edit is not None else None
-    keep = [*(["attn.z"] if keep_z else []), *(["resid_pre"] if keep_inputs else []), last]
-    got = run(model, enc, hooks, keep=keep, logits=logits, grad=grad)
-    return Outputs(hidden=got.final, logits=got.logits, residual=got[last] if hasattr(net, "normed") else None,
-                   z=got.each("attn.z") if keep_z else None, inputs=got.each("resid_pre") if keep_inputs else None)

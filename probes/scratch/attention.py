@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -141,7 +142,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torc
             q, kr, vr, 0.0, spec.causal, attn_mask=bias, scale=spec.scale)
         return Attended(out, lse=lse, kernel="flash_attention_cpu")
     if not padded and spec.window is None:
-        kwargs = dict(is_causal=spec.causal)  # the kernels' own causal mask, no L×L mask tensor
+        kwargs: dict[str, Any] = dict(is_causal=spec.causal)  # the kernels' own causal mask, no L×L mask tensor
     else:
         kwargs = dict(attn_mask=allowed_keys(attention_mask, spec.causal, window=spec.window))
     last_error = None

@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import UnsupportedModel
-from .family import Capture, Family
-from .activations import ACTIVATIONS
 from ..attention_math import Spec
+from ..errors import UnsupportedModel
+from .activations import ACTIVATIONS
 from .attention import by_rows, merge_heads, split_heads
+from .family import Capture, Family
 from .weights import Weights
 
 
@@ -153,6 +153,7 @@ class Bert:
         for i in range(layer):
             lay, zi = self.layers[i], z[i][0][:, positions]  # [H, n, d]
             w_o, b_o = self.head_out(i)
+            assert b_o is not None  # BERT's attention output always has a bias (attention.output.dense.bias)
             writes = torch.einsum("hnd,hdD->hnD", zi.to(dtype), w_o.to(dtype))
             parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
             biases += b_o.to(dtype)

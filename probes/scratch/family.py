@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .hooks import Pass
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [B, H, L, d], k and v [B, H_kv, L, d]
+Config = Any  # a transformers config: which attributes it has depends on the family (num_attention_heads, …)
 
 
 @runtime_checkable
@@ -230,21 +231,21 @@ class Family:
     name: str  # short name, e.g. "llama"
     title: str  # for people, e.g. "Llama"
     model_types: tuple[str, ...]  # the config.model_type values it covers
-    hf_class: Callable[[object], str]  # config -> name of the transformers class that loads it
-    network: Callable[[dict[str, torch.Tensor], object, str], Network]  # (state_dict, config, name) -> the net
-    check: Callable[[object, str], None]  # raises UnsupportedModel naming an option the network lacks
-    capture: Callable[[torch.nn.Module, object, Capture], None]  # registers the q/k/v hooks on the HF module
-    scale: Callable[[object, int], float]  # (config, layer) -> what q·kᵀ is multiplied by
-    causal: Callable[[object], bool] = lambda config: True
-    kv_heads: Callable[[object], int] = lambda config: config.num_attention_heads
-    head_dim: Callable[[object], int] = lambda config: config.hidden_size // config.num_attention_heads
-    window: Callable[[object, int], int | None] = lambda config, layer: None  # sliding window of a layer
+    hf_class: Callable[[Config], str]  # config -> name of the transformers class that loads it
+    network: Callable[[dict[str, torch.Tensor], Config, str], Network]  # (state_dict, config, name) -> the net
+    check: Callable[[Config, str], None]  # raises UnsupportedModel naming an option the network lacks
+    capture: Callable[[torch.nn.Module, Config, Capture], None]  # registers the q/k/v hooks on the HF module
+    scale: Callable[[Config, int], float]  # (config, layer) -> what q·kᵀ is multiplied by
+    causal: Callable[[Config], bool] = lambda config: True
+    kv_heads: Callable[[Config], int] = lambda config: config.num_attention_heads
+    head_dim: Callable[[Config], int] = lambda config: config.hidden_size // config.num_attention_heads
+    window: Callable[[Config, int], int | None] = lambda config, layer: None  # sliding window of a layer
     token_types: bool = False  # takes token_type_ids (BERT segments)
     pairs: bool = False  # takes a second sentence
     positions: str = "absolute"  # "absolute" (learned table) or "rotary"
-    refuse_at_load: Callable[[object, str], None] | None = None  # options even the HF view gets wrong
+    refuse_at_load: Callable[[Config, str], None] | None = None  # options even the HF view gets wrong
     # why Hugging Face's code for this config cannot run in float64 (None: it can), for the float64 proof
-    float64_refused: Callable[[object], str | None] = lambda config: None
+    float64_refused: Callable[[Config], str | None] = lambda config: None
     implemented: str = ""  # README: the config options the network implements
     refused: str = ""  # README: the ones it refuses by name
     examples: tuple[str, ...] = field(default=())  # hub ids, for the model menu and README

@@ -59,7 +59,7 @@ def _kernel():
 
     @triton.jit
     def flash_forward(
-        Q, K, V, O, LSE, KEEP,
+        Q, K, V, Out, LSE, KEEP,
         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod, slb, slh, slm, smb, smn,
         H, M, N, D, GROUP, WINDOW, qk_scale,
         CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr,
@@ -118,7 +118,7 @@ def _kernel():
         empty = l_i == 0.0
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
         lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-        tl.store(O + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod, out.to(O.dtype.element_ty),
+        tl.store(Out + b * sob + h * soh + rows[:, None] * som + dims[None, :] * sod, out.to(Out.dtype.element_ty),
                  mask=(rows[:, None] < M) & (dims[None, :] < D))
         tl.store(LSE + b * slb + h * slh + rows * slm, lse, mask=rows < M)
 

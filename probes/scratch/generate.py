@@ -29,15 +29,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..seam import reader
 from ..attention_math import allowed_keys, group_of, repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
+from ..seam import reader
 from ..tokens import readable_tokens
 from ..trace import GenerationTrace
-from . import build
-from . import flash as flash_kernel
-from .family import DecoderNetwork
+from . import build, flash as flash_kernel
 from .attention import attention
+from .family import DecoderNetwork
 from .hooks import Pass
 
 BYTES = 4  # fp32
@@ -292,7 +291,7 @@ def generate(model, prompt: str, max_new_tokens: int = 20, sampling: Sampling = 
     stopped = "length"
     fed = torch.tensor([ids], device=model.device)  # step 0 feeds the whole prompt (the prefill)
     with torch.inference_mode():
-        for step in range(max_new_tokens):
+        for _step in range(max_new_tokens):
             t0 = time.perf_counter()
             rows: list[torch.Tensor] = []
             step_logits = cached_pass(net, cache, fed, rows, backend, hooks)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..attention_math import Spec
 from ..errors import UnsupportedModel
+from .activations import ACTIVATIONS
+from .attention import by_rows, merge_heads, split_heads
 from .family import Capture, Family
 from .prenorm import PreNormDecoder
-from .activations import ACTIVATIONS
-from ..attention_math import Spec
-from .attention import by_rows, merge_heads, split_heads
 from .weights import Weights
 
 
@@ -89,6 +89,7 @@ class GPT2(PreNormDecoder):
         self.wte = w["wte.weight"]
         self.wpe = w["wpe.weight"]
         self.blocks = [Block(w, i, config) for i in range(config.n_layer)]
+        self.layers = self.blocks  # the same list, under the name the layer loop and the Protocol read
         self.ln_f = (w["ln_f.weight"], w["ln_f.bias"])
         self.eps = config.layer_norm_epsilon
         self.width = config.n_embd
@@ -96,10 +97,6 @@ class GPT2(PreNormDecoder):
         if self.lm_head is None:
             self.lm_head = self.wte
         w.check_all_used(name)
-
-    @property
-    def layers(self):
-        return self.blocks
 
     def embeddings(self, input_ids, token_type_ids, start):
         positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
@@ -157,7 +154,7 @@ class GPT2(PreNormDecoder):
 def capture(hf, config, cap: Capture) -> None:
     """The Hugging Face view's q, k, v: the output of each block's ``c_attn``, split in three."""
     def grab(_module, _inp, out):
-        for name, t in zip("qkv", out.split(config.hidden_size, dim=2)):
+        for name, t in zip("qkv", out.split(config.hidden_size, dim=2), strict=True):
             getattr(cap, name).append(split_heads(t, config.num_attention_heads))
 
     for block in hf.base_model.h:

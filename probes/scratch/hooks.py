@@ -143,7 +143,7 @@ class Pass:
             self.hooks.setdefault(name, []).extend(fns)
         self.stop_after = None if stop_after is None else check(stop_after, n_layers)
         # (layer, name) of every point with something to do: a hook, the stop, attn_out where attn.result is hooked
-        self._where = {split(full) for full in [*self.hooks, *([self.stop_after] if stop_after else [])]}
+        self._where = {split(full) for full in [*self.hooks, *([self.stop_after] if self.stop_after else [])]}
         self._where |= {(layer, "attn_out") for layer, name in list(self._where) if name == "attn.result"}
         self.active = bool(self._where)  # False: every point returns its tensor at once
         self._z: dict[int, torch.Tensor] = {}  # each layer's z, kept only while attn.result is hooked there
@@ -154,7 +154,7 @@ class Pass:
         if (layer, name) not in self._where:  # nothing to do here: the tensor as it came
             return x
         full = name if layer is None else f"blocks.{layer}.{name}"
-        if name == "attn_out" and (layer, "attn.result") in self._where:
+        if name == "attn_out" and layer is not None and (layer, "attn.result") in self._where:
             x = self._result(layer, x)
         for fn in self.hooks.get(full, ()):
             got = fn(x, full)

@@ -23,17 +23,18 @@ from __future__ import annotations
 import math
 import sys
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ..attention_math import Spec
 from ..errors import UnsupportedModel
-from .family import Capture, Family
-from .prenorm import PreNormDecoder
 from ..precision import upcast, working_dtype
 from .activations import ACTIVATIONS
-from ..attention_math import Spec
 from .attention import by_rows, merge_heads, split_heads
+from .family import Capture, Family
+from .prenorm import PreNormDecoder
 from .weights import Weights
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
@@ -292,10 +293,11 @@ def qwen2_window(config, layer: int) -> int | None:
     return config.sliding_window if layer < len(types) and types[layer] == "sliding_attention" else None
 
 
-_COMMON = dict(hf_class=hf_class, check=check_config, capture=capture, scale=attention_scale, kv_heads=kv_heads,
-               head_dim=head_dim, positions="rotary",
-               refused="other `rope_type`s (yarn, longrope, …), `partial_rotary_factor` < 1, rotary parameters per "
-                       "layer type, other activations")
+_COMMON: dict[str, Any] = dict(
+    hf_class=hf_class, check=check_config, capture=capture, scale=attention_scale, kv_heads=kv_heads,
+    head_dim=head_dim, positions="rotary",
+    refused="other `rope_type`s (yarn, longrope, …), `partial_rotary_factor` < 1, rotary parameters per "
+            "layer type, other activations")
 _LLAMA = ("RMSNorm, rotary positions (`rope_theta`; `rope_type` default, linear, dynamic, llama3), grouped-query "
           "attention (`num_key_value_heads`), SwiGLU MLP (`hidden_act`), `head_dim` ≠ hidden / heads, tied or untied "
           "embeddings, `attention_bias`, `mlp_bias`, `rms_norm_eps`")

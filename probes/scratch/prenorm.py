@@ -40,6 +40,15 @@ class PreNormDecoder:
         """``x`` after the final norm."""
         raise NotImplementedError
 
+    def embedding_parts(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                        positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The embeddings of item 0 at ``positions`` as named parts ``{name: [n, D]}`` (:meth:`residual_parts`)."""
+        raise NotImplementedError
+
+    def head_out(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layer ``layer``'s output projection by head, ``W_O`` ``[H, d, D]``, and its bias ``[D]`` or None."""
+        raise NotImplementedError
+
     def at(self, start: int, length: int, device: torch.device | str) -> tuple:
         """What every layer takes besides its input for positions start..start+length−1 (none here)."""
         return ()
@@ -82,9 +91,10 @@ class PreNormDecoder:
         # start > 0 when decoding after a KV cache; padding is on the right
         at = self.at(start, input_ids.shape[1], input_ids.device)
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
-        first, x = resume or (0, None)
         if resume is None:
-            x = run.at("embed", None, self.embeddings(input_ids, token_type_ids, start))
+            first, x = 0, run.at("embed", None, self.embeddings(input_ids, token_type_ids, start))
+        else:
+            first, x = resume
         for i, layer in enumerate(self.layers[first:], start=first):
             x = run.at("resid_pre", i, x)
             x = run.at("resid_post", i, layer(x, run, *at, chunk))  # the last one: the residual before the final norm

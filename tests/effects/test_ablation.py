@@ -117,7 +117,7 @@ def test_bad_input_is_refused_with_advice(minilm, copy_model):
     with pytest.raises(BadOption, match="outside the text's"):
         ablation.ablate(minilm, SHE, [(1, 2)], position=99)
     with pytest.raises(BadOption, match="unknown ablation"):
-        ablation.ablation_edit([[(0, 0)]], "half")
+        ablation.ablation_hooks([[(0, 0)]], "half")
 
 
 @pytest.mark.numeric

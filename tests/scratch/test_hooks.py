@@ -68,9 +68,6 @@ def test_zeroing_a_heads_z_is_zero_ablation(gpt2_model):
     assert not by_hook["blocks.1.attn.z"][:, 2].any()  # keep sees what the pass went on with: after the edit
     clean = scratch.run(gpt2_model, enc)
     assert not torch.equal(by_hook.logits, clean.logits)
-    # the old form (an edit(layer, z) over every layer) is the same hooks
-    old = scratch.outputs(gpt2_model, enc, edit=ablation.ablation_edit([[(1, 2)]], "zero"))
-    assert torch.equal(old.logits, by_hook.logits)
 
 
 def test_stop_after_returns_what_came_before_and_no_logits(model):
