@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import torch
 
 from . import runner, scratch
+from .encoding import Encoding, Piece
 from .errors import (
     BadOption,
     EmptyInput,
@@ -125,31 +126,6 @@ def tokenizer_files(location: str) -> list[Path]:
 
 SHORT_NAMES = {OFFLINE_DEFAULT: _offline_default_path, "smollm2": _smollm2_path}
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2", "owner/name"; no "..", no deeper path
-
-
-@dataclass
-class Encoding:
-    """A tokenised batch, ready for either forward pass."""
-
-    input_ids: torch.Tensor  # [B, L]
-    attention_mask: torch.Tensor  # [B, L] (1 = real token)
-    token_type_ids: torch.Tensor | None  # [B, L] for BERT sentence pairs, else None
-    tokens: list[list[Token]]
-    texts: list[str]
-    pairs: list[str | None]
-    truncated_from: list[int | None] = field(default_factory=list)  # original token count, if cut
-
-    @property
-    def truncated(self) -> bool:
-        return any(n is not None for n in self.truncated_from)
-
-    def to(self, device: torch.device | str) -> Encoding:
-        """The same encoding with its tensors on ``device`` (itself when they are there already)."""
-        if self.input_ids.device == torch.device(device):
-            return self
-        types = None if self.token_type_ids is None else self.token_type_ids.to(device)
-        return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
-                       token_type_ids=types)
 
 
 class LocalBackend:
@@ -455,17 +431,6 @@ class LocalModel(ModelBase):
 
 
 Model = LocalModel  # the name most code knows it by: a model loaded here
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One tokenised sequence: ids (special tokens included), each token's character span in its text
-    ((0, 0) for special tokens), which text each token came from (None: special), token types (or None)."""
-
-    ids: list[int]
-    offsets: list[tuple[int, int]]
-    sequence_ids: list[int | None]
-    types: list[int] | None = None
 
 
 # -- loading ---------------------------------------------------------------------------------------

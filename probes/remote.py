@@ -215,9 +215,8 @@ class RayBackend:
 
     def call(self, name: str, fn, args: tuple, kwargs: dict):
         """The reader ``name`` on the server: a :class:`RemoteModel` argument stands for the server's model, a
-        :class:`RemoteTrace` for its trace (sent as its :class:`Request`); a ``progress`` callback stays here and is
-        not called."""
-        kwargs = {k: v for k, v in kwargs.items() if k != "progress"}
+        :class:`RemoteTrace` for its trace (sent as its :class:`Request`). :func:`probes.seam.reader` has left a
+        ``progress`` callback here already."""
         return self.ask("compute", name, tuple(_sent(a) for a in args), {k: _sent(v) for k, v in kwargs.items()})
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from .models import Encoding, Piece
+    from .encoding import Encoding, Piece
     from .tokens import Token
 
 
