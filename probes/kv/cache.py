@@ -1,0 +1,159 @@
+"""A KV cache that forgets: each layer's slots, the position each key/value head holds in each slot, and the
+policies (:mod:`probes.kv.policies`) that choose what to evict, one step at a time.
+
+One step of a layer (:meth:`Slots.place`, then the attention, then :meth:`Slots.after`):
+
+    place      the newest token's key and value go into a free slot of each key/value head
+    attend     the newest query reads the keys its head holds (:meth:`Slots.allowed`), nothing else
+    evict      a head whose cache holds its budget frees one slot, chosen by its policy, so the next token fits
+
+Heads of one layer may follow different policies (:class:`Keeper`: one policy over some heads). An evicted key
+never comes back; :attr:`Slots.evicted_at` records, per head and position, the first step that no longer sees it.
+
+``ring=False`` (the shadow mode of :func:`probes.kv.stream.stream`): slot = position, the storage is the full cache's,
+and the slots only say which positions the policy would still hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .policies import POOL, Policy
+
+FAR = torch.iinfo(torch.long).max  # a position no slot holds, sorted last
+
+
+class Keeper:
+    """One policy over ``heads`` (key/value head indices) of one layer, each read by ``group`` query heads."""
+
+    def __init__(self, policy: Policy, heads: Sequence[int], group: int, capacity: int, scale: float,
+                 dtype: torch.dtype, device: torch.device | str):
+        self.policy = policy
+        self.heads = torch.tensor(list(heads), dtype=torch.long, device=device)
+        self.query_heads = (self.heads[:, None] * group + torch.arange(group, device=device)).reshape(-1)
+        self.group = group
+        self.scale = scale
+        self.received = torch.zeros(len(heads), capacity, dtype=dtype, device=device)  # H2O: attention so far
+        self.queries: list[tuple[int, torch.Tensor]] = []  # SnapKV: the last `recent` queries, (position, q [h·g, d])
+
+    def placed(self, slots: torch.Tensor) -> None:
+        """The newest token went into ``slots`` ``[h]`` of this keeper's heads: a fresh slot has received nothing."""
+        if self.policy.kind == "h2o":
+            self.received[torch.arange(len(slots)), slots] = 0
+
+    def visible(self, t: int, positions: torch.Tensor) -> torch.Tensor:
+        """Which held keys the query at step ``t`` reads ``[h, cap]``: every held one, or ``strided``'s pattern."""
+        held = positions >= 0
+        if self.policy.kind != "strided":
+            return held
+        back = t - positions
+        return held & ((back < self.policy.recent) | (back % self.policy.stride == 0))
+
+    def choose(self, t: int, positions: torch.Tensor, probs: torch.Tensor, q: torch.Tensor,
+               keys: torch.Tensor) -> torch.Tensor | None:
+        """After step ``t``: the slot each head frees ``[h]`` (−1: none), or None when no head is full.
+        ``positions`` ``[h, cap]`` (−1: empty), ``probs`` ``[h·g, cap]``: the newest query's attention over the slots
+        (0 where it did not look), ``q`` ``[h·g, d]`` that query, ``keys`` ``[h, cap, d]`` the slots' keys."""
+        p = self.policy
+        if p.kind == "h2o":  # every step's attention accumulates, full or not
+            self.received += probs.view(len(self.heads), self.group, -1).sum(1)
+        if p.kind == "snapkv":
+            self.queries = [*self.queries[-(p.recent - 1):], (t, q)] if p.recent > 1 else [(t, q)]
+        if not p.evicts:
+            return None
+        assert p.budget is not None
+        held = positions >= 0
+        full = held.sum(-1) >= p.budget
+        if not bool(full.any()):
+            return None
+        far = torch.full_like(positions, FAR)
+        if p.kind in ("window", "sinks"):  # the oldest key past the sinks
+            victim = torch.where(held & (positions >= p.sinks), positions, far).argmin(-1)
+        elif p.kind == "h2o":  # the least attention received, of the keys older than the recent part
+            older = held & (positions <= t - p.recent)
+            victim = self.received.masked_fill(~older, float("inf")).argmin(-1)
+        elif p.kind == "tova":  # the least attention from the newest query, averaged over the head's query heads
+            score = probs.view(len(self.heads), self.group, -1).mean(1)
+            victim = score.masked_fill(~(held & (positions < t)), float("inf")).argmin(-1)
+        else:
+            victim = self._snapkv(t, positions, held, keys)
+        return torch.where(full, victim, torch.full_like(victim, -1))
+
+    def _snapkv(self, t: int, positions: torch.Tensor, held: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """SnapKV's vote: the last queries' attention over the held keys (each query reads the held keys up to its
+        own position), averaged over the queries and the group's query heads, smoothed by a mean over
+        :data:`POOL` neighbours along the older keys in position order; the lowest such key is evicted."""
+        n_heads = len(self.heads)
+        where = torch.tensor([s for s, _ in self.queries], device=positions.device)  # [w]
+        qs = torch.stack([q for _, q in self.queries], dim=1)  # [h·g, w, d]
+        k = keys.repeat_interleave(self.group, dim=0)  # [h·g, cap, d]
+        scores = (qs @ k.transpose(-2, -1)) * self.scale  # [h·g, w, cap]
+        pos = positions.repeat_interleave(self.group, dim=0)[:, None, :]  # [h·g, 1, cap]
+        seen = (pos >= 0) & (pos <= where[None, :, None])
+        scores = scores.masked_fill(~seen, float("-inf"))
+        vote = torch.softmax(scores, dim=-1).mean(1).view(n_heads, self.group, -1).mean(1)  # [h, cap]
+        older = held & (positions <= t - self.policy.recent)
+        order = torch.where(older, positions, torch.full_like(positions, FAR)).argsort(-1)  # older keys first
+        n = int(older.sum(-1).min())
+        ranked = vote.gather(-1, order[:, :n])
+        pooled = F.avg_pool1d(ranked[:, None], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
+        return order.gather(-1, pooled.argmin(-1, keepdim=True))[:, 0]
+
+
+class Slots:
+    """One layer's slots: ``positions`` ``[H_kv, capacity]`` (the position each head holds in each slot, −1: empty)
+    and the keepers of its heads. ``plan``: the policy of each key/value head."""
+
+    def __init__(self, plan: Sequence[Policy], capacity: int, group: int, scale: float, tokens: int,
+                 dtype: torch.dtype, device: torch.device | str, ring: bool = True):
+        self.positions = torch.full((len(plan), capacity), -1, dtype=torch.long, device=device)
+        self.ring = ring
+        by_policy: dict[Policy, list[int]] = {}
+        for head, policy in enumerate(plan):
+            by_policy.setdefault(policy, []).append(head)
+        self.keepers = [Keeper(p, heads, group, capacity, scale, dtype, device) for p, heads in by_policy.items()]
+        self.group = group
+        self.evicted_at = torch.full((len(plan), tokens), tokens, dtype=torch.int32, device=device)
+
+    def place(self, t: int) -> torch.Tensor:
+        """Put position ``t`` in a free slot of every head (slot t without a ring); returns the slots ``[H_kv]``."""
+        if self.ring:
+            free = self.positions < 0
+            if not bool(free.any(-1).all()):
+                raise RuntimeError(f"a head's cache has no free slot at step {t}")
+            slots = free.int().argmax(-1)
+        else:
+            slots = torch.full((self.positions.shape[0],), t, dtype=torch.long, device=self.positions.device)
+        self.positions[torch.arange(len(slots)), slots] = t
+        for keeper in self.keepers:
+            keeper.placed(slots[keeper.heads])
+        return slots
+
+    def allowed(self, t: int) -> torch.Tensor:
+        """The slots the query at step ``t`` reads, by query head ``[H, capacity]``."""
+        out = torch.zeros_like(self.positions, dtype=torch.bool)
+        for keeper in self.keepers:
+            out[keeper.heads] = keeper.visible(t, self.positions[keeper.heads])
+        return out.repeat_interleave(self.group, dim=0)
+
+    def after(self, t: int, probs: torch.Tensor, q: torch.Tensor, keys: torch.Tensor) -> None:
+        """Each keeper sees step ``t``'s attention (``probs`` ``[H, capacity]``, query ``q`` ``[H, d]``, ``keys``
+        ``[H_kv, capacity, d]``) and frees the slots its policy evicts."""
+        for keeper in self.keepers:
+            heads = keeper.heads
+            victims = keeper.choose(t, self.positions[heads], probs[keeper.query_heads], q[keeper.query_heads],
+                                    keys[heads])
+            if victims is None:
+                continue
+            hit = victims >= 0
+            rows, slots = heads[hit], victims[hit]
+            gone = self.positions[rows, slots]
+            self.evicted_at[rows, gone] = t + 1  # step t + 1 is the first that does not see it
+            self.positions[rows, slots] = -1
+
+    def held(self) -> int:
+        """Keys held now, over every head."""
+        return int((self.positions >= 0).sum())

@@ -1,0 +1,318 @@
+"""Streamed evaluation: a text read one token at a time through a cache that forgets, as StreamingLLM evaluates,
+and the per-head effects of each policy.
+
+:func:`stream` runs a decoder over the text token by token, every layer attending over its
+:class:`~probes.kv.cache.Slots` and evicting as its policy says, and scores each next token: the streamed perplexity,
+the bytes the cache holds, and when each key left each head (:class:`Streamed`). With ``shadow`` policies the model
+runs on the full cache and each policy only *watches* every head: what it would keep from that head's own
+(unchanged) attention, and how much of the head's attention mass those keys hold (:class:`Watched`).
+
+Why the shadow is enough for one head: cutting only head h of layer l changes nothing before layer l, so the head's
+queries and keys are the full run's, and so is what its policy keeps. :func:`head_effects` therefore runs, for each
+head, one full pass with that head's keys masked as the shadow recorded them, resumed at its layer: the loss change
+when only that head's cache is cut (the masked pass equals the streamed run with that head alone cut, a float64
+test says so).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..attention_math import repeat_kv
+from ..errors import BadOption, InputTooLong, UnsupportedModel
+from ..scratch.attention import attention
+from ..scratch.family import DecoderNetwork
+from ..scratch.hooks import Pass
+from ..seam import reader
+from .cache import Slots
+from .policies import Policy
+
+Plan = Sequence[Sequence[Policy]]  # the policy of each key/value head of each layer: plan[layer][head]
+MIN_TOKENS = 2  # a perplexity needs one predicted token
+
+
+def everywhere(policy: Policy, n_layers: int, kv_heads: int) -> list[list[Policy]]:
+    """The plan that applies ``policy`` to every key/value head."""
+    return [[policy] * kv_heads for _ in range(n_layers)]
+
+
+def one_head(policy: Policy, layer: int, head: int, n_layers: int, kv_heads: int) -> list[list[Policy]]:
+    """The plan that cuts only key/value head ``head`` of ``layer`` (every other head keeps its full cache)."""
+    full = Policy("full")
+    plan = everywhere(full, n_layers, kv_heads)
+    plan[layer][head] = policy
+    return plan
+
+
+@dataclass
+class Streamed:
+    """One streamed run of a text under a plan. ``losses`` ``[T − 1]`` (float64): the next-token loss at each step
+    (step t predicts token t + 1); ``kv_bytes``: the most the whole cache held (keys and values, every layer and
+    head, while a step attended), against ``full_kv_bytes`` for every token; ``evicted_at`` ``[layers, H_kv, T]``:
+    the first step that no longer sees each key (T: kept to the end; ``strided`` skips keys without evicting them)."""
+
+    policy: str
+    tokens: int
+    losses: torch.Tensor
+    kv_bytes: int
+    full_kv_bytes: int
+    seen_fraction: float  # the keys each query read, over the keys before it, averaged over steps and heads
+    evicted_at: torch.Tensor
+    seconds: float
+    watched: dict[str, Watched] = field(default_factory=dict)  # shadow runs: what each policy would keep
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(float(self.losses.mean()))
+
+    @property
+    def kept_fraction(self) -> float:
+        """The cache's bytes against the full cache's, at their largest (1.0: nothing saved)."""
+        return self.kv_bytes / self.full_kv_bytes
+
+
+@dataclass
+class Watched:
+    """What one policy would keep of every head while the model reads the full cache (``shadow=True``):
+    ``evicted_at`` ``[layers, H_kv, T]`` as in :class:`Streamed`, and ``mass`` ``[layers, H]``: the share of each
+    query head's attention (the full run's) on the keys the policy keeps, averaged over the steps."""
+
+    policy: Policy
+    evicted_at: torch.Tensor
+    mass: torch.Tensor
+
+
+def check_decoder(model) -> DecoderNetwork:
+    """The model's from-scratch decoder, or :class:`UnsupportedModel` saying why a KV cache does not apply."""
+    if not model.is_causal:
+        raise UnsupportedModel(f"{model.name} is an encoder: it reads the whole text at once and keeps no KV cache, so "
+                               "cache policies do not apply; pick a decoder such as smollm2 or gpt2")
+    if not model.predicts_tokens:
+        raise UnsupportedModel(f"{model.name} has no language-model head, so there is no perplexity to measure")
+    if not model.scratch_supported:
+        raise UnsupportedModel(f"the KV lab runs on the from-scratch path, which cannot run {model.name}: "
+                               f"{model.scratch_problem}")
+    net = model.network()
+    if not isinstance(net, DecoderNetwork):
+        raise UnsupportedModel(f"{model.name}'s from-scratch network has no KV cache; pick smollm2 or gpt2")
+    return net
+
+
+def token_ids(model, text: str) -> torch.Tensor:
+    """The text's token ids ``[1, T]`` (InputTooLong past the model's context; at least :data:`MIN_TOKENS`)."""
+    try:
+        ids = model.encode(text).input_ids
+    except InputTooLong as exc:
+        raise InputTooLong(exc.n_tokens, exc.max_tokens, model.name, "give a shorter text: the policies keep each "
+                           "token's own position, so the text must fit the model's context") from None
+    if ids.shape[1] < MIN_TOKENS:
+        raise BadOption(f"the text is {ids.shape[1]} token long: give at least {MIN_TOKENS} tokens, so that one is "
+                        "predicted")
+    return ids.to(model.device)
+
+
+def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] = (), name: str = "",
+               progress: Callable[[int, int], None] | None = None) -> Streamed:
+    """Read ``ids`` ``[1, T]`` one token at a time through ``net`` (a :class:`DecoderNetwork`, in its own dtype),
+    each layer's cache following ``plan``; with ``shadow`` policies, ``plan`` must be full and each of them watches
+    every head (:class:`Watched`). ``progress(done, total)`` after each step."""
+    if shadow and any(p.kind != "full" for heads in plan for p in heads):
+        raise ValueError("shadow policies watch a full cache: give a full plan")
+    n_tokens, n_layers = ids.shape[1], len(net.layers)
+    lm_head = net.lm_head
+    assert lm_head is not None
+    dtype, device = lm_head.dtype, ids.device
+    layers: list[Slots] = []  # made at each layer's first step, once its q and k say its group
+    storage: list[tuple[torch.Tensor, torch.Tensor]] = []
+    watchers: list[list[Slots]] = []
+    mass = [torch.zeros(n_layers, 0, dtype=torch.float64) for _ in shadow]
+    held = [0] * n_layers
+    most_held = 0
+    seen = 0.0
+    final: list[torch.Tensor] = []
+    losses = torch.empty(n_tokens - 1, dtype=torch.float64)
+    t0 = time.perf_counter()
+
+    def attend(i, q, k, v, spec, via: Pass):
+        nonlocal seen
+        if len(layers) <= i:  # the first step: this layer's slots, for its group and scale
+            group, heads = q.shape[1] // k.shape[1], plan[i]
+            capacity = min(n_tokens, max(p.budget or n_tokens for p in heads) if all(p.evicts for p in heads)
+                           else n_tokens)
+            layers.append(Slots(heads, capacity, group, spec.scale, n_tokens, dtype, device))
+            storage.append((k.new_zeros(1, k.shape[1], capacity, k.shape[-1]),
+                            v.new_zeros(1, v.shape[1], capacity, v.shape[-1])))
+            watchers.append([Slots([p] * len(heads), n_tokens, group, spec.scale, n_tokens, dtype, device, ring=False)
+                             for p in shadow])
+            for j in range(len(shadow)):
+                if mass[j].shape[1] == 0:
+                    mass[j] = torch.zeros(n_layers, q.shape[1], dtype=torch.float64)
+        slots, (keys, values) = layers[i], storage[i]
+        at = slots.place(t)  # the newest key and value into a free slot of each head
+        every = torch.arange(k.shape[1], device=k.device)
+        keys[0, every, at] = k[0, :, 0]
+        values[0, every, at] = v[0, :, 0]
+        held[i] = slots.held()
+        used = min(t + 1, keys.shape[2])  # slots are filled from the first: those past `used` were never written
+        allowed = slots.allowed(t)  # [H, cap]: what each query head reads
+        out, probs = attention(q, keys[:, :, :used], values[:, :, :used], allowed[None, :, None, :used], spec.scale,
+                               via.edit_of("attn.scores", i), via.edit_of("attn.pattern", i))
+        row = probs.new_zeros(probs.shape[1], keys.shape[2])
+        row[:, :used] = probs[0, :, 0]  # [H, cap]: the newest query's weights
+        seen += float(allowed.sum(-1).double().mean()) / (t + 1)
+        slots.after(t, row, q[0, :, 0], keys[0])  # evict what the policy says
+        if watchers[i]:  # the shadows: slot = position, the full cache's keys
+            group = q.shape[1] // k.shape[1]
+            scores = (q[0, :, 0, None, :] @ repeat_kv(keys, group)[0].transpose(-2, -1))[:, 0] * spec.scale  # [H, T]
+            for watcher, share in zip(watchers[i], mass, strict=True):
+                watcher.place(t)
+                sees = watcher.allowed(t)
+                shadow_row = torch.softmax(scores.masked_fill(~sees, float("-inf")), dim=-1)
+                share[i] += (row * sees).sum(-1).double().cpu()  # the full run's mass on what it would keep
+                watcher.after(t, shadow_row, q[0, :, 0], keys[0])
+        return out
+
+    for t in range(n_tokens):
+        final.clear()
+        Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(
+            ids[:, t:t + 1], torch.ones_like(ids[:, t:t + 1]), None, logits=False, start=t)
+        most_held = max(most_held, sum(held))
+        if t + 1 < n_tokens:
+            logits = F.linear(final[-1][0, -1], lm_head)  # as cached_pass makes them
+            losses[t] = F.cross_entropy(logits.double()[None], ids[0, t + 1:t + 2]).item()
+        if progress is not None:
+            progress(t + 1, n_tokens)
+    k0 = storage[0][0]
+    bytes_per_key = 2 * k0.shape[-1] * k0.element_size()
+    full_bytes = n_layers * k0.shape[1] * n_tokens * bytes_per_key
+    watched = {p.name: Watched(p, torch.stack([w[j].evicted_at for w in watchers]).cpu(), mass[j] / n_tokens)
+               for j, p in enumerate(shadow)}
+    return Streamed(policy=name, tokens=n_tokens, losses=losses, kv_bytes=most_held * bytes_per_key,
+                    full_kv_bytes=full_bytes, seen_fraction=seen / n_tokens / n_layers,
+                    evicted_at=torch.stack([s.evicted_at for s in layers]).cpu(), seconds=time.perf_counter() - t0,
+                    watched=watched)
+
+
+@reader
+def stream(model, text: str, policy: Policy, *, progress: Callable[[int, int], None] | None = None) -> Streamed:
+    """The text read token by token with ``policy`` on every key/value head of every layer (:func:`run_stream`)."""
+    net = check_decoder(model)
+    ids = token_ids(model, text)
+    with torch.inference_mode():
+        return run_stream(net, ids, everywhere(policy, model.n_layers, model.n_kv_heads), name=policy.name,
+                          progress=progress)
+
+
+# -- each head alone: the masked full pass -------------------------------------------------------------------
+
+def seen_by(policy: Policy, evicted_at: torch.Tensor) -> torch.Tensor:
+    """Which keys each query of one key/value head read under ``policy`` ``[T, T]``, from when each key left it
+    (``evicted_at`` ``[T]``): the past, not yet evicted, and ``strided``'s pattern."""
+    n = evicted_at.shape[-1]
+    steps = torch.arange(n, device=evicted_at.device)
+    back = steps[:, None] - steps[None, :]
+    seen = (back >= 0) & (steps[:, None] < evicted_at[None, :].long())
+    if policy.kind == "strided":
+        seen &= (back < policy.recent) | (back % policy.stride == 0)
+    return seen
+
+
+def masked_pass(net, ids: torch.Tensor, masks: dict[int, tuple[torch.Tensor, torch.Tensor]],
+                resume: tuple[int, torch.Tensor] | None = None,
+                inputs: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """One full causal pass of ``ids`` ``[1, T]`` with eager attention, where ``masks[layer] = (query heads [n],
+    seen [n, T, T])`` hides from those heads the keys they did not read; the last hidden state ``[1, T, D]`` (after
+    the final norm). ``resume=(layer, x)`` starts at that layer from its input; ``inputs`` (a list) collects each
+    layer's input."""
+    n = ids.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()[None, None]
+    final: list[torch.Tensor] = []
+
+    def attend(i, q, k, v, spec, via: Pass):
+        allowed = causal
+        if i in masks:
+            heads, seen = masks[i]
+            allowed = causal.expand(1, q.shape[1], n, n).clone()
+            allowed[0, heads] &= seen
+        return attention(q, k, v, allowed, spec.scale)[0]
+
+    then: dict[str, Callable] = {"final": lambda x, name: final.append(x)}
+    if inputs is not None:
+        then["resid_pre"] = lambda x, name: inputs.append(x)
+    Pass(net, attend, then=then).run(ids, torch.ones_like(ids), None, logits=False, resume=resume)
+    return final[-1]
+
+
+def next_token_losses(net, ids: torch.Tensor, final: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """The next-token losses ``[T − 1]`` (float64) of a pass's last hidden state ``[1, T, D]``: its logits made
+    ``chunk`` positions at a time (a long text's whole logits would take GBs)."""
+    n = ids.shape[1]
+    out = torch.empty(n - 1, dtype=torch.float64)
+    for start in range(0, n - 1, chunk):
+        end = min(start + chunk, n - 1)
+        logits = F.linear(final[0, start:end], net.lm_head)
+        out[start:end] = F.cross_entropy(logits.double(), ids[0, start + 1:end + 1], reduction="none").cpu()
+    return out
+
+
+@dataclass
+class HeadEffects:
+    """Each key/value head cut alone, under each policy: the rows (``policy``, ``layer``, ``kv_head``,
+    ``query_heads``, ``loss_change``: the mean next-token loss with only this head cut, less the full pass's, in
+    nats; ``mass``: the share of its query heads' attention the kept keys hold; ``seen_fraction``) and the full
+    pass's mean loss."""
+
+    rows: list[dict]
+    full_loss: float
+    tokens: int
+    watched: dict[str, Watched]
+
+
+@reader
+def head_effects(model, text: str, policies: Sequence[Policy], *,
+                 progress: Callable[[int, int], None] | None = None) -> HeadEffects:
+    """Every key/value head of every layer cut alone by each policy (see the module's docstring): one streamed run
+    watching them all (shadow), then one masked pass per head and policy, resumed at the head's layer."""
+    net = check_decoder(model)
+    ids = token_ids(model, text)
+    policies = [p for p in policies if p.kind != "full"]
+    n_layers, kv_heads, n = model.n_layers, model.n_kv_heads, ids.shape[1]
+    group = model.n_heads // kv_heads
+    total = n + len(policies) * n_layers * kv_heads
+    done = 0
+
+    def tick(k: int = 1) -> None:
+        nonlocal done
+        done += k
+        if progress is not None:
+            progress(done, total)
+
+    with torch.inference_mode():
+        watch = run_stream(net, ids, everywhere(Policy("full"), n_layers, kv_heads), shadow=policies,
+                           progress=None if progress is None else lambda d, _n: progress(d, total))
+        done = n
+        inputs: list[torch.Tensor] = []
+        full = next_token_losses(net, ids, masked_pass(net, ids, {}, inputs=inputs))
+        full_loss = float(full.mean())
+        steps = torch.arange(1, n + 1, dtype=torch.float64)
+        rows = []
+        for policy in policies:
+            w = watch.watched[policy.name]
+            for layer in range(n_layers):
+                for head in range(kv_heads):
+                    seen = seen_by(policy, w.evicted_at[layer, head].to(ids.device))
+                    heads = torch.arange(head * group, (head + 1) * group, device=ids.device)
+                    cut = masked_pass(net, ids, {layer: (heads, seen[None])}, resume=(layer, inputs[layer]))
+                    loss = float(next_token_losses(net, ids, cut).mean())
+                    rows.append(dict(policy=policy.name, layer=layer, kv_head=head,
+                                     query_heads=[int(h) for h in heads], loss_change=loss - full_loss,
+                                     mass=float(w.mass[layer, heads.cpu()].mean()),
+                                     seen_fraction=float((seen.sum(-1).double().cpu() / steps).mean())))
+                    tick()
+    return HeadEffects(rows=rows, full_loss=full_loss, tokens=n, watched=watch.watched)
