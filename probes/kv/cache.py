@@ -87,19 +87,17 @@ class Keeper:
         own position), averaged over the queries and the group's query heads, smoothed by a mean over
         :data:`POOL` neighbours along the older keys in position order; the lowest such key is evicted."""
         n_heads = len(self.heads)
-        where = torch.tensor([s for s, _ in self.queries], device=positions.device)  # [w]
-        qs = torch.stack([q for _, q in self.queries], dim=1)  # [h·g, w, d]
-        k = keys.repeat_interleave(self.group, dim=0)  # [h·g, cap, d]
-        scores = (qs @ k.transpose(-2, -1)) * self.scale  # [h·g, w, cap]
-        pos = positions.repeat_interleave(self.group, dim=0)[:, None, :]  # [h·g, 1, cap]
-        seen = (pos >= 0) & (pos <= where[None, :, None])
-        scores = scores.masked_fill(~seen, float("-inf"))
-        vote = torch.softmax(scores, dim=-1).mean(1).view(n_heads, self.group, -1).mean(1)  # [h, cap]
-        older = held & (positions <= t - self.policy.recent)
-        order = torch.where(older, positions, torch.full_like(positions, FAR)).argsort(-1)  # older keys first
-        n = int(older.sum(-1).min())
-        ranked = vote.gather(-1, order[:, :n])
-        pooled = F.avg_pool1d(ranked[:, None], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
+        n_held = int(held.sum(-1).min())  # every head of one keeper holds as many keys
+        order = torch.where(held, positions, torch.full_like(positions, FAR)).argsort(-1)[:, :n_held]  # by position
+        where = positions.gather(-1, order)  # [h, n]: the held positions, in order
+        k = keys.gather(1, order[..., None].expand(-1, -1, keys.shape[-1]))  # [h, n, d]
+        at = torch.tensor([s for s, _ in self.queries], device=positions.device)  # [w]
+        qs = torch.stack([q for _, q in self.queries], dim=1).view(n_heads, self.group, len(self.queries), -1)
+        scores = (qs @ k[:, None].transpose(-2, -1)) * self.scale  # [h, g, w, n]
+        scores = scores.masked_fill(where[:, None, None, :] > at[None, None, :, None], float("-inf"))
+        vote = torch.softmax(scores, dim=-1).mean(2).mean(1)  # [h, n]: over the queries, then the group
+        n_older = int((where <= t - self.policy.recent).sum(-1).min())  # the older keys come first
+        pooled = F.avg_pool1d(vote[:, None, :n_older], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
         return order.gather(-1, pooled.argmin(-1, keepdim=True))[:, 0]
 
 

@@ -199,14 +199,86 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
                     watched=watched)
 
 
+def static_evictions(policy: Policy, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """When each key leaves a head under a policy that reads no scores ``[n]`` (n: kept to the end): the window's
+    keys leave W steps after they came, the sinks never."""
+    steps = torch.arange(n, device=device)
+    if policy.kind not in ("window", "sinks"):
+        return torch.full((n,), n, dtype=torch.int32, device=device)
+    leave = (steps + policy.recent).clamp(max=n)
+    return torch.where(steps < policy.sinks, n, leave).to(torch.int32)
+
+
+def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
+               progress: Callable[[int, int], None] | None = None) -> Streamed:
+    """The same run as :func:`run_stream`, one layer at a time instead of one token at a time: each layer's q and k
+    of the whole text (which depend only on the layers below, cut as the plan says), the policy replayed over
+    them step by step (:class:`~probes.kv.cache.Slots`, slot = position) to find what each head reads at each step,
+    then the layer's attention at once with that mask. The same numbers (a float64 test holds them to ≤ 1e-10
+    and the evictions equal), without the per-token pass: what the app runs. ``progress(done, layers)``."""
+    n, n_layers = ids.shape[1], len(net.layers)
+    lm_head = net.lm_head
+    assert lm_head is not None
+    dtype, device = lm_head.dtype, ids.device
+    evicted: list[torch.Tensor] = []
+    counts: list[torch.Tensor] = []  # keys held at each step, per layer [T]
+    seen_share: list[float] = []
+    steps = torch.arange(n, device=device)
+    t0 = time.perf_counter()
+
+    def attend(i, q, k, v, spec, via: Pass):
+        heads = plan[i]
+        group = q.shape[1] // k.shape[1]
+        if any(p.scored for p in heads):  # replay the policy over the layer's own attention
+            slots = Slots(heads, n, group, spec.scale, n, dtype, device, ring=False)
+            scores = (q[0] @ repeat_kv(k, group)[0].transpose(-2, -1)) * spec.scale  # [H, T, T]
+            for t in range(n):
+                slots.place(t)
+                sees = slots.allowed(t)
+                row = torch.softmax(scores[:, t].masked_fill(~sees, float("-inf")), dim=-1)
+                slots.after(t, row, q[0, :, t], k[0])
+            left = slots.evicted_at
+        else:
+            left = torch.stack([static_evictions(p, n, device) for p in heads])
+        seen = torch.stack([seen_by(p, left[h]) for h, p in enumerate(heads)])  # [H_kv, T, T]
+        evicted.append(left.cpu())
+        came, leaves = steps[None, :, None] >= steps[None, None, :], steps[None, :, None] < left[:, None, :].long()
+        counts.append((came & leaves).sum((0, 2)).cpu())  # keys held while step t attends
+        seen_share.append(float((seen.sum(-1).double() / (steps + 1)).mean()))
+        if progress is not None:
+            progress(i + 1, n_layers)
+        return attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
+
+    final: list[torch.Tensor] = []
+    Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, torch.ones_like(ids), None,
+                                                                            logits=False)
+    losses = next_token_losses(net, ids, final[-1])
+    k_width = net.head_out(0)[0].shape[1]  # d: the head width
+    bytes_per_key = 2 * k_width * lm_head.element_size()
+    kv_heads = len(plan[0])
+    most_held = int(torch.stack(counts).sum(0).max())
+    return Streamed(policy=name, tokens=n, losses=losses, kv_bytes=most_held * bytes_per_key,
+                    full_kv_bytes=n_layers * kv_heads * n * bytes_per_key, seen_fraction=sum(seen_share) / n_layers,
+                    evicted_at=torch.stack(evicted), seconds=time.perf_counter() - t0)
+
+
+METHODS = ("streamed", "masked")
+
+
 @reader
-def stream(model, text: str, policy: Policy, *, progress: Callable[[int, int], None] | None = None) -> Streamed:
-    """The text read token by token with ``policy`` on every key/value head of every layer (:func:`run_stream`)."""
+def stream(model, text: str, policy: Policy, *, method: str = "streamed",
+           progress: Callable[[int, int], None] | None = None) -> Streamed:
+    """The text read with ``policy`` on every key/value head of every layer: ``streamed``, token by token through
+    the evicting cache (:func:`run_stream`, as StreamingLLM evaluates; the bytes it holds are real), or ``masked``,
+    layer by layer with the same masks (:func:`run_masked`: the same numbers, many times faster)."""
+    if method not in METHODS:
+        raise BadOption(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
     net = check_decoder(model)
     ids = token_ids(model, text)
+    plan = everywhere(policy, model.n_layers, model.n_kv_heads)
     with torch.inference_mode():
-        return run_stream(net, ids, everywhere(policy, model.n_layers, model.n_kv_heads), name=policy.name,
-                          progress=progress)
+        run = run_stream if method == "streamed" else run_masked
+        return run(net, ids, plan, name=policy.name, progress=progress)
 
 
 # -- each head alone: the masked full pass -------------------------------------------------------------------
