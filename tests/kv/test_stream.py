@@ -43,7 +43,8 @@ def full_cached_losses(net, model, ids):
     """The full cached decoding of the existing generation code (one token a step), scored as run_stream scores."""
     with torch.inference_mode():
         _, logits = replay(net, model, ids, 1)
-    return torch.stack([F.cross_entropy(logits[t].double()[None], ids[0, t + 1:t + 2]) for t in range(ids.shape[1] - 1)])
+    steps = range(ids.shape[1] - 1)
+    return torch.stack([F.cross_entropy(logits[t].double()[None], ids[0, t + 1:t + 2]) for t in steps])
 
 
 @pytest.mark.numeric

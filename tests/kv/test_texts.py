@@ -5,7 +5,8 @@ from probes.kv.texts import detokenized, ewt_text
 
 
 def test_words_become_running_text():
-    assert detokenized(["He", "did", "n't", "say", "(", "why", ")", ",", "did", "he", "?"]) == "He didn't say (why), did he?"
+    words = ["He", "did", "n't", "say", "(", "why", ")", ",", "did", "he", "?"]
+    assert detokenized(words) == "He didn't say (why), did he?"
     assert detokenized(["It", "'s", "$", "5", "."]) == "It's $5."
 
 
