@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..attention_math import repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
+from ..head_index import check_head
 from ..scratch.attention import attention
 from ..scratch.family import DecoderNetwork
 from ..scratch.hooks import Pass
@@ -44,9 +45,16 @@ def everywhere(policy: Policy, n_layers: int, kv_heads: int) -> list[list[Policy
 
 def one_head(policy: Policy, layer: int, head: int, n_layers: int, kv_heads: int) -> list[list[Policy]]:
     """The plan that cuts only key/value head ``head`` of ``layer`` (every other head keeps its full cache)."""
-    full = Policy("full")
-    plan = everywhere(full, n_layers, kv_heads)
-    plan[layer][head] = policy
+    return only(policy, [(layer, head)], n_layers, kv_heads)
+
+
+def only(policy: Policy, heads: Sequence[tuple[int, int]], n_layers: int, kv_heads: int) -> list[list[Policy]]:
+    """The plan that applies ``policy`` to the key/value heads ``(layer, head)`` listed, the full cache elsewhere;
+    a head the model does not have is refused by name."""
+    plan = everywhere(Policy("full"), n_layers, kv_heads)
+    for layer, head in heads:
+        check_head((layer, head), n_layers, kv_heads, "key/value head", "the model's key/value heads")
+        plan[layer][head] = policy
     return plan
 
 
@@ -267,18 +275,24 @@ METHODS = ("streamed", "masked")
 
 @reader
 def stream(model, text: str, policy: Policy, *, method: str = "streamed",
+           heads: Sequence[tuple[int, int]] | None = None,
            progress: Callable[[int, int], None] | None = None) -> Streamed:
-    """The text read with ``policy`` on every key/value head of every layer: ``streamed``, token by token through
-    the evicting cache (:func:`run_stream`, as StreamingLLM evaluates; the bytes it holds are real), or ``masked``,
-    layer by layer with the same masks (:func:`run_masked`: the same numbers, many times faster)."""
+    """The text read with ``policy`` on every key/value head of every layer (or only on ``heads``, ``(layer,
+    kv_head)`` pairs, the others keeping their full cache): ``streamed``, token by token through the evicting cache
+    (:func:`run_stream`, as StreamingLLM evaluates; the bytes it holds are real), or ``masked``, layer by layer with
+    the same masks (:func:`run_masked`: the same numbers, many times faster)."""
     if method not in METHODS:
         raise BadOption(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
     net = check_decoder(model)
+    if heads is None:
+        plan, name = everywhere(policy, model.n_layers, model.n_kv_heads), policy.name
+    else:
+        plan = only(policy, heads, model.n_layers, model.n_kv_heads)
+        name = f"{policy.name} on " + ", ".join(f"{layer}.{head}" for layer, head in heads)
     ids = token_ids(model, text)
-    plan = everywhere(policy, model.n_layers, model.n_kv_heads)
     with torch.inference_mode():
         run = run_stream if method == "streamed" else run_masked
-        return run(net, ids, plan, name=policy.name, progress=progress)
+        return run(net, ids, plan, name=name, progress=progress)
 
 
 # -- each head alone: the masked full pass -------------------------------------------------------------------

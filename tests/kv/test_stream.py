@@ -202,3 +202,16 @@ def test_the_methods_agree_through_the_reader(decoder):
 
     assert torch.equal(a.evicted_at, b.evicted_at)
     assert float((a.losses - b.losses).abs().max()) <= fp32(256, 10.0)
+
+
+def test_a_policy_on_some_heads_only(decoder):
+    text = "The keeper lit the lamp at dusk, and the ships saw it from far away across the bay."
+    some = stream(decoder, text, parse("window:4"), heads=[(0, 0), (1, 1)])
+    assert some.policy == "window:4 on 0.0, 1.1"
+    n = some.tokens
+    assert bool((some.evicted_at[0, 0] < n).any()) and bool((some.evicted_at[1, 1] < n).any())
+    assert bool((some.evicted_at[0, 1] == n).all()) and bool((some.evicted_at[1, 0] == n).all())
+    full, every = stream(decoder, text, parse("full")), stream(decoder, text, parse("window:4"))
+    assert full.kv_bytes > some.kv_bytes > every.kv_bytes
+    with pytest.raises(BadOption, match="key/value head 0.9 is outside the model's key/value heads"):
+        stream(decoder, text, parse("window:4"), heads=[(0, 9)])
