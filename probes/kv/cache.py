@@ -38,9 +38,12 @@ class Keeper:
         self.scale = scale
         self.received = torch.zeros(len(heads), capacity, dtype=dtype, device=device)  # H2O: attention so far
         self.queries: list[tuple[int, torch.Tensor]] = []  # SnapKV: the last `recent` queries, (position, q [h·g, d])
+        self.count = 0  # keys each of its heads holds: one arrives every step, one leaves each full head (all at once)
+        self.every = False  # whether it keeps every head of its layer (then no head is picked out)
 
     def placed(self, slots: torch.Tensor) -> None:
         """The newest token went into ``slots`` ``[h]`` of this keeper's heads: a fresh slot has received nothing."""
+        self.count += 1
         if self.policy.kind == "h2o":
             self.received[torch.arange(len(slots)), slots] = 0
 
@@ -54,7 +57,7 @@ class Keeper:
 
     def choose(self, t: int, positions: torch.Tensor, probs: torch.Tensor, q: torch.Tensor,
                keys: torch.Tensor) -> torch.Tensor | None:
-        """After step ``t``: the slot each head frees ``[h]`` (−1: none), or None when no head is full.
+        """After step ``t``: the slot each head frees ``[h]``, or None while its heads are not full.
         ``positions`` ``[h, cap]`` (−1: empty), ``probs`` ``[h·g, cap]``: the newest query's attention over the slots
         (0 where it did not look), ``q`` ``[h·g, d]`` that query, ``keys`` ``[h, cap, d]`` the slots' keys."""
         p = self.policy
@@ -62,13 +65,10 @@ class Keeper:
             self.received += probs.view(len(self.heads), self.group, -1).sum(1)
         if p.kind == "snapkv":
             self.queries = [*self.queries[-(p.recent - 1):], (t, q)] if p.recent > 1 else [(t, q)]
-        if not p.evicts:
+        if not p.evicts or self.count < (p.budget or 0):  # its heads fill up together, and empty together
             return None
-        assert p.budget is not None
+        self.count -= 1
         held = positions >= 0
-        full = held.sum(-1) >= p.budget
-        if not bool(full.any()):
-            return None
         far = torch.full_like(positions, FAR)
         if p.kind in ("window", "sinks"):  # the oldest key past the sinks
             victim = torch.where(held & (positions >= p.sinks), positions, far).argmin(-1)
@@ -80,14 +80,14 @@ class Keeper:
             victim = score.masked_fill(~(held & (positions < t)), float("inf")).argmin(-1)
         else:
             victim = self._snapkv(t, positions, held, keys)
-        return torch.where(full, victim, torch.full_like(victim, -1))
+        return victim
 
     def _snapkv(self, t: int, positions: torch.Tensor, held: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """SnapKV's vote: the last queries' attention over the held keys (each query reads the held keys up to its
         own position), averaged over the queries and the group's query heads, smoothed by a mean over
         :data:`POOL` neighbours along the older keys in position order; the lowest such key is evicted."""
         n_heads = len(self.heads)
-        n_held = int(held.sum(-1).min())  # every head of one keeper holds as many keys
+        n_held = self.count + 1  # every head of the keeper holds as many keys (one leaves after this vote)
         order = torch.where(held, positions, torch.full_like(positions, FAR)).argsort(-1)[:, :n_held]  # by position
         where = positions.gather(-1, order)  # [h, n]: the held positions, in order
         k = keys.gather(1, order[..., None].expand(-1, -1, keys.shape[-1]))  # [h, n, d]
@@ -96,7 +96,7 @@ class Keeper:
         scores = (qs @ k[:, None].transpose(-2, -1)) * self.scale  # [h, g, w, n]
         scores = scores.masked_fill(where[:, None, None, :] > at[None, None, :, None], float("-inf"))
         vote = torch.softmax(scores, dim=-1).mean(2).mean(1)  # [h, n]: over the queries, then the group
-        n_older = int((where <= t - self.policy.recent).sum(-1).min())  # the older keys come first
+        n_older = n_held - self.policy.recent  # the older keys come first (the recent ones are all held)
         pooled = F.avg_pool1d(vote[:, None, :n_older], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
         return order.gather(-1, pooled.argmin(-1, keepdim=True))[:, 0]
 
@@ -109,49 +109,60 @@ class Slots:
                  dtype: torch.dtype, device: torch.device | str, ring: bool = True):
         self.positions = torch.full((len(plan), capacity), -1, dtype=torch.long, device=device)
         self.ring = ring
+        self.capacity = capacity
         by_policy: dict[Policy, list[int]] = {}
         for head, policy in enumerate(plan):
             by_policy.setdefault(policy, []).append(head)
         self.keepers = [Keeper(p, heads, group, capacity, scale, dtype, device) for p, heads in by_policy.items()]
+        if len(self.keepers) == 1:
+            self.keepers[0].every = True
         self.group = group
+        self.every_head = torch.arange(len(plan), device=device)
         self.evicted_at = torch.full((len(plan), tokens), tokens, dtype=torch.int32, device=device)
+
+    @staticmethod
+    def _of(x: torch.Tensor, keeper: Keeper, query: bool = False) -> torch.Tensor:
+        """A keeper's rows of ``x`` (by key/value head, or by query head): all of it, not a copy, when it keeps
+        every head."""
+        if keeper.every:
+            return x
+        return x[keeper.query_heads if query else keeper.heads]
 
     def place(self, t: int) -> torch.Tensor:
         """Put position ``t`` in a free slot of every head (slot t without a ring); returns the slots ``[H_kv]``."""
         if self.ring:
-            free = self.positions < 0
-            if not bool(free.any(-1).all()):
+            if any(k.count >= self.capacity for k in self.keepers):
                 raise RuntimeError(f"a head's cache has no free slot at step {t}")
-            slots = free.int().argmax(-1)
+            slots = (self.positions < 0).int().argmax(-1)  # the first free slot of each head
         else:
             slots = torch.full((self.positions.shape[0],), t, dtype=torch.long, device=self.positions.device)
-        self.positions[torch.arange(len(slots)), slots] = t
+        self.positions[self.every_head, slots] = t
         for keeper in self.keepers:
-            keeper.placed(slots[keeper.heads])
+            keeper.placed(self._of(slots, keeper))
         return slots
 
     def allowed(self, t: int) -> torch.Tensor:
         """The slots the query at step ``t`` reads, by query head ``[H, capacity]``."""
-        out = torch.zeros_like(self.positions, dtype=torch.bool)
-        for keeper in self.keepers:
-            out[keeper.heads] = keeper.visible(t, self.positions[keeper.heads])
+        if len(self.keepers) == 1:
+            out = self.keepers[0].visible(t, self.positions)
+        else:
+            out = torch.zeros_like(self.positions, dtype=torch.bool)
+            for keeper in self.keepers:
+                out[keeper.heads] = keeper.visible(t, self.positions[keeper.heads])
         return out.repeat_interleave(self.group, dim=0)
 
     def after(self, t: int, probs: torch.Tensor, q: torch.Tensor, keys: torch.Tensor) -> None:
         """Each keeper sees step ``t``'s attention (``probs`` ``[H, capacity]``, query ``q`` ``[H, d]``, ``keys``
         ``[H_kv, capacity, d]``) and frees the slots its policy evicts."""
         for keeper in self.keepers:
-            heads = keeper.heads
-            victims = keeper.choose(t, self.positions[heads], probs[keeper.query_heads], q[keeper.query_heads],
-                                    keys[heads])
+            victims = keeper.choose(t, self._of(self.positions, keeper), self._of(probs, keeper, True),
+                                    self._of(q, keeper, True), self._of(keys, keeper))
             if victims is None:
                 continue
-            hit = victims >= 0
-            rows, slots = heads[hit], victims[hit]
-            gone = self.positions[rows, slots]
-            self.evicted_at[rows, gone] = t + 1  # step t + 1 is the first that does not see it
-            self.positions[rows, slots] = -1
+            gone = self.positions[keeper.heads, victims]
+            self.evicted_at[keeper.heads, gone] = t + 1  # step t + 1 is the first that does not see it
+            self.positions[keeper.heads, victims] = -1
 
     def held(self) -> int:
         """Keys held now, over every head."""
-        return int((self.positions >= 0).sum())
+        return sum(k.count * len(k.heads) for k in self.keepers)

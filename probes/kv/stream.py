@@ -237,14 +237,19 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
     def attend(i, q, k, v, spec, via: Pass):
         heads = plan[i]
         group = q.shape[1] // k.shape[1]
-        if any(p.scored for p in heads):  # replay the policy over the layer's own attention
-            slots = Slots(heads, n, group, spec.scale, n, dtype, device, ring=False)
+        if any(p.scored for p in heads):  # replay the policy over the layer's own attention, in a cache its size
+            capacity = min(n, max(p.budget or n for p in heads) if all(p.evicts for p in heads) else n)
+            slots = Slots(heads, capacity, group, spec.scale, n, dtype, device)
             scores = (q[0] @ repeat_kv(k, group)[0].transpose(-2, -1)) * spec.scale  # [H, T, T]
+            votes = any(p.kind == "snapkv" for p in heads)
             for t in range(n):
                 slots.place(t)
+                held = slots.positions.clamp(min=0)  # [H_kv, cap]: the position in each slot
                 sees = slots.allowed(t)
-                row = torch.softmax(scores[:, t].masked_fill(~sees, float("-inf")), dim=-1)
-                slots.after(t, row, q[0, :, t], k[0])
+                row = scores[:, t].gather(-1, held.repeat_interleave(group, dim=0))  # the held keys' scores
+                row = torch.softmax(row.masked_fill(~sees, float("-inf")), dim=-1)
+                keys = k[0].gather(1, held[..., None].expand(-1, -1, k.shape[-1])) if votes else k[0]
+                slots.after(t, row, q[0, :, t], keys)
             left = slots.evicted_at
         else:
             left = torch.stack([static_evictions(p, n, device) for p in heads])

@@ -16,7 +16,8 @@ def test_h2o_evicts_the_least_attended_of_the_older_keys():
     k = keeper("h2o:4+recent:2", capacity=4)
     positions = torch.tensor([[0, 1, 2, 3]])
     got = None
-    for probs in ([0.1, 0.5, 0.2, 0.2], [0.3, 0.1, 0.3, 0.3]):  # two steps of 2 query heads, summed
+    for count, probs in ((3, [0.1, 0.5, 0.2, 0.0]), (4, [0.3, 0.1, 0.3, 0.3])):  # two steps of 2 query heads
+        k.count = count  # keys held: full at the second step
         row = torch.tensor([probs, probs], dtype=torch.float64)
         got = k.choose(3, positions, row, torch.zeros(2, 4), torch.zeros(1, 4, 4))
     # received: key 0 got 2 × (0.1 + 0.3) = 0.8, key 1 2 × (0.5 + 0.1) = 1.2; keys 2 and 3 are the recent two
@@ -32,6 +33,7 @@ def test_h2o_forgets_what_a_reused_slot_received():
 
 def test_tova_evicts_the_key_the_newest_query_looks_at_least():
     k = keeper("tova:4", capacity=4)
+    k.count = 4
     positions = torch.tensor([[0, 1, 2, 3]])
     row = torch.tensor([[0.4, 0.05, 0.05, 0.5], [0.4, 0.15, 0.0, 0.45]], dtype=torch.float64)
     # averaged over the 2 query heads: key 1 0.10, key 2 0.025: key 2 leaves; key 3 (the newest) never
@@ -40,6 +42,7 @@ def test_tova_evicts_the_key_the_newest_query_looks_at_least():
 
 def test_nothing_leaves_before_the_cache_is_full():
     k = keeper("tova:8")
+    k.count = 3
     positions = torch.tensor([[0, 1, 2, -1, -1, -1, -1, -1]])
     assert k.choose(2, positions, torch.full((2, 8), 0.1, dtype=torch.float64), torch.zeros(2, 4),
                     torch.zeros(1, 8, 4)) is None
@@ -58,6 +61,7 @@ def test_snapkv_votes_as_the_rule_says():
     probs = torch.zeros(2, n, dtype=torch.float64)
     got = None
     for t in range(n - w, n):
+        k.count = t + 1  # full at the last step
         got = k.choose(t, positions, probs, queries[t], keys)
     # the rule, written out over positions (not slots)
     by_position = keys[0][order.argsort()]  # key of position p
