@@ -231,6 +231,8 @@ class ModelBase:
 
     @property
     def max_tokens(self) -> int:
+        if self.family and (n := self.family.max_tokens(self.config)) is not None:
+            return n
         for key in ("n_positions", "max_position_embeddings"):
             n = getattr(self.config, key, None)
             if isinstance(n, int) and n > 0:

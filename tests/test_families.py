@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_family_has_a_complete_record():
     found = families.families()
-    assert [f.name for f in found] == ["bert", "gpt2", "llama", "mistral", "qwen2"]
+    assert [f.name for f in found] == ["bert", "distilbert", "gpt2", "llama", "mistral", "qwen2", "roberta"]
     for f in found:
         assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
         assert callable(f.network) and callable(f.check) and callable(f.capture) and callable(f.scale)
@@ -23,14 +23,21 @@ def test_every_family_has_a_complete_record():
 
 
 @pytest.mark.parametrize("kind, family", [("gpt2", "gpt2"), ("bert", "bert"), ("llama", "llama"),
-                                          ("mistral", "mistral"), ("qwen2", "qwen2"), ("gpt_neox", None)])
+                                          ("mistral", "mistral"), ("qwen2", "qwen2"), ("roberta", "roberta"),
+                                          ("xlm-roberta", "roberta"), ("camembert", "roberta"),
+                                          ("distilbert", "distilbert"), ("gpt_neox", None),
+                                          ("xlm-roberta-xl", None), ("roberta-prelayernorm", None)])
 def test_a_config_finds_its_family_by_model_type(kind, family):
     config = AutoConfig.for_model(kind)
     assert (family_of(config).name if family_of(config) else None) == family
 
 
-def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, neox_dir):
+def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, neox_dir, roberta_mlm_dir, distilbert_mlm_dir):
     assert gpt2_model.family.pairs is False and minilm.family.pairs and minilm.family.token_types
+    for path in (roberta_mlm_dir, distilbert_mlm_dir):  # pairs joined by separators, no token types
+        model = probes.load(str(path))
+        assert model.family.pairs and not model.family.token_types
+        assert model.encode("one", "two").token_type_ids is None
     assert (gpt2_model.is_causal, minilm.is_causal) == (True, False)
     neox = probes.load(str(neox_dir))
     assert neox.family is None and neox.n_kv_heads == neox.n_heads  # Hugging Face view only, by class name
@@ -58,7 +65,8 @@ def test_readme_table_is_the_registry():
 
 
 def test_coverage_sentence_names_every_family():
-    assert families.coverage() == "the from-scratch path covers BERT, GPT-2, Llama, Mistral and Qwen2"
+    assert families.coverage() == ("the from-scratch path covers BERT, DistilBERT, GPT-2, Llama, Mistral, Qwen2 and "
+                                   "RoBERTa")
 
 
 def test_known_hub_models_come_from_the_records():

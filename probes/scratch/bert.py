@@ -1,6 +1,6 @@
 """BERT, from scratch, over the weights of a Hugging Face checkpoint.
 
-    x = LayerNorm(word[token] + position[i] + token_type[segment])
+    x = LayerNorm(word[token] + token_type[segment] + position[i])
     for each layer:   x = LayerNorm(x + attn(x))         (post-LayerNorm)
                       x = LayerNorm(x + ffn(x))
     logits = decoder(LayerNorm(act(dense(x))))           (masked-LM head, where the checkpoint has one)
@@ -8,9 +8,17 @@
 BERT runs its own layer loop, not the pre-norm decoders' (``prenorm.py``): each layer's output is already
 normalised, so there is no final norm and no residual stream before one; its embeddings are normalised too, it
 has no KV cache, and its masked-LM head is a small network rather than one matrix.
+
+RoBERTa (``roberta.py``: positions counted from the padding index) and DistilBERT (``distilbert.py``: no token
+types, its own weight names) are this network with another embedding or other names: :class:`Layer` takes its
+weight names (:class:`Names`), :class:`Bert` its embeddings' position ids (:meth:`Bert.position_ids`) and its
+masked-LM head (:class:`MaskedLMHead`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,17 +30,24 @@ from .attention import by_rows, merge_heads, split_heads
 from .family import Capture, Family
 from .weights import Weights
 
+Linear = tuple[torch.Tensor, torch.Tensor]  # (weight, bias), as F.linear and F.layer_norm take them
+# buffers that carry no math: the position ids 0..max and the all-zero token types some checkpoints store
+IGNORED = ("embeddings.position_ids", "embeddings.token_type_ids")
+SHOWN = ("token embedding", "position embedding", "token-type embedding")  # the embeddings' parts, as QK attribution
+# lists them (Hugging Face adds the token type before the position: :meth:`Bert.embedding_parts`)
 
-def check_config(config, name: str) -> None:
-    """Refuse, by name, every BERT option this file does not implement."""
+
+def check_config(config, name: str, title: str = "BERT") -> None:
+    """Refuse, by name, every BERT option this file does not implement (``title``: the family that asks, RoBERTa
+    reads BERT's options too)."""
     if not isinstance(config.hidden_act, str) or config.hidden_act not in ACTIVATIONS:
         raise UnsupportedModel(
-            f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch BERT "
+            f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch {title} "
             f"(it has {', '.join(sorted(ACTIVATIONS))})"
         )
     refuse_at_load(config, name)
     if getattr(config, "add_cross_attention", False):
-        raise UnsupportedModel(f"{name!r}: add_cross_attention=True (BERT as an encoder-decoder) is not supported")
+        raise UnsupportedModel(f"{name!r}: add_cross_attention=True ({title} as an encoder-decoder) is not supported")
 
 
 def is_causal(config) -> bool:
@@ -55,23 +70,54 @@ def attention_scale(config, layer: int) -> float:
     return (config.hidden_size // config.num_attention_heads) ** -0.5
 
 
+@dataclass(frozen=True)
+class Names:
+    """Where a layer's weights sit in the state dict (each name + ``.weight`` / ``.bias``), under ``layer`` with
+    the layer's index filled in."""
+
+    layer: str = "encoder.layer.{i}."
+    query: str = "attention.self.query"
+    key: str = "attention.self.key"
+    value: str = "attention.self.value"
+    attn_out: str = "attention.output.dense"
+    ln_attn: str = "attention.output.LayerNorm"
+    ffn_in: str = "intermediate.dense"
+    ffn_out: str = "output.dense"
+    ln_ffn: str = "output.LayerNorm"
+
+
+BERT_NAMES = Names()
+
+
+def linear(w: Weights, name: str) -> Linear:
+    return w[name + ".weight"], w[name + ".bias"]
+
+
+def added(parts: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The parts summed left to right, in their order (floating-point sums depend on it)."""
+    values = iter(parts.values())
+    total = next(values)
+    for part in values:
+        total = total + part
+    return total
+
+
 class Layer:
-    def __init__(self, w: Weights, i: int, config):
-        p = f"encoder.layer.{i}."
-        self.query = (w[p + "attention.self.query.weight"], w[p + "attention.self.query.bias"])
-        self.key = (w[p + "attention.self.key.weight"], w[p + "attention.self.key.bias"])
-        self.value = (w[p + "attention.self.value.weight"], w[p + "attention.self.value.bias"])
-        self.attn_out = (w[p + "attention.output.dense.weight"], w[p + "attention.output.dense.bias"])
-        self.ln_attn = (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"])
-        self.ffn_in = (w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"])
-        self.ffn_out = (w[p + "output.dense.weight"], w[p + "output.dense.bias"])
-        self.ln_ffn = (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
+    def __init__(self, w: Weights, i: int, config, *, names: Names = BERT_NAMES, eps: float,
+                 act: Callable[[torch.Tensor], torch.Tensor], causal: bool):
+        p = names.layer.format(i=i)
+        self.query, self.key, self.value = (linear(w, p + n) for n in (names.query, names.key, names.value))
+        self.attn_out = linear(w, p + names.attn_out)
+        self.ln_attn = linear(w, p + names.ln_attn)
+        self.ffn_in = linear(w, p + names.ffn_in)
+        self.ffn_out = linear(w, p + names.ffn_out)
+        self.ln_ffn = linear(w, p + names.ln_ffn)
         self.n_heads = config.num_attention_heads
         self.width = config.hidden_size
-        self.eps = config.layer_norm_eps
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.eps = eps
+        self.act = act
         self.index = i
-        self.spec = Spec(attention_scale(config, i), causal=is_causal(config))
+        self.spec = Spec(attention_scale(config, i), causal=causal)
 
     def qkv(self, x):
         """q, k, v ``[B, H, L, d]`` of this layer, from its input."""
@@ -89,16 +135,37 @@ class Layer:
         return F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
 
 
+@dataclass
+class MaskedLMHead:
+    """The masked-LM head: logits = decoder(LayerNorm(act(dense(x)))) (BERT's ``cls.predictions``, RoBERTa's
+    ``lm_head``, DistilBERT's ``vocab_transform`` / ``vocab_layer_norm`` / ``vocab_projector``)."""
+
+    dense: Linear
+    ln: Linear
+    decoder: Linear
+    act: Callable[[torch.Tensor], torch.Tensor]
+    eps: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.layer_norm(self.act(F.linear(x, *self.dense)), (x.shape[-1],), *self.ln, self.eps)
+        return F.linear(h, *self.decoder)
+
+
 class Bert:
+    # the embeddings' tables and norm, read by :meth:`read_encoder` (DistilBERT has no token types: None)
+    word: torch.Tensor
+    position: torch.Tensor
+    token_type: torch.Tensor | None
+    ln_emb: Linear
+    layers: list[Layer]
+    head: MaskedLMHead | None
+
     def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "bert"):
         check_config(config, name)
+        w = Weights(state_dict, strip="bert.", ignore_suffixes=IGNORED)
+        self.read_encoder(w, config, eps=config.layer_norm_eps, act=ACTIVATIONS[config.hidden_act],
+                          causal=is_causal(config))
         # the pooler and the next-sentence head sit after the last layer and change no attention
-        w = Weights(state_dict, strip="bert.", ignore_suffixes=("embeddings.position_ids",))
-        self.word = w["embeddings.word_embeddings.weight"]
-        self.position = w["embeddings.position_embeddings.weight"]
-        self.token_type = w["embeddings.token_type_embeddings.weight"]
-        self.ln_emb = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        self.layers = [Layer(w, i, config) for i in range(config.num_hidden_layers)]
         for key in ("pooler.dense.weight", "pooler.dense.bias", "cls.seq_relationship.weight",
                     "cls.seq_relationship.bias"):
             w.get(key)
@@ -106,16 +173,38 @@ class Bert:
         if w.get("cls.predictions.decoder.weight") is not None:  # masked-LM head
             p = "cls.predictions."
             w.get(p + "bias")  # the same tensor as decoder.bias
-            self.head = dict(
-                dense=(w[p + "transform.dense.weight"], w[p + "transform.dense.bias"]),
-                ln=(w[p + "transform.LayerNorm.weight"], w[p + "transform.LayerNorm.bias"]),
-                decoder=(w[p + "decoder.weight"], w[p + "decoder.bias"]),
-            )
+            self.head = MaskedLMHead(linear(w, p + "transform.dense"), linear(w, p + "transform.LayerNorm"),
+                                     linear(w, p + "decoder"), self.act, self.eps)
         w.check_all_used(name)
-        self.causal = is_causal(config)
+
+    def read_encoder(self, w: Weights, config, *, eps: float, act: Callable[[torch.Tensor], torch.Tensor],
+                     causal: bool, names: Names = BERT_NAMES, token_types: bool = True) -> None:
+        """The embeddings (``embeddings.*``: word, position, token-type tables and their LayerNorm) and the layers
+        (named by ``names``); ``token_types=False``: no token-type table (DistilBERT)."""
+        self.word = w["embeddings.word_embeddings.weight"]
+        self.position = w["embeddings.position_embeddings.weight"]
+        self.token_type = w["embeddings.token_type_embeddings.weight"] if token_types else None
+        self.ln_emb = linear(w, "embeddings.LayerNorm")
+        self.layers = [Layer(w, i, config, names=names, eps=eps, act=act, causal=causal)
+                       for i in range(config.num_hidden_layers)]
+        self.causal = causal
         self.width = config.hidden_size
-        self.eps = config.layer_norm_eps
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.eps = eps
+        self.act = act
+
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Each token's row of the position table ``[B, L]``: 0, 1, 2, … (RoBERTa counts from its padding index)."""
+        return torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape)
+
+    def embedding_parts(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """What the embeddings add up ``{name: [B, L, D]}``, in the order Hugging Face adds them (the sum, in this
+        order, is the embeddings' LayerNorm's input, bit for bit)."""
+        parts = {"token embedding": self.word[input_ids]}
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+            parts["token-type embedding"] = self.token_type[types]
+        parts["position embedding"] = self.position[self.position_ids(input_ids)]
+        return parts
 
     def qkv(self, layer: int, x: torch.Tensor):
         """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
@@ -135,11 +224,9 @@ class Bert:
         embeddings and after each attention and feed-forward step: each LayerNorm, its σ frozen at its input in
         this pass, is linear, so it maps every part already written (centred on its own, then ÷ σ × gain) and adds
         its bias to "biases", with the output projections' biases."""
-        ids = input_ids[0, positions]
-        types = token_type_ids[0, positions] if token_type_ids is not None else torch.zeros_like(ids)
-        embedded = {"token embedding": self.word[ids], "position embedding": self.position[positions],
-                    "token-type embedding": self.token_type[types]}
-        parts = {name: e.to(dtype) for name, e in embedded.items()}
+        types = token_type_ids[:1] if token_type_ids is not None else None
+        embedded = {name: e[0, positions] for name, e in self.embedding_parts(input_ids[:1], types).items()}
+        parts = {name: embedded[name].to(dtype) for name in SHOWN if name in embedded}
         biases = parts["token embedding"].new_zeros(parts["token embedding"].shape)
 
         def norm(ln, total: torch.Tensor) -> None:  # a LayerNorm frozen at its input ``total`` (the model's)
@@ -149,7 +236,7 @@ class Bert:
                 parts[name] = (part - part.mean(-1, keepdim=True)) / sigma * g
             biases.copy_((biases - biases.mean(-1, keepdim=True)) / sigma * g + b)
 
-        norm(self.ln_emb, self.word[ids] + self.token_type[types] + self.position[positions])
+        norm(self.ln_emb, added(embedded))
         for i in range(layer):
             lay, zi = self.layers[i], z[i][0][:, positions]  # [H, n, d]
             w_o, b_o = self.head_out(i)
@@ -194,11 +281,7 @@ class Bert:
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
         first, x = resume or (0, None)
         if resume is None:
-            n = input_ids.shape[1]
-            if token_type_ids is None:
-                token_type_ids = torch.zeros_like(input_ids)
-            positions = torch.arange(n, device=input_ids.device)
-            x = self.word[input_ids] + self.token_type[token_type_ids] + self.position[positions][None]
+            x = added(self.embedding_parts(input_ids, token_type_ids))  # word + token type + position, HF's order
             x = run.at("embed", None, F.layer_norm(x, (self.width,), *self.ln_emb, self.eps))
         for i, layer in enumerate(self.layers[first:], start=first):
             x = run.at("resid_pre", i, x)
@@ -206,8 +289,7 @@ class Bert:
         x = run.at("final", None, x)  # post-norm: the last layer's output is the last hidden state
         if self.head is None or not logits:
             return None
-        h = F.layer_norm(self.act(F.linear(x, *self.head["dense"])), (self.width,), *self.head["ln"], self.eps)
-        return run.at("logits", None, F.linear(h, *self.head["decoder"]))
+        return run.at("logits", None, self.head(x))
 
 
 _LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}
@@ -219,7 +301,8 @@ def hf_class(config) -> str:
 
 
 def capture(hf, config, cap: Capture) -> None:
-    """The Hugging Face view's q, k, v: the outputs of each layer's ``query``, ``key`` and ``value``."""
+    """The Hugging Face view's q, k, v: the outputs of each layer's ``query``, ``key`` and ``value`` (RoBERTa's
+    modules carry the same names)."""
     for layer in hf.base_model.encoder.layer:
         for name in ("query", "key", "value"):
             cap.hook(getattr(layer.attention.self, name), lambda _m, _i, out, key=name[0]: getattr(cap, key).append(

@@ -58,7 +58,7 @@ class Network(Protocol):
        with each layer's q, k and v (rotated, and ``cap.rotary``, for rotary families).
     5. *The record*: a module-level ``FAMILIES = (Family(...),)`` with every field of :class:`Family` that
        differs from its default (``scale``, ``causal``, ``kv_heads``, ``head_dim``, ``window``, ``token_types``,
-       ``pairs``, ``positions``, ``implemented``/``refused`` for the README table, ``examples``).
+       ``pairs``, ``positions``, ``max_tokens``, ``implemented``/``refused`` for the README table, ``examples``).
     6. *Tests*: a tiny random checkpoint builder in ``tests/checkpoints.py``; ``tests/scratch/test_<family>.py``
        with parity against Hugging Face option by option (bit-identical in eager, the lazy backends, the
        float64 proof) and every refused option refused by name; the family's name in
@@ -243,6 +243,8 @@ class Family:
     token_types: bool = False  # takes token_type_ids (BERT segments)
     pairs: bool = False  # takes a second sentence
     positions: str = "absolute"  # "absolute" (learned table) or "rotary"
+    # the longest input its positions allow (None: the config's n_positions or max_position_embeddings)
+    max_tokens: Callable[[Config], int | None] = lambda config: None
     refuse_at_load: Callable[[Config, str], None] | None = None  # options even the HF view gets wrong
     # why Hugging Face's code for this config cannot run in float64 (None: it can), for the float64 proof
     float64_refused: Callable[[Config], str | None] = lambda config: None

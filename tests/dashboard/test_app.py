@@ -17,6 +17,8 @@ from apptest import texts as _texts
 from apptest import titles as _titles
 from streamlit.testing.v1 import AppTest
 
+from probes.families import coverage
+
 
 # -- the frame: opening, navigation, the sidebar's model menu ------------------------------------------------
 def test_opens_on_the_offline_default_at_she_and_the_head_chosen_on_its_controls():
@@ -101,7 +103,7 @@ def test_a_hf_only_model_offers_no_scratch_source_and_says_why(neox_dir):
     assert at.sidebar.radio(key="w_source").options == ["Hugging Face"]
     assert "Parity" not in _texts(at.sidebar.markdown)
     at = _app(model=str(neox_dir), text="hello there", page="parity")
-    assert "Hugging Face view only" in _texts(at.info) and "covers BERT, GPT-2, Llama" in _texts(at.info)
+    assert "Hugging Face view only" in _texts(at.info) and coverage() in _texts(at.info)
 
 
 def test_a_deployment_can_offer_only_some_models(monkeypatch):

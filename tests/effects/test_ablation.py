@@ -5,6 +5,7 @@ import pytest
 import torch
 from numeric import EPS64, F64
 
+import probes
 from probes import hf, runner, scratch
 from probes.effects import ablation
 from probes.errors import BadOption
@@ -88,6 +89,41 @@ def test_equals_ablating_inside_hugging_face(minilm64):
     assert ablated.dtype == torch.float64
     assert got["hidden_change"] == pytest.approx(float(expected), abs=F64, rel=0)
     assert got["hidden_change"] > 0.05
+
+
+# where each encoder's attention output projection sits in Hugging Face's module (its input: the heads' z, side by side)
+OUTPUT_PROJECTION = {"roberta_mlm_dir": lambda hf, layer: hf.base_model.encoder.layer[layer].attention.output.dense,
+                     "distilbert_mlm_dir": lambda hf, layer: hf.base_model.transformer.layer[layer].attention.out_lin}
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("fixture", list(OUTPUT_PROJECTION))
+def test_equals_ablating_inside_hugging_face_in_roberta_and_distilbert(fixture, request):
+    """As above, on a tiny RoBERTa (its positions from the padding index) and DistilBERT (its own module names), each
+    with a masked-LM head: the same hidden change, to float64 rounding."""
+    model = probes.load(str(request.getfixturevalue(fixture))).cast(torch.float64)
+    layer, head = 1, 2
+    enc = model.encode(SHE)
+    d = model.d_head
+
+    def zero_head(_module, args):
+        x = args[0].clone()
+        x[..., head * d:(head + 1) * d] = 0.0
+        return (x,)
+
+    base = model.hf.base_model
+    with torch.inference_mode(), hf.KeepFloat64():
+        clean = base(input_ids=enc.input_ids, attention_mask=enc.attention_mask).last_hidden_state[0]
+        hook = OUTPUT_PROJECTION[fixture](model.hf, layer).register_forward_pre_hook(zero_head)
+        try:
+            ablated = base(input_ids=enc.input_ids, attention_mask=enc.attention_mask).last_hidden_state[0]
+        finally:
+            hook.remove()
+    expected = (1 - torch.nn.functional.cosine_similarity(ablated, clean, dim=-1)).mean()
+    got = ablation.ablate(model, SHE, [(layer, head)])
+    assert ablated.dtype == torch.float64 and "loss" not in got  # a masked-LM head predicts no next token
+    assert got["hidden_change"] == pytest.approx(float(expected), abs=F64, rel=0)
+    assert got["hidden_change"] > 0.01
 
 
 @pytest.mark.numeric

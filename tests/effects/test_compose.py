@@ -33,7 +33,7 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir"])
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
     net = build(model)
@@ -186,8 +186,9 @@ def test_the_conventions_differ_on_layernorm_and_agree_on_rmsnorm(gpt2_64, llama
     assert "centring too" in notes(gpt2_64, "transformerlens")[0] and "centring too" not in notes(gpt2_64)[0]
 
 
-def test_transformerlens_convention_is_refused_on_bert_and_unknown_names(bert_dir):
-    bert = load(str(bert_dir))
+@pytest.mark.parametrize("which", ["bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])  # the post-norm encoders
+def test_transformerlens_convention_is_refused_on_bert_and_unknown_names(which, request):
+    bert = load(str(request.getfixturevalue(which)))
     with pytest.raises(BadOption, match="post-norm"):
         composition_scores(bert, receivers=[(1, 0)], convention="transformerlens")
     assert list(conventions(bert)) == ["raw"] and convention_said(bert).startswith("raw (a post-norm model")

@@ -102,6 +102,15 @@ def test_token_ids_as_they_are_and_some_positions(gpt2_model):
     assert list(got.input) == list(want.input) and got.input[0] == whole.tokens[3]
 
 
+@pytest.mark.parametrize("fixture", ["bert_mlm_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
+def test_a_masked_lm_encoder_is_refused_with_advice(fixture, request):
+    """An encoder's masked-LM head predicts a masked token from both sides, not the next one: no logit lens."""
+    model = probes.load(str(request.getfixturevalue(fixture)))
+    assert model.has_lm_head and not model.predicts_tokens
+    with pytest.raises(BadOption, match="no language-model head.*pick one, such as smollm2"):
+        logit_lens(model, "she was hungry")
+
+
 def test_refused_with_advice(minilm, gpt2_model):
     with pytest.raises(BadOption, match="no language-model head.*pick one, such as smollm2"):
         logit_lens(minilm, "she was hungry")

@@ -177,6 +177,15 @@ def test_an_encoder_has_pattern_changes_but_no_loss(minilm):
     assert "loss" not in got.frame and got.frame.pattern_shift.max() > 0
 
 
+@pytest.mark.parametrize("fixture", ["roberta_mlm_dir", "distilbert_mlm_dir"])
+def test_a_masked_lm_encoder_has_pattern_changes_but_no_loss(fixture, request):
+    """RoBERTa and DistilBERT (post-norm encoders with a masked-LM head, not next-token predictors): the receiver's
+    pattern moves, and no next-token measure is offered."""
+    model = probes.load(str(request.getfixturevalue(fixture)))
+    got = path_patch(model, CLEAN, CORRUPT, (1, 1), "k", senders=[(0, 0), (0, 3)])
+    assert not model.predicts_tokens and "loss" not in got.frame and got.frame.pattern_shift.max() > 0
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(corrupted="The cat sat."), "same length in tokens"),
     (dict(receiver=(0, 1)), "layer 0"),

@@ -17,7 +17,8 @@ from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
 from probes.scratch import SplitNetwork, build, run
 from probes.scratch.llama import inverse_frequencies
-from tests.checkpoints import make_bert, make_gpt2, make_induction, make_llama, make_rotary_heads
+from tests.checkpoints import (make_bert, make_distilbert, make_gpt2, make_induction, make_llama, make_roberta,
+                               make_rotary_heads)
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TEXT = "The cat sat on the mat, and the dog watched it."
@@ -27,6 +28,8 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     "gpt2-inverse-layer-scale": lambda path: make_gpt2(path, n_layer=3, scale_attn_by_inverse_layer_idx=True),
     "bert": lambda path: make_bert(path, num_hidden_layers=3),
     "bert-causal": lambda path: make_bert(path, num_hidden_layers=3, is_decoder=True),
+    "roberta": lambda path: make_roberta(path, num_hidden_layers=3, pad_token_id=3),  # positions from 4
+    "distilbert": lambda path: make_distilbert(path, n_layers=3),  # no token-type part
     "llama": lambda path: make_llama(path, num_hidden_layers=3),
     "llama-dynamic-rope": lambda path: make_llama(path, num_hidden_layers=3, rope_parameters={
         "rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),

@@ -40,6 +40,8 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "llama": (lambda request, _tmp: request.getfixturevalue("llama_dir"), (DecoderNetwork, RotaryNetwork)),
     "mistral": (_mistral, (DecoderNetwork, RotaryNetwork)),
     "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
+    "roberta": (lambda request, _tmp: request.getfixturevalue("roberta_mlm_dir"), ()),
+    "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
 }
 
 
