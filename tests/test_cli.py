@@ -50,7 +50,7 @@ def test_bad_input_exits_2_with_one_line(gpt2_dir, neox_dir, tmp_path, capsys):
         (["--model", "minilm", "--text", "   "], "empty"),
         (["--model", str(gpt2_dir), "--text", "cat " * 200], "at most 64"),
         (["--model", str(tmp_path / "missing"), "--text", "hi"], "no model directory"),
-        (["--model", str(neox_dir), "--text", "hi"], "covers BERT, GPT-2, Llama, Mistral and Qwen2"),
+        (["--model", str(neox_dir), "--text", "hi"], "covers BERT, GPT-2, Llama, Mistral, Phi-3, Qwen2 and Qwen3"),
         (["--model", str(gpt2_dir), "--text", "hi", "--pair", "there"], "no sentence pairs"),
         (["--model", str(gpt2_dir), "--text", "hi", "--hub-only"], "loads only hub ids"),
     ]

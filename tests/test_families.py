@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_family_has_a_complete_record():
     found = families.families()
-    assert [f.name for f in found] == ["bert", "gpt2", "llama", "mistral", "qwen2"]
+    assert [f.name for f in found] == ["bert", "gpt2", "llama", "mistral", "phi3", "qwen2", "qwen3"]
     for f in found:
         assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
         assert callable(f.network) and callable(f.check) and callable(f.capture) and callable(f.scale)
@@ -23,7 +23,8 @@ def test_every_family_has_a_complete_record():
 
 
 @pytest.mark.parametrize("kind, family", [("gpt2", "gpt2"), ("bert", "bert"), ("llama", "llama"),
-                                          ("mistral", "mistral"), ("qwen2", "qwen2"), ("gpt_neox", None)])
+                                          ("mistral", "mistral"), ("qwen2", "qwen2"), ("qwen3", "qwen3"),
+                                          ("phi3", "phi3"), ("gpt_neox", None)])
 def test_a_config_finds_its_family_by_model_type(kind, family):
     config = AutoConfig.for_model(kind)
     assert (family_of(config).name if family_of(config) else None) == family
@@ -58,7 +59,7 @@ def test_readme_table_is_the_registry():
 
 
 def test_coverage_sentence_names_every_family():
-    assert families.coverage() == "the from-scratch path covers BERT, GPT-2, Llama, Mistral and Qwen2"
+    assert families.coverage() == "the from-scratch path covers BERT, GPT-2, Llama, Mistral, Phi-3, Qwen2 and Qwen3"
 
 
 def test_known_hub_models_come_from_the_records():

@@ -131,7 +131,7 @@ def test_unsupported_architecture_keeps_the_hf_view(neox_dir):
     assert trace.n_layers == 2 and trace.q is None and trace.scales is None
     n = trace.attention(0).shape[-1]
     assert torch.allclose(trace.attention(0).sum(-1), torch.ones(4, n), atol=fp32(n), rtol=0)  # n fp32 weights summed
-    with pytest.raises(UnsupportedModel, match="covers BERT, GPT-2, Llama, Mistral and Qwen2"):
+    with pytest.raises(UnsupportedModel, match="covers BERT, GPT-2, Llama, Mistral, Phi-3, Qwen2 and Qwen3"):
         scratch.build(model)
 
 
