@@ -49,7 +49,8 @@ class QuerySteps:
     kv_group: tuple[int, ...]  # the query heads that share that key/value head
     window: int | None  # the layer's sliding window, if it has one
     q_unrotated: np.ndarray | None = None  # [d] rotary models: q before it was turned by its position
-    angles: np.ndarray | None = None  # [d/2] rotary models: the angle each pair of q was turned by (radians)
+    angles: np.ndarray | None = None  # [r/2] rotary models: the angle each pair of q was turned by (radians; r = d
+    # unless a partial rotary turns fewer)
 
 
 @reader
@@ -91,13 +92,15 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
 def _unrotated(trace: TraceLike, rotary: tuple[torch.Tensor, torch.Tensor], q: np.ndarray, query: int,
                item: int) -> tuple[np.ndarray, np.ndarray]:
     """q before the rotary embedding turned it, and the angle of each of its pairs: the inverse turn,
-    by the cos and sin the trace's model used at the query's position."""
+    by the cos and sin the trace's model used at the query's position. Tables narrower than q (a partial rotary:
+    Phi-3) turned its first r numbers only, pairs (i, i + r/2); the rest are q's as they are, and have no angle."""
     cos, sin = (t[min(item, len(t) - 1)].detach().cpu().double().numpy() for t in rotary)
     position = int(trace.attention_mask[item].nonzero()[query])
     c, s_ = cos[position], sin[position]
-    half = len(q) // 2
-    turned = np.concatenate([-q[half:], q[:half]])  # rotate_half(q): a quarter turn of every pair
-    before = q * c - turned * s_  # the inverse of q·cos + rotate_half(q)·sin
+    r = len(c)  # the turned width: len(q), or fewer under a partial rotary
+    half = r // 2
+    turned = np.concatenate([-q[half:r], q[:half]])  # rotate_half(q): a quarter turn of every pair
+    before = np.concatenate([q[:r] * c - turned * s_, q[r:]])  # the inverse of q·cos + rotate_half(q)·sin
     return before, np.arctan2(s_[:half], c[:half])
 
 

@@ -1,5 +1,6 @@
-"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2, and a
-GPT-NeoX that no family record covers). Weights use a large init range so attention is peaked, not near-uniform: a
+"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2/Qwen3/
+Phi-3, and a GPT-NeoX that no family record covers). Weights use a large init range so attention is peaked, not
+near-uniform: a
 parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations
@@ -176,8 +177,10 @@ def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **
 
 
 def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrides) -> Path:
-    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"``) with grouped-query heads (6 query heads
-    reading 2 key/value heads), untied embeddings; ``overrides`` go to the config."""
+    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"`` / ``"qwen3"`` / ``"phi3"``) with grouped-query
+    heads (6 query heads reading 2 key/value heads), untied embeddings; ``overrides`` go to the config. Qwen3 has
+    QK-norm (its q_norm and k_norm gains drawn like every norm's) and a head width of 12, not hidden / heads (8), as
+    its releases have (128 where hidden / heads is 64 in Qwen3-0.6B); Phi-3 fuses q, k, v and gate, up."""
     import transformers
 
     tok = gpt2_tokenizer()
@@ -185,10 +188,16 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
     }[family]
     cfg = dict(vocab_size=len(tok), hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
                eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    if family == "qwen3":
+        cfg["head_dim"] = 12
+    if family == "phi3":
+        cfg["pad_token_id"] = tok.eos_token_id  # Phi-3's default (32000) is past this vocabulary
     cfg.update(overrides)
     torch.manual_seed(0)
     model = model_class(config_class(**cfg))

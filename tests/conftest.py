@@ -90,6 +90,18 @@ def llama_dir(ckpt_dir):
 
 
 @pytest.fixture(scope="session")
+def qwen3_dir(ckpt_dir):
+    """A tiny Qwen3 of 3 layers: QK-norm, head width 12 (not hidden / heads), q/k/v biases, grouped-query heads."""
+    return make_llama(ckpt_dir / "qwen3", family="qwen3", num_hidden_layers=3, attention_bias=True)
+
+
+@pytest.fixture(scope="session")
+def phi3_dir(ckpt_dir):
+    """A tiny Phi-3 of 3 layers: fused qkv_proj and gate_up_proj, half of each head turned (partial rotary)."""
+    return make_llama(ckpt_dir / "phi3", family="phi3", num_hidden_layers=3, partial_rotary_factor=0.5)
+
+
+@pytest.fixture(scope="session")
 def neox_dir(ckpt_dir):
     return make_neox(ckpt_dir / "neox")
 

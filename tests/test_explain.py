@@ -25,6 +25,9 @@ def models(gpt2_model, bert_dir, ckpt_dir):
         "llama-grouped": probes.load(str(make_llama(ckpt_dir / "llama-explain"))),  # 6 query heads, 2 k/v heads
         "mistral-window": probes.load(str(make_llama(ckpt_dir / "mistral-explain", family="mistral",
                                                      sliding_window=3))),
+        "qwen3-qk-norm": probes.load(str(make_llama(ckpt_dir / "qwen3-explain", family="qwen3"))),  # head width 12
+        "phi3-partial-rotary": probes.load(str(make_llama(ckpt_dir / "phi3-explain", family="phi3",
+                                                          partial_rotary_factor=0.5))),  # 4 of 8 numbers turn
     }
 
 
@@ -47,7 +50,8 @@ def fp32_row(steps) -> float:
 
 
 @pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
-@pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window",
+                                  "qwen3-qk-norm", "phi3-partial-rotary"])
 def test_steps_reproduce_every_row_of_every_head(models, models64, name, source, backend):
     """In float64 the steps are the model's row (≤ 1e-10); in float32, the model's row is within its own rounding."""
     model = models64[name]
@@ -169,6 +173,26 @@ def test_rotary_steps_turn_the_projected_q_by_its_position(models, models64):
         assert (s.kv_head, s.kv_group, s.window) == (1, (3, 4, 5), None)  # 6 query heads read 2 k/v heads
     assert query_steps(probes.run(models["gpt2"], TEXT), 0, 0, 2).q_unrotated is None
     assert torch.is_tensor(trace.rotary[0])
+
+
+def test_a_partial_rotary_turns_the_first_numbers_and_leaves_the_rest(models64):
+    """Phi-3 with partial_rotary_factor 0.5: 'before' is the layer's own projected q (the q block of its fused
+    qkv_proj), its first 4 numbers turned as 2 pairs (i, i + 2), its last 4 the same before and after."""
+    model = models64["phi3-partial-rotary"]
+    trace = probes.run(model, TEXT)
+    with hf.KeepFloat64():
+        h = model.hf.model.layers[1].input_layernorm(trace.hidden_states[1])
+    projected = model.hf.model.layers[1].self_attn.qkv_proj(h)[..., :48].view(1, -1, 6, 8).transpose(1, 2)
+    for query in (0, 3, 7):
+        s = query_steps(trace, 1, 4, query)
+        scale = np.abs(s.q).max()
+        np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=F64 * scale, rtol=0)
+        assert len(s.angles) == 2 and np.array_equal(s.q_unrotated[4:], s.q[4:])
+        omega = 1.0 / (10000.0 ** (np.arange(0, 4, 2) / 4))  # the turned width 4's frequencies
+        np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=fp32(query + 1), rtol=0)
+        turned = np.concatenate([-s.q_unrotated[2:4], s.q_unrotated[:2]])
+        c, sn = np.cos(np.tile(s.angles, 2)), np.sin(np.tile(s.angles, 2))
+        np.testing.assert_allclose(s.q_unrotated[:4] * c + turned * sn, s.q[:4], atol=F64 * scale, rtol=0)
 
 
 def test_window_steps_mask_what_the_window_leaves_out(models64):

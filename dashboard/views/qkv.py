@@ -121,11 +121,20 @@ def _sharing(s, n_heads: int) -> str:
             "the k and v below are theirs as well.")
 
 
+def _pairs(s) -> str:
+    """How q's numbers are read as turning pairs: all of them, or (a partial rotary) the first ones."""
+    turned = 2 * len(s.angles)
+    if turned == len(s.q):
+        return f"The {len(s.q)} numbers are read as {len(s.angles)} pairs"
+    return (f"The first {turned} of the {len(s.q)} numbers are read as {len(s.angles)} pairs (the other "
+            f"{len(s.q) - turned} are never turned: a partial rotary)")
+
+
 def _rotation(s, token: str) -> None:
     """Rotary models: q before and after it is turned by its position."""
     st.markdown(
         f"**Rotary positions.** This model has no table of position vectors: it turns q and k by their position "
-        f"instead. The {len(s.q)} numbers are read as {len(s.angles)} pairs, and at position p pair i turns by the "
+        f"instead. {_pairs(s)}, and at position p pair i turns by the "
         f"angle p·ω_i; here the fastest pair turns {np.degrees(s.angles[0]) % 360:.0f}° (mod 360°), the slowest "
         f"{np.degrees(s.angles[-1]) % 360:.2g}°. A turn keeps the vector's length (|q| = "
         f"{np.linalg.norm(s.q_unrotated):.3f} before, {np.linalg.norm(s.q):.3f} after) and changes only its "

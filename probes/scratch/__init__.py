@@ -1,5 +1,5 @@
 """Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, RoBERTa,
-DistilBERT, Llama, Mistral, Qwen2; each file holds its family's record, see :mod:`probes.families`).
+DistilBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3; each file holds its family's record, see :mod:`probes.families`).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
 module (``model.hf.state_dict()``) and the config. :func:`forward` has the signature of

@@ -111,7 +111,7 @@ class Network(Protocol):
 
 @runtime_checkable
 class DecoderNetwork(Network, Protocol):
-    """A decoder with a final norm and a language-model head (GPT-2, Llama, Mistral, Qwen2): what generation
+    """A decoder with a final norm and a language-model head (GPT-2 and the Llama-shaped ones): what generation
     (``probes.scratch.generate``: a KV cache, ``start``, ``lm_head``) and direct logit attribution
     (``probes.effects.attribution``: ``final_norm``, ``unembedding``) and the logit lens (``probes.effects.lens``:
     ``normed`` too) call besides :class:`Network`."""
@@ -152,7 +152,8 @@ class RotaryNetwork(Network, Protocol):
     tables (``probes.scratch.forward``), which explain a score (``probes.explain``)."""
 
     def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position's angles, ``[1, length, d]`` each, in the network's working dtype."""
+        """cos and sin of every position's angles, ``[1, length, r]`` each, in the network's working dtype: r = d, or
+        fewer where a partial rotary turns only the first r numbers of a head (Phi-3's ``partial_rotary_factor``)."""
         ...
 
 
@@ -178,8 +179,9 @@ class SplitNetwork(Network, Protocol):
                  length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """q ``[P + 1, H, n, d]`` and k ``[P + 1, H_kv, n, d]`` of layer ``layer`` for each of ``parts``
         ``[P, n, D]`` (the residual parts at ``positions``, summing to the layer's input ``x`` ``[n, D]`` there):
-        the norm before the layer's attention frozen at ``x``, the projections without their biases, rotary
-        families turning each part by its position (``length``: the input's, which dynamic rotary scaling reads).
+        the norm before the layer's attention frozen at ``x``, the projections without their biases, a norm of each
+        head's q and k (Qwen3's QK-norm) frozen at the whole q and k there, rotary families turning each part by its
+        position (``length``: the input's, which dynamic rotary scaling reads).
         Entry P is the constant: q and k of an all-zero stream (the norm's bias and the projections' biases). The
         sum over the P + 1 entries is the layer's own q and k there."""
         ...
@@ -187,8 +189,9 @@ class SplitNetwork(Network, Protocol):
     def head_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Layer ``layer``'s query, key and value maps by head, read from the weights alone: ``W_Q`` ``[H, D, d]``,
         ``W_K`` and ``W_V`` ``[H_kv, D, d]`` (a residual row x gives head h's q as x·W_Q[h]), the gain of the norm the
-        attention reads through folded into their rows; no biases, no norm centring or scale, no rotation (what
-        composition scores, :mod:`probes.effects.compose`, are made of)."""
+        attention reads through folded into their rows (and a gain on each head's q and k, Qwen3's QK-norm, into W_Q's
+        and W_K's columns); no biases, no norm centring or scale (QK-norm's neither), no rotation (what composition
+        scores, :mod:`probes.effects.compose`, are made of)."""
         ...
 
 

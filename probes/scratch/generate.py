@@ -225,8 +225,8 @@ def decoder(model):
     net = build(model)
     if not isinstance(net, DecoderNetwork):  # e.g. a BERT with is_decoder: causal, with a head, but no KV cache here
         raise UnsupportedModel(f"{model.name} is a {model.family.title} with a causal mask, whose from-scratch network "
-                               "has no KV cache: generation here runs GPT-2, Llama, Mistral and Qwen2 decoders; pick "
-                               "smollm2 or gpt2")
+                               "has no KV cache: generation here runs GPT-2, Llama, Mistral, Qwen2, Qwen3 and Phi-3 "
+                               "decoders; pick smollm2 or gpt2")
     return net
 
 

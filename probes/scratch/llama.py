@@ -1,5 +1,7 @@
 """Llama, from scratch, over the weights of a Hugging Face checkpoint; Mistral (a sliding window) and
-Qwen2 (q/k/v biases, and a window on some layers) are records on the same code.
+Qwen2 (q/k/v biases, and a window on some layers) are records on the same code, and Qwen3 (``qwen3.py``: QK-norm)
+and Phi-3 (``phi3.py``: fused projections, a partial rotary) bring their own layer (:meth:`Layer.load`,
+:meth:`Layer.project`, :meth:`Layer.mlp`) to it.
 
     x = embed[token]                                        (no position table: positions are rotations)
     for each layer:   h = RMSNorm(x)
@@ -15,7 +17,8 @@ pair i at position p is turned by the angle p·ω_i, with ω_i = θ^(−2i/d) (�
 q and k by their own positions makes q·k depend on how far apart they are, not where they are. Like
 Hugging Face, the pairs are (x_i, x_{i + d/2}) (the "rotate half" layout). ``rope_parameters`` picks
 how ω is stretched for long contexts: ``default``, ``linear``, ``dynamic`` (NTK) and ``llama3`` are
-implemented; any other type is refused by name.
+implemented; any other type is refused by name. A partial rotary (Phi-3's ``partial_rotary_factor``) turns only
+the first r numbers of each head, as pairs (x_i, x_{i + r/2}), and passes the rest.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..errors import UnsupportedModel
 from ..precision import upcast, working_dtype
 from .activations import ACTIVATIONS
 from .attention import by_rows, merge_heads, split_heads
-from .family import Capture, Family
+from .family import QKV, Capture, Family
 from .prenorm import PreNormDecoder
 from .weights import Weights
 
@@ -46,6 +49,12 @@ def head_dim(config) -> int:
 
 def kv_heads(config) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
+def rotary_dim(config) -> int:
+    """How many of a head's d numbers the rotation turns: all of them, or the first ``partial_rotary_factor``·d
+    (Phi-3: the rest pass unturned)."""
+    return int(head_dim(config) * rope_parameters(config).get("partial_rotary_factor", 1.0))
 
 
 def attention_scale(config, layer: int) -> float:
@@ -61,23 +70,29 @@ def rope_parameters(config) -> dict:
     return params
 
 
-def check_config(config, name: str) -> None:
-    """Refuse, by name, every option of these configs that the code below does not implement."""
+def check_config(config, name: str, title: str = "Llama", rope_types: tuple[str, ...] = ROPE_TYPES,
+                 partial_rotary: bool = False) -> None:
+    """Refuse, by name, every option of these configs that the code below does not implement (``title``: the family
+    the message names; ``rope_types``: the ones it implements; ``partial_rotary``: whether a
+    ``partial_rotary_factor`` < 1 is implemented, as Phi-3's code turns only part of each head)."""
     if config.hidden_act not in ACTIVATIONS:
         raise UnsupportedModel(f"{name!r}: hidden_act={config.hidden_act!r} is not implemented by the from-scratch "
-                               f"Llama (it has {', '.join(sorted(ACTIVATIONS))})")
+                               f"{title} (it has {', '.join(sorted(ACTIVATIONS))})")
     params = rope_parameters(config)
     if any(isinstance(v, dict) for v in params.values()):
-        raise UnsupportedModel(f"{name!r}: rope_parameters differ per layer type, which the from-scratch Llama does "
+        raise UnsupportedModel(f"{name!r}: rope_parameters differ per layer type, which the from-scratch {title} does "
                                "not implement; the Hugging Face view still works")
-    if params["rope_type"] not in ROPE_TYPES:
+    if params["rope_type"] not in rope_types:
         raise UnsupportedModel(f"{name!r}: rope_type={params['rope_type']!r} is not implemented by the from-scratch "
-                               f"Llama (it has {', '.join(ROPE_TYPES)}); the Hugging Face view still works")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
+                               f"{title} (it has {', '.join(rope_types)}); the Hugging Face view still works")
+    if params.get("partial_rotary_factor", 1.0) != 1.0 and not partial_rotary:
         raise UnsupportedModel(f"{name!r}: partial_rotary_factor={params['partial_rotary_factor']} (rotating only part "
-                               "of each head) is not implemented by the from-scratch Llama")
-    if head_dim(config) % 2:
-        raise UnsupportedModel(f"{name!r}: head_dim={head_dim(config)} is odd, and rotary embedding turns pairs")
+                               f"of each head) is not implemented by the from-scratch {title}")
+    if rotary_dim(config) % 2:
+        raise UnsupportedModel(f"{name!r}: the rotary width {rotary_dim(config)} (head_dim={head_dim(config)}"
+                               + (f" × partial_rotary_factor={params['partial_rotary_factor']}"
+                                  if rotary_dim(config) != head_dim(config) else "")
+                               + f") is odd, and the from-scratch {title}'s rotary embedding turns pairs")
     if config.num_attention_heads % kv_heads(config):
         raise UnsupportedModel(f"{name!r}: {config.num_attention_heads} query heads cannot share "
                                f"{kv_heads(config)} key/value heads evenly")
@@ -89,7 +104,7 @@ def inverse_frequencies(config, length: int) -> torch.Tensor:
     """ω_i = 1 / θ^(2i/d) for the d/2 pairs of a head, stretched as ``rope_type`` says; ``length`` is
     the number of positions in the input (only ``dynamic`` depends on it)."""
     params = rope_parameters(config)
-    kind, theta, d = params["rope_type"], params["rope_theta"], head_dim(config)
+    kind, theta, d = params["rope_type"], params["rope_theta"], rotary_dim(config)
     if kind == "dynamic":  # NTK-aware: past the trained context, θ grows with the input's length
         trained = config.max_position_embeddings
         length = max(length, trained)
@@ -112,11 +127,12 @@ def inverse_frequencies(config, length: int) -> torch.Tensor:
 
 def rotary_tables(config, length: int, device: torch.device | str = "cpu",
                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every angle p·ω_i, ``[1, length, d]`` (each ω_i twice: once per half of the head). The
-    frequencies ω are the model's constants, computed in fp32 as Hugging Face computes them; the angles and
-    their cos and sin in ``dtype`` (a float64 pass turns q and k by float64 angles, as the reference does)."""
+    """cos and sin of every angle p·ω_i, ``[1, length, r]`` (each ω_i twice: once per half of the turned width r,
+    the head width d unless a partial rotary turns fewer). The frequencies ω are the model's constants, computed in
+    fp32 as Hugging Face computes them; the angles and their cos and sin in ``dtype`` (a float64 pass turns q and k
+    by float64 angles, as the reference does)."""
     omega = inverse_frequencies(config, length).to(device=device, dtype=dtype)
-    angles = torch.arange(length, device=device)[None, :, None].to(dtype) * omega  # p·ω_i  [1, L, d/2]
+    angles = torch.arange(length, device=device)[None, :, None].to(dtype) * omega  # p·ω_i  [1, L, r/2]
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 
@@ -128,12 +144,19 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Turn each pair of ``x`` ``[B, H, L, d]`` by its position's angle: x·cos + rotate_half(x)·sin."""
+    """Turn each pair of ``x`` ``[B, H, L, d]`` by its position's angle: x·cos + rotate_half(x)·sin. Tables narrower
+    than d (a partial rotary, Phi-3) turn the first r = cos.shape[-1] numbers, pairs (i, i + r/2), and pass the rest."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:  # partial rotary: the dimensions past r are never turned
+        return torch.cat((rotate(x[..., :r], cos, sin), x[..., r:]), dim=-1)
     return (x * cos[:, None]) + (rotate_half(x) * sin[:, None])
 
 
 def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """The inverse turn (by −angle): the vector as it was before :func:`rotate`."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat((unrotate(x[..., :r], cos, sin), x[..., r:]), dim=-1)
     return (x * cos[:, None]) - (rotate_half(x) * sin[:, None])
 
 
@@ -153,25 +176,34 @@ def no_window(config, layer: int) -> None:
 class Layer:
     def __init__(self, w: Weights, i: int, config, window: int | None):
         p = f"layers.{i}."
-        linear = lambda key: (w[p + key + ".weight"], w.get(p + key + ".bias"))  # noqa: E731 (biases: Qwen2, *_bias)
-        self.q_proj, self.k_proj = linear("self_attn.q_proj"), linear("self_attn.k_proj")
-        self.v_proj, self.o_proj = linear("self_attn.v_proj"), linear("self_attn.o_proj")
-        self.gate_proj, self.up_proj, self.down_proj = linear("mlp.gate_proj"), linear("mlp.up_proj"), \
-            linear("mlp.down_proj")
+        self.n_heads, self.n_kv_heads = config.num_attention_heads, kv_heads(config)
+        self.load(w, p)
         self.norm_attn = w[p + "input_layernorm.weight"]
         self.norm_mlp = w[p + "post_attention_layernorm.weight"]
         self.eps = config.rms_norm_eps
-        self.n_heads, self.n_kv_heads = config.num_attention_heads, kv_heads(config)
         self.act = ACTIVATIONS[config.hidden_act]
         self.index = i
         self.spec = Spec(attention_scale(config, i), causal=True, window=window)
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]`` of this layer from its input, q and k rotated."""
-        h = rms_norm(x, self.norm_attn, self.eps)
+    def load(self, w: Weights, p: str) -> None:
+        """The layer's projections, each a (weight, bias or None) pair (biases: Qwen2, ``attention_bias``,
+        ``mlp_bias``)."""
+        linear = lambda key: (w[p + key + ".weight"], w.get(p + key + ".bias"))  # noqa: E731
+        self.q_proj, self.k_proj = linear("self_attn.q_proj"), linear("self_attn.k_proj")
+        self.v_proj, self.o_proj = linear("self_attn.v_proj"), linear("self_attn.o_proj")
+        self.gate_proj, self.up_proj, self.down_proj = linear("mlp.gate_proj"), linear("mlp.up_proj"), \
+            linear("mlp.down_proj")
+
+    def project(self, h: torch.Tensor) -> QKV:
+        """q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]`` of the normed input ``h``, before the rotation."""
         q = split_heads(F.linear(h, *self.q_proj), self.n_heads)
         k = split_heads(F.linear(h, *self.k_proj), self.n_kv_heads)  # grouped-query: fewer key/value heads
         v = split_heads(F.linear(h, *self.v_proj), self.n_kv_heads)
+        return q, k, v
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]`` of this layer from its input, q and k rotated."""
+        q, k, v = self.project(rms_norm(x, self.norm_attn, self.eps))
         return rotate(q, cos, sin), rotate(k, cos, sin), v  # rotary: q and k turned by their positions
 
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
@@ -186,16 +218,23 @@ class Layer:
 
 
 class Llama(PreNormDecoder):
+    layer_class: type[Layer] = Layer  # the layer's code (Qwen3 and Phi-3 bring their own)
+
     def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "llama", window=no_window):
-        check_config(config, name)
+        self.check(config, name)
         w = Weights(state_dict, strip="model.", ignore_suffixes=("rotary_emb.inv_freq",))
         self.config = config
         self.embed = w["embed_tokens.weight"]
-        self.layers = [Layer(w, i, config, window(config, i)) for i in range(config.num_hidden_layers)]
+        self.layers = [self.layer_class(w, i, config, window(config, i)) for i in range(config.num_hidden_layers)]
         self.norm = w["norm.weight"]
         self.eps = config.rms_norm_eps
         self.lm_head = w.get("lm_head.weight")  # absent for a bare LlamaModel; tied to the embedding in SmolLM2
         w.check_all_used(name)
+
+    @staticmethod
+    def check(config, name: str) -> None:
+        """Refuse what this network does not implement (the record's ``check``)."""
+        check_config(config, name)
 
     def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
@@ -216,6 +255,13 @@ class Llama(PreNormDecoder):
         projections without their biases, each part turned by its position's angles (a rotation is linear); the
         last entry is the constant, the projections' biases (Qwen2) turned likewise (see
         :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
+        q, k = self.projected_parts(layer, parts, x)
+        cos, sin = (t[:, positions].to(parts.dtype) for t in self.rotary(length, x.device))
+        return rotate(q, cos, sin), rotate(k, cos, sin)
+
+    def projected_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q ``[P + 1, H, n, d]`` and k ``[P + 1, H_kv, n, d]`` of each part before the rotation (:meth:`qk_parts`):
+        the RMSNorm frozen at ``x``, then the projections; the biases in the last entry."""
         lay, dt = self.layers[layer], parts.dtype
         scale = torch.rsqrt(x.to(dt).pow(2).mean(-1, keepdim=True) + self.eps)
         h = torch.cat([lay.norm_attn.to(dt) * (parts * scale), parts.new_zeros(1, *parts.shape[1:])])
@@ -223,8 +269,7 @@ class Llama(PreNormDecoder):
         for out, bias in ((q, lay.q_proj[1]), (k, lay.k_proj[1])):
             if bias is not None:
                 out[-1] += bias.to(dt)
-        cos, sin = (t[:, positions].to(dt) for t in self.rotary(length, x.device))
-        return rotate(split_heads(q, lay.n_heads), cos, sin), rotate(split_heads(k, lay.n_kv_heads), cos, sin)
+        return split_heads(q, lay.n_heads), split_heads(k, lay.n_kv_heads)
 
     def head_weights(self, layer: int):
         """Layer ``layer``'s W_Q ``[H, D, d]``, W_K and W_V ``[H_kv, D, d]`` (grouped-query: query head h reads
@@ -258,24 +303,30 @@ def hf_class(config) -> str:
     return "AutoModelForCausalLM" if not archs or any(a.endswith("ForCausalLM") for a in archs) else "AutoModel"
 
 
-def capture(hf, config, cap: Capture) -> None:
-    """The Hugging Face view's q, k, v: each layer's q_proj, k_proj and v_proj outputs, with q and k turned
-    by the model's own rotary tables and its own ``apply_rotary_pos_emb``, so they are the vectors the
-    scores are made of."""
-    heads, groups = config.num_attention_heads, kv_heads(config)
+def catch_projections(attn, config, cap: Capture, raw: dict[str, torch.Tensor]) -> None:
+    """Hooks that put one layer's q, k and v into ``raw`` split by head (``[B, H, L, d]``, before the rotation): here
+    the outputs of its q_proj, k_proj and v_proj."""
+    heads = {"q": config.num_attention_heads, "k": kv_heads(config), "v": kv_heads(config)}
+    for key in "qkv":
+        cap.hook(getattr(attn, f"{key}_proj"),
+                 lambda _m, _i, out, key=key: raw.__setitem__(key, split_heads(out, heads[key])))
+
+
+def capture(hf, config, cap: Capture, catch=catch_projections) -> None:
+    """The Hugging Face view's q, k, v: each layer's q, k and v as ``catch`` finds them (q_proj, k_proj and v_proj's
+    outputs here), with q and k turned by the model's own rotary tables and its own ``apply_rotary_pos_emb``, so
+    they are the vectors the scores are made of."""
     for layer in hf.base_model.layers:
         attn = layer.self_attn
         raw: dict[str, torch.Tensor] = {}
-        for key in "qkv":
-            cap.hook(getattr(attn, f"{key}_proj"), lambda _m, _i, out, key=key, raw=raw: raw.__setitem__(key, out))
+        catch(attn, config, cap, raw)
 
         def rotated(module, _args, kwargs, _out, raw=raw):
             cos, sin = kwargs["position_embeddings"]
-            q, k = split_heads(raw["q"], heads), split_heads(raw["k"], groups)
-            q, k = sys.modules[type(module).__module__].apply_rotary_pos_emb(q, k, cos, sin)
+            q, k = sys.modules[type(module).__module__].apply_rotary_pos_emb(raw["q"], raw["k"], cos, sin)
             cap.q.append(q)
             cap.k.append(k)
-            cap.v.append(split_heads(raw["v"], groups))
+            cap.v.append(raw["v"])
             cap.rotary = (cos, sin)
 
         cap.hook(attn, rotated, with_kwargs=True)

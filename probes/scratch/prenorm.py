@@ -1,4 +1,4 @@
-"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral and Qwen2) supply only
+"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral, Qwen2, Qwen3, Phi-3) supply only
 their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
 
     x = embeddings(tokens)

@@ -10,8 +10,8 @@ from probes.effects.compose import (centres, composition_scores, convention_said
                                     parse_kinds, parse_receiver, random_baseline)
 from probes.errors import BadOption
 from probes.models import load
-from probes.scratch import build
-from tests.checkpoints import make_induction
+from probes.scratch import build, run
+from tests.checkpoints import make_induction, make_llama
 from tests.numeric import F64
 
 
@@ -33,7 +33,8 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "bert_dir", "roberta_mlm_dir",
+                                   "distilbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
     net = build(model)
@@ -53,6 +54,29 @@ def test_grouped_query_heads_read_their_kv_head(llama_dir):
     w_q, w_k, w_v = build(model).head_weights(1)
     assert w_q.shape[0] == model.n_heads and w_k.shape[0] == w_v.shape[0] == model.n_kv_heads
     assert notes(model)[-1].startswith("rotary")
+
+
+@pytest.mark.numeric
+def test_qk_norm_folds_its_gain_and_leaves_out_its_scale(tmp_path):
+    """Qwen3: at position 0 (no turn) the pass's own q (k) of head h is x·W_Q[h] (x·W_K[h]) of the layer's input x,
+    times one positive number per head, 1 ÷ (rms(x) · rms of the head's projection): the gains, of the layer's
+    RMSNorm and of QK-norm, are in head_weights; the two scales, which depend on x, are not."""
+    model = load(str(make_llama(tmp_path / "qwen3", family="qwen3", num_hidden_layers=2))).cast(torch.float64)
+    net = build(model)
+    enc = model.encode("the cat sat on the mat")
+    got = run(model, enc, logits=False, keep=["resid_pre"])
+    for layer, x in enumerate(got.each("resid_pre")):
+        q, k, _ = net.qkv(layer, x)
+        w_q, w_k, _ = net.head_weights(layer)
+        for own, maps in ((q, w_q), (k, w_k)):
+            folded = torch.einsum("D,hDd->hd", x[0, 0], maps)  # [heads, d]
+            ratio = folded / own[0, :, 0]  # one number per head, whatever the dimension
+            assert (ratio > 0).all() and (ratio - ratio[:, :1]).abs().max() <= F64 * float(ratio.abs().max())
+            assert (ratio[:, 0] - ratio[0, 0]).abs().max() > 1e-3  # the scale differs by head: left out, not folded
+    # Llama's maps over the same weights, without QK-norm's gain: not proportional (the gain is really folded)
+    lay = net.layers[0]
+    plain = (lay.norm_attn[:, None] * lay.q_proj[0].t()).reshape(model.config.hidden_size, model.n_heads, -1)
+    assert not torch.allclose(net.head_weights(0)[0], plain.transpose(0, 1), atol=F64, rtol=0)
 
 
 @pytest.fixture(scope="module")

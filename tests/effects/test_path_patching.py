@@ -109,10 +109,12 @@ def test_batched_equals_one_sender_at_a_time_and_no_change_changes_nothing(gpt2_
 
 
 @pytest.mark.numeric
-def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "qwen3", "phi3"])
+def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
     # 6 query heads read 2 key/value heads: patching receiver 2.0's key changes only head 2.0's pattern, although
-    # heads 2.1 and 2.2 read the same key/value head; by hand: head 2.0 with k recomputed from x + Δ
-    model = probes.load(str(make_llama(tmp_path / "llama", num_hidden_layers=3))).cast(torch.float64)
+    # heads 2.1 and 2.2 read the same key/value head; by hand: head 2.0 with k recomputed from x + Δ (Qwen3: through
+    # QK-norm; Phi-3: through the fused projection)
+    model = probes.load(str(make_llama(tmp_path / family, family=family, num_hidden_layers=3))).cast(torch.float64)
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape

@@ -36,6 +36,12 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     "llama-biases": lambda path: make_llama(path, num_hidden_layers=3, attention_bias=True, mlp_bias=True),
     "mistral": lambda path: make_llama(path, family="mistral", num_hidden_layers=3, sliding_window=4),
     "qwen2": lambda path: make_llama(path, family="qwen2", num_hidden_layers=3),
+    # QK-norm (frozen at each head's own q and k), with biases before it and a window on layers 1 and 2
+    "qwen3": lambda path: make_llama(path, family="qwen3", num_hidden_layers=3, attention_bias=True,
+                                     use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    # the fused projections' blocks, and a partial rotary: half of each head turns, the rest is one band of its own
+    "phi3": lambda path: make_llama(path, family="phi3", num_hidden_layers=3, sliding_window=4,
+                                    partial_rotary_factor=0.5),
 }
 
 
@@ -157,13 +163,16 @@ def test_grid_frame_and_words(minilm64):
 
 def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Hugging Face's own q and k of layer ``layer`` (its own pass, float64 kept) turned back by its own rotary
-    tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn."""
+    tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn (the
+    tables r wide: a partial rotary turned the first r numbers only, the rest are as they were)."""
     reference = hf_forward(model, model.encode(text))
-    cos, sin = (t[0] for t in reference.rotary)  # [n, d]
+    cos, sin = (t[0] for t in reference.rotary)  # [n, r]
+    r = cos.shape[-1]
 
     def back(x):
-        half = x.shape[-1] // 2
-        return x * cos - torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+        half = r // 2
+        turned = x[..., :r] * cos - torch.cat((-x[..., half:r], x[..., :half]), dim=-1) * sin
+        return torch.cat((turned, x[..., r:]), dim=-1)
 
     return back(reference.q[layer][0]), back(reference.k[layer][0])
 
@@ -184,14 +193,19 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
         q, k = unturned(model, TEXT, layer)
         q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
-        half = len(q_i) // 2
         omega = inverse_frequencies(model.config, n).double()
+        half, r = len(omega), 2 * len(omega)  # r: the turned width (the head's, or less: a partial rotary)
         angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
-        turned = (k_j[:half] * angle.cos() - k_j[half:] * angle.sin(),
-                  k_j[:half] * angle.sin() + k_j[half:] * angle.cos())
+        turned = (k_j[:half] * angle.cos() - k_j[half:r] * angle.sin(),
+                  k_j[:half] * angle.sin() + k_j[half:r] * angle.cos())
         scale = model.family.scale(model.config, layer)
-        by_hand = scale * (q_i[:half] * turned[0] + q_i[half:] * turned[1])
-        content = scale * (q_i[:half] * k_j[:half] + q_i[half:] * k_j[half:])
+        by_hand = scale * (q_i[:half] * turned[0] + q_i[half:r] * turned[1])
+        content = scale * (q_i[:half] * k_j[:half] + q_i[half:r] * k_j[half:r])
+        if r < len(q_i):  # a partial rotary: the numbers past r never turn, one band of their own, all content
+            still = scale * (q_i[r:] @ k_j[r:])
+            by_hand, content = torch.cat((by_hand, still[None])), torch.cat((content, still[None]))
+            omega = torch.cat((omega, omega.new_zeros(1)))
+            assert bands.group.iloc[-1] == "unrotated" and bands.position.iloc[-1] == 0
         assert np.abs(bands.contribution.to_numpy() - by_hand.numpy()).max() <= F64 * why.bound
         assert np.abs(bands.content.to_numpy() - content.numpy()).max() <= F64 * why.bound
         assert np.abs(bands.frequency.to_numpy() - omega.numpy()).max() <= F64

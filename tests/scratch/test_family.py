@@ -13,7 +13,7 @@ import torch
 from checkpoints import make_llama
 
 import probes
-from probes import families
+from probes import families, hf
 from probes.attention_math import additive_mask, allowed_keys
 from probes.scratch.attention import attention
 from probes.scratch.family import DecoderNetwork, Network, RotaryNetwork
@@ -31,6 +31,16 @@ def _qwen2(_request, tmp_path_factory):
                       sliding_window=3, max_window_layers=1)
 
 
+def _qwen3(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("qwen3") / "m", family="qwen3", use_sliding_window=True,
+                      sliding_window=3, max_window_layers=1)
+
+
+def _phi3(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("phi3") / "m", family="phi3", sliding_window=3,
+                      partial_rotary_factor=0.5)
+
+
 # every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
 # network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
 # (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
@@ -42,6 +52,8 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
     "roberta": (lambda request, _tmp: request.getfixturevalue("roberta_mlm_dir"), ()),
     "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
+    "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
+    "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
 }
 
 
@@ -171,8 +183,10 @@ def test_the_members_return_what_the_protocol_says(built):
     weight, bias = net.head_out(n - 1)
     assert weight.shape == (model.n_heads, d, model.config.hidden_size)
     assert bias is None or bias.shape == (model.config.hidden_size,)
-    if isinstance(net, RotaryNetwork):
-        assert all(t.shape == (1, length, d) for t in net.rotary(length, enc.input_ids.device))
+    if isinstance(net, RotaryNetwork):  # d wide, or r < d (a partial rotary): as wide as Hugging Face's own tables
+        r = hf.forward(model, enc).rotary[0].shape[-1]
+        assert r <= d and r % 2 == 0
+        assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device))
     if isinstance(net, DecoderNetwork):
         assert net.unembedding is net.lm_head
         linear, bias = net.final_norm(residual[0][0, 0])

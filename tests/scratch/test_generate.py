@@ -32,11 +32,25 @@ def qwen2(ckpt_dir):
 
 
 @pytest.fixture(scope="module")
+def qwen3(ckpt_dir):
+    """A Qwen3 (QK-norm, head width 12) with q/k/v biases and the window (4) on its second layer only."""
+    return probes.load(str(make_llama(ckpt_dir / "qwen3-w4", family="qwen3", attention_bias=True,
+                                      use_sliding_window=True, sliding_window=4, max_window_layers=1)))
+
+
+@pytest.fixture(scope="module")
+def phi3(ckpt_dir):
+    """A Phi-3 (fused projections) with a window of 4 on every layer and half of each head turned."""
+    return probes.load(str(make_llama(ckpt_dir / "phi3-w4", family="phi3", sliding_window=4,
+                                      partial_rotary_factor=0.5)))
+
+
+@pytest.fixture(scope="module")
 def llama(llama_dir):
     return probes.load(str(llama_dir))
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
@@ -54,7 +68,7 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
         torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3"])
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)

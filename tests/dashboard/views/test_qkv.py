@@ -107,6 +107,22 @@ def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     _same_steps(at, probes.load(str(path)), table, source="scratch", backend="sdpa")
 
 
+@pytest.mark.numeric
+def test_qkv_on_a_partial_rotary_says_which_numbers_turn(ckpt_dir):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from checkpoints import make_llama
+
+    path = make_llama(ckpt_dir / "phi3-app", family="phi3", partial_rotary_factor=0.5)  # 4 of a head's 8 numbers
+    at = _app(model=str(path), text="the cat sat on the mat because it was warm", page="qkv", query=6,
+              source="scratch")
+    text = _texts(at.markdown)
+    assert "The first 4 of the 8 numbers are read as 2 pairs (the other 4 are never turned: a partial rotary)" in text
+    assert len(_rows(at, "q before and after the rotary turn")) == 2 * 8
+    _same_steps(at, probes.load(str(path)), _steps_table(at), source="scratch")
+
+
 # -- the charts' labels: legible, never cut, long tokens shortened --------------------------------------------
 LONG = "She saw " + "🙂" * 30 + " today."  # minilm reads the emoji run as one unknown word: a 38-character token
 
