@@ -181,6 +181,7 @@ TEXT_OPTIONS = [
     ["parity", "--text", NOT_UTF8],
     ["parity", "--text", "fine", "--pair", NOT_UTF8],
     ["generate", "--prompt", NOT_UTF8],
+    ["kv", "--text", NOT_UTF8],
     ["ablate", "--text", NOT_UTF8, "--heads", "0.0"],
     ["ablate", "--text", "fine", "--heads", "0.0", "--how", "patch", "--other", NOT_UTF8],
     ["ablate", "--text", "fine", "--heads", "0.0", "--target", NOT_UTF8, "--versus", "x"],

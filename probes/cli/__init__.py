@@ -1,4 +1,4 @@
-"""The attention workbench's command line: parity, profile, generate, ablate, importance, why, compose and patch.
+"""The attention workbench's command line: parity, profile, generate, kv, ablate, importance, why, compose and patch.
 
 One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``effects.py``), each with its
 ``add_parser(sub)``; what they share is in ``common.py``.
@@ -14,6 +14,10 @@ statistics of every head over a corpus, and each head's top examples, on this pr
 
 ``python -m probes generate --model MODEL --prompt TEXT --max-new-tokens N [--json]``: write text with the
 from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
+
+``python -m probes kv --model MODEL (--text T | --text-file F | --ewt N) --policies full,window:256,h2o:256,...
+[--per-head [--top K]] [--json]``: perplexity streamed token by token through a KV cache that evicts as each policy
+says, the bytes it held, and (``--per-head``) each key/value head cut alone; exit 2 on bad input.
 
 ``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--truncate] [--json]``:
 what ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
@@ -45,10 +49,10 @@ import sys
 
 from .. import memory
 from ..errors import InputTooLong, ProbesError
-from . import claim, compose, effects, generate, parity, path_patching, profile, serve, why
+from . import claim, compose, effects, generate, kv, parity, path_patching, profile, serve, why
 
 # each adds its subcommand(s): add_parser(sub)
-COMMANDS = (parity, profile, generate, effects, why, claim, compose, path_patching, serve)
+COMMANDS = (parity, profile, generate, kv, effects, why, claim, compose, path_patching, serve)
 
 
 class Parser(argparse.ArgumentParser):

@@ -65,6 +65,24 @@ def test_a_command_on_a_served_decoder_prints_what_it_prints_here(command, serve
     assert here and here == there
 
 
+def test_kv_on_a_served_decoder_gives_the_same_numbers(served, gpt2_dir, capsys, monkeypatch):
+    """kv's readers (stream, head_effects) run on the server; only the seconds differ."""
+    command = ["kv", "--model", str(gpt2_dir), "--text", STORY, "--policies", "full,window:4,h2o:4", "--per-head",
+               "--json"]
+    here, there = _both(capsys, monkeypatch, command, served)
+    here, there = json.loads(here), json.loads(there)
+    for data in (here, there):
+        for policy in data["policies"]:
+            assert policy.pop("seconds") > 0
+    assert here == there and len(here["policies"][1]["per_head"]) == 2 * 4  # the tiny GPT-2: 2 layers × 4 heads
+
+
+def test_kv_on_a_served_encoder_is_one_line(served, capsys):
+    assert main(["kv", "--model", "minilm", "--text", STORY, "--ray", served]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "minilm is an encoder: it reads the whole text at once and keeps no KV cache" in err[0]
+
+
 def test_importance_on_a_served_model_writes_the_same_table(served, tmp_path, capsys, monkeypatch):
     data = tmp_path / "texts.txt"
     data.write_text("The cat sat on the mat.\nShe said that he would come back.\n")
