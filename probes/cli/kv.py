@@ -105,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
                         "full,window:256)")
     text, source = _text(args)
     model = load_model(args)
-    if not getattr(args, "served_on", None):  # a served model is checked where it is, by the readers themselves
-        check_decoder(model)
+    check_decoder(model)  # the model's facts: a served model's too
     if text is None:
         room = _room(model)
         if args.ewt is not None and args.ewt > room:

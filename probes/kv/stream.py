@@ -17,6 +17,7 @@ test says so).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +78,9 @@ class Streamed:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(float(self.losses.mean()))
+        """exp of the mean next-token loss (inf past what a float holds)."""
+        loss = float(self.losses.mean())
+        return math.exp(loss) if loss < math.log(sys.float_info.max) else math.inf
 
     @property
     def kept_fraction(self) -> float:
@@ -96,8 +99,9 @@ class Watched:
     mass: torch.Tensor
 
 
-def check_decoder(model) -> DecoderNetwork:
-    """The model's from-scratch decoder, or :class:`UnsupportedModel` saying why a KV cache does not apply."""
+def check_decoder(model) -> None:
+    """:class:`UnsupportedModel` saying why a KV cache does not apply to ``model`` (any ``ModelLike``, a served one
+    too: it reads the model's facts only), else nothing."""
     if not model.is_causal:
         raise UnsupportedModel(f"{model.name} is an encoder: it reads the whole text at once and keeps no KV cache, so "
                                "cache policies do not apply; pick a decoder such as smollm2 or gpt2")
@@ -106,6 +110,11 @@ def check_decoder(model) -> DecoderNetwork:
     if not model.scratch_supported:
         raise UnsupportedModel(f"the KV lab runs on the from-scratch path, which cannot run {model.name}: "
                                f"{model.scratch_problem}")
+
+
+def decoder_network(model) -> DecoderNetwork:
+    """The from-scratch decoder of a model held here (what the readers run), after :func:`check_decoder`."""
+    check_decoder(model)
     net = model.network()
     if not isinstance(net, DecoderNetwork):
         raise UnsupportedModel(f"{model.name}'s from-scratch network has no KV cache; pick smollm2 or gpt2")
@@ -288,7 +297,7 @@ def stream(model, text: str, policy: Policy, *, method: str = "streamed",
     the same masks (:func:`run_masked`: the same numbers, many times faster)."""
     if method not in METHODS:
         raise BadOption(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
-    net = check_decoder(model)
+    net = decoder_network(model)
     if heads is None:
         plan, name = everywhere(policy, model.n_layers, model.n_kv_heads), policy.name
     else:
@@ -370,7 +379,7 @@ def head_effects(model, text: str, policies: Sequence[Policy], *,
                  progress: Callable[[int, int], None] | None = None) -> HeadEffects:
     """Every key/value head of every layer cut alone by each policy (see the module's docstring): one streamed run
     watching them all (shadow), then one masked pass per head and policy, resumed at the head's layer."""
-    net = check_decoder(model)
+    net = decoder_network(model)
     ids = token_ids(model, text)
     policies = [p for p in policies if p.kind != "full"]
     n_layers, kv_heads, n = model.n_layers, model.n_kv_heads, ids.shape[1]
