@@ -85,5 +85,5 @@ FAMILIES = (
                        "`partial_rotary_factor` (the first dimensions of each head turn, the rest pass unturned)",
            refused="`rope_type` longrope (Phi-3-mini-128k, Phi-3.5: it also scales cos and sin; Phi-3's config "
                    "accepts no other), rotary parameters per layer type, other activations",
-           examples=("microsoft/Phi-3-mini-4k-instruct",)),
+           examples=()),  # Phi-3-mini is 3.8 billion parameters (15 GB in fp32): typed by hub id, not offered
 )
