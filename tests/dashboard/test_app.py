@@ -83,6 +83,7 @@ def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch
     for the sidebar's width), which one line under the menu reads as "needs download"."""
     import probes
     from dashboard import data
+    from probes import families
 
     monkeypatch.setattr(data, "hub_reachable", lambda: True)  # a server with network (this one has none)
     _hub_cache(monkeypatch, tmp_path, "gpt2")
@@ -320,13 +321,20 @@ def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_th
     assert not any(m in option for m in probes.KNOWN_HUB_MODELS for option in at_options(at))
     lines = [c.value for c in at.sidebar.caption if "hub model" in c.value]
     every = len(probes.KNOWN_HUB_MODELS)  # every family's examples: none of them is cached or reachable
-    assert lines == [f"{every} hub models (bert-base-uncased, gpt2, …) need the Hugging Face hub, which this server "
-                     "cannot reach."]
+
+    from probes import families
+
+    def named(cached=()):  # one example of each of the first two families that has one missing
+        firsts = [next((m for m in f.examples if m not in cached), None) for f in families.families()]
+        return ", ".join([m for m in firsts if m][:2])
+
+    assert named() == "bert-base-uncased, distilbert-base-uncased"  # the families in their order (by name)
+    assert lines == [f"{every} hub models ({named()}, …) need the Hugging Face hub, which this server cannot reach."]
     _hub_cache(monkeypatch, tmp_path, "gpt2")  # gpt2 in the cache: it loads without the hub, so it is offered
     at = _app()
     assert at_options(at) == ["minilm", "smollm2", "gpt2", "other…"]
-    assert f"{every - 1} hub models (bert-base-uncased, distilgpt2, …) need the Hugging Face hub" in \
-        _texts(at.sidebar.caption)
+    assert f"{every - 1} hub models ({named(['gpt2'])}, …) need the Hugging Face hub" in _texts(at.sidebar.caption)
+    assert "gpt2" not in _texts(at.sidebar.caption).split("need the Hugging Face hub")[0].split(", ")
     at = _app(model="distilgpt2")  # a link to a hub model that cannot load: typed under "other…", and why it fails
     assert at.sidebar.selectbox[0].value == "other…"
     assert at.sidebar.text_input(key="w_model_custom").value == "distilgpt2"
