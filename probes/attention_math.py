@@ -28,11 +28,22 @@ from .precision import upcast, working_dtype
 @dataclass(frozen=True)
 class Spec:
     """One layer's attention rule, besides q, k and v: what q·kᵀ is multiplied by, whether the future
-    is masked, and the sliding window (``None``: every past key)."""
+    is masked, the sliding window (``None``: every past key) and the logit soft-cap (Gemma 2's
+    ``attn_logit_softcapping``; ``None``: none): a score s = q·kᵀ·scale becomes cap·tanh(s / cap), before the
+    mask, so every score lies in (−cap, cap)."""
 
     scale: float
     causal: bool
     window: int | None = None
+    softcap: float | None = None
+
+
+def soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """cap·tanh(scores / cap), in place (``cap`` None: ``scores`` as they are): Gemma 2's soft-capping, the same
+    three steps, in the same order, as Hugging Face's eager attention."""
+    if cap is None:
+        return scores
+    return scores.div_(cap).tanh_().mul_(cap)
 
 
 def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None,
@@ -91,14 +102,15 @@ def probability_bytes(model, batch: int, length: int) -> int:
 
 def row_logsumexp(q: torch.Tensor, k: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
                   block: int = 256) -> torch.Tensor:
-    """Natural-log logsumexp of each query row's scaled, masked scores, ``[B, H, L]``, computed
-    ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get −inf."""
+    """Natural-log logsumexp of each query row's scaled (soft-capped, where ``spec.softcap``), masked scores,
+    ``[B, H, L]``, computed ``block`` rows at a time so the full L×L scores never exist. Rows with no allowed key get
+    −inf."""
     n = q.shape[-2]
     k = repeat_kv(k, group_of(q, k))
     lse = torch.empty(q.shape[:-1], dtype=working_dtype(q.dtype), device=q.device)  # fp32, or float64 for float64
     for start in range(0, n, block):
         rows = slice(start, min(n, start + block))
-        scores = (q[..., rows, :] @ k.transpose(-2, -1)).mul_(spec.scale)
+        scores = soft_cap((q[..., rows, :] @ k.transpose(-2, -1)).mul_(spec.scale), spec.softcap)
         scores.masked_fill_(~allowed_keys(attention_mask, spec.causal, rows, spec.window), float("-inf"))
         lse[..., rows] = torch.logsumexp(upcast(scores), dim=-1)
     return lse

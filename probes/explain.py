@@ -39,7 +39,7 @@ class QuerySteps:
     v: np.ndarray  # [n, d] value vectors
     scores: np.ndarray  # [n] q·k_j
     scale: float  # what the layer multiplies scores by, e.g. 1/√d_k
-    scaled: np.ndarray  # [n] scores · scale
+    scaled: np.ndarray  # [n] scores · scale (after the layer's soft-cap, Gemma 2: cap·tanh(s / cap))
     allowed: np.ndarray  # [n] bool: False where masked (the causal future, outside a sliding window)
     weights: np.ndarray  # [n] softmax over the allowed keys (masked → 0)
     output: np.ndarray  # [d] weights · v: this head's output row for the query
@@ -51,6 +51,7 @@ class QuerySteps:
     q_unrotated: np.ndarray | None = None  # [d] rotary models: q before it was turned by its position
     angles: np.ndarray | None = None  # [r/2] rotary models: the angle each pair of q was turned by (radians; r = d
     # unless a partial rotary turns fewer)
+    softcap: float | None = None  # Gemma 2: the layer's cap; ``scaled`` is the capped score
 
 
 @reader
@@ -71,6 +72,9 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
 
     scores = k @ q  # q·k_j: one raw score per key
     scaled = scores * scale  # ÷ √d_k (or the layer's own scale)
+    softcap = trace.softcaps[layer] if trace.softcaps else None
+    if softcap is not None:
+        scaled = softcap * np.tanh(scaled / softcap)  # Gemma 2: soft-capped, before the mask
     keys = np.arange(n)
     allowed = keys <= query if trace.is_causal else np.ones(n, dtype=bool)  # mask: the future
     if window is not None:
@@ -83,7 +87,7 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
     kv, group = trace.kv_head(layer, head), trace.group
     steps = QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
                        weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
-                       tuple(range(kv * group, (kv + 1) * group)), window)
+                       tuple(range(kv * group, (kv + 1) * group)), window, softcap=softcap)
     if trace.rotary is not None:
         steps.q_unrotated, steps.angles = _unrotated(trace, trace.rotary, q, query, item)
     return steps
@@ -267,7 +271,7 @@ class KeyWorked:
     key: int
     products: np.ndarray  # [d] q_i · k_i
     dot: float  # their sum: q·k
-    scaled: float  # q·k × scale
+    scaled: float  # q·k × scale (then soft-capped, Gemma 2: cap·tanh(s / cap))
     numerator: float  # exp(scaled − max)
     denominator: float  # Σ_j exp(scaled_j − max) over the allowed keys
     weight: float  # numerator / denominator: the softmax weight
@@ -280,6 +284,8 @@ def work_key(steps: QuerySteps, key: int) -> KeyWorked:
     products = steps.q.astype(np.float64) * steps.k[key].astype(np.float64)
     dot = float(products.sum())
     scaled = dot * steps.scale
+    if steps.softcap is not None:  # Gemma 2: the score soft-capped, as the row's
+        scaled = steps.softcap * float(np.tanh(scaled / steps.softcap))
     allowed = steps.scaled[steps.allowed].astype(np.float64)
     top = float(allowed.max())
     denominator = float(np.exp(allowed - top).sum())

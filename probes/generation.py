@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import torch
 
 from . import runner
+from .attention_math import soft_cap
 from .models import Encoding
 from .precision import FLOAT64_MAX_BYTES  # a bigger model's float64 copy is not made: the fp32 check alone runs
-from .scratch import DecoderNetwork, build
+from .scratch import DecoderNetwork, build, net_logits
 from .scratch.generate import (
     GENERATE_BACKENDS,
     KVCache,
@@ -140,14 +141,16 @@ def _reference_logits(model, full, reference: str, first: int, steps: int) -> to
     """The reference pass's logits at the ``steps`` positions from ``first`` on, the ones the steps are compared
     with (``[steps, V]``), made by its own head from its last hidden state (after the final norm): Hugging Face's
     output embeddings, or the from-scratch ``lm_head``. The same numbers as its whole pass's logits at those rows,
-    without a vocabulary for every position of the prompt (a 2,000-character prompt on SmolLM2: 88 MiB)."""
+    without a vocabulary for every position of the prompt (a 2,000-character prompt on SmolLM2: 88 MiB). A final
+    soft-cap (Gemma 2's ``final_logit_softcapping``) is applied as each model's own forward applies it."""
     last = full.hidden_states[-1][0, first:first + steps]
     with torch.inference_mode():
         if reference == "hf":
-            return model.hf.get_output_embeddings()(last).cpu()
+            cap = getattr(model.config, "final_logit_softcapping", None)
+            return soft_cap(model.hf.get_output_embeddings()(last), cap).cpu()
         net = build(model)
         assert isinstance(net, DecoderNetwork) and net.lm_head is not None  # prove() asked decoder(model) first
-        return torch.nn.functional.linear(last, net.lm_head).cpu()
+        return net_logits(net, last).cpu()
 
 
 @reader

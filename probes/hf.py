@@ -79,13 +79,15 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     layers = range(model.n_layers)
     scales = [family.scale(config, layer) for layer in layers] if family else None
     windows = [family.window(config, layer) for layer in layers] if family else None
+    softcaps = [family.softcap(config, layer) for layer in layers] if family else None
     lse, note = None, ""
     if lazy:
         assert scales is not None and windows is not None and attention_budget is not None  # lazy: a family, a budget
         if not complete:
             raise RuntimeError(f"the {family.title} hooks caught q and k in {len(cap.q)} of {model.n_layers} layers")
         with torch.inference_mode():
-            lse = [row_logsumexp(cap.q[i], cap.k[i], enc.attention_mask, Spec(scales[i], model.is_causal, windows[i]))
+            lse = [row_logsumexp(cap.q[i], cap.k[i], enc.attention_mask, Spec(scales[i], model.is_causal, windows[i],
+                                                                                   softcaps[i] if softcaps else None))
                    for i in layers]
         note = (f"Hugging Face's probabilities of every head would take {size / 2**20:,.0f} MiB "
                 f"at this length (over the {attention_budget / 2**20:,.0f} MiB kept): each head is recomputed from "
@@ -107,6 +109,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
         v=cap.v if complete else None,
         logits=getattr(out, "logits", None) if logits and model.has_lm_head else None,
         scales=scales,
+        softcaps=softcaps,
         windows=windows,
         rotary=cap.rotary,
         n_kv_heads=model.n_kv_heads,

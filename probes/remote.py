@@ -106,8 +106,9 @@ class ModelServer:
         t = self._trace(request)
         return dict(source=t.source, model=t.model, tokens=t.tokens, input_ids=t.input_ids,
                     attention_mask=t.attention_mask, is_causal=t.is_causal, scales=t.scales, windows=t.windows,
-                    n_kv_heads=t.n_kv_heads, backend=t.backend, note=t.note, lazy=t.lazy, n_layers=t.n_layers,
-                    n_heads=t.n_heads, has_logits=t.logits is not None, has_qkv=t.q is not None or t.qkv_of is not None)
+                    softcaps=t.softcaps, n_kv_heads=t.n_kv_heads, backend=t.backend, note=t.note, lazy=t.lazy,
+                    n_layers=t.n_layers, n_heads=t.n_heads, has_logits=t.logits is not None,
+                    has_qkv=t.q is not None or t.qkv_of is not None)
 
     def read(self, request: Request, what: str, args: tuple = (), kwargs: dict | None = None):
         """One of the trace's readers (:data:`READS`) or fields (:data:`FIELDS`), on the trace of ``request``."""
@@ -312,6 +313,7 @@ class RemoteTrace(TokensAndRules):
     is_causal: bool
     scales: list[float] | None
     windows: list[int | None] | None
+    softcaps: list[float | None] | None
     n_kv_heads: int | None
     backend: str
     note: str

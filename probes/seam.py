@@ -146,6 +146,7 @@ class TraceLike(Protocol):
     is_causal: bool
     scales: list[float] | None
     windows: list[int | None] | None
+    softcaps: list[float | None] | None  # each layer's logit soft-cap (Gemma 2), or None
     n_kv_heads: int | None
     backend: str  # the attention kernel that ran (eager, sdpa:..., flash): not where it is held
     note: str

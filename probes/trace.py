@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .attention_math import repeat_kv
+from .attention_math import repeat_kv, soft_cap
 from .head_index import check_index, check_layer_head
 from .precision import upcast, working_dtype
 from .tokens import Token
@@ -123,6 +123,7 @@ class Trace(TokensAndRules):
     lse: list[torch.Tensor] | None = None  # lazy: [B, H, L] per layer, natural log
     scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
     windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
+    softcaps: list[float | None] | None = None  # each layer's logit soft-cap (Gemma 2; None: none, or no record)
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [1 or B, L, d] of rotary models
     n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
@@ -186,6 +187,7 @@ class Trace(TokensAndRules):
         assert self.lse is not None and self.scales is not None, "a lazy trace keeps its logsumexp and scales"
         lse = self.lse[layer][item, heads][..., rows]
         scores = (upcast(q) @ upcast(k).transpose(-2, -1)).mul_(self.scales[layer])  # q·kᵀ ÷ √d_k
+        scores = soft_cap(scores, self.softcaps[layer] if self.softcaps else None)  # Gemma 2: cap·tanh(s / cap)
         probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
         if self.is_causal:
             probs.masked_fill_(idx[None, :] > rows[:, None], 0.0)  # the future stays at zero

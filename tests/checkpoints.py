@@ -5,6 +5,7 @@ parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -207,6 +208,51 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def make_gemma(path: Path, *, family: str = "gemma2", std: float = 0.3, **overrides) -> Path:
+    """A tiny random Gemma 2: grouped-query heads (4 query heads reading 2 key/value heads), a head width of 16 (not
+    hidden / heads = 8), alternating local (window 3) and global layers, soft-capped scores (cap 5, low enough that
+    the tanh bends the scores of this large init) and logits (cap 3), ``query_pre_attn_scalar`` 10 (not the head
+    width), tied embeddings; ``overrides`` go to the config."""
+    import transformers
+
+    tok = gpt2_tokenizer()
+    config_class, model_class = {
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+    }[family]
+    cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
+               eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, sliding_window=3,
+               attn_logit_softcapping=5.0, final_logit_softcapping=3.0, query_pre_attn_scalar=10,
+               tie_word_embeddings=True)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    model = model_class(config_class(**cfg))
+    _scale_up(model, std)
+    if cfg["tie_word_embeddings"]:
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@contextlib.contextmanager
+def gemma_norm_in_input_dtype():
+    """Hugging Face's Gemma RMSNorm computing in its input's dtype (it computes in fp32 whatever the model's dtype,
+    its one fixed-fp32 step): the same code otherwise, the reference a float64 proof of the Gemma families needs."""
+    from transformers.models.gemma2 import modeling_gemma2
+
+    def forward(self, x):
+        out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight)).type_as(x)
+
+    honest = modeling_gemma2.Gemma2RMSNorm.forward
+    modeling_gemma2.Gemma2RMSNorm.forward = forward
+    try:
+        yield
+    finally:
+        modeling_gemma2.Gemma2RMSNorm.forward = honest
 
 
 def make_neox(path: Path) -> Path:

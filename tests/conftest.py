@@ -51,7 +51,7 @@ os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_distilbert, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
+from checkpoints import make_bert, make_distilbert, make_gemma, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +93,13 @@ def llama_dir(ckpt_dir):
 def qwen3_dir(ckpt_dir):
     """A tiny Qwen3 of 3 layers: QK-norm, head width 12 (not hidden / heads), q/k/v biases, grouped-query heads."""
     return make_llama(ckpt_dir / "qwen3", family="qwen3", num_hidden_layers=3, attention_bias=True)
+
+
+@pytest.fixture(scope="session")
+def gemma2_dir(ckpt_dir):
+    """A tiny Gemma 2 of 3 layers: local (window 3) and global layers, sandwich norms, soft-capped scores (5) and
+    logits (3), head width 16 (not hidden / heads), grouped-query heads, tied embeddings."""
+    return make_gemma(ckpt_dir / "gemma2")
 
 
 @pytest.fixture(scope="session")

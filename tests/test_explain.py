@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from checkpoints import make_gpt2, make_llama
+from checkpoints import make_gemma, make_gpt2, make_llama
 from numeric import EPS64, F64, fp32, rounded
 
 import probes
@@ -28,6 +28,7 @@ def models(gpt2_model, bert_dir, ckpt_dir):
         "qwen3-qk-norm": probes.load(str(make_llama(ckpt_dir / "qwen3-explain", family="qwen3"))),  # head width 12
         "phi3-partial-rotary": probes.load(str(make_llama(ckpt_dir / "phi3-explain", family="phi3",
                                                           partial_rotary_factor=0.5))),  # 4 of 8 numbers turn
+        "gemma2-softcap": probes.load(str(make_gemma(ckpt_dir / "gemma2-explain"))),  # capped scores, local layers
     }
 
 
@@ -51,7 +52,7 @@ def fp32_row(steps) -> float:
 
 @pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
 @pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window",
-                                  "qwen3-qk-norm", "phi3-partial-rotary"])
+                                  "qwen3-qk-norm", "phi3-partial-rotary", "gemma2-softcap"])
 def test_steps_reproduce_every_row_of_every_head(models, models64, name, source, backend):
     """In float64 the steps are the model's row (≤ 1e-10); in float32, the model's row is within its own rounding."""
     model = models64[name]
@@ -69,7 +70,10 @@ def test_steps_reproduce_every_row_of_every_head(models, models64, name, source,
                 assert s.max_abs_diff == np.abs(s.weights - s.trace_weights).max()
                 np.testing.assert_array_equal(s.q, q[query])
                 np.testing.assert_array_equal(s.scores, k @ q[query])
-                np.testing.assert_array_equal(s.scaled, s.scores * s.scale)
+                if s.softcap is None:
+                    np.testing.assert_array_equal(s.scaled, s.scores * s.scale)
+                else:  # Gemma 2: the scaled score soft-capped before the mask
+                    np.testing.assert_array_equal(s.scaled, s.softcap * np.tanh(s.scores * s.scale / s.softcap))
                 assert s.weights.sum() == pytest.approx(1.0, abs=F64, rel=0)
                 if model.is_causal:
                     window = trace.window(layer) or n

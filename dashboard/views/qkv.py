@@ -51,7 +51,9 @@ def render(ctx: ui.Context) -> None:
     st.markdown(
         f"Each score is the dot product of q with one k. Dividing by √d_k = {np.sqrt(d):.3f} "
         f"(the scale here is {s.scale:.6g}) keeps the scores from growing with the width. Softmax turns them "
-        "into weights that sum to 1" + _masked(s))
+        "into weights that sum to 1" + _masked(s)
+        + (f". This layer soft-caps its scores (Gemma 2): the scaled score s becomes {s.softcap:g}·tanh(s ÷ "
+           f"{s.softcap:g}) before the softmax, and the column × scale shows it capped" if s.softcap else ""))
     table = pd.DataFrame({"key": keys, "q·k": s.scores, "× scale": s.scaled, "allowed": s.allowed,
                           "softmax weight": s.weights, "model's weight": s.trace_weights})
     bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
@@ -94,7 +96,9 @@ def _worked(s, keys: list[str], d: int) -> None:
     st.markdown(
         f"**Worked through: {q_name} → {k_name}**\n\n"
         f"1. q·k = Σᵢ qᵢ·kᵢ = {terms}{more} = **{w.dot:.4f}**\n"
-        f"2. × scale: {w.dot:.4f} × {s.scale:.6g} (= ÷ √{d} = ÷ {np.sqrt(d):.3f}) = **{w.scaled:.4f}**\n"
+        f"2. × scale: {w.dot:.4f} × {s.scale:.6g} (= ÷ √{d} = ÷ {np.sqrt(d):.3f})"
+        + (f", soft-capped: {s.softcap:g}·tanh({w.dot * s.scale:.4f} ÷ {s.softcap:g})" if s.softcap else "")
+        + f" = **{w.scaled:.4f}**\n"
         f"3. softmax share: e^({w.scaled:.4f} − max) ÷ Σⱼ e^(scaledⱼ − max) = {w.numerator:.4f} ÷ "
         f"{w.denominator:.4f} = **{w.weight:.4f}** (subtracting the row's largest scaled score from every one "
         f"changes nothing but keeps e^x from overflowing)\n\n"

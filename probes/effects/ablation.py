@@ -26,7 +26,7 @@ from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
 from ..models import Encoding
 from ..precision import working_dtype
-from ..scratch import Ran, point, run
+from ..scratch import Ran, build, point, run
 from ..seam import reader
 from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_network, lm_stats
 
@@ -185,8 +185,9 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
     lm = clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
     ids = clean.enc.input_ids[0].to(clean.out.final.device)
     unembedding = lm_network(model)[1] if lm else None  # lm: clean.lm, so model.predicts_tokens
+    softcap = getattr(build(model), "logit_softcap", None)  # Gemma 2: the logits are soft-capped
     stats = lambda hidden: lm_stats(ids, clean.n, position, targets, hidden=hidden,  # noqa: E731
-                                    unembedding=unembedding) if lm else None
+                                    unembedding=unembedding, softcap=softcap) if lm else None
     clean_lm = stats(clean.out.final)
     parts: dict[str, list[torch.Tensor]] = {}
     first_layer = [min((layer for layer, _ in heads), default=model.n_layers) for heads in rows]

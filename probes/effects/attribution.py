@@ -19,7 +19,7 @@ import torch
 
 from ..errors import BadOption
 from ..head_index import check_position
-from ..scratch import point, run
+from ..scratch import head_writes, point, refuse_final_softcap, run
 from ..seam import reader
 from .measures import lm_network
 
@@ -90,6 +90,7 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
         raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
                         "ablation effects on its hidden states instead")
     net, unembedding = lm_network(model)
+    refuse_final_softcap(net, "direct logit attribution")
     enc = model.encode(text)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
     check_position(position, n)
@@ -110,8 +111,8 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
         shares = []
         rest_part = residual.double()  # the residual, less every head's write below
         for layer, z in enumerate(got.each("attn.z")):
-            w_o, _b = net.head_out(layer)  # [H, d, D]
-            parts = torch.einsum("hd,hdD->hD", z[0, :, position].double(), w_o.double())  # each head's write
+            # each head's write (Gemma: through its post-attention norm, frozen at this pass)
+            parts = head_writes(net, layer, z[0, :, position, None].double())[:, 0]  # [H, D]
             shares.append(frozen(parts) @ u)
             rest_part = rest_part - parts.sum(0)
         heads = torch.stack(shares)  # [layers, H]

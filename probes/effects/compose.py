@@ -21,12 +21,12 @@ the three kinds' products have the same shapes too, so one baseline serves all.
 **Weights only.** The maps come from :meth:`probes.scratch.family.SplitNetwork.head_weights`: the gain of the norm a
 layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the rows of its W_Q, W_K and W_V, and
 Qwen3's QK-norm gains (an RMSNorm over each head's q and k) into the columns of W_Q and W_K; the biases, the norms'
-centring and their input-dependent scale (QK-norm's too: 1 ÷ the rms of the head's own q or k) are left out.
-Rotary families (Llama, Mistral, Qwen2, Qwen3, Phi-3) are scored at relative offset 0 (no rotation: the query and
-the key at the same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head it
-reads (h // (H / H_kv)). BERT (post-norm) is handled
-with the gain of the LayerNorm that made each layer's input folded the same way; the other LayerNorms between a
-sender's write and the receiver (each layer's two) are left out.
+centring and their input-dependent scale (QK-norm's too: 1 ÷ the rms of the head's own q or k) are left out. Rotary
+families (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) are scored at relative offset 0 (no rotation: the query and the
+key at the same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head it reads
+(h // (H / H_kv)). Gemma's post-attention norm's gain is folded into the columns of W_O (its scale left out). BERT
+(post-norm) is handled with the gain of the LayerNorm that made each layer's input folded the same way; the other
+LayerNorms between a sender's write and the receiver (each layer's two) are left out.
 
 **Two conventions** (``convention=``, :data:`CONVENTIONS`; ``"raw"`` by default, and every output names the one used):
 
@@ -63,7 +63,7 @@ import torch
 
 from ..errors import BadOption
 from ..head_index import check_receiver, parse_head
-from ..scratch import DecoderNetwork, build
+from ..scratch import DecoderNetwork, build, head_writer
 from ..seam import reader
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class HeadMaps:
         W_O ``[H, d, D]``."""
         w_q, w_k, w_v = (t.detach().to("cpu", self.dtype) for t in self.net.head_weights(layer))
         group = w_q.shape[0] // w_k.shape[0]  # grouped-query: query head h reads key/value head h // group
-        w_o = self.net.head_out(layer)[0].detach().to("cpu", self.dtype)
+        w_o = head_writer(self.net, layer).detach().to("cpu", self.dtype)  # Gemma: the post-norm's gain folded in
         if self.centred:  # LayerNorm's centring folded in: P·W for the readers, W_O·P for the writers
             w_q, w_k, w_v = (w - w.mean(dim=-2, keepdim=True) for w in (w_q, w_k, w_v))
             w_o = w_o - w_o.mean(dim=-1, keepdim=True)

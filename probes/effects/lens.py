@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..errors import BadOption, EmptyInput, InputTooLong
 from ..head_index import check_layer, check_position
 from ..models import Piece
-from ..scratch import point, run
+from ..scratch import head_writes, net_logits, point, run
 from ..seam import reader
 from ..tokens import readable_tokens
 from .measures import lm_network
@@ -117,7 +117,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
         layer_top = []
         for x in streams:
             normed = net.normed(x[0])[at]  # the true final norm (each position alone), then the positions read
-            parts = [_top(F.linear(normed[i:i + chunk], unembedding), k, probabilities=True)
+            parts = [_top(net_logits(net, normed[i:i + chunk]), k, probabilities=True)  # soft-capped: Gemma 2
                      for i in range(0, len(positions), chunk)]
             # ([P, k] ids, logits, probabilities)
             layer_top.append(tuple(torch.cat(p, dim=0) for p in zip(*parts, strict=True)))
@@ -126,12 +126,11 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
             final = residual[0, at]  # the final norm's scale is frozen here, per position
             head_top = []
             for layer in head_layers:
-                w_o, _b = net.head_out(layer)  # [H, d, D]
                 z = zs[layer][0][:, at]  # [H, P, d]
                 parts = []
                 for i in range(0, len(positions), chunk):
                     frozen, _bias = net.final_norm(final[i:i + chunk])  # the bias is no head's: left out
-                    write = torch.einsum("hpd,hdD->hpD", z[:, i:i + chunk], w_o)  # what each head writes
+                    write = head_writes(net, layer, z[:, i:i + chunk])  # what each head writes (Gemma: post-normed)
                     parts.append(_top(F.linear(frozen(write), unembedding), k, probabilities=False))
                 head_top.append(tuple(torch.cat(p, dim=1) for p in zip(*parts, strict=True)))  # ([H, P, k] ids, logits)
     pieces = _pieces(model.tokenizer)

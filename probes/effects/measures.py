@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..attention_math import soft_cap
 from ..scratch import DecoderNetwork, build
 
 LM_MEASURES = ("loss", "top_changed", "logit_diff")
@@ -58,12 +59,13 @@ class LMStats:
 
 def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tuple[int, int] | None = None, *,
              logits: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-             unembedding: torch.Tensor | None = None) -> LMStats:
+             unembedding: torch.Tensor | None = None, softcap: float | None = None) -> LMStats:
     """:class:`LMStats` of each row, from its ``logits`` ``[B, L, V]``, or from its last ``hidden`` state ``[B, L, D]``
     (after the final norm) and the ``unembedding`` ``[V, D]``: the logits ``hidden · unembeddingᵀ``, as the
     network's own head makes them, :data:`LOGIT_POSITIONS` positions at a time. ``ids``: the text's token ids (what
     each position predicts is the next one); ``position`` (default: the last real token) and ``targets``: where and
-    between which two token ids the logit difference is read."""
+    between which two token ids the logit difference is read. ``softcap``: the network's final soft-cap (Gemma 2's
+    ``final_logit_softcapping``), applied to the logits made from ``hidden``, as its own head applies it."""
     if logits is not None and hidden is None:
         rows, weight = logits, None
     elif logits is None and hidden is not None and unembedding is not None:
@@ -73,7 +75,7 @@ def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tu
     position = n - 1 if position is None else position
 
     def at(b: int, s: int | slice) -> torch.Tensor:  # the logits of row b at position(s) s
-        return rows[b, s] if weight is None else F.linear(rows[b, s], weight)
+        return rows[b, s] if weight is None else soft_cap(F.linear(rows[b, s], weight), softcap)
 
     losses = torch.empty(rows.shape[0], max(n - 1, 0), dtype=torch.float64, device=rows.device)
     top = torch.empty(rows.shape[0], n, dtype=torch.long, device=rows.device)

@@ -25,7 +25,11 @@ layer's ``attn.q``, ``attn.k`` and ``attn.v`` (:func:`receiver_hooks`, on :func:
 :func:`fixed_bytes` what a pass holds whatever its size): the peak stays near the clean pass's own, whatever the number
 of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a
 layer's input is the normed residual, so Δ_s added to it is the sender's write as the residual carries it, without the
-norms between: the pattern change is still the receiver's own, the path an approximation.
+norms between: the pattern change is still the receiver's own, the path an approximation. Gemma's post-attention norm
+scales the attention's output, not linear in its heads: a sender's Δ_s is Δz_h·W_O[h] times that norm frozen at the
+clean pass's scale ((1 + w) ÷ rms of the clean attention output, :func:`~probes.scratch.write_scale`), the
+sender's write as it reaches the residual with the rest of the clean pass held; the receiver's scores are soft-capped
+as the layer caps them.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import torch
 from ..attention_math import Spec, repeat_kv
 from ..errors import BadOption, OutOfRange
 from ..head_index import check_position, check_receiver, parse_head as parse_one
-from ..scratch import BACKENDS, build, point, run
+from ..scratch import BACKENDS, build, point, run, write_scale
 from ..seam import reader
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
 from .measures import LOGIT_POSITIONS, compare, lm_network, lm_stats
@@ -163,21 +167,29 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     x = base[x_at]  # [1, L, D]: the receiver layer's clean input
     ids = enc.input_ids[0].to(x.device)
     unembedding = lm_network(model)[1] if lm else None  # lm: model.predicts_tokens
+    softcap = getattr(build(model), "logit_softcap", None)  # Gemma 2: the logits are soft-capped
     stats = lambda hidden: lm_stats(ids, n, position, targets, hidden=hidden,  # noqa: E731
-                                    unembedding=unembedding) if lm else None
+                                    unembedding=unembedding, softcap=softcap) if lm else None
     assert base.final is not None  # no stop_after: the clean pass reaches its final point
     clean_lm = stats(base.final)
     with torch.inference_mode():
         heads_out = {layer: net.head_out(layer)[0] for layer in {s for s, _ in senders}}  # W_O [H, d, D]
+        # Gemma: a post-attention norm, frozen at the clean pass's scale ([L, D]; None: no norm after the attention)
+        scales = {layer: write_scale(net, layer, base_z[layer][0]) for layer in heads_out}
+
+    def write(s, h):  # sender (s, h)'s change of write: Δz_h·W_O[h] (times the frozen post-norm, Gemma)
+        delta = (other[s][0, h] - base_z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
+        scale = scales[s]
+        return delta if scale is None else delta * scale.to(delta.dtype)
 
     def deltas(part):  # [S, L, D]: each sender's write, made per pass (all of them at once: S × L × D floats)
         with torch.inference_mode():
-            return torch.stack([(other[s][0, h] - base_z[s][0, h]).to(heads_out[s]) @ heads_out[s][h]
-                                for s, h in part]).to(x)
+            return torch.stack([write(s, h) for s, h in part]).to(x)
 
     mask = enc.attention_mask.to(x.device)
     spec = Spec(model.family.scale(model.config, r_layer), causal=net.causal,
-                window=model.family.window(model.config, r_layer))  # the receiver layer's attention
+                window=model.family.window(model.config, r_layer),
+                softcap=model.family.softcap(model.config, r_layer))  # the receiver layer's attention
     clean_pattern: list[torch.Tensor] = []
     rows, patterns = [], []
     for start in range(0, len(senders), size):

@@ -17,11 +17,14 @@ So
 a matrix of query part × key part terms whose sum is the model's own score (up to rounding: the split runs in
 float64; tests hold it to 1e-4 of the score's scale for a float32 model and 1e-9 for a float64 one). The
 softmax that turns scores into weights is not linear and is not split: a part with a large term raises the
-score of this key against the others of the row.
+score of this key against the others of the row. A soft-capped layer (Gemma 2's ``attn_logit_softcapping``) turns
+each score into cap·tanh(s / cap) before the softmax, which is not linear either: the split is of the pre-cap score
+s (the parts sum to scale·q·k), and the cap is applied after, to the whole (``softcap``; ``weight`` is the softmax
+of the capped row).
 
 **Position.** A family with a learned position table (GPT-2, BERT) has position as a part of its own ("position
 embedding"): its terms, with any part on either side, are the score's position reading, the rest its content. A
-rotary family (Llama, Mistral, Qwen2, Qwen3, Phi-3) has no such part: every part is turned by its position. There
+rotary family (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) has no such part: every part is turned by its position. There
 the score is split by rotary frequency band instead. With q and k the head's vectors before the turn and pair
 b = (b, b + d/2) (Hugging Face's "rotate half" layout) turned by the angle θ_b·position, θ_b = base^(−2b/d),
 
@@ -50,7 +53,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..attention_math import allowed_keys
+from ..attention_math import allowed_keys, soft_cap
 from ..errors import BadOption, OutOfRange, UnsupportedModel
 from ..head_index import check_layer_head, check_receiver
 from ..models import Encoding
@@ -124,6 +127,7 @@ class QKAttribution:
     n_layers: int = 0  # the model's depth, which sets the grid's bands of layers (0: unknown, the head's layer)
     positions: str = "absolute"  # the family's positions: "absolute" (a learned table, a part) or "rotary"
     bands: pd.DataFrame | None = None  # rotary: the score by frequency band (:meth:`band_table`); else None
+    softcap: float | None = None  # Gemma 2: the layer's cap; ``score`` is split before it, ``weight`` is after it
 
     @property
     def total(self) -> float:
@@ -424,9 +428,10 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
         q_i, k_j = q[:, 0], k[:, 1]  # [P + 1, d]: the query's parts at i, the key's at j
         matrix = run.scale * (q_i @ k_j.T)
         scores = run.scale * (run.k @ run.q[query])  # the row: every key's score, from the pass's own q and k
-        scores = scores.masked_fill(~row, float("-inf"))
-        weight = float(torch.softmax(scores, -1)[key])
-        score = float(scores[key])
+        score = float(scores[key])  # before a soft-cap: the score the parts sum to
+        softcap = model.family.softcap(model.config, layer)  # Gemma 2: cap·tanh(s / cap), then the softmax
+        capped = soft_cap(scores.clone(), softcap).masked_fill(~row, float("-inf"))
+        weight = float(torch.softmax(capped, -1)[key])
         bound = run.scale * float(run.q[query].norm() * run.k[key].norm())
     grid = matrix.cpu().numpy()
     keep = [p for p in range(len(names)) if grid[p].any() or grid[:, p].any()]  # a part that is all zero: none
@@ -436,7 +441,7 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
     return QKAttribution(model.name, layer, head, query, key, tokens, [names[p] for p in keep],
                          grid[np.ix_(keep, keep)], score, bound, weight, n_layers=len(run.net.layers),
                          positions="rotary" if rotary else "absolute",
-                         bands=_bands(run, query, key, score) if rotary else None)
+                         bands=_bands(run, query, key, score) if rotary else None, softcap=softcap)
 
 
 def _bands(run: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:

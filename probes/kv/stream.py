@@ -118,6 +118,9 @@ def decoder_network(model) -> DecoderNetwork:
     net = model.network()
     if not isinstance(net, DecoderNetwork):
         raise UnsupportedModel(f"{model.name}'s from-scratch network has no KV cache; pick smollm2 or gpt2")
+    if any(getattr(getattr(layer, "spec", None), "softcap", None) is not None for layer in net.layers):
+        raise UnsupportedModel(f"{model.name} soft-caps its attention scores (attn_logit_softcapping), which the KV "
+                               "lab's cache slots do not implement; pick smollm2 or gpt2")
     return net
 
 

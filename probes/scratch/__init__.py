@@ -1,5 +1,6 @@
 """Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, RoBERTa,
-DistilBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3; each file holds its family's record, see :mod:`probes.families`).
+DistilBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
+:mod:`probes.families`).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
 module (``model.hf.state_dict()``) and the config. :func:`forward` has the signature of
@@ -42,12 +43,23 @@ from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_l
 from ..errors import BadOption
 from ..trace import Trace
 from .attention import BACKENDS, FLOAT64_BACKENDS, Attended, attention, resolve_backend
-from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork
+from .family import (
+    DecoderNetwork,
+    Network,
+    RotaryNetwork,
+    SplitNetwork,
+    head_writer,
+    head_writes,
+    refuse_final_softcap,
+    write_scale,
+)
 from .hooks import LAYER_POINTS, POINTS, Hook, Pass, layer_of, point, split
+from .prenorm import net_logits
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
 __all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS",
+           "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
            "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
            "resolve_backend", "run"]
 
@@ -106,7 +118,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
             if rule not in allowed:
                 allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
             out, p = attention(q, k, v, allowed[rule], spec.scale, via.edit_of("attn.scores", layer),
-                               via.edit_of("attn.pattern", layer))
+                               via.edit_of("attn.pattern", layer), softcap=spec.softcap)
             got = Attended(out, probs=p, kernel="eager")
         else:
             got = attend_with(q, k, v, mask, spec)
@@ -130,10 +142,14 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     def qkv_of(layer: int):  # q, k, v are one linear map (and a rotation) from a layer's input: recomputed
         return net.qkv(layer, hidden[layer])
 
+    if ran != "eager" and "softcap_math" in kernels:
+        note = " ".join(filter(None, (note, "no fused kernel soft-caps its scores: the soft-capped layers ran the "
+                                      "formula (cap·tanh(s / cap), then the mask) and kept one logsumexp per row")))
     return Trace(source=f"scratch/{ran}", model=model.name, tokens=enc.tokens, input_ids=enc.input_ids,
                  attention_mask=mask.bool(), is_causal=net.causal, hidden_states=hidden, logits=out,
                  attn=probs or None, lse=lse or None, scales=[s.scale for s in specs],
-                 windows=[s.window for s in specs], rotary=rotary, n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
+                 windows=[s.window for s in specs], softcaps=[s.softcap for s in specs], rotary=rotary,
+                 n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
 
 
@@ -182,7 +198,7 @@ def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), sto
         if rule not in allowed:
             allowed[rule] = additive_mask(allowed_keys(mask, spec.causal, window=spec.window), q.dtype)
         return attention(q, k, v, allowed[rule], spec.scale, via.edit_of("attn.scores", layer),
-                         via.edit_of("attn.pattern", layer))[0]
+                         via.edit_of("attn.pattern", layer), softcap=spec.softcap)[0]
 
     kept: dict[str, torch.Tensor] = {}
     store = kept.__setitem__

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..attention_math import Spec, additive_mask, allowed_keys, group_of, repeat_kv, row_logsumexp
+from ..attention_math import Spec, additive_mask, allowed_keys, group_of, repeat_kv, row_logsumexp, soft_cap
 from ..errors import BadOption
 from . import flash as flash_kernel
 
@@ -47,7 +47,8 @@ class Attended:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
               scale: float | None = None, scores_hook: Callable[[torch.Tensor], torch.Tensor] | None = None,
-              pattern_hook: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              pattern_hook: Callable[[torch.Tensor], torch.Tensor] | None = None,
+              softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backend: ``(output [B, H, L, d_k], probabilities [B, H, L, L])``.
 
     ``allowed`` is the key mask (:func:`allowed_keys`), or the same already turned into numbers to add
@@ -59,7 +60,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
 
     ``scores_hook``, ``pattern_hook``: the hook points ``attn.scores`` and ``attn.pattern``
     (:mod:`probes.scratch.hooks`), each ``x -> the x to go on with``; where the scores are hooked the softmax gets a
-    tensor of its own (a hook may keep the scores).
+    tensor of its own (a hook may keep the scores). ``softcap`` (Gemma 2): the scaled scores become
+    cap·tanh(s / cap) before the mask, as in Hugging Face; the ``attn.scores`` point sees them after the cap and the
+    mask.
     """
     d_k = q.shape[-1]
     if scale is None:
@@ -69,6 +72,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     k, v = repeat_kv(k, group), repeat_kv(v, group)  # grouped-query: head h reads key/value head h // group
     scores = q @ k.transpose(-2, -1)  # q·kᵀ: one raw score per (query, key)
     scores.mul_(scale)  # ÷ √d_k, so the scores' spread does not grow with the head width
+    scores = soft_cap(scores, softcap)  # Gemma 2: cap·tanh(s / cap), every score inside (−cap, cap)
     mask = allowed if allowed.is_floating_point() else additive_mask(allowed, scores.dtype)
     scores.add_(mask)  # mask: padding, the future, outside the window (0 where allowed, the lowest value where not)
     if scores_hook is not None:
@@ -113,7 +117,7 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: tor
     be passed in when the caller already built it for an earlier layer with the same rule."""
     if allowed is None:
         allowed = allowed_keys(attention_mask, spec.causal, window=spec.window)
-    out, probs = attention(q, k, v, allowed, scale=spec.scale)
+    out, probs = attention(q, k, v, allowed, scale=spec.scale, softcap=spec.softcap)
     return Attended(out, probs=probs, kernel="eager")
 
 
@@ -126,8 +130,18 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torc
     then memory-efficient, then math; the logsumexp then comes from :func:`row_logsumexp`. Grouped
     key/value heads are repeated for their query heads first (no fused kernel here takes them as they
     are); a sliding window is passed as a mask.
+
+    No fused kernel can soft-cap its scores (Gemma 2's ``attn_logit_softcapping``): a soft-capped layer runs the
+    formula (:func:`attention`, the cap applied after the scale and before the mask: one layer's L×L scores exist
+    for the moment it runs) and keeps only the logsumexp of each row (:func:`row_logsumexp`, capped likewise), kernel
+    ``softcap_math``.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if spec.softcap is not None:  # torch's fused kernels have no soft-cap: the formula, then one logsumexp a row
+        allowed = allowed_keys(attention_mask, spec.causal, window=spec.window)
+        out, _probs = attention(q, k, v, allowed, scale=spec.scale, softcap=spec.softcap)
+        return Attended(out, lse=row_logsumexp(q, k, attention_mask, spec), kernel="softcap_math")
 
     group = group_of(q, k)
     kr, vr = repeat_kv(k, group), repeat_kv(v, group)
@@ -159,7 +173,10 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torc
 
 def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask: torch.Tensor, spec: Spec,
           allowed: torch.Tensor | None = None) -> Attended:
-    """Our Triton FlashAttention kernel (grouped key/value heads and the window handled inside it)."""
+    """Our Triton FlashAttention kernel (grouped key/value heads and the window handled inside it). It has no
+    soft-cap: a soft-capped layer (Gemma 2) runs :func:`sdpa`'s formula instead (kernel ``softcap_math``)."""
+    if spec.softcap is not None:
+        return sdpa(q, k, v, attention_mask, spec)
     out, lse = flash_kernel.flash_attention(q, k, v, causal=spec.causal, key_mask=attention_mask, scale=spec.scale,
                                             window=spec.window)
     return Attended(out, lse=lse, kernel="flash")

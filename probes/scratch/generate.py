@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..attention_math import allowed_keys, group_of, repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
@@ -38,6 +37,7 @@ from . import build, flash as flash_kernel
 from .attention import attention
 from .family import DecoderNetwork
 from .hooks import Pass
+from .prenorm import net_logits
 
 BYTES = 4  # fp32
 
@@ -121,11 +121,11 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
         allowed &= positions[None, :] >= 0  # ...and are never seen
         if spec.window is not None:
             allowed &= positions[None, :] > queries[:, None] - spec.window  # the last w positions only
-        if backend == "flash":
+        if backend == "flash" and spec.softcap is None:  # the kernel has no soft-cap: capped layers run the formula
             out, last = _flash(q, keys, values, allowed, spec)
         else:  # q of the new token(s) against every cached k, × scale, softmax, weighted sum of the cached v
             out, probs = attention(q, keys, values, allowed[None, None], spec.scale, via.edit_of("attn.scores", i),
-                                   via.edit_of("attn.pattern", i))
+                                   via.edit_of("attn.pattern", i), softcap=spec.softcap)
             last = probs[0, :, -1]
         if rows is not None:  # the last query's row, each weight at its key's position
             row = torch.zeros(last.shape[0], start + n, dtype=last.dtype, device=last.device)
@@ -137,7 +137,7 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
     Pass(net, attend, hooks, then={"final": lambda x, name: final.append(x)}).run(
         ids, torch.ones_like(ids), None, logits=False, start=start)
     cache.length += n
-    return F.linear(final[-1][0, -1], net.lm_head)  # the last token's scores over the vocabulary
+    return net_logits(net, final[-1][0, -1])  # the last token's scores over the vocabulary
 
 
 def _flash(q, keys, values, allowed, spec) -> tuple[torch.Tensor, torch.Tensor]:
@@ -321,12 +321,13 @@ def full_pass(net, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]
     probs, final = [], []
 
     def attend(i, q, k, v, spec, via: Pass):
-        out, p = attention(q, k, v, allowed_keys(mask, True, window=spec.window), scale=spec.scale)
+        out, p = attention(q, k, v, allowed_keys(mask, True, window=spec.window), scale=spec.scale,
+                           softcap=spec.softcap)
         probs.append(p[0])
         return out
 
     Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, mask, None, logits=False)
-    return probs, F.linear(final[-1][0], net.lm_head)
+    return probs, net_logits(net, final[-1][0])
 
 
 def replay(net, model, ids: torch.Tensor, prompt_length: int) -> tuple[list[torch.Tensor], torch.Tensor]:

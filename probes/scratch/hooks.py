@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import BadOption
+from .family import head_writes
 
 Hook = Callable[[torch.Tensor, str], "torch.Tensor | None"]  # (tensor, point) -> the tensor to go on with, or None
 
@@ -184,11 +185,14 @@ class Pass:
         return z
 
     def _result(self, layer: int, out: torch.Tensor) -> torch.Tensor:
-        """The attn.result point, run at attn_out: each head's write z_h·W_O[h] ``[B, L, H, D]``; when a hook edits
-        it, the attention's output becomes the sum of the heads' writes plus the output bias."""
+        """The attn.result point, run at attn_out: each head's write z_h·W_O[h] ``[B, L, H, D]`` (Gemma: times its
+        post-attention norm frozen at this pass, :func:`~probes.scratch.family.head_writes`); when a hook edits it,
+        the attention's output becomes the sum of the heads' writes plus the output bias (Gemma: the post-norm stays
+        frozen at the unedited pass's scale)."""
         z = self._z.pop(layer)
-        w_o, b_o = self.net.head_out(layer)  # [H, d, D], [D] or None
-        result = torch.einsum("bhld,hdD->blhD", z, w_o.to(z.dtype))
+        b_o = self.net.head_out(layer)[1]  # [D] or None
+        # [B, L, H, D]; through the post-attention norm frozen at this pass (Gemma): the writes sum to attn_out
+        result = head_writes(self.net, layer, z).transpose(1, 2)
         name = f"blocks.{layer}.attn.result"
         edited = False
         for fn in self.hooks.get(name, ()):  # none where the pass only stops here

@@ -1,5 +1,5 @@
-"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral, Qwen2, Qwen3, Phi-3) supply only
-their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
+"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral, Qwen2, Qwen3, Phi-3, Gemma 2)
+supply only their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
 
     x = embeddings(tokens)
     for each layer:   x = layer(x)           (x + attention(norm(x)), then x + MLP(norm(x)), inside the layer)
@@ -17,8 +17,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..attention_math import soft_cap
 from .family import QKV
 from .hooks import Pass
+
+
+def net_logits(net, x: torch.Tensor) -> torch.Tensor:
+    """The logits of last hidden states ``x`` ``[..., D]`` (after the final norm): x·lm_headᵀ, then the network's
+    final soft-cap, cap·tanh(logit / cap), where it has one (Gemma 2's ``final_logit_softcapping``)."""
+    return soft_cap(F.linear(x, net.lm_head), getattr(net, "logit_softcap", None))
 
 
 class PreNormDecoder:
@@ -31,6 +38,7 @@ class PreNormDecoder:
     causal = True
     layers: list
     lm_head: torch.Tensor | None
+    logit_softcap: float | None = None  # Gemma 2: the logits become cap·tanh(logit / cap)
 
     def embeddings(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, start: int) -> torch.Tensor:
         """The input of the first layer ``[B, L, D]``, for tokens at positions start..start+L−1."""
@@ -101,4 +109,4 @@ class PreNormDecoder:
         x = run.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
         if not logits or self.lm_head is None:
             return None
-        return run.at("logits", None, F.linear(x, self.lm_head))  # a score per token
+        return run.at("logits", None, net_logits(self, x))  # a score per token (soft-capped: Gemma 2)

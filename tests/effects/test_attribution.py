@@ -5,8 +5,9 @@ import pytest
 import torch
 from numeric import F64
 
+import probes
 from probes.effects.attribution import last_target, logit_attribution, target_id
-from probes.errors import BadOption
+from probes.errors import BadOption, UnsupportedModel
 from probes.hf import KeepFloat64
 
 TEXT = "Xiaoming gave the apple to Xiaohong because"
@@ -66,3 +67,17 @@ def test_the_last_target_is_one_tokens_raw_text_that_target_id_gives_back(smollm
         assert target_id(smollm2, raw) == ids[position]
         assert smollm2.tokenizer.encode(raw, add_special_tokens=False) == [ids[position]]
     assert last_target(smollm2, "很饿") is None  # only pieces of characters: the box stays empty
+
+
+@pytest.mark.numeric
+def test_gemma_heads_write_through_the_frozen_post_norm_and_a_final_cap_is_refused(tmp_path):
+    # Gemma 2: each head's share is its z_h·W_O[h] through the post-attention norm frozen at the pass, and the heads
+    # and the rest sum to the logit; with the final soft-cap on (cap·tanh(logit / cap): no sum) it is refused by name
+    from tests.checkpoints import make_gemma
+
+    plain = probes.load(str(make_gemma(tmp_path / "plain", final_logit_softcapping=None))).cast(torch.float64)
+    got = logit_attribution(plain, TEXT, 7)
+    assert got.total == pytest.approx(got.logit, abs=F64, rel=0) and abs(got.heads).max() > 1e-3
+    capped = probes.load(str(make_gemma(tmp_path / "capped")))
+    with pytest.raises(UnsupportedModel, match="final_logit_softcapping=3.0"):
+        logit_attribution(capped, TEXT, 7)

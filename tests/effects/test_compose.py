@@ -10,7 +10,7 @@ from probes.effects.compose import (centres, composition_scores, convention_said
                                     parse_kinds, parse_receiver, random_baseline)
 from probes.errors import BadOption
 from probes.models import load
-from probes.scratch import build, run
+from probes.scratch import build, head_writer, run
 from tests.checkpoints import make_induction, make_llama
 from tests.numeric import F64
 
@@ -21,7 +21,7 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
     ov, qk = {}, {}
     for layer in range(L):
         w_q, w_k, w_v = (t.double() for t in net.head_weights(layer))
-        w_o = net.head_out(layer)[0].double()
+        w_o = head_writer(net, layer).double()  # W_O (Gemma: its post-attention norm's gain folded in)
         group = w_q.shape[0] // w_k.shape[0]
         for h in range(w_q.shape[0]):
             ov[layer, h] = w_v[h // group] @ w_o[h]
@@ -33,8 +33,8 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "bert_dir", "roberta_mlm_dir",
-                                   "distilbert_mlm_dir"])
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "gemma2_dir", "bert_dir",
+                                   "roberta_mlm_dir", "distilbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
     net = build(model)
@@ -83,6 +83,26 @@ def test_qk_norm_folds_its_gain_and_leaves_out_its_scale(tmp_path):
 def induction(tmp_path_factory):
     path, _text = make_induction(tmp_path_factory.mktemp("induction") / "gpt2")
     return load(str(path))
+
+
+@pytest.mark.numeric
+def test_gemma_folds_its_norm_gains_and_leaves_out_their_scales(gemma2_dir):
+    # Gemma 2's readers read through input_layernorm (gain 1 + w) and its heads write through post_attention_layernorm
+    # (gain 1 + w): both gains are folded into the maps, from Hugging Face's own weights by hand; the scales (1 ÷ the
+    # rms of the input) depend on the input and are left out, as every norm's are
+    model = load(str(gemma2_dir)).cast(torch.float64)
+    net = build(model)
+    for layer in range(model.n_layers):
+        hf_layer = model.hf.model.layers[layer]
+        attn = hf_layer.self_attn
+        pre = 1 + hf_layer.input_layernorm.weight.detach()
+        post = 1 + hf_layer.post_attention_layernorm.weight.detach()
+        w_q, w_k, _ = net.head_weights(layer)
+        q_by_hand = (pre[:, None] * attn.q_proj.weight.detach().T).reshape(-1, model.n_heads, 16).transpose(0, 1)
+        k_by_hand = (pre[:, None] * attn.k_proj.weight.detach().T).reshape(-1, model.n_kv_heads, 16).transpose(0, 1)
+        o_by_hand = attn.o_proj.weight.detach().T.reshape(model.n_heads, 16, -1) * post
+        assert (w_q - q_by_hand).abs().max() <= F64 and (w_k - k_by_hand).abs().max() <= F64
+        assert (head_writer(net, layer) - o_by_hand).abs().max() <= F64
 
 
 @pytest.mark.numeric

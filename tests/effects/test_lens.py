@@ -3,6 +3,7 @@ effect equals its direct logit attribution; the table's shape; token ids read as
 
 import pytest
 import torch
+from checkpoints import gemma_norm_in_input_dtype, make_gemma
 from numeric import F64, fp32
 
 import probes
@@ -30,15 +31,17 @@ def last_row(lens: Lens):
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2"])
 def test_the_last_row_is_the_models_logits_in_float64(family, request):
     # GPT-2 (LayerNorm with a bias) and the RMSNorm decoders (Llama; Qwen3's QK-norm, Phi-3's fused projections): the
     # lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with their softmax
     # probabilities, to float64 rounding
     model = request.getfixturevalue("gpt2_model64") if family == "gpt2" else \
         probes.load(str(request.getfixturevalue(f"{family}_dir"))).cast(torch.float64)
+    # (Gemma 2: the logits soft-capped, after the sandwich norms; Hugging Face's RMSNorm made to compute in float64)
     lens = logit_lens(model, TEXT, k=5)
-    want = hf_logits(model, TEXT)
+    with gemma_norm_in_input_dtype():
+        want = hf_logits(model, TEXT)
     assert want.dtype == torch.float64
     pos, ids, logits, probs = last_row(lens)
     assert (ids.view(-1, 5) == want.topk(5, dim=-1).indices).all()
@@ -124,3 +127,18 @@ def test_refused_with_advice(minilm, gpt2_model):
         logit_lens(gpt2_model, TEXT, k=0)
     with pytest.raises(probes.EmptyInput):
         logit_lens(gpt2_model, ids=[])
+
+
+@pytest.mark.numeric
+def test_a_gemma_heads_direct_effect_goes_through_its_frozen_post_norm(tmp_path):
+    # Gemma 2 without the final cap: a head's row is its write through the post-attention norm frozen at the pass,
+    # then the frozen final norm: its logit attribution share, to float64 rounding
+
+    model = probes.load(str(make_gemma(tmp_path / "g", final_logit_softcapping=None))).cast(torch.float64)
+    lens = logit_lens(model, TEXT, k=3)
+    heads = lens.heads
+    last = heads[(heads.position == len(lens.tokens) - 1) & (heads["rank"] == 1)]
+    for layer, head in ((0, 1), (2, 3)):
+        row = last[(last.layer == layer) & (last["head"] == head)].iloc[0]
+        share = logit_attribution(model, TEXT, int(row.token_id)).heads[layer, head]
+        assert row.logit == pytest.approx(float(share), abs=F64, rel=0)

@@ -306,3 +306,46 @@ def test_a_budget_too_small_for_one_sender_is_refused_before_any_pass(gpt2_3):
                                         "shorten the text"):
         path_patch(gpt2_3, CLEAN, CORRUPT, (2, 1), "k", budget=need - 1, progress=lambda *a: passes.append(a))
     assert passes == []
+
+
+@pytest.mark.numeric
+def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_path):
+    # Gemma 2: a sender's write reaches the residual through its layer's post-attention norm, which path patching
+    # freezes at the clean pass's scale: Δ = Δz_h·W_O[h] · (1 + w) ÷ rms(clean attention output); the receiver's
+    # scores are soft-capped (cap 5) as its layer caps them. By hand, the same Δ, the receiver's pattern and the loss
+    from tests.checkpoints import make_gemma
+
+    model = probes.load(str(make_gemma(tmp_path / "gemma2"))).cast(torch.float64)
+    net = build(model)
+    enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
+    got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 3)], keep_patterns=True)
+    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    inputs, base_z = base.each("resid_pre"), base.each("attn.z")
+    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    hf_layer = model.hf.model.layers[1]
+    w_o = hf_layer.self_attn.o_proj.weight.detach().T.reshape(model.n_heads, -1, model.config.hidden_size)
+    whole = torch.einsum("hld,hdD->lD", base_z[1][0], w_o)  # the clean attention output, before the post-norm
+    frozen = (1 + hf_layer.post_attention_layernorm.weight.detach()) * torch.rsqrt(
+        whole.pow(2).mean(-1, keepdim=True) + model.config.rms_norm_eps)
+    x = inputs[2] + ((z_c[1][0, 3] - base_z[1][0, 3]) @ w_o[3]) * frozen
+    q, _, _ = net.qkv(2, inputs[2])
+    _, k, _ = net.qkv(2, x)
+    n = q.shape[2]
+    scores = (q[0, 0] @ k[0, 0].T) * model.family.scale(model.config, 2)
+    scores = 5.0 * torch.tanh(scores / 5.0)  # the soft-cap, before the mask
+    window = torch.arange(n)[None, :] <= torch.arange(n)[:, None] - 3  # layer 2 is local: a window of 3
+    scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1) | window, float("-inf"))
+    assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
+    assert got.frame.pattern_change[0] > 0.01
+
+    def by_hand_k(k, name):
+        k = repeat_kv(k, 2).clone()
+        k[:, 0] = net.qkv(2, x)[1][:, 0]
+        return k
+
+    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 2)},
+               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    ids = enc.input_ids[0]
+    measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
+                       lm_stats(ids, n, logits=hand.logits))
+    assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)

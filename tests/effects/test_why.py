@@ -17,8 +17,17 @@ from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
 from probes.scratch import SplitNetwork, build, run
 from probes.scratch.llama import inverse_frequencies
-from tests.checkpoints import (make_bert, make_distilbert, make_gpt2, make_induction, make_llama, make_roberta,
-                               make_rotary_heads)
+from tests.checkpoints import (
+    gemma_norm_in_input_dtype,
+    make_bert,
+    make_distilbert,
+    make_gemma,
+    make_gpt2,
+    make_induction,
+    make_llama,
+    make_roberta,
+    make_rotary_heads,
+)
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TEXT = "The cat sat on the mat, and the dog watched it."
@@ -42,6 +51,9 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # the fused projections' blocks, and a partial rotary: half of each head turns, the rest is one band of its own
     "phi3": lambda path: make_llama(path, family="phi3", num_hidden_layers=3, sliding_window=4,
                                     partial_rotary_factor=0.5),
+    # sandwich norms (the post-attention norm frozen at the pass's scale), soft-capped scores (the split is of the
+    # pre-cap score), local and global layers, scaled embeddings
+    "gemma2": lambda path: make_gemma(path, sliding_window=4),
 }
 
 
@@ -80,7 +92,8 @@ def test_the_summed_parts_are_hugging_faces_own_q_and_k(tiny):
     net, enc = build(model), model.encode(TEXT)
     got = run(model, enc, logits=False, keep=["resid_pre", "attn.z"])
     inputs, zs = got.each("resid_pre"), got.each("attn.z")
-    reference = hf_forward(model, enc)
+    with gemma_norm_in_input_dtype():  # Gemma's HF RMSNorm computes in fp32 whatever the dtype: in float64 here
+        reference = hf_forward(model, enc)
     positions = torch.tensor([3, 6])
     for layer in range(model.n_layers):
         parts = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, inputs, zs, positions,
