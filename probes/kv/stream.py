@@ -31,6 +31,7 @@ from ..head_index import check_head
 from ..scratch.attention import attention
 from ..scratch.family import DecoderNetwork
 from ..scratch.hooks import Pass
+from ..scratch.prenorm import net_logits
 from ..seam import reader
 from .cache import Slots
 from .policies import Policy
@@ -204,7 +205,7 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
             ids[:, t:t + 1], torch.ones_like(ids[:, t:t + 1]), None, logits=False, start=t)
         most_held = max(most_held, sum(held))
         if t + 1 < n_tokens:
-            logits = F.linear(final[-1][0, -1], lm_head)  # as cached_pass makes them
+            logits = net_logits(net, final[-1][0, -1])  # as cached_pass makes them
             losses[t] = F.cross_entropy(logits.double()[None], ids[0, t + 1:t + 2]).item()
         if progress is not None:
             progress(t + 1, n_tokens)
@@ -359,7 +360,7 @@ def next_token_losses(net, ids: torch.Tensor, final: torch.Tensor, chunk: int = 
     out = torch.empty(n - 1, dtype=torch.float64)
     for start in range(0, n - 1, chunk):
         end = min(start + chunk, n - 1)
-        logits = F.linear(final[0, start:end], net.lm_head)
+        logits = net_logits(net, final[0, start:end])
         out[start:end] = F.cross_entropy(logits.double(), ids[0, start + 1:end + 1], reduction="none").cpu()
     return out
 
