@@ -152,3 +152,11 @@ def test_a_public_deployment_stops_the_page_past_its_seconds(monkeypatch):
                                "own machine (make app).")
     assert not at.get("progress")
 
+
+
+def test_the_sink_is_linked_to_this_page_where_explore_hides_it(gpt2_dir):
+    at = open_app(model=str(gpt2_dir), hide_first=1)
+    links = [e for e in at.get("page_link")]
+    assert [e.proto.label for e in links] == ["What happens without the sink: What if it attended less?"]
+    assert links[0].proto.page == "kv"
+    assert not open_app(hide_first=1).get("page_link")  # an encoder keeps no cache: no link
