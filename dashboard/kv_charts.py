@@ -28,6 +28,18 @@ def wide(values: pd.Series) -> bool:
     return low > 0 and high / low > LOG_RATIO
 
 
+def log_ticks(values: pd.Series) -> list[float]:
+    """A log axis's ticks: 1, 2, 5 × the powers of ten from just below the smallest value to just above the largest
+    (so the highest point has a tick near it)."""
+    import math
+
+    low, high = float(values.min()), float(values.max())
+    ticks = [m * 10.0**e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+             for m in (1, 2, 5)]
+    inside = [t for t in ticks if low / 1.5 <= t <= high * 1.5]
+    return inside or [low, high]
+
+
 def budget_chart(frame: pd.DataFrame, full: float, tokens: int) -> Layered:
     """Perplexity against the budget (a :func:`probes.kv.views.sweep_frame`), one line per policy kind, the budgets
     on a log₂ axis; the full cache's perplexity ``full`` a dashed rule; the y axis on a log scale when the values
@@ -36,7 +48,8 @@ def budget_chart(frame: pd.DataFrame, full: float, tokens: int) -> Layered:
     rows = frame.assign(held=[size(b) for b in frame["kv_bytes"]])
     kinds = [k for k in KIND_COLOURS if k in set(rows["policy"])]
     log = wide(pd.concat([rows["perplexity"], pd.Series([full])]))
-    y_scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
+    y_scale = alt.Scale(type="log", nice=False, padding=16) if log else alt.Scale(zero=False, padding=16)
+    y_axis = alt.Axis(values=log_ticks(pd.concat([rows["perplexity"], pd.Series([full])]))) if log else alt.Axis()
     budgets = sorted(rows["budget"].unique().tolist())
     x = alt.X("budget:Q", scale=alt.Scale(type="log", base=2, padding=12, nice=False),
               axis=alt.Axis(values=budgets, format="d", labelOverlap=False), title="budget: keys a query reads")
@@ -45,7 +58,7 @@ def budget_chart(frame: pd.DataFrame, full: float, tokens: int) -> Layered:
         .mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
         .encode(
             x=x,
-            y=alt.Y("perplexity:Q", scale=y_scale, title="perplexity" + (" (log scale)" if log else "")),
+            y=alt.Y("perplexity:Q", scale=y_scale, axis=y_axis, title="perplexity" + (" (log scale)" if log else "")),
             color=alt.Color("policy:N", title=None, scale=alt.Scale(domain=kinds,
                                                                     range=[KIND_COLOURS[k] for k in kinds]),
                             legend=alt.Legend(orient="bottom", direction="horizontal", labelLimit=0)),
@@ -58,17 +71,17 @@ def budget_chart(frame: pd.DataFrame, full: float, tokens: int) -> Layered:
     line = pd.DataFrame({"perplexity": [full], "label": [f"full cache: {full:.2f}"]})
     rule = alt.Chart(line).mark_rule(color=FULL, strokeDash=[5, 4]).encode(
         y="perplexity:Q", tooltip=[alt.Tooltip("label:N", title="every key kept")])
-    label = alt.Chart(line).mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=FULL).encode(
-        y="perplexity:Q", x=alt.value(0), text="label:N")
-    title = f"Perplexity on the {tokens}-token text against the budget, every head of every layer cut"
-    return alt.layer(lines, rule, label, title=titled(title)).properties(width="container", height=300)
+    label = alt.Chart(line).mark_text(align="right", baseline="bottom", dy=-3, color=FULL).encode(
+        y="perplexity:Q", x=alt.value(alt.ExprRef("width")), text="label:N")  # at the right end, above the rule
+    title = titled(f"Perplexity against the budget ({tokens} tokens)", "every head of every layer cut")
+    return alt.layer(lines, rule, label, title=title).properties(width="container", height=300)
 
 
 def _span(start: pd.Series, end: pd.Series) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a}–{b - 1}" for a, b in zip(start, end, strict=True)]
 
 
-def kept_map(frame: pd.DataFrame, tokens: list[str], title: str) -> alt.Chart:
+def kept_map(frame: pd.DataFrame, tokens: list[str], title: str, subtitle: str | None = None) -> alt.Chart:
     """What one head kept (a :func:`probes.kv.views.kept_picture`): steps down, keys across, each cell dark where the
     head read the key at that step and pale grey where it no longer held it (a binned cell: the share read, between
     the two); the future is blank. ``tokens``: the text's tokens (named in the tooltip of a one-token bin)."""
@@ -83,7 +96,7 @@ def kept_map(frame: pd.DataFrame, tokens: list[str], title: str) -> alt.Chart:
                         title=None if single else "share kept")
     domain = alt.Scale(domain=[0, n], nice=False, zero=False)
     return (
-        alt.Chart(rows, title=titled(title))
+        alt.Chart(rows, title=titled(title, subtitle))
         .mark_rect()
         .encode(
             x=alt.X("key:Q", scale=domain, title="key (position in the text)", axis=alt.Axis(format="d")),

@@ -142,6 +142,7 @@ WORDS: dict[str, str] = {
     "steps": "steps",
     # What if it attended less? (dashboard/views/kv.py)
     "policy": "policy",
+    "policies": "policies",
     "budget": "budget (keys)",
     "perplexity": "perplexity",
     "kv_bytes": "KV cache held",

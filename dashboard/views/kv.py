@@ -133,6 +133,8 @@ def _text(ctx: ui.Context) -> tuple[str, str] | None:
     if choice == "sidebar":
         if not ctx.ready():
             return None
+        if ctx.inp.pair:
+            st.caption("This page reads the sidebar's text alone: the second sentence is left out.")
         return ctx.inp.text, "the sidebar's text"
     top = min(PUBLIC_TOKENS if data.public() else MAX_TOKENS, m.max_tokens - 2)
     if v.kv_tokens > top:
@@ -231,9 +233,11 @@ def _sink_effect(frame) -> str:
 
 def _memory(frame, full: dict) -> None:
     st.subheader("Memory: what each budget holds")
-    columns = ("policy", "budget", "kv_bytes", "saved", "seen_fraction")
-    ui.table(frame[list(columns)], keep=columns, formats={"saved": "percent", "seen_fraction": "percent"})
-    st.caption(f"KV cache held: the most keys and values the cache holds at once (2 × layers × key/value heads × "
+    memory = kv.memory_frame(frame).drop(columns="full_kv_bytes")
+    ui.table(memory, keep=tuple(memory.columns), formats={"saved": "percent", "seen_fraction": "percent"})
+    st.caption("One row per budget and footprint: every policy that evicts holds the same keys' worth of bytes at a "
+               "budget. "
+               f"KV cache held: the most keys and values the cache holds at once (2 × layers × key/value heads × "
                f"d_head × keys × 4 bytes, fp32), against the full cache of every token "
                f"({words.size(full['full_kv_bytes'])}). Memory saved: the share of the full cache's bytes not held. "
                "Keys read: the share of the past keys a query read, averaged over steps, heads and layers (strided "
@@ -266,8 +270,8 @@ def _kept(ctx: ui.Context, chosen: kv.Planned, run: dict, text: str) -> None:
     st.subheader(f"What layer {v.layer}, head {v.head} kept under {chosen.policy.name}")
     picture = kv.kept_picture(chosen.policy, run["evicted_at"][v.layer, kv_head])
     tokens = _tokens(m.name, text)
-    chart = kv_charts.kept_map(picture, tokens, f"Layer {v.layer}, key/value head {kv_head}: the keys each step "
-                                                f"read ({chosen.policy.name})")
+    chart = kv_charts.kept_map(picture, tokens, f"Layer {v.layer}, kv head {kv_head}: keys read at each step",
+                               subtitle=chosen.policy.name)
     ui.chart(chart)
     binned = int((picture["key_end"] - picture["key"]).max())
     shared = (f" Query head {v.head} reads key/value head {kv_head}, with query heads {kv_head * group}–"
@@ -296,11 +300,15 @@ def _heads(ctx: ui.Context, chosen: kv.Planned, text: str) -> None:
     try:
         rows, full_loss = _kept_heads(*key)
     except _NotCached:
-        st.caption(f"Cut one key/value head at a time with {name}, every other head reading its full cache, and "
-                   f"measure the loss: {heads} masked passes of the text ({m.n_layers} layers × {m.n_kv_heads} "
-                   "key/value heads), from a few seconds on a tiny model to a minute or more on smollm2.")
-        if not st.button(f"Cut each of the {heads} heads alone", icon=":material/content_cut:", key="kv_heads"):
+        ask = st.empty()  # the offer, gone once the heads are cut
+        offer = ask.container()
+        offer.caption(f"Cut one key/value head at a time with {name}, every other head reading its full cache, and "
+                      f"measure the loss: the text read once token by token, then {heads} masked passes "
+                      f"({m.n_layers} layers × {m.n_kv_heads} key/value heads). Seconds on a tiny model; on smollm2 "
+                      "over 256 tokens, minutes on a two-core machine.")
+        if not offer.button(f"Cut each of the {heads} heads alone", icon=":material/content_cut:", key="kv_heads"):
             return
+        ask.empty()
         bar = st.progress(0.0, text="Watching every head with the policy while the model reads the full cache…")
 
         def step(done: int, total: int) -> None:
@@ -327,7 +335,8 @@ def _heads(ctx: ui.Context, chosen: kv.Planned, text: str) -> None:
                f"averaged over steps. Most hurt: layer {int(worst['layer'])}, key/value head "
                f"{int(worst['kv_head'])} ({worst['loss_change']:+.4f} nats). A click opens its first query head on "
                "Explore, with the sidebar's text.")
-    ui.table(frame, formats={"loss_change": "%+.4f", "mass": "%.3f", "seen_fraction": "%.3f"}, height=240)
+    shown = frame[["layer", "kv_head", "query_heads", "loss_change", "mass"]]  # (the CSV has every column)
+    ui.table(shown, keep=tuple(shown.columns), formats={"loss_change": "%+.4f", "mass": "%.3f"}, height=240)
     ui.downloads(f"kv-heads-{chosen.kind}{chosen.budget}", chart, frame)
 
 

@@ -121,6 +121,21 @@ def sweep_frame(planned: Sequence[Planned], runs: Sequence[Mapping]) -> pd.DataF
     return pd.DataFrame(rows, columns=columns)
 
 
+def memory_frame(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The memory a sweep's budgets hold (a :func:`sweep_frame`), one row per budget and footprint: the policies that
+    hold the same bytes and read the same share of keys (every kind that evicts holds B keys a head at a budget B)
+    named together, in the sweep's order. Columns: ``budget``, ``policies``, ``kv_bytes``, ``full_kv_bytes``,
+    ``saved``, ``seen_fraction``."""
+    keys = ["budget", "kv_bytes", "full_kv_bytes", "saved", "seen_fraction"]
+    if sweep.empty:
+        return pd.DataFrame(columns=["budget", "policies", *keys[1:]])
+    rounded = sweep.assign(seen_fraction=sweep["seen_fraction"].round(12), saved=sweep["saved"].round(12))
+    groups = rounded.groupby(keys, sort=False)["policy"].agg(lambda names: ", ".join(dict.fromkeys(names)))
+    out = groups.reset_index().rename(columns={"policy": "policies"})
+    return out[["budget", "policies", *keys[1:]]].sort_values(["budget", "kv_bytes"], kind="stable").reset_index(
+        drop=True)
+
+
 def kv_head(head: int, n_heads: int, kv_heads: int) -> int:
     """The key/value head query head ``head`` reads (grouped-query attention: ``n_heads / kv_heads`` query heads
     share one)."""

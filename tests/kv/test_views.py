@@ -12,8 +12,18 @@ import torch
 from probes.errors import BadOption
 from probes.kv import parse
 from probes.kv.stream import head_effects, seen_by, static_evictions, stream
-from probes.kv.views import (BINS, KINDS, Planned, heads_frame, kept_picture, kv_head, policy_at, summary,
-                             sweep_frame, sweep_plan)
+from probes.kv.views import (
+    BINS,
+    KINDS,
+    heads_frame,
+    kept_picture,
+    kv_head,
+    memory_frame,
+    policy_at,
+    summary,
+    sweep_frame,
+    sweep_plan,
+)
 
 TEXT = "The cat sat on the mat, and the dog watched it from the door. She said that he would come back."
 
@@ -113,3 +123,16 @@ def test_a_query_head_reads_its_groups_key_value_head():
     assert kv_head(5, 12, 12) == 5
     with pytest.raises(ValueError):
         kv_head(0, 9, 2)
+
+
+def test_the_memory_table_names_together_the_policies_that_hold_the_same_bytes():
+    sweep = pd.DataFrame([dict(kind=k, policy=KINDS[k], name=f"{k}:{b}", budget=b, perplexity=1.0,
+                               kv_bytes=(256 if k == "strided" else b) * 10, full_kv_bytes=2560,
+                               saved=1 - (256 if k == "strided" else b) / 256,
+                               seen_fraction=(b / 200 if k != "strided" else b / 150))
+                          for k in ("window", "sinks", "strided") for b in (16, 64)])
+    memory = memory_frame(sweep)
+    assert list(memory["budget"]) == [16, 16, 64, 64]
+    assert list(memory["policies"]) == ["window, sinks + window", "strided", "window, sinks + window", "strided"]
+    assert list(memory["saved"]) == [1 - 16 / 256, 0.0, 1 - 64 / 256, 0.0]
+    assert list(memory.columns) == ["budget", "policies", "kv_bytes", "full_kv_bytes", "saved", "seen_fraction"]

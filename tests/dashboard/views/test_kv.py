@@ -13,8 +13,8 @@ import probes
 from probes.kv import parse, stream as kvstream, views as kv
 from probes.kv.texts import ewt_text
 
-SWEEP = "against the budget"  # the sweep chart's title says it
-KEPT = "the keys each step read"
+SWEEP = "Perplexity against the budget"  # the sweep chart's title says it
+KEPT = "keys read at each step"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,9 @@ def test_the_page_sweeps_every_policy_and_budget_with_the_librarys_numbers(llama
     if covered:  # said, not drawn
         assert f"covers the whole {tokens}-token text: that is full attention, left out" in _captions(at)
     assert "Memory: what each budget holds" in [s.value for s in at.subheader]
+    memory = next(d.value for d in at.dataframe if "policies" in d.value.columns)
+    assert list(memory["policies"]) == ["window, sinks + window, H2O"] * len(memory)  # every evicting kind: the same
+    assert list(memory["budget (keys)"]) == sorted({p.budget for p in plan.runs})
     # the kept tokens: the sidebar's layer and head (0, 0: key/value head 0), the view's policy (sinks + window)
     assert any(KEPT in t for t in titles(at) if t)
     picture = rows(at, KEPT)
@@ -97,6 +100,7 @@ def test_the_heads_button_cuts_each_key_value_head_alone(llama_dir, llama):
     expected = kv.heads_frame(kvstream.head_effects(llama, text, [parse("window:8")]).rows)
     np.testing.assert_allclose(table["loss change (nats)"], expected["loss_change"], rtol=0, atol=1e-12)
     assert any("hurts most" in t for t in titles(at) if t)
+    assert not [b for b in at.button if b.key == "kv_heads"]  # the offer is gone once the heads are cut
     assert "A click opens its first query head on Explore" in _captions(at)
 
 
