@@ -92,8 +92,15 @@ def kept_map(frame: pd.DataFrame, tokens: list[str], title: str, subtitle: str |
     if single:
         rows["token"] = [tokens[k] for k in frame["key"]]
         extra = [alt.Tooltip("token:N", title="key token")]
-    legend = alt.Legend(values=[0, 1], labelExpr="datum.value == 0 ? 'evicted' : 'kept'", gradientLength=80,
-                        title=None if single else "share kept")
+    if single:  # each cell read or not: two swatches
+        rows["state"] = ["kept" if k else "evicted" for k in frame["kept"]]
+        colour = alt.Color("state:N", scale=alt.Scale(domain=["kept", "evicted"], range=[KEPT, EVICTED]), title=None,
+                           legend=alt.Legend(orient="bottom", direction="horizontal"))
+    else:  # a bin's share read, from evicted to kept on one hue
+        colour = alt.Color("kept:Q", scale=alt.Scale(domain=[0, 1], range=[EVICTED, KEPT], interpolate="rgb"),
+                           legend=alt.Legend(values=[0, 1], labelExpr="datum.value == 0 ? 'evicted' : 'kept'",
+                                             gradientLength=120, title="share kept", orient="bottom",
+                                             direction="horizontal"))
     domain = alt.Scale(domain=[0, n], nice=False, zero=False)
     return (
         alt.Chart(rows, title=titled(title, subtitle))
@@ -104,8 +111,7 @@ def kept_map(frame: pd.DataFrame, tokens: list[str], title: str, subtitle: str |
             y=alt.Y("step:Q", scale=alt.Scale(domain=[0, n], nice=False, zero=False, reverse=True),
                     title="step (the query's position)", axis=alt.Axis(format="d")),
             y2="step_end:Q",
-            color=alt.Color("kept:Q", scale=alt.Scale(domain=[0, 1], range=[EVICTED, KEPT], interpolate="rgb"),
-                            legend=legend),
+            color=colour,
             tooltip=[alt.Tooltip("steps:N", title="step"), alt.Tooltip("keys:N", title="key"), *extra,
                      alt.Tooltip("kept:Q", format=".0%", title="kept")],
         )

@@ -39,7 +39,7 @@ def _length(name: str, text: str) -> int:
     return int(kvstream.token_ids(data.model_named(name), text).shape[1])
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+@st.cache_data(max_entries=64, show_spinner=False)  # a run of 1,024 tokens on smollm2 keeps 370 KB
 def _kept_run(name: str, text: str, policy: str, _run: dict | None = None) -> dict:
     """The cache of one masked run (its :func:`probes.kv.views.summary`): stored when ``_run`` is given (not part of
     the key); else :class:`_NotCached` when not held, so that the page computes it outside the cache, with its bar."""

@@ -5,6 +5,7 @@ head."""
 
 from __future__ import annotations
 
+import altair as alt
 import pandas as pd
 
 from dashboard import kv_charts
@@ -50,9 +51,9 @@ def test_the_kept_picture_is_one_hue_from_evicted_to_kept():
     frame = kept_picture(policy, static_evictions(policy, 12))
     tokens = [f"t{i}" for i in range(12)]
     spec = kv_charts.kept_map(frame, tokens, "kept").to_dict()
-    colour = spec["encoding"]["color"]
-    assert colour["scale"]["range"] == [kv_charts.EVICTED, kv_charts.KEPT] and colour["scale"]["domain"] == [0, 1]
-    assert "scheme" not in colour["scale"]
+    colour = spec["encoding"]["color"]  # one token a cell: kept or evicted, two swatches of one hue
+    assert colour["field"] == "state" and colour["scale"] == {"domain": ["kept", "evicted"],
+                                                             "range": [kv_charts.KEPT, kv_charts.EVICTED]}
     assert spec["encoding"]["y"]["scale"]["reverse"] is True  # steps down
     assert spec["encoding"]["x2"]["field"] == "key_end" and spec["mark"]["type"] == "rect"
     assert any(t.get("title") == "key token" for t in spec["encoding"]["tooltip"])  # one token a cell: named
@@ -66,3 +67,14 @@ def test_the_heads_most_hurt_are_bars_whose_click_selects_layer_and_head():
     assert spec["params"][0]["name"] == "head" and spec["params"][0]["select"]["fields"] == ["layer", "head"]
     assert len(spec["encoding"]["y"]["sort"]) == kv_charts.TOP
     assert spec["encoding"]["y"]["sort"][0] == "layer 19, kv head 1"
+
+
+def test_a_binned_picture_shades_each_cell_by_the_share_kept():
+    policy = parse("window:40")
+    frame = kept_picture(policy, static_evictions(policy, 300), bins=100)
+    with alt.data_transformers.disable_max_rows():  # (the app ships it as Arrow: no row limit there)
+        spec = kv_charts.kept_map(frame, [f"t{i}" for i in range(300)], "kept").to_dict()
+    colour = spec["encoding"]["color"]
+    assert colour["field"] == "kept" and colour["scale"]["domain"] == [0, 1]
+    assert colour["scale"]["range"] == [kv_charts.EVICTED, kv_charts.KEPT] and "scheme" not in colour["scale"]
+    assert not any(t.get("title") == "key token" for t in spec["encoding"]["tooltip"])
