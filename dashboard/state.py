@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 from probes import ProbesError, check_name
+from probes.kv.views import KINDS as KV_KINDS
 from probes.runner import SOURCES
 from probes.scratch import BACKENDS
 
@@ -32,7 +33,10 @@ PAGES = {
     "effects": ("Does it matter?", ":material/science:"),
     "circuit": ("Circuit", ":material/hub:"),
     "cost": ("Cost", ":material/speed:"),
+    "kv": ("What if it attended less?", ":material/compress:"),
 }
+# What if it attended less?: where its text comes from (the policy kinds it offers are probes.kv.views.KINDS)
+KV_TEXTS = {"ewt": "EWT web text", "sidebar": "the sidebar's text"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,16 @@ class ViewState:
     ask_query: str = ""
     ask_key: str = ""
     ask_against: str = ""
+    # What if it attended less?: the text read (KV_TEXTS) and its length in tokens (the EWT text), the policy kinds
+    # and budgets swept (comma-separated), the sinks of sinks + window, and the one policy and budget whose kept
+    # tokens and heads are shown
+    kv_text: str = "ewt"
+    kv_tokens: int = 256
+    kv_policies: str = "window,sinks,h2o"
+    kv_budgets: str = "16,32,64,128"
+    kv_sinks: int = 4
+    kv_policy: str = "sinks"
+    kv_budget: int = 64
 
     @classmethod
     def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:
@@ -108,6 +122,8 @@ class ViewState:
 
 
 MAX_WORD = 100  # characters of a word of a question in a link
+MAX_BUDGET = 8192  # keys: a budget in a link (SmolLM2's context)
+AT_LEAST = {"kv_budget": 1, "kv_tokens": 2, "kv_sinks": 1}  # a whole number in a link is 0 or more, these more
 
 
 def _parse(name: str, raw: str, default):
@@ -134,12 +150,24 @@ def _parse(name: str, raw: str, default):
             value = int(raw)
         except ValueError:
             raise ValueError("expected a whole number") from None
-        if value < 0:
-            raise ValueError("expected 0 or more")
+        least = AT_LEAST.get(name, 0)
+        if value < least:
+            raise ValueError(f"expected {least} or more")
         return value
-    allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS}.get(name)
+    allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS, "kv_text": KV_TEXTS,
+               "kv_policy": KV_KINDS}.get(name)
     if allowed and raw not in allowed:
         raise ValueError(f"expected one of {', '.join(allowed)}")
+    if name == "kv_policies":
+        kinds = [k.strip() for k in raw.split(",") if k.strip()]
+        if not kinds or any(k not in KV_KINDS for k in kinds):
+            raise ValueError(f"expected some of {', '.join(KV_KINDS)}, comma-separated")
+        return ",".join(k for k in KV_KINDS if k in kinds)
+    if name == "kv_budgets":
+        numbers = [b.strip() for b in raw.split(",") if b.strip()]
+        if not numbers or not all(b.isascii() and b.isdigit() and 0 < int(b) <= MAX_BUDGET for b in numbers):
+            raise ValueError(f"expected budgets from 1 to {MAX_BUDGET:,} keys, comma-separated")
+        return ",".join(str(b) for b in sorted({int(b) for b in numbers}))
     if name.startswith("ask_") and len(raw) > MAX_WORD:
         raise ValueError(f"a word of a question is at most {MAX_WORD} characters")
     if name == "model":

@@ -99,6 +99,20 @@ def open_clicked_head(key: str, layers: int, heads: int) -> None:
         st.session_state["heads_problem"] = f"head {layer}.{head} is not in {view().model}"
 
 
+def page_link(key: str, label: str, container=st, **kwargs):
+    """A link to page ``key`` of :data:`~dashboard.state.PAGES` (the same view: it keeps model, text, layer and
+    head). The app registers its pages as callables, and Streamlit links to such a page by its url path, which a
+    page of the same path stands for here."""
+    from .state import PAGES
+
+    title, icon = PAGES[key]
+    return container.page_link(st.Page(_nowhere, title=title, icon=icon, url_path=key), label=label, **kwargs)
+
+
+def _nowhere() -> None:
+    """What a link's stand-in page would run (never: the app's own page of that path runs)."""
+
+
 def clicked(key: str, name: str) -> dict | None:
     """The point a click selected in the chart under ``key`` (its selection ``name``: a dict of the selection's
     fields), or None. Read from the session, so a page can act on a click before it draws anything."""

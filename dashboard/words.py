@@ -140,6 +140,19 @@ WORDS: dict[str, str] = {
     "MiB": "size (MiB)",
     "context": "context (tokens)",
     "steps": "steps",
+    # What if it attended less? (dashboard/views/kv.py)
+    "policy": "policy",
+    "policies": "policies",
+    "budget": "budget (keys)",
+    "perplexity": "perplexity",
+    "kv_bytes": "KV cache held",
+    "full_kv_bytes": "full KV cache",
+    "saved": "memory saved",
+    "seen_fraction": "keys read",
+    "loss_change": "loss change (nats)",
+    "mass": "attention on the kept keys",
+    "kv_head": "key/value head",
+    "query_heads": "query heads",
 }
 
 # Universal Dependencies relations (the syntactic probe's labels: "nsubj (dep→head)")

@@ -289,6 +289,8 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
                    "row is divided by the weight it gives the other keys, so it sums to 1 over them; these are not the "
                    "model's weights. Hover a cell for its true weight; the bars below show the true weights. Switch "
                    "“Hide the first token” off to see them in the heatmap.")
+        if info.causal:  # the sink's effect: a decoder's cache that keeps it, or not
+            ui.page_link("kv", "What happens without the sink: What if it attended less?")
         frame = chart.data
     else:
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]

@@ -84,6 +84,8 @@ def render(ctx: ui.Context) -> None:
     st.caption(_ranked(ctx, found, token, word, words[against][0] if others else None, pieces, query,
                        holder if holder is not None and not sink else None)
                + " The outlined cell is the sidebar's head; click any cell to open it on Explore.")
+    if ctx.run.causal:  # the sink named above: what a decoder's cache without it costs
+        ui.page_link("kv", "What happens without the sink: What if it attended less?")
     shown = frame[["layer", "head", "score", "baseline", "sink", *(["against", "margin"] if others else [])]]
     ui.downloads("find-heads", chart, shown.rename(columns={"score": "weight", "baseline": "uniform"}))
     _judged(ctx, query, words, key, against)

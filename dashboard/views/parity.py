@@ -111,6 +111,8 @@ def _massive(ctx: ui.Context) -> None:
                "many heads park their weight (the attention sink), and they are why the hidden-state figures above "
                "are judged in units of their scale.")
     ui.table(frame, formats={"value": "%.1f", "times_median": "%.0f"})
+    if ctx.run.causal:  # the sink named above: what a decoder's cache without it costs
+        ui.page_link("kv", "What happens without the sink: What if it attended less?")
 
 
 def _float64(inp: data.Input) -> None:
