@@ -28,10 +28,7 @@ import torch.nn.functional as F
 from ..attention_math import repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
 from ..head_index import check_head
-from ..scratch.attention import attention
-from ..scratch.family import DecoderNetwork
-from ..scratch.hooks import Pass
-from ..scratch.prenorm import net_logits
+from ..scratch import DecoderNetwork, Pass, attention, net_logits
 from ..seam import reader
 from .cache import Slots
 from .policies import Policy

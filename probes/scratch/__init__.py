@@ -58,8 +58,8 @@ from .prenorm import net_logits
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
-__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS",
-           "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
+__all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS", "Pass",
+           "attention", "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
            "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
            "resolve_backend", "run"]
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import BadOption
-from .family import head_writes
+from .writes import head_writes
 
 Hook = Callable[[torch.Tensor, str], "torch.Tensor | None"]  # (tensor, point) -> the tensor to go on with, or None
 
