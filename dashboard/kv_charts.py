@@ -4,6 +4,7 @@ kept at every step, as a picture; and the heads most hurt when each is cut alone
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import altair as alt
@@ -24,6 +25,9 @@ TOP = 15  # heads drawn as bars
 
 def wide(values: pd.Series) -> bool:
     """Whether perplexities span enough (more than :data:`LOG_RATIO` ×) to be read on a log scale."""
+    values = values[values.map(math.isfinite)]
+    if values.empty:
+        return False
     low, high = float(values.min()), float(values.max())
     return low > 0 and high / low > LOG_RATIO
 
@@ -31,8 +35,7 @@ def wide(values: pd.Series) -> bool:
 def log_ticks(values: pd.Series) -> list[float]:
     """A log axis's ticks: 1, 2, 5 × the powers of ten from just below the smallest value to just above the largest
     (so the highest point has a tick near it)."""
-    import math
-
+    values = values[values.map(math.isfinite)]
     low, high = float(values.min()), float(values.max())
     ticks = [m * 10.0**e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
              for m in (1, 2, 5)]
@@ -45,7 +48,8 @@ def budget_chart(frame: pd.DataFrame, full: float, tokens: int) -> Layered:
     on a log₂ axis; the full cache's perplexity ``full`` a dashed rule; the y axis on a log scale when the values
     span more than :data:`LOG_RATIO` ×. The tooltip: the policy as written, the bytes the cache held and what that
     saves, and the share of past keys read."""
-    rows = frame.assign(held=[size(b) for b in frame["kv_bytes"]])
+    finite = frame[frame["perplexity"].map(math.isfinite)]  # past what a float holds: not drawn (the page says so)
+    rows = finite.assign(held=[size(b) for b in finite["kv_bytes"]])
     kinds = [k for k in KIND_COLOURS if k in set(rows["policy"])]
     log = wide(pd.concat([rows["perplexity"], pd.Series([full])]))
     y_scale = alt.Scale(type="log", nice=False, padding=16) if log else alt.Scale(zero=False, padding=16)

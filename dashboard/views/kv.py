@@ -6,6 +6,8 @@ An encoder keeps no cache: it gets a note, and a button to switch to the offline
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 import probes
@@ -391,6 +393,10 @@ def render(ctx: ui.Context) -> None:
     if not done:
         return
     frame = kv.sweep_frame([plan.runs[i] for i in sorted(done)], [done[i] for i in sorted(done)])
+    lost = frame.loc[~frame["perplexity"].map(math.isfinite), "name"].tolist()
+    if lost:
+        st.caption(f"Not drawn: {', '.join(lost)}, whose mean loss is past what a float's exponential holds "
+                   "(perplexity ∞).")
     st.caption(f"Perplexity: exp of the mean next-token loss over the text's {tokens - 1} predictions ({what}, "
                f"{tokens} tokens), read with the policy on every key/value head of every layer; lower is better. "
                f"Dashed: the full cache ({full['perplexity']:.2f}). Hover a point for the bytes its cache held."

@@ -78,3 +78,11 @@ def test_a_binned_picture_shades_each_cell_by_the_share_kept():
     assert colour["field"] == "kept" and colour["scale"]["domain"] == [0, 1]
     assert colour["scale"]["range"] == [kv_charts.EVICTED, kv_charts.KEPT] and "scheme" not in colour["scale"]
     assert not any(t.get("title") == "key token" for t in spec["encoding"]["tooltip"])
+
+
+def test_a_perplexity_past_a_float_is_left_out_of_the_chart():
+    frame = _sweep({("window", 4): float("inf"), ("window", 16): 900.0, ("window", 64): 120.0})
+    spec = kv_charts.budget_chart(frame, full=63.0, tokens=256).to_dict()
+    drawn = next(v for k, v in spec["datasets"].items() if any("name" in r for r in v))
+    assert sorted(r["name"] for r in drawn) == ["window:16", "window:64"]
+    assert spec["layer"][0]["encoding"]["y"]["axis"]["values"] == [50.0, 100.0, 200.0, 500.0, 1000.0]
