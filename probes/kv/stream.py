@@ -135,6 +135,29 @@ def token_ids(model, text: str) -> torch.Tensor:
     return ids.to(model.device)
 
 
+def capacity_of(heads: Sequence[Policy], tokens: int) -> int:
+    """The slots one layer's cache needs: the largest budget where every head evicts, else every token."""
+    if all(p.evicts for p in heads):
+        return min(tokens, max(p.budget or tokens for p in heads))
+    return tokens
+
+
+def footprint(plan: Plan, evicted_at: torch.Tensor) -> tuple[int, float]:
+    """What a run held and read, from when each key left each head (``evicted_at`` ``[layers, H_kv, T]``): the most
+    keys the whole cache held while a step attended, and the share of the keys before each query that it read,
+    averaged over steps, heads and layers (``strided`` reads its pattern of what it holds)."""
+    n = evicted_at.shape[-1]
+    steps = torch.arange(n)
+    came = steps[:, None] >= steps[None, :]  # [step, key]: the key has arrived
+    held = torch.zeros(n, dtype=torch.long)
+    shares = []
+    for heads, left in zip(plan, evicted_at, strict=True):
+        held += (came & (steps[None, :, None] < left[:, None, :].long())).sum((0, 2))  # keys held at each step
+        seen = torch.stack([seen_by(p, row) for p, row in zip(heads, left, strict=True)])  # [H_kv, T, T]
+        shares.append(float((seen.sum(-1).double() / (steps + 1)).mean()))
+    return int(held.max()), sum(shares) / len(shares)
+
+
 def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] = (), name: str = "",
                progress: Callable[[int, int], None] | None = None) -> Streamed:
     """Read ``ids`` ``[1, T]`` one token at a time through ``net`` (a :class:`DecoderNetwork`, in its own dtype),
@@ -150,19 +173,14 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
     storage: list[tuple[torch.Tensor, torch.Tensor]] = []
     watchers: list[list[Slots]] = []
     mass = [torch.zeros(n_layers, 0, dtype=torch.float64) for _ in shadow]
-    held = [0] * n_layers
-    most_held = 0
-    seen = 0.0
     final: list[torch.Tensor] = []
     losses = torch.empty(n_tokens - 1, dtype=torch.float64)
     t0 = time.perf_counter()
 
     def attend(i, q, k, v, spec, via: Pass):
-        nonlocal seen
         if len(layers) <= i:  # the first step: this layer's slots, for its group and scale
             group, heads = q.shape[1] // k.shape[1], plan[i]
-            capacity = min(n_tokens, max(p.budget or n_tokens for p in heads) if all(p.evicts for p in heads)
-                           else n_tokens)
+            capacity = capacity_of(heads, n_tokens)
             layers.append(Slots(heads, capacity, group, spec.scale, n_tokens, dtype, device))
             storage.append((k.new_zeros(1, k.shape[1], capacity, k.shape[-1]),
                             v.new_zeros(1, v.shape[1], capacity, v.shape[-1])))
@@ -176,14 +194,12 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
         every = torch.arange(k.shape[1], device=k.device)
         keys[0, every, at] = k[0, :, 0]
         values[0, every, at] = v[0, :, 0]
-        held[i] = slots.held()
         used = min(t + 1, keys.shape[2])  # slots are filled from the first: those past `used` were never written
         allowed = slots.allowed(t)  # [H, cap]: what each query head reads
         out, probs = attention(q, keys[:, :, :used], values[:, :, :used], allowed[None, :, None, :used], spec.scale,
                                via.edit_of("attn.scores", i), via.edit_of("attn.pattern", i))
         row = probs.new_zeros(probs.shape[1], keys.shape[2])
         row[:, :used] = probs[0, :, 0]  # [H, cap]: the newest query's weights
-        seen += float(allowed.sum(-1).double().mean()) / (t + 1)
         slots.after(t, row, q[0, :, 0], keys[0])  # evict what the policy says
         if watchers[i]:  # the shadows: slot = position, the full cache's keys
             group = q.shape[1] // k.shape[1]
@@ -200,7 +216,6 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
         final.clear()
         Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(
             ids[:, t:t + 1], torch.ones_like(ids[:, t:t + 1]), None, logits=False, start=t)
-        most_held = max(most_held, sum(held))
         if t + 1 < n_tokens:
             logits = net_logits(net, final[-1][0, -1])  # as cached_pass makes them
             losses[t] = F.cross_entropy(logits.double()[None], ids[0, t + 1:t + 2]).item()
@@ -211,9 +226,11 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
     full_bytes = n_layers * k0.shape[1] * n_tokens * bytes_per_key
     watched = {p.name: Watched(p, torch.stack([w[j].evicted_at for w in watchers]).cpu(), mass[j] / n_tokens)
                for j, p in enumerate(shadow)}
+    evicted_at = torch.stack([s.evicted_at for s in layers]).cpu()
+    most_held, seen = footprint(plan, evicted_at)
     return Streamed(policy=name, tokens=n_tokens, losses=losses, kv_bytes=most_held * bytes_per_key,
-                    full_kv_bytes=full_bytes, seen_fraction=seen / n_tokens / n_layers,
-                    evicted_at=torch.stack([s.evicted_at for s in layers]).cpu(), seconds=time.perf_counter() - t0,
+                    full_kv_bytes=full_bytes, seen_fraction=seen, evicted_at=evicted_at,
+                    seconds=time.perf_counter() - t0,
                     watched=watched)
 
 
@@ -239,17 +256,13 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
     assert lm_head is not None
     dtype, device = lm_head.dtype, ids.device
     evicted: list[torch.Tensor] = []
-    counts: list[torch.Tensor] = []  # keys held at each step, per layer [T]
-    seen_share: list[float] = []
-    steps = torch.arange(n, device=device)
     t0 = time.perf_counter()
 
     def attend(i, q, k, v, spec, via: Pass):
         heads = plan[i]
         group = q.shape[1] // k.shape[1]
         if any(p.scored for p in heads):  # replay the policy over the layer's own attention, in a cache its size
-            capacity = min(n, max(p.budget or n for p in heads) if all(p.evicts for p in heads) else n)
-            slots = Slots(heads, capacity, group, spec.scale, n, dtype, device)
+            slots = Slots(heads, capacity_of(heads, n), group, spec.scale, n, dtype, device)
             scores = (q[0] @ repeat_kv(k, group)[0].transpose(-2, -1)) * spec.scale  # [H, T, T]
             votes = any(p.kind == "snapkv" for p in heads)
             for t in range(n):
@@ -265,9 +278,6 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
             left = torch.stack([static_evictions(p, n, device) for p in heads])
         seen = torch.stack([seen_by(p, left[h]) for h, p in enumerate(heads)])  # [H_kv, T, T]
         evicted.append(left.cpu())
-        came, leaves = steps[None, :, None] >= steps[None, None, :], steps[None, :, None] < left[:, None, :].long()
-        counts.append((came & leaves).sum((0, 2)).cpu())  # keys held while step t attends
-        seen_share.append(float((seen.sum(-1).double() / (steps + 1)).mean()))
         if progress is not None:
             progress(i + 1, n_layers)
         return attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
@@ -279,10 +289,11 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
     k_width = net.head_out(0)[0].shape[1]  # d: the head width
     bytes_per_key = 2 * k_width * lm_head.element_size()
     kv_heads = len(plan[0])
-    most_held = int(torch.stack(counts).sum(0).max())
+    evicted_at = torch.stack(evicted)
+    most_held, seen_fraction = footprint(plan, evicted_at)
     return Streamed(policy=name, tokens=n, losses=losses, kv_bytes=most_held * bytes_per_key,
-                    full_kv_bytes=n_layers * kv_heads * n * bytes_per_key, seen_fraction=sum(seen_share) / n_layers,
-                    evicted_at=torch.stack(evicted), seconds=time.perf_counter() - t0)
+                    full_kv_bytes=n_layers * kv_heads * n * bytes_per_key, seen_fraction=seen_fraction,
+                    evicted_at=evicted_at, seconds=time.perf_counter() - t0)
 
 
 METHODS = ("streamed", "masked")
