@@ -1,5 +1,5 @@
 """Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2/Qwen3/
-Phi-3, and a GPT-NeoX that no family record covers). Weights use a large init range so attention is peaked, not
+Phi-3, GPT-NeoX, and an OPT that no family record covers). Weights use a large init range so attention is peaked, not
 near-uniform: a
 parity check on near-uniform attention would hide mistakes."""
 
@@ -209,15 +209,39 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
     return path
 
 
-def make_neox(path: Path) -> Path:
-    """A tiny random GPT-NeoX: an architecture no family record covers (Hugging Face view only)."""
+def make_neox(path: Path, *, std: float = 0.3, **overrides) -> Path:
+    """A tiny random GPT-NeoX (Pythia's architecture): 4 heads of width 8, a quarter of each head turned (Pythia's
+    ``rotary_pct`` 0.25: 2 of 8 numbers; ``partial_rotary_factor=`` in ``overrides`` changes it), LayerNorm and
+    projections with biases, the parallel residual, an untied ``embed_out``; ``overrides`` go to the config."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     tok = gpt2_tokenizer()
+    cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               max_position_embeddings=64, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    rope = {"rope_type": "default", "rope_theta": overrides.pop("rope_theta", 10000.0),
+            "partial_rotary_factor": overrides.pop("partial_rotary_factor", 0.25)}
+    cfg["rope_parameters"] = overrides.pop("rope_parameters", rope)
+    cfg.update(overrides)
     torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=64, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id))
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(**cfg))
+    _scale_up(model, std)
+    if cfg.get("tie_word_embeddings"):
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_opt(path: Path) -> Path:
+    """A tiny random OPT: a decoder no family record covers (Hugging Face view only)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    tok = gpt2_tokenizer()
+    torch.manual_seed(0)
+    model = OPTForCausalLM(OPTConfig(
+        vocab_size=len(tok), hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+        word_embed_proj_dim=32, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

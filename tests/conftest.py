@@ -51,7 +51,7 @@ os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_distilbert, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
+from checkpoints import make_bert, make_distilbert, make_gpt2, make_llama, make_neox, make_opt, make_roberta  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +103,14 @@ def phi3_dir(ckpt_dir):
 
 @pytest.fixture(scope="session")
 def neox_dir(ckpt_dir):
-    return make_neox(ckpt_dir / "neox")
+    """A tiny GPT-NeoX of 3 layers: a quarter of each head turned, the parallel residual, biases everywhere."""
+    return make_neox(ckpt_dir / "neox", num_hidden_layers=3)
+
+
+@pytest.fixture(scope="session")
+def opt_dir(ckpt_dir):
+    """A tiny OPT: an architecture no family record covers (the Hugging Face view only)."""
+    return make_opt(ckpt_dir / "opt")
 
 
 @pytest.fixture(scope="session")
