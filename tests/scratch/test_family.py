@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 import torch
-from checkpoints import make_llama
+from checkpoints import make_llama, make_neox
 
 import probes
 from probes import families, hf
@@ -41,6 +41,10 @@ def _phi3(_request, tmp_path_factory):
                       partial_rotary_factor=0.5)
 
 
+def _neox(_request, tmp_path_factory):
+    return make_neox(tmp_path_factory.mktemp("neox") / "m", use_parallel_residual=False)
+
+
 # every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
 # network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
 # (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
@@ -54,6 +58,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
+    "gpt_neox": (_neox, (DecoderNetwork, RotaryNetwork)),
 }
 
 
