@@ -33,7 +33,7 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "bert_dir", "roberta_mlm_dir",
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "neox_dir", "bert_dir", "roberta_mlm_dir",
                                    "distilbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))

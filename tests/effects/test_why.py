@@ -17,8 +17,8 @@ from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
 from probes.scratch import SplitNetwork, build, run
 from probes.scratch.llama import inverse_frequencies
-from tests.checkpoints import (make_bert, make_distilbert, make_gpt2, make_induction, make_llama, make_roberta,
-                               make_rotary_heads)
+from tests.checkpoints import (make_bert, make_distilbert, make_gpt2, make_induction, make_llama, make_neox,
+                               make_roberta, make_rotary_heads)
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TEXT = "The cat sat on the mat, and the dog watched it."
@@ -42,6 +42,11 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # the fused projections' blocks, and a partial rotary: half of each head turns, the rest is one band of its own
     "phi3": lambda path: make_llama(path, family="phi3", num_hidden_layers=3, sliding_window=4,
                                     partial_rotary_factor=0.5),
+    # LayerNorm before the fused q/k/v (interleaved by head), a quarter of each head turned; the parallel residual
+    # (the MLP reads the layer's input beside the attention) and the sequential one
+    "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
+    "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
+                                                  attention_bias=False),
 }
 
 
@@ -342,9 +347,9 @@ def test_cells_the_head_gives_no_score_are_refused(tiny):
             qk_attribution(model, TEXT, 0, 0, 9, 2)
 
 
-def test_a_model_the_scratch_path_does_not_cover_is_refused(neox_dir):
+def test_a_model_the_scratch_path_does_not_cover_is_refused(opt_dir):
     with pytest.raises(UnsupportedModel):
-        qk_attribution(probes.load(str(neox_dir)), TEXT, 0, 0, 1, 0)
+        qk_attribution(probes.load(str(opt_dir)), TEXT, 0, 0, 1, 0)
 
 
 @pytest.mark.numeric
