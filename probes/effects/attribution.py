@@ -19,7 +19,7 @@ import torch
 
 from ..errors import BadOption
 from ..head_index import check_position
-from ..scratch import point, run
+from ..scratch import point, require_head_writes, run
 from ..seam import reader
 from .measures import lm_network
 
@@ -90,6 +90,7 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
         raise BadOption(f"{model.name} has no language-model head to attribute logits to (an encoder): use the "
                         "ablation effects on its hidden states instead")
     net, unembedding = lm_network(model)
+    require_head_writes(net, model.name, "direct logit attribution")
     enc = model.encode(text)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
     check_position(position, n)

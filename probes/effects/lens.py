@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..errors import BadOption, EmptyInput, InputTooLong
 from ..head_index import check_layer, check_position
 from ..models import Piece
-from ..scratch import point, run
+from ..scratch import point, require_head_writes, run
 from ..seam import reader
 from ..tokens import readable_tokens
 from .measures import lm_network
@@ -96,6 +96,8 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
     if not 1 <= k <= 100:
         raise BadOption(f"k={k}: keep between 1 and 100 tokens per cell")
     net, unembedding = lm_network(model)
+    if heads:
+        require_head_writes(net, model.name, "the logit lens's head rows")
     enc = model.encode(text, truncate=truncate) if ids is None else encoding(model, ids)
     n = int(enc.attention_mask.sum())
     positions = list(range(n)) if positions is None else [int(p) for p in positions]

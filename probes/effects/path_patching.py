@@ -39,7 +39,7 @@ import torch
 from ..attention_math import Spec, repeat_kv
 from ..errors import BadOption, OutOfRange
 from ..head_index import check_position, check_receiver, parse_head as parse_one
-from ..scratch import BACKENDS, build, point, run
+from ..scratch import BACKENDS, build, point, require_head_writes, run
 from ..seam import reader
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
 from .measures import LOGIT_POSITIONS, compare, lm_network, lm_stats
@@ -154,6 +154,7 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     length = enc.input_ids.shape[1]
     size = batch if budget is None and batch else min(batch or MAX_BATCH, batch_for(model, length, lm, budget))
     net = build(model)
+    require_head_writes(net, model.name, "path patching")
 
     x_at = point(r_layer, "resid_pre")
     base = run(model, enc, logits=False, keep=[x_at, "attn.z"])  # logits: a few positions at a time

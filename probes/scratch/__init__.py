@@ -42,14 +42,14 @@ from ..attention_math import additive_mask, allowed_keys, attention_bytes, row_l
 from ..errors import BadOption
 from ..trace import Trace
 from .attention import BACKENDS, FLOAT64_BACKENDS, Attended, attention, resolve_backend
-from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork
+from .family import DecoderNetwork, Network, RotaryNetwork, SplitNetwork, require_head_writes
 from .hooks import LAYER_POINTS, POINTS, Hook, Pass, layer_of, point, split
 
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
 __all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS",
            "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
-           "resolve_backend", "run"]
+           "require_head_writes", "resolve_backend", "run"]
 
 Hooks = Mapping[str, "Hook | list[Hook]"]  # {point: hook, or hooks run in order}; "attn.z" alone: every layer's
 LAZY_UNHOOKABLE = ("attn.q", "attn.k", "attn.scores", "attn.pattern")  # a lazy Trace recomputes q and k itself

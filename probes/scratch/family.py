@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
+from ..errors import UnsupportedModel
+
 if TYPE_CHECKING:
     from .hooks import Pass
 
@@ -193,6 +195,16 @@ class SplitNetwork(Network, Protocol):
         and W_K's columns); no biases, no norm centring or scale (QK-norm's neither), no rotation (what composition
         scores, :mod:`probes.effects.compose`, are made of)."""
         ...
+
+
+def require_head_writes(net: Network, name: str, feature: str) -> None:
+    """Refuse ``feature``, which takes a head's write into the residual stream to be z_h·W_O[h] (the attention's
+    output the sum of the heads' writes and a bias), on a network whose attention output is normalised after its
+    output projection (OLMo 2's post-attention norm: ``net.post_attention_norm``), where it is not."""
+    if getattr(net, "post_attention_norm", False):
+        raise UnsupportedModel(
+            f"{name!r} normalises the attention's output after W_O (a post-attention norm), so a head's write into the "
+            f"residual stream is not z_h·W_O[h] and {feature} cannot split it by head; the other effects still work")
 
 
 class Capture:
