@@ -177,10 +177,11 @@ def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **
 
 
 def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrides) -> Path:
-    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"`` / ``"qwen3"`` / ``"phi3"``) with grouped-query
-    heads (6 query heads reading 2 key/value heads), untied embeddings; ``overrides`` go to the config. Qwen3 has
-    QK-norm (its q_norm and k_norm gains drawn like every norm's) and a head width of 12, not hidden / heads (8), as
-    its releases have (128 where hidden / heads is 64 in Qwen3-0.6B); Phi-3 fuses q, k, v and gate, up."""
+    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"`` / ``"qwen3"`` / ``"phi3"`` / ``"olmo2"``) with
+    grouped-query heads (6 query heads reading 2 key/value heads), untied embeddings; ``overrides`` go to the config.
+    Qwen3 has QK-norm (its q_norm and k_norm gains drawn like every norm's) and a head width of 12, not hidden / heads
+    (8), as its releases have (128 where hidden / heads is 64 in Qwen3-0.6B); Phi-3 fuses q, k, v and gate, up; OLMo 2
+    norms after its sublayers and has QK-norm over the whole projection."""
     import transformers
 
     tok = gpt2_tokenizer()
@@ -190,6 +191,7 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+        "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM),
     }[family]
     cfg = dict(vocab_size=len(tok), hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tok.eos_token_id,

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_family_has_a_complete_record():
     found = families.families()
-    assert [f.name for f in found] == ["bert", "distilbert", "gpt2", "gpt_neox", "llama", "mistral", "phi3", "qwen2",
-                                       "qwen3", "roberta"]
+    assert [f.name for f in found] == ["bert", "distilbert", "gpt2", "gpt_neox", "llama", "mistral", "olmo2", "phi3",
+                                       "qwen2", "qwen3", "roberta"]
     for f in found:
         assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
         assert callable(f.network) and callable(f.check) and callable(f.capture) and callable(f.scale)
@@ -27,7 +27,8 @@ def test_every_family_has_a_complete_record():
                                           ("mistral", "mistral"), ("qwen2", "qwen2"), ("qwen3", "qwen3"),
                                           ("phi3", "phi3"), ("roberta", "roberta"),
                                           ("xlm-roberta", "roberta"), ("camembert", "roberta"),
-                                          ("distilbert", "distilbert"), ("gpt_neox", "gpt_neox"), ("opt", None),
+                                          ("distilbert", "distilbert"), ("gpt_neox", "gpt_neox"), ("olmo2", "olmo2"),
+                                          ("opt", None),
                                           ("xlm-roberta-xl", None), ("roberta-prelayernorm", None)])
 def test_a_config_finds_its_family_by_model_type(kind, family):
     config = AutoConfig.for_model(kind)
@@ -68,7 +69,7 @@ def test_readme_table_is_the_registry():
 
 def test_coverage_sentence_names_every_family():
     assert families.coverage() == ("the from-scratch path covers BERT, DistilBERT, GPT-2, GPT-NeoX, Llama, Mistral, "
-                                   "Phi-3, Qwen2, Qwen3 and RoBERTa")
+                                   "OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
 
 
 def test_known_hub_models_come_from_the_records():

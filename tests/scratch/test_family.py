@@ -41,6 +41,10 @@ def _phi3(_request, tmp_path_factory):
                       partial_rotary_factor=0.5)
 
 
+def _olmo2(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("olmo2") / "m", family="olmo2", attention_bias=True)
+
+
 def _neox(_request, tmp_path_factory):
     return make_neox(tmp_path_factory.mktemp("neox") / "m", use_parallel_residual=False)
 
@@ -59,6 +63,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gpt_neox": (_neox, (DecoderNetwork, RotaryNetwork)),
+    "olmo2": (_olmo2, (DecoderNetwork, RotaryNetwork)),
 }
 
 
