@@ -44,6 +44,8 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
                                     partial_rotary_factor=0.5),
     # LayerNorm before the fused q/k/v (interleaved by head), a quarter of each head turned; the parallel residual
     # (the MLP reads the layer's input beside the attention) and the sequential one
+    # no norm before the attention, QK-norm over the whole projection, the attention's write normed after W_O
+    "olmo2": lambda path: make_llama(path, family="olmo2", num_hidden_layers=3, attention_bias=True),
     "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
     "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
                                                   attention_bias=False),

@@ -46,6 +46,12 @@ def phi3(ckpt_dir):
 
 
 @pytest.fixture(scope="module")
+def olmo2(olmo2_dir):
+    """An OLMo 2 (norms after the sublayers, QK-norm over the whole projection, biases)."""
+    return probes.load(str(olmo2_dir))
+
+
+@pytest.fixture(scope="module")
 def neox(neox_dir):
     """A GPT-NeoX (the parallel residual, a quarter of each head turned)."""
     return probes.load(str(neox_dir))
@@ -64,7 +70,7 @@ def llama(llama_dir):
 
 
 @pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "neox",
-                                  "neox_sequential"])
+                                  "neox_sequential", "olmo2"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
@@ -82,7 +88,7 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
         torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "neox", "neox_sequential"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "neox", "neox_sequential", "olmo2"])
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)
