@@ -58,10 +58,11 @@ def render(ctx: ui.Context) -> None:
                           "softmax weight": s.weights, "model's weight": s.trace_weights})
     bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
             "softmax weight": np.where(s.allowed, s.weights, np.nan)}
-    chart = qkv_charts.step_bars(s.tokens, bars, query)
-    ui.chart(chart)
+    steps = qkv_charts.step_bars(s.tokens, bars, query)
+    for chart in steps:
+        ui.chart(chart)
     ui.table(table, formats={c: "%.6f" for c in ("q·k", "× scale", "softmax weight", "model's weight")})
-    ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
+    ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", qkv_charts.steps_file(steps, len(keys)), table)
     check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
     st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
                f"max |Δ| {words.difference(s.max_abs_diff)}.")
