@@ -51,7 +51,16 @@ os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_distilbert, make_gemma, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
+from checkpoints import (  # noqa: E402
+    make_bert,
+    make_distilbert,
+    make_gemma,
+    make_gpt2,
+    make_llama,
+    make_modernbert,
+    make_neox,
+    make_roberta,
+)
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +91,11 @@ def roberta_mlm_dir(ckpt_dir):
 @pytest.fixture(scope="session")
 def distilbert_mlm_dir(ckpt_dir):
     return make_distilbert(ckpt_dir / "distilbert-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def modernbert_mlm_dir(ckpt_dir):
+    return make_modernbert(ckpt_dir / "modernbert-mlm", masked_lm=True)
 
 
 @pytest.fixture(scope="session")
