@@ -1,5 +1,5 @@
 """Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, RoBERTa,
-DistilBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
+DistilBERT, ModernBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
 :mod:`probes.families`).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face

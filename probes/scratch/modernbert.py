@@ -157,6 +157,7 @@ class Layer:
 
 class ModernBert:
     causal = False  # an encoder: every query sees both ways (a local layer within its window)
+    pre_norm = True  # unlike BERT's: composition scores' words say so (probes.effects.compose)
 
     def __init__(self, state_dict: dict[str, torch.Tensor], config, name: str = "modernbert"):
         check(config, name)

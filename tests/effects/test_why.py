@@ -25,6 +25,7 @@ from tests.checkpoints import (
     make_gpt2,
     make_induction,
     make_llama,
+    make_modernbert,
     make_roberta,
     make_rotary_heads,
 )
@@ -54,6 +55,10 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # sandwich norms (the post-attention norm frozen at the pass's scale), soft-capped scores (the split is of the
     # pre-cap score), local and global layers, scaled embeddings
     "gemma2": lambda path: make_gemma(path, sliding_window=4),
+    # pre-norm with LayerNorms (none before layer 0's attention: the embeddings' norm), a θ per layer type, layers 1
+    # and 2 local (keys up to 4 away on either side), every optional bias
+    "modernbert": lambda path: make_modernbert(path, local_attention=8, norm_bias=True, attention_bias=True,
+                                               mlp_bias=True),
 }
 
 
