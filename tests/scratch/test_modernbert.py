@@ -153,6 +153,28 @@ def test_the_float64_rotation_is_the_reference(tmp_path):
         assert (q - theirs.q[layer]).abs().max() <= F64 and (k - theirs.k[layer]).abs().max() <= F64
 
 
+@pytest.mark.parametrize("norm_bias", [False, True])
+def test_composition_maps_are_the_projections_with_the_norms_gain(tmp_path, norm_bias):
+    """head_weights read from the fused Wqkv with the gain of the norm the attention reads through (the embeddings'
+    on layer 0, which has no attn_norm): the centred, ÷ σ input times W_Q[h] (W_K, W_V) is the layer's own q (k, v)
+    before the turn, less the norm's bias through the projection (float64)."""
+    model = _load(tmp_path, norm_bias=norm_bias, masked_lm=True).cast(torch.float64)
+    net = scratch.build(model)
+    enc = model.encode(TEXTS[0])
+    inputs = scratch.run(model, enc, keep=["resid_pre"]).each("resid_pre")
+    embedded = net.embed[enc.input_ids]
+    for layer, lay in enumerate(net.layers):
+        x = embedded if layer == 0 else inputs[layer]  # what the norm the attention reads through normalises
+        norm = net.ln_emb if layer == 0 else lay.attn_norm
+        centred = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + net.eps)
+        bias = norm[1] if norm[1] is not None else torch.zeros_like(norm[0])
+        for own, w, from_bias in zip(lay.project(lay.normed(inputs[layer])), net.head_weights(layer),
+                                     lay.project(bias.expand_as(x)), strict=True):
+            assert w.shape == (model.n_heads, model.config.hidden_size, model.d_head)
+            got = torch.einsum("bld,hdk->bhlk", centred, w) + from_bias
+            assert (got - own).abs().max() <= F64
+
+
 def test_the_lazy_backends_recover_the_same_attention(modernbert_mlm_dir):
     model = probes.load(str(modernbert_mlm_dir))
     enc = model.encode(TEXTS, PAIRS)
