@@ -206,9 +206,10 @@ class ModernBert:
     def __call__(self, input_ids, attention_mask, token_type_ids=None, *, run, logits=True, chunk=None,
                  resume=None):
         # run: the pass (probes.scratch.hooks.Pass); resume=(i, x): start at layer i from its input x
-        first, x = resume or (0, None)
         if resume is None:
-            x = run.at("embed", None, self.embeddings(input_ids))
+            first, x = 0, run.at("embed", None, self.embeddings(input_ids))
+        else:
+            first, x = resume
         tables = self.tables(input_ids.shape[1], input_ids.device)
         for i, layer in enumerate(self.layers[first:], start=first):
             x = run.at("resid_pre", i, x)
@@ -255,11 +256,11 @@ class ModernBert:
         lay, dt = self.layers[layer], parts.dtype
         constant = parts.new_zeros(1, *parts.shape[1:])
         if lay.attn_norm is not None:
-            g, b = (t.to(dt) if t is not None else None for t in lay.attn_norm)
+            g, b = lay.attn_norm
             sigma = torch.sqrt(x.to(dt).var(-1, unbiased=False, keepdim=True) + self.eps)
-            parts = (parts - parts.mean(-1, keepdim=True)) / sigma * g
+            parts = (parts - parts.mean(-1, keepdim=True)) / sigma * g.to(dt)
             if b is not None:
-                constant = constant + b
+                constant = constant + b.to(dt)
         weight, bias = lay.wqkv
         y = F.linear(torch.cat([parts, constant]), weight.to(dt))  # [P + 1, n, 3·H·d]
         if bias is not None:

@@ -15,8 +15,7 @@ import probes
 from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, run
-from probes.scratch import modernbert
+from probes.scratch import SplitNetwork, build, modernbert, run
 from probes.scratch.llama import inverse_frequencies
 from tests.checkpoints import (
     gemma_norm_in_input_dtype,

@@ -25,7 +25,8 @@ def reader(seen: dict):
 
 
 CHECKPOINTS = {"gpt2": "gpt2_dir", "bert": "bert_mlm_dir", "roberta": "roberta_mlm_dir",
-               "distilbert": "distilbert_mlm_dir", "modernbert": "modernbert_mlm_dir", "llama": "llama_dir"}  # a family: its tiny checkpoint's fixture
+               "distilbert": "distilbert_mlm_dir", "modernbert": "modernbert_mlm_dir",
+               "llama": "llama_dir"}  # a family: its tiny checkpoint's fixture
 
 
 @pytest.fixture(scope="module", params=list(CHECKPOINTS))
