@@ -133,7 +133,8 @@ class Trace(TokensAndRules):
     logits: torch.Tensor | None = None
     lse: list[torch.Tensor] | None = None  # lazy: [B, H, L] per layer, natural log
     scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
-    windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
+    # the sliding window of each layer (None: none; w: keys fewer than w positions away, attention_math.in_window)
+    windows: list[int | None] | None = None
     softcaps: list[float | None] | None = None  # each layer's logit soft-cap (Gemma 2; None: none, or no record)
     # cos, sin [1 or B, L, d] of rotary models: one pair for every layer, or a list of each layer's pairs where the
     # layers turn by different angles (ModernBERT: another θ on its local layers); read through rotary_of(layer)

@@ -251,7 +251,8 @@ class Family:
     causal: Callable[[Config], bool] = lambda config: True
     kv_heads: Callable[[Config], int] = lambda config: config.num_attention_heads
     head_dim: Callable[[Config], int] = lambda config: config.hidden_size // config.num_attention_heads
-    window: Callable[[Config, int], int | None] = lambda config, layer: None  # sliding window of a layer
+    # sliding window of a layer: keys fewer than w positions away (attention_math.in_window; both sides in an encoder)
+    window: Callable[[Config, int], int | None] = lambda config, layer: None
     softcap: Callable[[Config, int], float | None] = lambda config, layer: None  # logit soft-cap of a layer (Gemma 2)
     token_types: bool = False  # takes token_type_ids (BERT segments)
     pairs: bool = False  # takes a second sentence

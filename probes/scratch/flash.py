@@ -17,10 +17,9 @@ of ``w``: keys fewer than ``w`` positions from the query (``in_window`` in ``pro
 causal mask the query itself and the ``w − 1`` positions before it, and without it (an encoder: ModernBERT's local
 layers) ``w − 1`` positions on either side. Key blocks wholly before the window of every row of a query block are
 skipped, as are blocks wholly in the future under the causal mask, or wholly after the window without it. A row
-whose keys are all masked gets output 0
-and lse −inf. Any sequence length works (boundary blocks are masked); any head width up to 256
-(padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs (fp32 uses IEEE products,
-not TF32). On a machine without CUDA the kernel runs only under Triton's interpreter
+whose keys are all masked gets output 0 and lse −inf. Any sequence length works (boundary blocks are masked); any
+head width up to 256 (padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs (fp32 uses IEEE
+products, not TF32). On a machine without CUDA the kernel runs only under Triton's interpreter
 (``TRITON_INTERPRET=1``), which is how the tests exercise it.
 """
 
