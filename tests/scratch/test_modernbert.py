@@ -175,6 +175,24 @@ def test_composition_maps_are_the_projections_with_the_norms_gain(tmp_path, norm
             assert (got - own).abs().max() <= F64
 
 
+def test_hugging_faces_sdpa_path_computes_what_its_eager_path_does(modernbert_mlm_dir):
+    """The reference runs Hugging Face's eager attention; its sdpa path (the default outside this project) builds the
+    same symmetric window as a mask: in float64, on a padded batch of English and Chinese, the last hidden states of
+    the real tokens agree to float64 rounding, so the window we match is the model's, whichever path loads it."""
+    from transformers import ModernBertForMaskedLM
+
+    model = probes.load(str(modernbert_mlm_dir)).cast(torch.float64)
+    fused = ModernBertForMaskedLM.from_pretrained(str(modernbert_mlm_dir), attn_implementation="sdpa",
+                                                  dtype=torch.float64).eval()
+    enc = model.encode(TEXTS)
+    with torch.inference_mode(), hf.KeepFloat64():
+        eager, sdpa = (m.model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).last_hidden_state
+                       for m in (model.hf, fused))
+    real = enc.attention_mask.bool()
+    assert fused.config._attn_implementation == "sdpa" and model.hf.config._attn_implementation == "eager"
+    assert (eager[real] - sdpa[real]).abs().max() <= F64
+
+
 def test_the_lazy_backends_recover_the_same_attention(modernbert_mlm_dir):
     model = probes.load(str(modernbert_mlm_dir))
     enc = model.encode(TEXTS, PAIRS)
