@@ -26,6 +26,7 @@ from tests.checkpoints import (
     make_induction,
     make_llama,
     make_modernbert,
+    make_neox,
     make_roberta,
     make_rotary_heads,
 )
@@ -55,6 +56,13 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # sandwich norms (the post-attention norm frozen at the pass's scale), soft-capped scores (the split is of the
     # pre-cap score), local and global layers, scaled embeddings
     "gemma2": lambda path: make_gemma(path, sliding_window=4),
+    # LayerNorm before the fused q/k/v (interleaved by head), a quarter of each head turned; the parallel residual
+    # (the MLP reads the layer's input beside the attention) and the sequential one
+    # no norm before the attention, QK-norm over the whole projection, the attention's write normed after W_O
+    "olmo2": lambda path: make_llama(path, family="olmo2", num_hidden_layers=3, attention_bias=True),
+    "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
+    "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
+                                                  attention_bias=False),
     # pre-norm with LayerNorms (none before layer 0's attention: the embeddings' norm), a θ per layer type, layers 1
     # and 2 local (keys up to 4 away on either side), every optional bias
     "modernbert": lambda path: make_modernbert(path, local_attention=8, norm_bias=True, attention_bias=True,
@@ -368,9 +376,9 @@ def test_cells_the_head_gives_no_score_are_refused(tiny):
             qk_attribution(model, TEXT, 0, 0, 9, 2)
 
 
-def test_a_model_the_scratch_path_does_not_cover_is_refused(neox_dir):
+def test_a_model_the_scratch_path_does_not_cover_is_refused(opt_dir):
     with pytest.raises(UnsupportedModel):
-        qk_attribution(probes.load(str(neox_dir)), TEXT, 0, 0, 1, 0)
+        qk_attribution(probes.load(str(opt_dir)), TEXT, 0, 0, 1, 0)
 
 
 @pytest.mark.numeric

@@ -100,12 +100,12 @@ def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     assert np.abs(_heat(_rows(at, "Layer 2, head 5"), "weight", n) - weights).max() == 0
 
 
-def test_a_model_outside_the_scratch_families_is_not_offered_norms(neox_dir):
-    at = open_app(model=str(neox_dir), colour="norms")
+def test_a_model_outside_the_scratch_families_is_not_offered_norms(opt_dir):
+    at = open_app(model=str(opt_dir), colour="norms")
     assert list(at.radio(key="w_colour").options) == ["attention weights", "rollout"]
     assert at.radio(key="w_colour").value == "weights"
     assert "Value-weighted norms are not offered" in at.radio(key="w_colour").help
-    at = open_app(model=str(neox_dir), page="effects")
+    at = open_app(model=str(opt_dir), page="effects")
     assert "does not cover" in texts(at.info) and not at.error
 
 
