@@ -75,8 +75,10 @@ def window(config, layer: int) -> int | None:
 
 def rope_config(config, kind: str) -> SimpleNamespace:
     """The config as :mod:`probes.scratch.llama`'s rotary code reads it, for the layers of type ``kind``: that
-    type's ``rope_parameters`` (θ), the head width."""
-    return SimpleNamespace(rope_parameters=dict(config.rope_parameters[kind]), head_dim=head_dim(config),
+    type's ``rope_parameters`` (θ), the head width. Hugging Face's ModernBERT turns every number of a head whatever
+    ``partial_rotary_factor`` says (its default rope reads the full head width), so that key is left out here too."""
+    params = {key: value for key, value in config.rope_parameters[kind].items() if key != "partial_rotary_factor"}
+    return SimpleNamespace(rope_parameters=params, head_dim=head_dim(config),
                            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
                            max_position_embeddings=config.max_position_embeddings)
 

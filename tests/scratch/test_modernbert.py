@@ -77,6 +77,17 @@ def test_random_options_pass_parity_with_padding_and_pairs(tmp_path, seed):
         for i in range(options["num_hidden_layers"])]
 
 
+def test_a_partial_rotary_factor_is_ignored_as_hugging_face_ignores_it(tmp_path):
+    """Hugging Face's ModernBERT turns every number of each head whatever ``partial_rotary_factor`` says: so does this
+    network (turning only part would fail parity)."""
+    rope = {kind: {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+            for kind in modernbert.LAYER_TYPES}
+    model = _load(tmp_path, rope_parameters=rope)
+    assert model.config.rope_parameters["full_attention"].get("partial_rotary_factor") == 0.5
+    _parity(model)
+    assert scratch.build(model).rotary(4, "cpu")[0].shape[-1] == model.d_head
+
+
 def test_masked_lm_head_is_bit_identical_and_proven(modernbert_mlm_dir):
     report = _parity(probes.load(str(modernbert_mlm_dir)), pairs=PAIRS)
     assert report.logits_max_abs_diff == 0
