@@ -21,7 +21,8 @@ symmetric): the window is the rule of :func:`probes.attention_math.in_window` wi
 fewer than w positions away), the count Hugging Face's flash path passes too.
 
 What it changes for the readers. It is an encoder (no future mask, a masked-LM head rather than a next-token one),
-so like BERT it has no KV cache, no logit lens and no path patching; and, unlike BERT, it is pre-norm: the stream
+so like BERT it has no KV cache (no generation) and no next-token measures (no logit lens, no loss; path patching
+shows the receiver's pattern changes only); and, unlike BERT, it is pre-norm: the stream
 is only ever added to, so QK attribution splits a layer's input into the token embedding (normed: the embeddings'
 LayerNorm frozen at its input), each earlier head's write, each earlier MLP's and the biases, and the LayerNorm
 before the attention is frozen at the layer's input, as a pre-norm decoder's is. Composition scores fold the gain
