@@ -204,6 +204,20 @@ def test_hugging_faces_sdpa_path_computes_what_its_eager_path_does(modernbert_ml
     assert (eager[real] - sdpa[real]).abs().max() <= F64
 
 
+def test_a_bounded_hugging_face_trace_recovers_the_window_from_its_logsumexp(modernbert_mlm_dir):
+    """Over its attention budget the Hugging Face view keeps one logsumexp per row, made with the layer's symmetric
+    window (row_logsumexp), and recovers every head from it: in float64 the same rows as its own eager
+    probabilities, exactly 0 outside the window."""
+    model = probes.load(str(modernbert_mlm_dir)).cast(torch.float64)
+    enc = model.encode(TEXTS)
+    full, lazy = hf.forward(model, enc), hf.forward(model, enc, attention_budget=0)
+    assert lazy.lazy and not full.lazy
+    for item in range(len(TEXTS)):
+        for layer in range(model.n_layers):
+            got, want = lazy.attention(layer, item=item), full.attention(layer, item=item)
+            assert (got - want).abs().max() <= F64 and torch.equal(got == 0, want == 0)
+
+
 def test_the_lazy_backends_recover_the_same_attention(modernbert_mlm_dir):
     model = probes.load(str(modernbert_mlm_dir))
     enc = model.encode(TEXTS, PAIRS)
