@@ -236,8 +236,9 @@ class Llama(PreNormDecoder):
         """Refuse what this network does not implement (the record's ``check``)."""
         check_config(config, name)
 
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))  # the same in every layer
 
     def at(self, start, length, device):
         """Each layer's cos and sin for positions start..start+length−1 (no position table: positions are turns)."""

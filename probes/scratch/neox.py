@@ -117,7 +117,8 @@ class GPTNeoX(llama.Llama):
     def check(config, name: str) -> None:
         check_config(config, name)
 
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return llama.rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
 
     def projected_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ import probes
 from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, run
+from probes.scratch import SplitNetwork, build, modernbert, run
 from probes.scratch.llama import inverse_frequencies
 from tests.checkpoints import (
     gemma_norm_in_input_dtype,
@@ -25,6 +25,7 @@ from tests.checkpoints import (
     make_gpt2,
     make_induction,
     make_llama,
+    make_modernbert,
     make_neox,
     make_roberta,
     make_rotary_heads,
@@ -62,6 +63,10 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
     "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
                                                   attention_bias=False),
+    # pre-norm with LayerNorms (none before layer 0's attention: the embeddings' norm), a θ per layer type, layers 1
+    # and 2 local (keys up to 4 away on either side), every optional bias
+    "modernbert": lambda path: make_modernbert(path, local_attention=8, norm_bias=True, attention_bias=True,
+                                               mlp_bias=True),
 }
 
 
@@ -187,7 +192,7 @@ def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn (the
     tables r wide: a partial rotary turned the first r numbers only, the rest are as they were)."""
     reference = hf_forward(model, model.encode(text))
-    cos, sin = (t[0] for t in reference.rotary)  # [n, r]
+    cos, sin = (t[0] for t in reference.rotary_of(layer))  # [n, r]: the layer's own (ModernBERT's θ differ)
     r = cos.shape[-1]
 
     def back(x):
@@ -214,7 +219,7 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
         q, k = unturned(model, TEXT, layer)
         q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
-        omega = inverse_frequencies(model.config, n).double()
+        omega = inverse_frequencies(rope_config_of(model, layer), n).double()
         half, r = len(omega), 2 * len(omega)  # r: the turned width (the head's, or less: a partial rotary)
         angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
         turned = (k_j[:half] * angle.cos() - k_j[half:r] * angle.sin(),
@@ -234,6 +239,14 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         content_sum, position = why.position_split()
         assert content_sum == pytest.approx(float(content.sum()), abs=F64 * why.bound, rel=0)
         assert groups_sum(why) == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+
+
+def rope_config_of(model, layer: int):
+    """The config as the rotary code reads it for layer ``layer``: the model's, or (ModernBERT: a θ per layer type)
+    the rope parameters of the layer's type."""
+    if model.family.name == "modernbert":
+        return modernbert.rope_config(model.config, model.config.layer_types[layer])
+    return model.config
 
 
 def groups_sum(why) -> float:

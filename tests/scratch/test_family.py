@@ -64,6 +64,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
     "roberta": (lambda request, _tmp: request.getfixturevalue("roberta_mlm_dir"), ()),
     "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
+    "modernbert": (lambda request, _tmp: request.getfixturevalue("modernbert_mlm_dir"), (RotaryNetwork,)),
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
@@ -199,9 +200,11 @@ def test_the_members_return_what_the_protocol_says(built):
     assert weight.shape == (model.n_heads, d, model.config.hidden_size)
     assert bias is None or bias.shape == (model.config.hidden_size,)
     if isinstance(net, RotaryNetwork):  # d wide, or r < d (a partial rotary): as wide as Hugging Face's own tables
-        r = hf.forward(model, enc).rotary[0].shape[-1]
-        assert r <= d and r % 2 == 0
-        assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device))
+        reference = hf.forward(model, enc)
+        for layer in range(n):  # each layer's tables (ModernBERT's differ between its global and local layers)
+            r = reference.rotary_of(layer)[0].shape[-1]
+            assert r <= d and r % 2 == 0
+            assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device, layer))
     if isinstance(net, DecoderNetwork):
         assert net.unembedding is net.lm_head
         linear, bias = net.final_norm(residual[0][0, 0])

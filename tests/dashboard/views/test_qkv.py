@@ -109,6 +109,19 @@ def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     _same_steps(at, probes.load(str(path)), table, source="scratch", backend="sdpa")
 
 
+def test_qkv_on_an_encoders_local_layer_says_the_window_reaches_both_ways(modernbert_mlm_dir):
+    """ModernBERT's layer 1 is local (keys up to 2 positions away on either side): the page masks both sides and
+    says so, with no "future" (an encoder has none)."""
+    at = _app(model=str(modernbert_mlm_dir), text="the cat sat on the mat because it was warm", page="qkv", layer=1,
+              query=6, source="scratch", backend="sdpa")
+    table = _steps_table(at)
+    assert list(table["allowed"][:10]) == [False] * 4 + [True] * 5 + [False]
+    said = _texts(at.markdown)
+    assert "positions away on either side are outside this layer's sliding window of 3" in said
+    assert "future" not in said
+    _same_steps(at, probes.load(str(modernbert_mlm_dir)), table, source="scratch", backend="sdpa")
+
+
 @pytest.mark.numeric
 def test_qkv_on_a_partial_rotary_says_which_numbers_turn(ckpt_dir):
     import sys
