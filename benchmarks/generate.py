@@ -9,7 +9,8 @@ step flat in context within 2× from 128 to 2,048 tokens, and ≥ 5× faster tha
 
     .venv/bin/python benchmarks/generate.py [--model smollm2] [--contexts 128 512 1024 2048] [--out benchmarks/results]
 
-Writes ``OUT/generate.txt`` (the table) and ``OUT/generate.json`` (the rows; the app's Cost page reads them).
+Writes ``OUT/generate.txt`` (the table) and ``OUT/generate.json`` (the rows; the app's Cost page reads the committed
+ones, ``--out benchmarks/results``); without ``--out``, OUT is a new temporary folder (printed).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import out_folder, publish  # noqa: E402  (benchmarks/, this script's folder)
 
 import probes  # noqa: E402
 from probes import cost  # noqa: E402
@@ -54,15 +56,15 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--contexts", type=int, nargs="+", default=[128, 512, 1024, 2048])
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for generate.txt and generate.json (default: a new temporary folder, printed)")
     args = parser.parse_args()
     model = probes.load(args.model, device="cpu")
     frame = cost.measure_decoding(model, args.contexts, steps=args.steps)
     text = table(frame, model)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "generate.txt").write_text(text + "\n")
-    (args.out / "generate.json").write_text(json.dumps(dict(model=model.name, rows=frame.to_dict("records")), indent=1))
+    out = out_folder(args.out)
+    publish(text, out, "generate.txt")
+    (out / "generate.json").write_text(json.dumps(dict(model=model.name, rows=frame.to_dict("records")), indent=1))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from report import publish  # noqa: E402
+from report import out_folder, publish  # noqa: E402
 
 from probes.kv.policies import parse  # noqa: E402
 from probes.kv.stream import decoder_network, stream, token_ids  # noqa: E402
@@ -89,7 +88,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for kv_speed.txt (default: a new temporary folder, printed)")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="kv-speed-"))
+    out = out_folder(args.out)
     print(f"results will go to {out / 'kv_speed.txt'}", flush=True)
     t_start = time.perf_counter()
     start_load = load_text()
@@ -142,7 +141,6 @@ def main() -> None:
               f"goal: streamed perplexity within {GOAL:g}× the full cached pass's time (median over rounds)",
               f"total {time.perf_counter() - t_start:.0f} s; load {start_load} at the start, {load_text()} at the end"]
     publish("\n".join(lines), out, "kv_speed.txt")
-    print(f"wrote {out / 'kv_speed.txt'}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ engine's time goes (tokenisation, forward pass, reading attention and aligning w
 Goals, with the chosen threads: CPU seconds per item beside the busy process within 1.5× of quiet;
 the engine ≥ 5× faster than the naive loop in both. Each cell runs in a fresh process.
 
-    .venv/bin/python benchmarks/profile_speed.py [--items 150] [--sentences 100]
+    .venv/bin/python benchmarks/profile_speed.py [--items 150] [--sentences 100] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-OUT = ROOT / "benchmarks" / "results" / "profile_speed.txt"
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 CONDITIONS = ("quiet", "busy")  # busy: beside one competing process
 BEHAVIOURS = ("default", "chosen")  # torch's default threads | probes.threads.apply("profile")
 
@@ -214,6 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=150, help="items per probe in the full profile")
     parser.add_argument("--sentences", type=int, default=100, help="sentences for engine vs naive")
+    parser.add_argument("--out", type=Path, help="folder for profile_speed.txt (default: a new temporary folder)")
     parser.add_argument("--cell", choices=BEHAVIOURS, help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -228,8 +229,7 @@ def main() -> None:
             cells[behaviour, condition] = run_cell(behaviour, condition, args)
             print(f"{behaviour:>8} {condition:>6}: {json.dumps(cells[behaviour, condition])}", file=sys.stderr)
     text = table(cells, args, time.perf_counter() - t0)
-    print(text)
-    OUT.write_text(text + "\n")
+    publish(text, args.out, "profile_speed.txt")
 
 
 if __name__ == "__main__":
