@@ -174,7 +174,8 @@ def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
           f"{MIN_SECONDS:.0f} s of runs) per path, the two taking turns; time ratio: scratch ÷ HF, each round's "
           "own: median (min–max); peak memory of one call in a fresh process")
     header = f"{'tokens':>6} | {'runs':>4} | {'HF eager ms':>11} | {'scratch ms':>10} | " \
-             f"{'time ratio, per round':>23} | {'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | {'logit |Δ|':>8}"
+             f"{'time ratio, per round':>23} | {'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | " \
+             f"{'logit |Δ|':>8}"
     print(header)
     print("-" * len(header))
     for n in lengths:
