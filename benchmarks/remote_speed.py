@@ -93,7 +93,7 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium_path(), args=ARGS)
-            per_round = max(len(KINDS), args.changes // args.rounds)  # every kind of change in every round
+            per_round = max(len(KINDS), args.changes // args.rounds)  # every kind of change each round
             got: dict[str, list[dict]] = {"in-process": [], "Ray": []}
 
             def contender(name: str, where: str | None, wire: Path | None):
@@ -116,9 +116,9 @@ def main() -> None:
     lines = [f"A change on Explore, minilm, 40 tokens, in headless Chromium: the model in the app's process, and "
              "served from Ray (`python -m probes serve --model minilm`: a local Ray, one actor of one CPU); "
              f"{per_round * args.rounds} changes (head, layer, query in turn) after {args.warmup} not counted; "
-             f"{platform.processor() or 'CPU'}, {os.cpu_count()} CPUs, app, server and browser on one machine. Commit {commit}. {args.rounds} rounds of "
-             f"{per_round} changes, the two taking turns (each warmed up anew); medians over the rounds, and Ray ÷ "
-             "in-process each round's own: median (min–max: every round).",
+             f"{platform.processor() or 'CPU'}, {os.cpu_count()} CPUs, app, server and browser on one machine. "
+             f"Commit {commit}. {args.rounds} rounds of {per_round} changes, the two taking turns (each warmed up "
+             "anew); medians over the rounds, and Ray ÷ in-process each round's own: median (min–max: every round).",
              "`.venv/bin/python benchmarks/remote_speed.py --out benchmarks/results`", "",
              "| change | n | in-process median ms | Ray median ms | Ray p90 ms | Ray ÷ in-process, per round | calls to "
              "the server | bytes sent | bytes received |",
