@@ -120,8 +120,8 @@ def main() -> None:
              f"Commit {commit}. {args.rounds} rounds of {per_round} changes, the two taking turns (each warmed up "
              "anew); medians over the rounds, and Ray ÷ in-process each round's own: median (min–max: every round).",
              "`.venv/bin/python benchmarks/remote_speed.py --out benchmarks/results`", "",
-             "| change | n | in-process median ms | Ray median ms | Ray p90 ms | Ray ÷ in-process, per round | calls to "
-             "the server | bytes sent | bytes received |",
+             "| change | n | in-process median ms | Ray median ms | Ray p90 ms | Ray ÷ in-process, per round "
+             "| calls to the server | bytes sent | bytes received |",
              "|---|---|---|---|---|---|---|---|---|"]
     for kind in (*KINDS, "all"):
         a = [r for k in KINDS for r in here[k]] if kind == "all" else here[kind]
