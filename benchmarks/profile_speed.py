@@ -164,10 +164,11 @@ def run_cell(behaviour: str, condition: str, args) -> dict:
 
 
 def median_cell(runs: list[dict]) -> dict:
-    """One cell's rounds as one: every number (and every part of ``parts``) the median over the rounds."""
+    """One cell's rounds as one: every measured number (and every part of ``parts``) the median over the rounds;
+    the counts (items, rows, threads), the same each round, as the last round has them."""
     out = dict(runs[-1])
     for key, value in runs[-1].items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float):
             out[key] = statistics.median(r[key] for r in runs)
         elif isinstance(value, dict):
             out[key] = {k: statistics.median(r[key][k] for r in runs) for k in value}
