@@ -32,8 +32,8 @@ test-numeric: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py
-	$(BIN)/python benchmarks/long_inputs.py
-	$(BIN)/python benchmarks/long_inputs.py --model smollm2
+	$(BIN)/python benchmarks/long_inputs.py --out benchmarks/results
+	$(BIN)/python benchmarks/long_inputs.py --model smollm2 --out benchmarks/results
 	$(BIN)/python benchmarks/profile_speed.py --out benchmarks/results
 	$(BIN)/python benchmarks/rerender.py
 	$(BIN)/python benchmarks/why_panel.py --out benchmarks/results
