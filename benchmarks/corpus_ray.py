@@ -230,7 +230,8 @@ def main() -> None:
     minilm = load("minilm")
     lines = [f"# corpus_ray.py: {len(sentences)} EWT sentences, window 128, chunks of {args.chunk} texts, "
              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start",
-             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --out {out}"
+             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --rounds {args.rounds}"
+             + (f" --out {args.out}" if args.out else "")
              + (" --overhead-only" if args.overhead_only else ""), ""]
 
     # 1. the CLI, end to end: one process vs Ray with 1 and 2 workers
