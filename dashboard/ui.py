@@ -4,6 +4,7 @@ the context a page is handed, the query-token picker, the parity badge and chart
 from __future__ import annotations
 
 import re
+from typing import Any
 from dataclasses import dataclass, replace
 
 import altair as alt
@@ -244,3 +245,53 @@ def downloads(name: str, chart: alt.TopLevelMixin | None = None, frame: pd.DataF
     if frame is not None:
         cols[2].download_button("CSV", lambda: frame.to_csv(index=False).encode(), f"{name}.csv", "text/csv",
                                 on_click="ignore", icon=":material/download:", key=f"csv_{name}")
+
+
+CANCELLED = "cancelled"  # session key: {work: the signature of its run that a Cancel button stopped}
+
+
+class Progress:
+    """A progress bar with a **Cancel** button beside it, for long work (``st.progress``'s ``progress`` and
+    ``empty``). A click stops the work at its next step: Streamlit ends a run at the next element it sends (the
+    bar's update), and the next run starts with the button's callback, which writes ``work`` and ``signature`` (what
+    the run was computing) into the session, so the page does not start the same work again by itself
+    (:func:`cancelled`) and stays usable. The row is drawn in ``container`` at once, or at the first update with
+    ``lazy`` (work that is often cached draws nothing)."""
+
+    def __init__(self, work: str, text: str, signature: object = None, container=st, lazy: bool = False):
+        self.work, self.text, self.signature = work, text, signature
+        self.slot = container.empty()
+        self.bar: Any = None  # the st.progress element, once drawn
+        if not lazy:
+            self.progress(0.0, text)
+
+    def progress(self, value: float, text: str | None = None) -> None:
+        if self.bar is None:
+            with self.slot.container():
+                left, right = st.columns([7, 1], vertical_alignment="center")
+                self.bar = left.progress(0.0, text=self.text)
+                right.button("Cancel", key=f"cancel_{self.work}", icon=":material/stop_circle:",
+                             help="stop this work: the page stays as it is, and offers to run it again",
+                             on_click=_cancel, args=(self.work, self.signature))
+        self.bar.progress(min(1.0, max(0.0, float(value))), text=text)
+
+    def empty(self) -> None:
+        self.slot.empty()
+
+
+def _cancel(work: str, signature: object) -> None:
+    st.session_state.setdefault(CANCELLED, {})[work] = signature
+
+
+def cancelled(work: str, signature: object = None, what: str = "This work") -> bool:
+    """Whether this session cancelled ``work`` computing ``signature`` (a Cancel button of :class:`Progress`); if so
+    the page says so, with a button that runs it again (pressed: False, the work goes ahead). Other inputs than the
+    cancelled run's are not cancelled."""
+    stopped = st.session_state.get(CANCELLED, {})
+    if work not in stopped or stopped[work] != signature:
+        return False
+    st.info(f"{what} was cancelled: nothing of it is shown or kept. Change what it reads, or run it again.")
+    if st.button("Run it again", key=f"again_{work}", icon=":material/replay:"):
+        stopped.pop(work, None)
+        return False
+    return True

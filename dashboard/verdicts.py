@@ -38,7 +38,10 @@ def evidence(inp: data.Input, question: data.Asked, raw: bytes | None = None):
     error shown on the page, as the app says it, instead of raised (None then)."""
     bar = None
     if not data.has_evidence(inp, question):
-        bar = st.progress(0.0, text="Judging every head on the question's controls…")
+        signature = (inp, question, raw)
+        if ui.cancelled("evidence", signature, "Judging every head on the question's controls"):
+            return None
+        bar = ui.Progress("evidence", "Judging every head on the question's controls…", signature)
 
     def step(done: int, total: int) -> None:
         if bar is not None:

@@ -96,7 +96,11 @@ def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
                        f"{data.REFERENCE_SIZE} of {data.REFERENCE}), which could not be read here "
                        f"({ui.safe(ui.in_app_words(exc))}): showing zero-ablation instead.")
             how = "zero"
-    bar = st.empty()  # drawn only while the grid is computed (not when it is cached)
+    signature = (ctx.inp, how, query, measure)  # what a Cancel stopped: another input runs
+    if ui.cancelled("ablation", signature, "Taking each head out in turn"):
+        return
+    # drawn only while the grid is computed (not when it is cached), with its Cancel button
+    bar = ui.Progress("ablation", "Removing every head in turn and measuring what changed…", signature, lazy=True)
 
     def step(done: int, total: int) -> None:
         bar.progress(done / total, text=f"Removing every head in turn and measuring what changed: head {done} of "

@@ -45,8 +45,13 @@ def _run(ctx: ui.Context):
                "cached.")
     args = (ctx.model.name, probe, int(limit))
     from_link = st.session_state.pop("run_from_link", False) and not corrected and not data.has_probe_table(*args)
-    if cols[2].button("Run", type="primary", icon=":material/play_arrow:") or from_link:
-        bar = st.progress(0.0, text=f"{probe} on {limit} items…")
+    pressed = cols[2].button("Run", type="primary", icon=":material/play_arrow:")
+    if pressed:
+        st.session_state.get(ui.CANCELLED, {}).pop("heads", None)  # a Run pressed again runs
+    elif not data.has_probe_table(*args) and ui.cancelled("heads", args, f"The {probe} run"):
+        from_link = False
+    if pressed or from_link:
+        bar = ui.Progress("heads", f"{probe} on {limit} items…", args)
         data.probe_table(*args, progress=lambda done, total: bar.progress(
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))
         bar.empty()

@@ -178,7 +178,10 @@ def _sweep(name: str, text: str, plan: kv.Plan, full: dict, tokens: int,
     order = sorted(range(len(plan.runs)), key=lambda i: (i in todo, cost[plan.runs[i].kind], plan.runs[i].budget))
     done: dict[int, dict] = {}
     chart: Layered | None = None
-    bar = st.empty()
+    signature = (name, text, tuple(plan.runs[i].policy.name for i in todo))  # what a Cancel stopped
+    if todo and ui.cancelled("kv", signature, "Reading the text with the policies not yet run"):
+        order, todo = [i for i in order if i not in todo], []  # what is cached is drawn; the rest waits
+    bar = ui.Progress("kv", "Reading the text with the policies…", signature, lazy=True)
     count = [0]  # runs computed so far
 
     def draw() -> None:
@@ -311,7 +314,8 @@ def _heads(ctx: ui.Context, chosen: kv.Planned, text: str) -> None:
         if not offer.button(f"Cut each of the {heads} heads alone", icon=":material/content_cut:", key="kv_heads"):
             return
         ask.empty()
-        bar = st.progress(0.0, text="Watching every head with the policy while the model reads the full cache…")
+        bar = ui.Progress("kv_heads", "Watching every head with the policy while the model reads the full cache…",
+                          key)
 
         def step(done: int, total: int) -> None:
             bar.progress(done / total, text=f"Cutting each head alone: {done} of {total} steps")
