@@ -89,7 +89,7 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
                        weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
                        tuple(range(kv * group, (kv + 1) * group)), window, softcap=softcap)
     if trace.rotary is not None:
-        steps.q_unrotated, steps.angles = _unrotated(trace, trace.rotary, q, query, item)
+        steps.q_unrotated, steps.angles = _unrotated(trace, trace.rotary[layer], q, query, item)  # this layer's
     return steps
 
 

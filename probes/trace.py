@@ -12,7 +12,8 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
   - **materialised** (Hugging Face, scratch ``eager``): ``attn`` per layer ``[B, H, L, L]``, row =
     query, column = key, and ``q``, ``k``, ``v`` per layer ``[B, H, L, d]`` (k and v ``[B, H_kv, L, d]``
     in a grouped-query model: query head h reads key/value head h // (H / H_kv)); for rotary models
-    q and k are the rotated ones, and ``rotary`` holds the (cos, sin) tables they were turned by;
+    q and k are the rotated ones, and ``rotary`` holds the (cos, sin) tables they were turned by, one pair per
+    layer (Gemma 3's local and global layers turn by different tables);
   - **lazy** (scratch ``sdpa`` / ``flash``): only ``lse``, the logsumexp of each query row's scaled
     scores, per layer ``[B, H, L]``. A layer's q, k and v are one linear map away from its input
     hidden state, so they are recomputed when asked for (``qkv_of``), and any head's probabilities
@@ -124,7 +125,7 @@ class Trace(TokensAndRules):
     scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
     windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
     softcaps: list[float | None] | None = None  # each layer's logit soft-cap (Gemma 2; None: none, or no record)
-    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [1 or B, L, d] of rotary models
+    rotary: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # rotary models: each layer's cos, sin [1 or B, L, d]
     n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
@@ -141,7 +142,7 @@ class Trace(TokensAndRules):
         keeping this trace costs a server that caches it."""
         held = [self.input_ids, self.attention_mask, *self.hidden_states, self.logits,
                 *(t for group in (self.attn, self.q, self.k, self.v, self.lse) for t in group or ()),
-                *(self.rotary or ())]
+                *(t for pair in self.rotary or () for t in pair)]
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held if t is not None}
         return sum(storages.values())
 

@@ -156,9 +156,12 @@ class RotaryNetwork(Network, Protocol):
     """A network whose positions are rotations of q and k (``Family.positions == "rotary"``): the Trace keeps its
     tables (``probes.scratch.forward``), which explain a score (``probes.explain``)."""
 
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position's angles, ``[1, length, r]`` each, in the network's working dtype: r = d, or
-        fewer where a partial rotary turns only the first r numbers of a head (Phi-3's ``partial_rotary_factor``)."""
+    def rotary(self, length: int, device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's cos and sin of every position's angles (one pair per layer, in order), ``[1, length, r]``
+        each, in the network's working dtype: r = d, or fewer where a partial rotary turns only the first r numbers of
+        a head (Phi-3's ``partial_rotary_factor``). Most families turn every layer by one table (the same two tensors
+        in every entry); Gemma 3's local and global layers have their own (``rope_parameters`` per layer type), so a
+        reader takes the entry of the layer it reads, never one table for all."""
         ...
 
 
@@ -204,13 +207,13 @@ class Capture:
     """Each layer's q, k and v, split into heads (``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``), as a
     Hugging Face forward pass computes them, gathered by forward hooks; for rotary models q and k
     are the rotated ones (what the scores are made of), and ``rotary`` holds the (cos, sin) tables
-    the model used (``[1 or B, L, d]``)."""
+    each layer used (``[1 or B, L, d]``; one pair per layer, in order)."""
 
     def __init__(self):
         self.q: list[torch.Tensor] = []
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
-        self.rotary: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.rotary: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.hooks: list = []
         self.thread = threading.get_ident()  # the thread whose pass this catches
 

@@ -179,7 +179,7 @@ def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn (the
     tables r wide: a partial rotary turned the first r numbers only, the rest are as they were)."""
     reference = hf_forward(model, model.encode(text))
-    cos, sin = (t[0] for t in reference.rotary)  # [n, r]
+    cos, sin = (t[0] for t in reference.rotary[layer])  # [n, r]: the layer's own tables
     r = cos.shape[-1]
 
     def back(x):

@@ -189,9 +189,12 @@ def test_the_members_return_what_the_protocol_says(built):
     assert weight.shape == (model.n_heads, d, model.config.hidden_size)
     assert bias is None or bias.shape == (model.config.hidden_size,)
     if isinstance(net, RotaryNetwork):  # d wide, or r < d (a partial rotary): as wide as Hugging Face's own tables
-        r = hf.forward(model, enc).rotary[0].shape[-1]
+        reference = hf.forward(model, enc).rotary
+        assert reference is not None and len(reference) == len(net.layers)
+        r = reference[0][0].shape[-1]
         assert r <= d and r % 2 == 0
-        assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device))
+        tables = net.rotary(length, enc.input_ids.device)  # one (cos, sin) per layer
+        assert len(tables) == len(net.layers) and all(t.shape == (1, length, r) for pair in tables for t in pair)
     if isinstance(net, DecoderNetwork):
         assert net.unembedding is net.lm_head
         linear, bias = net.final_norm(residual[0][0, 0])
