@@ -8,7 +8,7 @@ type.
         q, k, v = h·W_q, h·W_k, h·W_v
         q, k = RMSNorm_q(q_h), RMSNorm_k(k_h) for each head h    (QK-norm: over each head's d numbers, gain 1 + w)
         q, k = rotate_t(q), rotate_t(k)         (the table of the layer's type: ω_i = θ_t^(−2i/d) ÷ factor_t)
-        s = q·kᵀ · query_pre_attn_scalar^−½;  s = cap·tanh(s / cap)       (attn_logit_softcapping, if set)
+        s = q·kᵀ · query_pre_attn_scalar^−½           (no score cap: attn_logit_softcapping is refused, see below)
         s = s + mask                            (local layers: a sliding window; global: causal only)
         x = x + RMSNorm₂(softmax(s)·v·W_o)       (post_attention_layernorm: after the attention)
         x = x + RMSNorm₄(MLP(RMSNorm₃(x)))       (pre_ and post_feedforward_layernorm; gelu-tanh GeGLU)
@@ -16,7 +16,9 @@ type.
 
 What is new against Gemma 2. *QK-norm* (as Qwen3's, with Gemma's gain 1 + w and its fp32 norm) scales each head's q
 and k to an rms of 1 times a learned gain before the rotation, which bounds the scores; the released models drop
-Gemma 2's soft-caps for it (both are None there), but a config that sets them is honoured. *Rotary parameters per
+Gemma 2's soft-caps for it (both are None there). A config that sets ``final_logit_softcapping`` is honoured; one that
+sets ``attn_logit_softcapping`` is refused at load (:func:`refuse_at_load`): transformers' Gemma 3 reads it but never
+applies it, so neither path would compute what such a checkpoint was trained with. *Rotary parameters per
 layer type*: ``rope_parameters`` is a dict keyed by ``sliding_attention`` and ``full_attention``, each with its own
 ``rope_theta`` (10,000 local, 1,000,000 global in the releases) and ``rope_type`` (``default``, or ``linear`` with a
 ``factor``, 8 on the released global layers: positions squeezed, the same as every ω_i divided by the factor), so a
@@ -53,10 +55,21 @@ from .weights import Weights
 ROPE_TYPES = ("default", "linear")
 
 
+def refuse_at_load(config, name: str) -> None:
+    """Options that transformers itself ignores, so that even the Hugging Face view would be wrong: Gemma 3's
+    attention never passes ``attn_logit_softcapping`` to its attention function (5.24), so a config that sets it is
+    run uncapped by Hugging Face (None in every release)."""
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        raise UnsupportedModel(f"{name!r} sets attn_logit_softcapping={config.attn_logit_softcapping}, which "
+                               "transformers' Gemma 3 ignores (its attention never applies the cap), so neither path "
+                               "would compute what the checkpoint was trained with")
+
+
 def check(config, name: str) -> None:
     """Refuse by name what the code below does not implement: Gemma 2's list, less rotary parameters per layer type
     (implemented here: ``default`` and ``linear`` on each type), plus ``attention_bias`` (the post-attention norm of a
-    head's write is frozen without an output bias; no Gemma 3 has one)."""
+    head's write is frozen without an output bias; no Gemma 3 has one) and :func:`refuse_at_load`'s."""
+    refuse_at_load(config, name)
     gemma.check(config, name, title="Gemma 3", per_layer_rope=True, rope_types=ROPE_TYPES)
     if getattr(config, "attention_bias", False):
         raise UnsupportedModel(f"{name!r}: attention_bias is not implemented by the from-scratch Gemma 3 (its readers "
@@ -147,15 +160,16 @@ FAMILIES = (
     Family(name="gemma3", title="Gemma 3", model_types=("gemma3_text",), hf_class=llama.hf_class, network=Gemma3,
            check=Gemma3.check, capture=partial(llama.capture, catch=catch_normed), scale=gemma.attention_scale,
            kv_heads=llama.kv_heads, head_dim=llama.head_dim, window=gemma.window, softcap=gemma.attn_softcap,
-           positions="rotary", float64_refused=gemma.float64_refused,
+           positions="rotary", float64_refused=gemma.float64_refused, refuse_at_load=refuse_at_load,
            implemented="as Gemma 2 (sandwich RMSNorms with (1 + w) in fp32, embeddings × √D, "
-                       "`query_pre_attn_scalar`, `attn_logit_softcapping` and `final_logit_softcapping` where set, "
+                       "`query_pre_attn_scalar`, `final_logit_softcapping` where set, "
                        "`layer_types` with `sliding_window`, grouped-query attention, `head_dim` ≠ hidden / heads, "
                        "GeGLU MLP, tied embeddings), plus QK-norm (`q_norm`, `k_norm`: a Gemma RMSNorm over each "
                        "head's q and k before the rotation) and rotary parameters per layer type (`rope_parameters` "
                        "keyed by `sliding_attention` and `full_attention`, each its own `rope_theta`; `rope_type` "
                        "default or linear)",
-           refused="other `rope_type`s (yarn, llama3, …), `partial_rotary_factor` < 1, `attention_bias`, "
+           refused="`attn_logit_softcapping` (at load: transformers' Gemma 3 ignores it, so neither path would be "
+                   "right), other `rope_type`s (yarn, llama3, …), `partial_rotary_factor` < 1, `attention_bias`, "
                    "`use_bidirectional_attention`, other activations; the multimodal `gemma3` model type (vision "
                    "tower: the Hugging Face view only); direct logit attribution with `final_logit_softcapping` on; "
                    "the float64 proof against HF's own code (its RMSNorm computes in fp32: proven instead with that "

@@ -52,11 +52,18 @@ def gemma2(ckpt_dir):
 
 
 @pytest.fixture(scope="module")
+def gemma3(ckpt_dir):
+    """A Gemma 3: QK-norm, local (window 3, θ 10,000) and global layers (θ 1,000,000, linear factor 8): each new token
+    is turned by its layer type's own table."""
+    return probes.load(str(make_gemma(ckpt_dir / "gemma3-w3", family="gemma3")))
+
+
+@pytest.fixture(scope="module")
 def llama(llama_dir):
     return probes.load(str(llama_dir))
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
@@ -74,7 +81,7 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
         torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2", "gemma3"])
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)
