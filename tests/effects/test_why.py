@@ -54,6 +54,9 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # sandwich norms (the post-attention norm frozen at the pass's scale), soft-capped scores (the split is of the
     # pre-cap score), local and global layers, scaled embeddings
     "gemma2": lambda path: make_gemma(path, sliding_window=4),
+    # Gemma 2's body with QK-norm (frozen at each head's own q and k) and a rotary table per layer type (local θ
+    # 10,000; global θ 1,000,000 with linear factor 8): each layer's bands are read from its own table
+    "gemma3": lambda path: make_gemma(path, family="gemma3", sliding_window=4),
 }
 
 
@@ -206,7 +209,7 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
         q, k = unturned(model, TEXT, layer)
         q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
-        omega = inverse_frequencies(model.config, n).double()
+        omega = inverse_frequencies(model.config, n, layer_rope(model, layer)).double()
         half, r = len(omega), 2 * len(omega)  # r: the turned width (the head's, or less: a partial rotary)
         angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
         turned = (k_j[:half] * angle.cos() - k_j[half:r] * angle.sin(),
@@ -226,6 +229,14 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         content_sum, position = why.position_split()
         assert content_sum == pytest.approx(float(content.sum()), abs=F64 * why.bound, rel=0)
         assert groups_sum(why) == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
+
+
+def layer_rope(model, layer: int) -> dict | None:
+    """The rotary parameters layer ``layer`` turns by: its layer type's where ``rope_parameters`` is keyed by type
+    (Gemma 3), else None (the config's own, one table for every layer)."""
+    params = getattr(model.config, "rope_parameters", None) or {}
+    kind = (getattr(model.config, "layer_types", None) or [None] * (layer + 1))[layer]
+    return params.get(kind) if isinstance(params.get(kind), dict) else None
 
 
 def groups_sum(why) -> float:

@@ -45,6 +45,10 @@ def _gemma2(_request, tmp_path_factory):
     return make_gemma(tmp_path_factory.mktemp("gemma2") / "m")
 
 
+def _gemma3(_request, tmp_path_factory):
+    return make_gemma(tmp_path_factory.mktemp("gemma3") / "m", family="gemma3")
+
+
 # every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
 # network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
 # (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
@@ -59,6 +63,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
+    "gemma3": (_gemma3, (DecoderNetwork, RotaryNetwork)),
 }
 
 
