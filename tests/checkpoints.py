@@ -235,8 +235,8 @@ def make_gemma(path: Path, *, family: str = "gemma2", std: float = 0.3, **overri
                attn_logit_softcapping=5.0, final_logit_softcapping=3.0, query_pre_attn_scalar=10,
                tie_word_embeddings=True)
     if family == "gemma3":
-        cfg.update(attn_logit_softcapping=None, final_logit_softcapping=None, rope_parameters=copy.deepcopy(GEMMA3_ROPE),
-                   layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+        cfg.update(attn_logit_softcapping=None, final_logit_softcapping=None,
+                   rope_parameters=copy.deepcopy(GEMMA3_ROPE), layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     cfg.update(overrides)
     torch.manual_seed(0)
     model = model_class(config_class(**cfg))

@@ -111,7 +111,8 @@ class Gemma3(gemma.Gemma2):
     def check(config, name: str) -> None:
         check(config, name)
 
-    def tables_by_type(self, length: int, device: torch.device | str = "cpu") -> dict[str, tuple[torch.Tensor, ...]]:
+    def tables_by_type(self, length: int,
+                       device: torch.device | str = "cpu") -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """cos and sin ``[1, length, d]`` of each layer type's rotary parameters, in the network's working dtype."""
         dtype = working_dtype(self.embed.dtype)
         return {kind: llama.rotary_tables(self.config, length, device, dtype, params)
@@ -120,13 +121,13 @@ class Gemma3(gemma.Gemma2):
     def rotary(self, length: int, device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's cos and sin: its layer type's table (a local and a global layer turn by different angles)."""
         tables = self.tables_by_type(length, device)
-        return [tables[layer.kind] for layer in self.layers]  # type: ignore[misc]
+        return [tables[layer.kind] for layer in self.layers]
 
     def at(self, start, length, device):
         """Every layer type's cos and sin for positions start..start+length−1, by type (:meth:`for_layer` hands each
         layer its own)."""
-        return ({kind: tuple(t[:, start:] for t in pair)
-                 for kind, pair in self.tables_by_type(start + length, device).items()},)
+        return ({kind: (cos[:, start:], sin[:, start:])
+                 for kind, (cos, sin) in self.tables_by_type(start + length, device).items()},)
 
     def for_layer(self, at: tuple, layer: int) -> tuple:
         (tables,) = at

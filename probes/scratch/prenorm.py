@@ -111,7 +111,8 @@ class PreNormDecoder:
             first, x = resume
         for i, layer in enumerate(self.layers[first:], start=first):
             x = run.at("resid_pre", i, x)
-            x = run.at("resid_post", i, layer(x, run, *self.for_layer(at, i), chunk))  # the last one: the residual before the final norm
+            # the last one: the residual before the final norm
+            x = run.at("resid_post", i, layer(x, run, *self.for_layer(at, i), chunk))
         x = run.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
         if not logits or self.lm_head is None:
             return None
