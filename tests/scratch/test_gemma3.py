@@ -249,3 +249,19 @@ def test_rotary_tables_take_one_layer_types_parameters():
     omega = 1.0 / 1_000_000.0 ** (torch.arange(0, 8, 2).float() / 8) / 8.0
     assert torch.equal(cos_global[0, :, :4], (torch.arange(5)[:, None].float() * omega).cos())
     assert not torch.equal(cos_local, cos_global)
+
+
+def test_the_head_probes_read_the_same_scores_from_either_path(tmp_path):
+    """The induction probes on Gemma 3's Traces (repeated random tokens, the local layers' window 3 included): the
+    lazy from-scratch Trace gives Hugging Face's scores, to the attention's fp32 parity tolerance."""
+    from probes import runner
+    from probes.heads.induction import induction_scores, repeated_tokens
+
+    model = _load(tmp_path)
+    enc = repeated_tokens(model, 3, 8)
+    ours = induction_scores([runner.forward(model, enc, source="scratch", backend="sdpa", logits=False)])
+    theirs = induction_scores([runner.forward(model, enc, source="hf", logits=False)])
+    assert set(ours.label) == {"previous_token", "duplicate_token", "induction"}
+    assert len(ours) == 3 * model.n_layers * model.n_heads
+    tolerance = parity.TOLERANCES["attention"]  # each score is a mean of attention weights
+    assert (ours.score - theirs.score).abs().max() <= tolerance
