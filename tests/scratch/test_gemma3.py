@@ -5,12 +5,11 @@ rotary table of each layer type left out are caught; each layer's own table reac
 generation; what is not implemented is refused by name, the multimodal ``gemma3`` type left to the Hugging Face
 view."""
 
-import copy
 import random
 
 import pytest
 import torch
-from checkpoints import GEMMA3_ROPE, gemma_norm_in_input_dtype, make_gemma
+from checkpoints import GEMMA3_ROPE, gemma_norm_in_input_dtype, gpt2_tokenizer, make_gemma
 from numeric import F64, fp32
 
 import probes
@@ -230,20 +229,36 @@ def test_a_score_cap_is_refused_at_load_because_hugging_face_ignores_it(tmp_path
         probes.load(str(path))
 
 
-def test_the_multimodal_model_type_is_left_to_the_hugging_face_view():
-    """``gemma3`` (Gemma3ForConditionalGeneration: a vision tower before the text) has no family record: the loader
-    says the from-scratch path does not cover it and that the Hugging Face view still works."""
+def test_the_multimodal_model_type_is_refused_by_name_at_load(tmp_path):
+    """``gemma3`` (Gemma3ForConditionalGeneration: a vision tower before the text, the text model's config nested
+    under ``text_config``) has no family record, and the Hugging Face view cannot read it either (the wrapper has no
+    layers of its own to count): the loader refuses it by name and points to the text-only model type."""
     import transformers
 
     from probes.families import family_of
 
     assert family_of(transformers.Gemma3Config()) is None
     assert family_of(transformers.Gemma3TextConfig()).name == "gemma3"
+    tok = gpt2_tokenizer()
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=64, query_pre_attn_scalar=10)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                       image_token_index=len(tok) - 1, boi_token_index=len(tok) - 2,
+                                       eoi_token_index=len(tok) - 3)
+    torch.manual_seed(0)
+    transformers.Gemma3ForConditionalGeneration(config).save_pretrained(tmp_path / "mm")
+    tok.save_pretrained(tmp_path / "mm")
+    with pytest.raises(UnsupportedModel, match=r"multimodal 'gemma3' model .*text-only checkpoint .*'gemma3_text'"):
+        probes.load(str(tmp_path / "mm"))
 
 
 def test_rotary_tables_take_one_layer_types_parameters():
     """llama.rotary_tables with explicit parameters: the linear type divides every frequency by its factor."""
-    config = copy.deepcopy(__import__("transformers").Gemma3TextConfig(head_dim=8, rope_parameters=_rope()))
+    import transformers
+
+    config = transformers.Gemma3TextConfig(head_dim=8, rope_parameters=_rope())
     cos_local, _ = llama.rotary_tables(config, 5, params=config.rope_parameters["sliding_attention"])
     cos_global, _ = llama.rotary_tables(config, 5, params=config.rope_parameters["full_attention"])
     omega = 1.0 / 1_000_000.0 ** (torch.arange(0, 8, 2).float() / 8) / 8.0
