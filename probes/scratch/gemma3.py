@@ -22,7 +22,8 @@ applies it, so neither path would compute what such a checkpoint was trained wit
 layer type*: ``rope_parameters`` is a dict keyed by ``sliding_attention`` and ``full_attention``, each with its own
 ``rope_theta`` (10,000 local, 1,000,000 global in the releases) and ``rope_type`` (``default``, or ``linear`` with a
 ``factor``, 8 on the released global layers: positions squeezed, the same as every ω_i divided by the factor), so a
-local and a global layer turn the same position by different angles.
+local and a global layer turn the same position by different angles. The KV lab, whose cache slots do not implement
+a model's own sliding window, reads a text no longer than the local layers' window and refuses a longer one by name.
 
 What it changes for the readers. The network's tables are one pair per layer (:meth:`Gemma3.rotary`, the
 :class:`~probes.scratch.family.RotaryNetwork` accessor): the Trace keeps each layer's (``Trace.rotary[layer]``), the
@@ -31,11 +32,13 @@ layer its type's table (:meth:`Gemma3.for_layer`), so generation with a KV cache
 by its layer's angles. QK attribution (:meth:`Gemma3.projected_parts`) freezes each head's QK-norm at the rms of the
 pass's own q (and k) at that position, as Qwen3's: the parts still sum to the pass's own q and k. Composition scores
 fold QK-norm's gain into W_Q's and W_K's columns (:meth:`Gemma3.head_weights`) and leave its scale out, as every
-norm's. Everything else (the post-attention norm frozen at the pass for a head's write, the soft-caps) is Gemma 2's.
+norm's. Everything else (the post-attention norm frozen at the pass for a head's write, the final soft-cap) is Gemma
+2's.
 
 Hugging Face's Gemma RMSNorm computes in fp32 whatever the dtype, so the float64 proof against its own code is refused
 by name (``float64_refused``) and made instead with that norm in float64, as for Gemma 2. The multimodal ``gemma3``
-model type (Gemma3ForConditionalGeneration, a vision tower before the text) has no record: the Hugging Face view only.
+model type (Gemma3ForConditionalGeneration, a vision tower before the text) has no record, and the loader refuses it
+by name (:func:`probes.models.refuse_multimodal`: the Hugging Face view cannot read it either).
 """
 
 from __future__ import annotations
@@ -171,9 +174,9 @@ FAMILIES = (
                        "default or linear)",
            refused="`attn_logit_softcapping` (at load: transformers' Gemma 3 ignores it, so neither path would be "
                    "right), other `rope_type`s (yarn, llama3, …), `partial_rotary_factor` < 1, `attention_bias`, "
-                   "`use_bidirectional_attention`, other activations; the multimodal `gemma3` model type (vision "
-                   "tower: the Hugging Face view only); direct logit attribution with `final_logit_softcapping` on; "
-                   "the float64 proof against HF's own code (its RMSNorm computes in fp32: proven instead with that "
-                   "norm in float64)",
+                   "`use_bidirectional_attention`, other activations; the multimodal `gemma3` model type (a vision "
+                   "tower beside the text: refused at load, neither view reads it); direct logit attribution with "
+                   "`final_logit_softcapping` on; the float64 proof against HF's own code (its RMSNorm computes in "
+                   "fp32: proven instead with that norm in float64)",
            examples=()),  # gemma-3-1b is 1 billion parameters and gated: typed by hub id
 )
