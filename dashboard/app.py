@@ -54,8 +54,9 @@ def start_session() -> None:
     if "page" in st.query_params:
         st.session_state["goto"] = state.page
     st.session_state["story_off"] = any(k in st.query_params for k in ("layer", "head", "query"))
-    # a link to a probe run on the Heads page runs it when it opens (the run is kept for the session)
-    st.session_state["run_from_link"] = state.page == "heads" and "probe" in st.query_params
+    # a link to a probe run on the Heads page runs it when it opens (the run is kept for the session): a link copied
+    # after a run says so (ran=heads); one that names a probe asks for it
+    st.session_state["run_from_link"] = state.page == "heads" and (state.has_run("heads") or "probe" in st.query_params)
 
 
 def model_choices() -> list[str]:

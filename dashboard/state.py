@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 from probes import ProbesError, check_name
+from probes.effects.compose import CONVENTIONS
 from probes.kv.views import KINDS as KV_KINDS
 from probes.runner import SOURCES
 from probes.scratch import BACKENDS
@@ -37,6 +38,17 @@ PAGES = {
 }
 # What if it attended less?: where its text comes from (the policy kinds it offers are probes.kv.views.KINDS)
 KV_TEXTS = {"ewt": "EWT web text", "sidebar": "the sidebar's text"}
+# the long work a link runs again when it opens, once it was run in the view the link was copied from: the Heads
+# page's probe run and the Circuit page's path patching (the other pages compute what they show as they open)
+RUNS = {"heads": "the probe run (Heads)", "patch": "path patching (Circuit)"}
+# Circuit: what the grid of every earlier head is coloured by (source and kind), and the parts path patching patches
+CIRCUIT_GRIDS = ("weights k", "weights q", "weights v", "text k", "text q")
+PATCH_INTO = ("k", "q", "v")
+# the logit lens's two views; Does it matter?'s measures of a head taken out, and how it is taken out
+LENS_VIEWS = ("layers", "heads")
+EFFECT_MEASURES = ("loss", "top_changed", "token_change", "hidden_change", "embedding_change")
+ABLATIONS = ("zero", "mean")
+FIND_MEASURES = ("weight", "norm", "ablation")
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,24 @@ class ViewState:
     kv_sinks: int = 4
     kv_policy: str = "sinks"
     kv_budget: int = 64
+    # the long work this view ran, which the link runs again when it opens: some of RUNS, comma-separated
+    ran: str = ""
+    # Circuit: the grid's colour (CIRCUIT_GRIDS), the convention of the scores from the weights, the corrupted text
+    # of path patching ("" = the page's own minimal pair of the story sentence) and the part it patches into
+    circuit_grid: str = "weights k"
+    convention: str = "raw"
+    patch_text: str = ""
+    patch_into: str = "k"
+    # Logit lens: the view (LENS_VIEWS) and the first position of the window shown on a long text (-1: the last ones)
+    lens_view: str = "layers"
+    lens_from: int = -1
+    # Does it matter?: the measure ("" = the page's default for the model) and the ablation (ABLATIONS)
+    effects_measure: str = ""
+    effects_how: str = "zero"
+    # Find heads: what the grid is coloured by (FIND_MEASURES), and whether a word's first piece that is the text's
+    # first token (the attention sink) is counted (the question itself is ask_query, ask_key and ask_against)
+    find_measure: str = "weight"
+    count_sink: bool = False
 
     @classmethod
     def from_query(cls, params: Mapping[str, str], default_model: str = "minilm") -> tuple[ViewState, list[str]]:
@@ -110,6 +140,15 @@ class ViewState:
             out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value)
         return out
 
+    def has_run(self, work: str) -> bool:
+        """Whether this view ran ``work`` (one of RUNS): a link to it runs it again when it opens."""
+        return work in self.ran.split(",")
+
+    def with_run(self, work: str) -> ViewState:
+        """This view, having run ``work`` (one of RUNS)."""
+        return self if self.has_run(work) else replace(self, ran=",".join(w for w in RUNS if self.has_run(w)
+                                                                            or w == work))
+
     def clamp(self, n_layers: int, n_heads: int, n_tokens: int | None = None) -> tuple[ViewState, list[str]]:
         """Keep layer, head and query token inside what the loaded model and text have."""
         changes, problems = {}, []
@@ -122,8 +161,10 @@ class ViewState:
 
 
 MAX_WORD = 100  # characters of a word of a question in a link
+MAX_PATCH_TEXT = 20_000  # characters of path patching's corrupted text in a link (the page checks its tokens)
 MAX_BUDGET = 8192  # keys: a budget in a link (SmolLM2's context)
-AT_LEAST = {"kv_budget": 1, "kv_tokens": 2, "kv_sinks": 1}  # a whole number in a link is 0 or more, these more
+AT_LEAST = {"kv_budget": 1, "kv_tokens": 2, "kv_sinks": 1,  # a whole number in a link is 0 or more, these more…
+            "lens_from": -1}  # …and this one -1 or more
 
 
 def _parse(name: str, raw: str, default):
@@ -155,9 +196,18 @@ def _parse(name: str, raw: str, default):
             raise ValueError(f"expected {least} or more")
         return value
     allowed = {"page": PAGES, "source": SOURCES, "backend": BACKENDS, "colour": COLOURS, "kv_text": KV_TEXTS,
-               "kv_policy": KV_KINDS}.get(name)
+               "kv_policy": KV_KINDS, "circuit_grid": CIRCUIT_GRIDS, "convention": CONVENTIONS,
+               "patch_into": PATCH_INTO, "lens_view": LENS_VIEWS, "effects_measure": ("", *EFFECT_MEASURES),
+               "effects_how": ABLATIONS, "find_measure": FIND_MEASURES}.get(name)
     if allowed and raw not in allowed:
-        raise ValueError(f"expected one of {', '.join(allowed)}")
+        raise ValueError(f"expected one of {', '.join(a for a in allowed if a)}")
+    if name == "ran":
+        works = [w.strip() for w in raw.split(",") if w.strip()]
+        if any(w not in RUNS for w in works):
+            raise ValueError(f"expected some of {', '.join(RUNS)}, comma-separated")
+        return ",".join(w for w in RUNS if w in works)
+    if name == "patch_text" and len(raw) > MAX_PATCH_TEXT:
+        raise ValueError(f"a corrupted text is at most {MAX_PATCH_TEXT:,} characters")
     if name == "kv_policies":
         kinds = [k.strip() for k in raw.split(",") if k.strip()]
         if not kinds or any(k not in KV_KINDS for k in kinds):

@@ -97,7 +97,8 @@ def _unrotated(trace: TraceLike, rotary: tuple[torch.Tensor, torch.Tensor], q: n
                item: int) -> tuple[np.ndarray, np.ndarray]:
     """q before the rotary embedding turned it, and the angle of each of its pairs: the inverse turn,
     by the cos and sin the trace's model used at the query's position. Tables narrower than q (a partial rotary:
-    Phi-3) turned its first r numbers only, pairs (i, i + r/2); the rest are q's as they are, and have no angle."""
+    Phi-3, GPT-NeoX) turned its first r numbers only, pairs (i, i + r/2); the rest are q's as they are, and have no
+    angle."""
     cos, sin = (t[min(item, len(t) - 1)].detach().cpu().double().numpy() for t in rotary)
     position = int(trace.attention_mask[item].nonzero()[query])
     c, s_ = cos[position], sin[position]

@@ -1,5 +1,5 @@
 """Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2/Qwen3/
-Phi-3, and a GPT-NeoX that no family record covers). Weights use a large init range so attention is peaked, not
+Phi-3, GPT-NeoX, and an OPT that no family record covers). Weights use a large init range so attention is peaked, not
 near-uniform: a
 parity check on near-uniform attention would hide mistakes."""
 
@@ -179,10 +179,11 @@ def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **
 
 
 def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrides) -> Path:
-    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"`` / ``"qwen3"`` / ``"phi3"``) with grouped-query
-    heads (6 query heads reading 2 key/value heads), untied embeddings; ``overrides`` go to the config. Qwen3 has
-    QK-norm (its q_norm and k_norm gains drawn like every norm's) and a head width of 12, not hidden / heads (8), as
-    its releases have (128 where hidden / heads is 64 in Qwen3-0.6B); Phi-3 fuses q, k, v and gate, up."""
+    """A tiny random Llama (or ``family="mistral"`` / ``"qwen2"`` / ``"qwen3"`` / ``"phi3"`` / ``"olmo2"``) with
+    grouped-query heads (6 query heads reading 2 key/value heads), untied embeddings; ``overrides`` go to the config.
+    Qwen3 has QK-norm (its q_norm and k_norm gains drawn like every norm's) and a head width of 12, not hidden / heads
+    (8), as its releases have (128 where hidden / heads is 64 in Qwen3-0.6B); Phi-3 fuses q, k, v and gate, up; OLMo 2
+    norms after its sublayers and has QK-norm over the whole projection."""
     import transformers
 
     tok = gpt2_tokenizer()
@@ -192,6 +193,7 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+        "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM),
     }[family]
     cfg = dict(vocab_size=len(tok), hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
@@ -270,15 +272,39 @@ def gemma_norm_in_input_dtype():
             norm.forward = own
 
 
-def make_neox(path: Path) -> Path:
-    """A tiny random GPT-NeoX: an architecture no family record covers (Hugging Face view only)."""
+def make_neox(path: Path, *, std: float = 0.3, **overrides) -> Path:
+    """A tiny random GPT-NeoX (Pythia's architecture): 4 heads of width 8, a quarter of each head turned (Pythia's
+    ``rotary_pct`` 0.25: 2 of 8 numbers; ``partial_rotary_factor=`` in ``overrides`` changes it), LayerNorm and
+    projections with biases, the parallel residual, an untied ``embed_out``; ``overrides`` go to the config."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     tok = gpt2_tokenizer()
+    cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               max_position_embeddings=64, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    rope = {"rope_type": "default", "rope_theta": overrides.pop("rope_theta", 10000.0),
+            "partial_rotary_factor": overrides.pop("partial_rotary_factor", 0.25)}
+    cfg["rope_parameters"] = overrides.pop("rope_parameters", rope)
+    cfg.update(overrides)
     torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=64, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id))
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(**cfg))
+    _scale_up(model, std)
+    if cfg.get("tie_word_embeddings"):
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_opt(path: Path) -> Path:
+    """A tiny random OPT: a decoder no family record covers (Hugging Face view only)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    tok = gpt2_tokenizer()
+    torch.manual_seed(0)
+    model = OPTForCausalLM(OPTConfig(
+        vocab_size=len(tok), hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+        word_embed_proj_dim=32, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -51,7 +51,16 @@ os.environ.setdefault("PROBES_MODELS_LOADED", "8")  # the app keeps every model 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from checkpoints import make_bert, make_distilbert, make_gemma, make_gpt2, make_llama, make_neox, make_roberta  # noqa: E402
+from checkpoints import (  # noqa: E402
+    make_bert,
+    make_distilbert,
+    make_gemma,
+    make_gpt2,
+    make_llama,
+    make_neox,
+    make_opt,
+    make_roberta,
+)
 
 
 @pytest.fixture(scope="session")
@@ -117,8 +126,21 @@ def phi3_dir(ckpt_dir):
 
 
 @pytest.fixture(scope="session")
+def olmo2_dir(ckpt_dir):
+    """A tiny OLMo 2 of 3 layers: norms after the sublayers, QK-norm over the whole projection, q/k/v/o biases."""
+    return make_llama(ckpt_dir / "olmo2", family="olmo2", num_hidden_layers=3, attention_bias=True)
+
+
+@pytest.fixture(scope="session")
 def neox_dir(ckpt_dir):
-    return make_neox(ckpt_dir / "neox")
+    """A tiny GPT-NeoX of 3 layers: a quarter of each head turned, the parallel residual, biases everywhere."""
+    return make_neox(ckpt_dir / "neox", num_hidden_layers=3)
+
+
+@pytest.fixture(scope="session")
+def opt_dir(ckpt_dir):
+    """A tiny OPT: an architecture no family record covers (the Hugging Face view only)."""
+    return make_opt(ckpt_dir / "opt")
 
 
 @pytest.fixture(scope="session")

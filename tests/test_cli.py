@@ -46,12 +46,12 @@ def test_pair_through_the_cli(bert_dir, capsys):
     assert data["tokens"].count("[SEP]") == 2
 
 
-def test_bad_input_exits_2_with_one_line(gpt2_dir, neox_dir, tmp_path, capsys):
+def test_bad_input_exits_2_with_one_line(gpt2_dir, opt_dir, tmp_path, capsys):
     cases = [
         (["--model", "minilm", "--text", "   "], "empty"),
         (["--model", str(gpt2_dir), "--text", "cat " * 200], "at most 64"),
         (["--model", str(tmp_path / "missing"), "--text", "hi"], "no model directory"),
-        (["--model", str(neox_dir), "--text", "hi"], coverage()),  # "the from-scratch path covers BERT, …"
+        (["--model", str(opt_dir), "--text", "hi"], coverage()),  # "the from-scratch path covers BERT, …"
         (["--model", str(gpt2_dir), "--text", "hi", "--pair", "there"], "no sentence pairs"),
         (["--model", str(gpt2_dir), "--text", "hi", "--hub-only"], "loads only hub ids"),
     ]

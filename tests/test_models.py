@@ -125,10 +125,10 @@ def test_pickle_that_runs_code_is_refused(gpt2_dir, tmp_path):
 
 
 @pytest.mark.numeric
-def test_unsupported_architecture_keeps_the_hf_view(neox_dir):
-    model = probes.load(str(neox_dir))
+def test_unsupported_architecture_keeps_the_hf_view(opt_dir):
+    model = probes.load(str(opt_dir))
     assert model.family is None and model.family_name == "other" and model.is_causal
-    assert not model.scratch_supported and "'gpt_neox' model" in model.scratch_problem
+    assert not model.scratch_supported and "'opt' model" in model.scratch_problem
     trace = hf.forward(model, model.encode("hello world"))
     assert trace.n_layers == 2 and trace.q is None and trace.scales is None
     n = trace.attention(0).shape[-1]

@@ -8,9 +8,9 @@ import probes
 from probes import runner
 
 
-def test_auto_reads_the_scratch_pass_where_the_family_has_one(gpt2_model, neox_dir):
+def test_auto_reads_the_scratch_pass_where_the_family_has_one(gpt2_model, opt_dir):
     assert runner.resolve_source(gpt2_model, "auto") == "scratch"
-    assert runner.resolve_source(probes.load(str(neox_dir)), "auto") == "hf"
+    assert runner.resolve_source(probes.load(str(opt_dir)), "auto") == "hf"
     with pytest.raises(ValueError, match="hf, scratch or auto"):
         runner.resolve_source(gpt2_model, "onnx")
 

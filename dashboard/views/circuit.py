@@ -42,10 +42,10 @@ def _convention(ctx: ui.Context) -> tuple[str, str]:
     from probes.effects.compose import CONVENTIONS, conventions
 
     about = conventions(ctx.model)
-    if len(about) == 1:  # BERT: raw alone, whatever another model's choice was
-        st.session_state["circuit_convention"] = "raw"
-    chosen = st.radio("Convention of the composition scores from the weights", list(CONVENTION),
-                      format_func=CONVENTION.get, horizontal=True, key="circuit_convention", disabled=len(about) == 1,
+    if len(about) == 1 and ui.view().convention != "raw":  # BERT: raw alone, whatever another model's choice was
+        ui.update(convention="raw")
+    chosen = ui.bound("radio", "convention", "Convention of the composition scores from the weights", st,
+                      options=list(CONVENTION), format_func=CONVENTION.get, horizontal=True, disabled=len(about) == 1,
                       help="TransformerLens folds LayerNorm's centring into the weights by default (fold_ln and "
                            "center_writing_weights: W_Q, W_K, W_V and each head's W_O lose their mean over the "
                            "residual dimension), and its composition scores read those weights; the scores here leave "
@@ -62,8 +62,8 @@ def _grid(ctx: ui.Context, convention: tuple[str, str]) -> None:
     """Every earlier head as a layers × heads grid of one answer: composition from the weights in ``convention``
     (its random baseline in the title and the legend's range) or on this text (each head's share of the scores)."""
     v, m = ui.view(), ctx.model
-    what = st.radio("Every earlier head, coloured by", list(GRID), format_func=GRID.get, horizontal=True,
-                    key="circuit_grid")
+    what = ui.bound("radio", "circuit_grid", "Every earlier head, coloured by", st, options=list(GRID),
+                    format_func=GRID.get, horizontal=True)
     source, kind = what.split()
     if source == "weights":
         frame = data.composition(ctx.inp.model, v.layer, v.head, convention[0])
@@ -153,21 +153,24 @@ def _patching(ctx: ui.Context) -> None:
     v = ui.view()
     st.subheader("Path patching: which heads reach it through its q, k or v")
     left, right = st.columns([3, 1])
-    corrupted = left.text_input("Corrupted text (the same number of tokens as the sidebar's)",
-                                CORRUPTED.get(ctx.inp.text.strip(), ""), key="circuit_corrupted",
+    # the link's corrupted text, or the page's own minimal pair of the story sentence ("" in the link)
+    st.session_state["w_patch_text"] = v.patch_text or CORRUPTED.get(ctx.inp.text.strip(), "")
+    corrupted = left.text_input("Corrupted text (the same number of tokens as the sidebar's)", key="w_patch_text",
+                                on_change=lambda: ui.update(patch_text=st.session_state["w_patch_text"]),
                                 help="each earlier head's output on this text replaces its output on the sidebar's, "
                                      "but only in what this head's query, key or value reads: everything else clean")
-    into = right.radio("Patch into", ("k", "q", "v"), horizontal=True, key="circuit_into", format_func=PARTS.get)
+    into = ui.bound("radio", "patch_into", "Patch into", right, options=["k", "q", "v"], horizontal=True,
+                    format_func=PARTS.get)
     if not corrupted.strip():
         st.caption("Type a corrupted text (e.g. the sidebar's with one word changed for another of one token) to "
                    "patch each earlier head from it into this head.")
         return
-    if not st.button("Run path patching", key="circuit_run") and not st.session_state.get("circuit_ran"):
+    if not st.button("Run path patching", key="circuit_run") and not v.has_run("patch"):
         n = v.layer * ctx.model.n_heads
         st.caption(f"{n} earlier heads, one patched copy each (batched): a few seconds on minilm, about a minute on "
                    "smollm2.")
         return
-    st.session_state["circuit_ran"] = True
+    ui.update(ran=ui.view().with_run("patch").ran)  # a link to this view runs it again where it is opened
     try:
         frame = data.path_patch(ctx.inp.model, ctx.inp.text, corrupted, v.layer, v.head, into)
     except probes.ProbesError as exc:

@@ -80,12 +80,12 @@ def _ablation(ctx: ui.Context, info: data.RunInfo) -> None:
     st.subheader("Take one head out: what changes?")
     lm = m.predicts_tokens
     measures = (["loss", "top_changed"] if lm else []) + ["token_change", "hidden_change", "embedding_change"]
-    if st.session_state.get("effects_measure") not in measures:  # the change at the query token picked beside it
-        st.session_state["effects_measure"] = "token_change"
+    if v.effects_measure not in measures:  # the change at the query token picked beside it
+        ui.update(effects_measure="token_change")
     cols = st.columns([2, 2, 2])
-    measure = cols[0].selectbox("Measure", measures, key="effects_measure", format_func=words.said,
-                                help="; ".join(f"{words.said(name)}: {ABOUT[name]}" for name in measures))
-    how = cols[1].radio("Ablation", list(HOWS), key="effects_how", horizontal=True,
+    measure = ui.bound("selectbox", "effects_measure", "Measure", cols[0], options=measures, format_func=words.said,
+                       help="; ".join(f"{words.said(name)}: {ABOUT[name]}" for name in measures))
+    how = ui.bound("radio", "effects_how", "Ablation", cols[1], options=list(HOWS), horizontal=True,
                         help="; ".join(HOWS.values()) + ". Every head is removed alone, one copy of the text each")
     query = ui.query_picker(info, cols[2])
     if how == "mean":

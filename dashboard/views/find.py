@@ -40,8 +40,10 @@ def render(ctx: ui.Context) -> None:
     other_pieces = words[against][1] if against >= 0 and against != key else []
     holder = next((words[i][0] for i, p in ((key, pieces), (against, other_pieces))
                    if explain.SINK in p and len(p) > 1), None)  # the word whose first piece is the first token
+    st.session_state["find_sink"] = ui.view().count_sink  # as the link or the last visit left it
     sink = holder is not None and st.checkbox(
         f"Count “{ui.safe(holder)}”'s first piece", key="find_sink",
+        on_change=lambda: ui.update(count_sink=st.session_state["find_sink"]),
         help="it is the text's first token, where heads park the attention they do not need (the attention sink): "
              "left out, a head neither answers nor looks at the other word by parking its attention there")
     keys, others = explain.counted(pieces, sink=sink), tuple(explain.counted(other_pieces, sink=sink))
@@ -60,7 +62,9 @@ def render(ctx: ui.Context) -> None:
     if problem:
         st.warning(ui.safe(problem))
     offered = list(MEASURES) if ctx.model.family is not None else ["weight"]
+    st.session_state["find_measure"] = v.find_measure if v.find_measure in offered else "weight"
     measure = st.radio("Colour by", offered, horizontal=True, key="find_measure", format_func=MEASURES.get,
+                       on_change=lambda: ui.update(find_measure=st.session_state["find_measure"]),
                        help="weight: the query's attention on the key word. Value-weighted norm ‖Σ α·f(x)‖: that "
                             "weight times what the key's value writes into the residual stream (Kobayashi et al. "
                             "2020), so a head that looks at a word whose value is near zero stays pale. Ablation "

@@ -51,6 +51,7 @@ def _run(ctx: ui.Context):
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))
         bar.empty()
     if data.has_probe_table(*args):
+        st.session_state[ui.VIEW] = ui.view().with_run("heads")  # the link runs it again where it is opened
         table = data.probe_table(*args)
         for note in table.attrs.get("notes", []):  # what a decoder's run leaves out, and why
             st.caption(ui.safe(note))

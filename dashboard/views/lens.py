@@ -16,10 +16,14 @@ VIEWS = {"layers": "Layers: the residual stream", "heads": "Heads: direct effect
 
 
 def _window(n: int) -> tuple[int, int]:
-    """The positions shown, [lo, hi): all of a short text; a slider over a long one."""
+    """The positions shown, [lo, hi): all of a short text; a slider over a long one, from the link's first position
+    (the last positions where it names none, or one past this text's)."""
     if n <= COLUMNS:
         return 0, n
-    lo = st.slider("First position shown", 0, n - COLUMNS, n - COLUMNS, key="lens_from",
+    asked = ui.view().lens_from
+    st.session_state["w_lens_from"] = asked if 0 <= asked <= n - COLUMNS else n - COLUMNS
+    lo = st.slider("First position shown", 0, n - COLUMNS, key="w_lens_from",
+                   on_change=lambda: ui.update(lens_from=st.session_state["w_lens_from"]),
                    help=f"the table shows {COLUMNS} positions at a time")
     return lo, lo + COLUMNS
 
@@ -89,8 +93,10 @@ def render(ctx: ui.Context) -> None:
     st.markdown("A decoder predicts the next token from its last hidden state: the residual stream after the last "
                 "layer, through the final norm and the unembedding. The **logit lens** reads the stream the same way "
                 "after every layer, to see when the prediction forms.")
-    how = st.segmented_control("Show", list(VIEWS), format_func=lambda view: VIEWS[view], key="lens_view",
-                               default="layers",
+    st.session_state["w_lens_view"] = ui.view().lens_view  # as the link or the last visit left it
+    # a segmented control can be clicked off (None): the view keeps a view
+    how = st.segmented_control("Show", list(VIEWS), format_func=lambda view: VIEWS[view], key="w_lens_view",
+                               on_change=lambda: ui.update(lens_view=st.session_state["w_lens_view"] or "layers"),
                                help="layers: the residual stream after each layer; heads: what each head of the "
                                     "sidebar's layer adds to the logits directly")
     if info.truncated_from:

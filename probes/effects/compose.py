@@ -21,12 +21,13 @@ the three kinds' products have the same shapes too, so one baseline serves all.
 **Weights only.** The maps come from :meth:`probes.scratch.family.SplitNetwork.head_weights`: the gain of the norm a
 layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the rows of its W_Q, W_K and W_V, and
 Qwen3's QK-norm gains (an RMSNorm over each head's q and k) into the columns of W_Q and W_K; the biases, the norms'
-centring and their input-dependent scale (QK-norm's too: 1 ÷ the rms of the head's own q or k) are left out. Rotary
-families (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) are scored at relative offset 0 (no rotation: the query and the
-key at the same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head it reads
-(h // (H / H_kv)). Gemma's post-attention norm's gain is folded into the columns of W_O (its scale left out). BERT
-(post-norm) is handled with the gain of the LayerNorm that made each layer's input folded the same way; the other
-LayerNorms between a sender's write and the receiver (each layer's two) are left out.
+centring and their input-dependent scale (QK-norm's too: 1 ÷ the rms of the head's own q or k) are left out.
+OLMo 2's QK-norm spans the whole projection: its gain is folded into W_Q's and W_K's columns too. Rotary families
+(Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, GPT-NeoX, OLMo 2) are scored at relative offset 0 (no rotation: the query
+and the key at the same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head
+it reads (h // (H / H_kv)). A post-attention norm's gain (Gemma's, OLMo 2's) is folded into the columns of W_O (its
+scale left out). BERT (post-norm) is handled with the gain of the LayerNorm that made each layer's input folded the
+same way; the other LayerNorms between a sender's write and the receiver (each layer's two) are left out.
 
 **Two conventions** (``convention=``, :data:`CONVENTIONS`; ``"raw"`` by default, and every output names the one used):
 

@@ -5,9 +5,10 @@ what wrote the query and what wrote the key.
 The layer's input x is a sum of parts: the embeddings (the token's, and the position's and token type's where
 the family adds them), every earlier head's output z_h·W_O[h], every earlier MLP's output and the biases. The
 norm before the attention (LayerNorm, RMSNorm; BERT's norms along the stream; Qwen3's QK-norm of each head's q
-and k, at the rms of the pass's own q and k) is made linear by freezing its scale at its value in this pass, as the
-direct logit attribution does; LayerNorm's mean-centring is linear already, so each part is centred on its own and
-no cross term is left over. q and k are then linear in the
+and k, at the rms of the pass's own q and k; OLMo 2's QK-norm over the whole q and k, and its norm after each
+attention's W_O, at the rms of that attention's own output) is made linear by freezing its scale at its value in
+this pass, as the direct logit attribution does; LayerNorm's mean-centring is linear already, so each part is centred
+on its own and no cross term is left over. q and k are then linear in the
 parts, plus a constant (the norm's bias and the projections' biases): q_i = Σ_a q_i(a) + q_i(bias),
 k_j = Σ_b k_j(b) + k_j(bias), and rotary families turn each part by its position (a rotation is linear too).
 So
@@ -24,9 +25,10 @@ of the capped row).
 
 **Position.** A family with a learned position table (GPT-2, BERT) has position as a part of its own ("position
 embedding"): its terms, with any part on either side, are the score's position reading, the rest its content. A
-rotary family (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) has no such part: every part is turned by its position. There
-the score is split by rotary frequency band instead. With q and k the head's vectors before the turn and pair
-b = (b, b + d/2) (Hugging Face's "rotate half" layout) turned by the angle θ_b·position, θ_b = base^(−2b/d),
+rotary family (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, GPT-NeoX, OLMo 2) has no such part: every part is turned
+by its position. There the score is split by rotary frequency band instead. With q and k the head's vectors before
+the turn and pair b = (b, b + d/2) (Hugging Face's "rotate half" layout) turned by the angle θ_b·position,
+θ_b = base^(−2b/d),
 
     s_ij = scale · Σ_b q_i,b · R(θ_b·(j − i)) · k_j,b        (each pair's 2-vector dot product)
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import BadOption
-from .writes import head_writes
+from .writes import head_writes, write_scale
 
 Hook = Callable[[torch.Tensor, str], "torch.Tensor | None"]  # (tensor, point) -> the tensor to go on with, or None
 
@@ -204,7 +204,10 @@ class Pass:
         if not edited:
             return out
         out = result.sum(2)
-        return out if b_o is None else out + b_o.to(out.dtype)
+        if b_o is None:
+            return out
+        scale = write_scale(self.net, layer, z)  # a post-attention norm scales the bias too (OLMo 2), frozen
+        return out + (b_o.to(out.dtype) if scale is None else b_o.to(out.dtype) * scale.to(out.dtype))
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
             **kwargs) -> tuple[torch.Tensor | None, bool]:

@@ -1,8 +1,10 @@
-"""The layer loop of a pre-norm decoder, written once: GPT-2 and Llama (with Mistral, Qwen2, Qwen3, Phi-3, Gemma 2)
+"""The layer loop of a pre-norm decoder, written once: GPT-2, Llama (with Mistral, Qwen2, Qwen3, Phi-3, Gemma 2,
+OLMo 2) and GPT-NeoX
 supply only their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
 
     x = embeddings(tokens)
-    for each layer:   x = layer(x)           (x + attention(norm(x)), then x + MLP(norm(x)), inside the layer)
+    for each layer:   x = layer(x)           (x + attention(norm(x)), then x + MLP(norm(x)), inside the layer;
+                                              GPT-NeoX's parallel residual: x + attention(norm(x)) + MLP(norm(x)))
     x = normed(x);  logits = x · lm_headᵀ    (the final norm)
 
 BERT keeps its own loop: it is post-norm (each layer's output is already normalised, so there is no final
@@ -77,7 +79,8 @@ class PreNormDecoder:
         """Layer ``layer``'s input at ``positions`` (item 0) as the sum of what wrote it, each ``[n, D]`` in ``dtype``:
         the embeddings, every earlier head's output z_h·W_O[h], every earlier MLP's output and the output
         projections' biases. A pre-norm stream is only ever added to, so an MLP's output is what its layer added
-        less the attention's (see :meth:`probes.scratch.family.SplitNetwork.residual_parts`)."""
+        less the attention's, whether the MLP read the stream after the attention's write or beside it (GPT-NeoX's
+        parallel residual) (see :meth:`probes.scratch.family.SplitNetwork.residual_parts`)."""
         at = lambda t: t[0, positions].to(dtype)  # noqa: E731 (item 0, the asked positions)
         parts = {name: e.to(dtype) for name, e in self.embedding_parts(input_ids, token_type_ids, positions).items()}
         biases = None

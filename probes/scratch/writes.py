@@ -1,7 +1,8 @@
 """What each head writes into the residual stream, for the readers that split the attention's output by head (the
 ``attn.result`` hook point, the logit lens's heads, direct logit attribution, path patching, composition): z_h·W_O[h],
-and where a family scales the attention's output after the projection (Gemma 2's post-attention norm) that scale,
-frozen at a pass. Below :mod:`probes.scratch.family` and :mod:`probes.scratch.hooks`, which both read it."""
+and where a family scales the attention's output after the projection (the post-attention norms of Gemma 2 and
+OLMo 2) that scale, frozen at a pass. Below :mod:`probes.scratch.family` and :mod:`probes.scratch.hooks`, which
+both read it."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import torch
 def write_scale(net, layer: int, z: torch.Tensor) -> torch.Tensor | None:
     """What multiplies each head's z_h·W_O[h] on its way into the residual stream, frozen at the pass whose head
     outputs are ``z`` ``[..., H, L, d]``: ``[..., L, D]``, or None where a head's write is z_h·W_O[h] itself (every
-    family but Gemma, whose post-attention norm scales the attention's output: (1 + w) ÷ rms(Σ_h z_h·W_O[h]))."""
+    family but Gemma 2 and OLMo 2, whose post-attention norms scale the attention's output: (1 + w) ÷ rms(Σ_h
+    z_h·W_O[h]) for Gemma, w ÷ rms(Σ_h z_h·W_O[h] + b) for OLMo 2)."""
     fn = getattr(net, "attention_write_scale", None)
     return None if fn is None else fn(layer, z)
 
 
 def head_writer(net, layer: int) -> torch.Tensor:
     """W_O ``[H, d, D]`` as a reader of the weights alone sees each head's write (composition scores): the output
-    projection by head, with the gain of a post-attention norm (Gemma's (1 + w)) folded into its columns; that norm's
-    scale depends on the input and is left out, as every norm's scale is."""
+    projection by head, with the gain of a post-attention norm (Gemma's 1 + w, OLMo 2's w) folded into its columns;
+    that norm's scale depends on the input and is left out, as every norm's scale is."""
     w_o = net.head_out(layer)[0]
     gain = getattr(net, "attention_write_gain", None)
     return w_o if gain is None else w_o * gain(layer).to(w_o.dtype)

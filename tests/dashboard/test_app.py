@@ -99,11 +99,11 @@ def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch
     assert at.query_params["model"] in ("distilgpt2", ["distilgpt2"])
 
 
-def test_a_hf_only_model_offers_no_scratch_source_and_says_why(neox_dir):
-    at = _app(model=str(neox_dir), text="hello there")
+def test_a_hf_only_model_offers_no_scratch_source_and_says_why(opt_dir):
+    at = _app(model=str(opt_dir), text="hello there")
     assert at.sidebar.radio(key="w_source").options == ["Hugging Face"]
     assert "Parity" not in _texts(at.sidebar.markdown)
-    at = _app(model=str(neox_dir), text="hello there", page="parity")
+    at = _app(model=str(opt_dir), text="hello there", page="parity")
     assert "Hugging Face view only" in _texts(at.info) and coverage() in _texts(at.info)
 
 

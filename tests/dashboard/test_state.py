@@ -82,3 +82,24 @@ def test_the_kv_pages_settings_round_trip_and_bad_ones_are_explained():
     assert len(problems) == 6
     assert any("kv_budgets='0,16'" in p and "from 1 to 8,192" in p for p in problems)
     assert any("kv_budget='0'" in p and "1 or more" in p for p in problems)
+
+
+def test_the_views_of_heads_circuit_lens_and_effects_round_trip_and_bad_ones_are_explained():
+    """What a page shows besides the sidebar lives in the link: the work run (which a link runs again), Circuit's
+    grid, convention, corrupted text and patched part, the lens's view and window, Does it matter?'s measure and
+    ablation, Find heads' colour and sink; a link's unknown value is said and the default kept."""
+    state = ViewState(page="circuit", ran="heads,patch", circuit_grid="text q", convention="transformerlens",
+                      patch_text="the dog sat", patch_into="v", lens_view="heads", lens_from=0,
+                      effects_measure="loss", effects_how="mean", find_measure="norm", count_sink=True)
+    back, problems = ViewState.from_query(state.to_query())
+    assert back == state and problems == []
+    assert back.has_run("patch") and back.has_run("heads") and not ViewState().has_run("heads")
+    assert ViewState().with_run("patch").with_run("heads").with_run("patch").ran == "heads,patch"  # one spelling
+    assert set(ViewState().to_query()) == {"model"}  # none of them in a link until changed
+    bad, problems = ViewState.from_query({"ran": "everything", "circuit_grid": "weights z", "convention": "tl",
+                                          "patch_into": "o", "lens_view": "mlp", "lens_from": "-2",
+                                          "effects_measure": "speed", "effects_how": "resample",
+                                          "patch_text": "x" * 20_001, "find_measure": "colour"})
+    assert bad == ViewState() and len(problems) == 10, problems
+    assert "ran='everything' ignored: expected some of heads, patch" in problems[0]
+    assert any("lens_from='-2' ignored: expected -1 or more" in p for p in problems)

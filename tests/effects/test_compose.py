@@ -34,6 +34,7 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 @pytest.mark.numeric
 @pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "gemma2_dir", "gemma3_dir",
+                                   "neox_dir", "olmo2_dir",
                                    "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
@@ -77,6 +78,25 @@ def test_qk_norm_folds_its_gain_and_leaves_out_its_scale(tmp_path):
     lay = net.layers[0]
     plain = (lay.norm_attn[:, None] * lay.q_proj[0].t()).reshape(model.config.hidden_size, model.n_heads, -1)
     assert not torch.allclose(net.head_weights(0)[0], plain.transpose(0, 1), atol=F64, rtol=0)
+
+
+@pytest.mark.numeric
+def test_olmo2_qk_norm_folds_its_gain_across_heads(tmp_path):
+    """OLMo 2: no norm before the attention, and QK-norm over the whole projection: at position 0 (no turn) the pass's
+    own q (k) is x·W_Q[h] (x·W_K[h]) of the layer's input x times one positive number for every head and dimension, 1
+    ÷ the rms of the whole projection: QK-norm's H·d gains are in head_weights, its scale is not."""
+    model = load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=2))).cast(torch.float64)
+    net = build(model)
+    got = run(model, model.encode("the cat sat on the mat"), logits=False, keep=["resid_pre"])
+    for layer, x in enumerate(got.each("resid_pre")):
+        q, k, _ = net.qkv(layer, x)
+        w_q, w_k, _ = net.head_weights(layer)
+        for own, maps in ((q, w_q), (k, w_k)):
+            ratio = torch.einsum("D,hDd->hd", x[0, 0], maps) / own[0, :, 0]
+            assert (ratio > 0).all() and (ratio - ratio[0, 0]).abs().max() <= F64 * float(ratio.abs().max())
+    lay = net.layers[0]  # the maps without QK-norm's gain: not proportional (the gain is really folded)
+    plain = lay.q_proj[0].t().reshape(model.config.hidden_size, model.n_heads, -1).transpose(0, 1)
+    assert not torch.allclose(net.head_weights(0)[0], plain, atol=F64, rtol=0)
 
 
 @pytest.fixture(scope="module")

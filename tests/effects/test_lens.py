@@ -31,10 +31,10 @@ def last_row(lens: Lens):
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2", "gemma3", "neox", "olmo2"])
 def test_the_last_row_is_the_models_logits_in_float64(family, request):
-    # GPT-2 (LayerNorm with a bias) and the RMSNorm decoders (Llama; Qwen3's QK-norm, Phi-3's fused projections): the
-    # lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with their softmax
+    # GPT-2 and GPT-NeoX (LayerNorm with a bias) and the RMSNorm decoders (Llama; Qwen3's QK-norm, Phi-3's fused
+    # projections): the lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with their softmax
     # probabilities, to float64 rounding
     model = request.getfixturevalue("gpt2_model64") if family == "gpt2" else \
         probes.load(str(request.getfixturevalue(f"{family}_dir"))).cast(torch.float64)

@@ -16,7 +16,7 @@ from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
 from probes.scratch import build, point, run
-from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama
+from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama, make_neox
 
 CLEAN = "The cat sat on the mat, and the dog watched it."
 CORRUPT = "The dog sat on the mat, and the cat watched it."
@@ -436,3 +436,83 @@ def test_gemma3_equals_the_same_patch_by_hand_in_hugging_face(tmp_path, into):
         assert got.frame.pattern_change.max() <= F64
     else:
         assert got.frame.pattern_change.max() > 0.01
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("parallel", [True, False])
+def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
+    # GPT-NeoX (q, k and v cut per head out of one fused product, a quarter of each head turned; the parallel
+    # residual or the sequential one): patching receiver 2.1's key from sender 1.3 is head 2.1 with k recomputed
+    # from x + Δ, Δ the sender's corrupt less clean write; the other heads keep their clean output
+    model = probes.load(str(make_neox(tmp_path / "neox", num_hidden_layers=3,
+                                      use_parallel_residual=parallel))).cast(torch.float64)
+    net = build(model)
+    enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
+    assert enc.input_ids.shape == enc_c.input_ids.shape
+    got = path_patch(model, CLEAN, CORRUPT, (2, 1), "k", senders=[(1, 3)], keep_patterns=True)
+    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    inputs, base_z = base.each("resid_pre"), base.each("attn.z")
+    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    x = inputs[2] + (z_c[1][0, 3] - base_z[1][0, 3]) @ net.head_out(1)[0][3]
+    q, _, _ = net.qkv(2, inputs[2])
+    _, k, _ = net.qkv(2, x)
+    n = q.shape[2]
+    scores = (q[0, 1] @ k[0, 1].T) * model.family.scale(model.config, 2) + \
+        torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
+    assert got.frame.pattern_change[0] > 0.01
+
+    def by_hand_k(k, name):
+        k = k.clone()
+        k[:, 1] = net.qkv(2, x)[1][:, 1]
+        return k
+
+    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k}, keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    seen = hand["blocks.2.attn.z"]
+    assert (seen[0, [0, 2, 3]] - base_z[2][0, [0, 2, 3]]).abs().max() <= F64
+    assert (seen[0, 1] - base_z[2][0, 1]).abs().max() > 1e-3
+    ids = enc.input_ids[0]
+    measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
+                       lm_stats(ids, n, logits=hand.logits))
+    assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
+
+
+@pytest.mark.numeric
+def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_path):
+    # OLMo 2: no norm before the attention, QK-norm over the whole projection, and the attention's output normed
+    # after W_O (with its bias): path patching freezes that norm at the clean pass's scale, Δ = Δz_h·W_O[h] · w ÷
+    # rms(clean attention output + b). By hand with Hugging Face's weights: the same Δ, the receiver's pattern, the loss
+    model = probes.load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=3,
+                                       attention_bias=True))).cast(torch.float64)
+    net = build(model)
+    enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
+    got = path_patch(model, CLEAN, CORRUPT, (2, 1), "k", senders=[(1, 3)], keep_patterns=True)
+    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    inputs, base_z = base.each("resid_pre"), base.each("attn.z")
+    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    hf_layer = model.hf.model.layers[1]
+    w_o = hf_layer.self_attn.o_proj.weight.detach().T.reshape(model.n_heads, -1, model.config.hidden_size)
+    whole = torch.einsum("hld,hdD->lD", base_z[1][0], w_o) + hf_layer.self_attn.o_proj.bias.detach()
+    frozen = hf_layer.post_attention_layernorm.weight.detach() * torch.rsqrt(
+        whole.pow(2).mean(-1, keepdim=True) + model.config.rms_norm_eps)
+    x = inputs[2] + ((z_c[1][0, 3] - base_z[1][0, 3]) @ w_o[3]) * frozen
+    group = model.n_heads // model.config.num_key_value_heads
+    q, _, _ = net.qkv(2, inputs[2])
+    _, k, _ = net.qkv(2, x)
+    n = q.shape[2]
+    scores = (q[0, 1] @ k[0, 1 // group].T) * model.family.scale(model.config, 2) + \
+        torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
+    assert got.frame.pattern_change[0] > 0.01
+
+    def by_hand_k(k, name):
+        k = repeat_kv(k, group).clone()
+        k[:, 1] = repeat_kv(net.qkv(2, x)[1], group)[:, 1]
+        return k
+
+    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, group)},
+               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    ids = enc.input_ids[0]
+    measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
+                       lm_stats(ids, n, logits=hand.logits))
+    assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)

@@ -25,6 +25,7 @@ from tests.checkpoints import (
     make_gpt2,
     make_induction,
     make_llama,
+    make_neox,
     make_roberta,
     make_rotary_heads,
 )
@@ -57,6 +58,13 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # Gemma 2's body with QK-norm (frozen at each head's own q and k) and a rotary table per layer type (local θ
     # 10,000; global θ 1,000,000 with linear factor 8): each layer's bands are read from its own table
     "gemma3": lambda path: make_gemma(path, family="gemma3", sliding_window=4),
+    # LayerNorm before the fused q/k/v (interleaved by head), a quarter of each head turned; the parallel residual
+    # (the MLP reads the layer's input beside the attention) and the sequential one
+    # no norm before the attention, QK-norm over the whole projection, the attention's write normed after W_O
+    "olmo2": lambda path: make_llama(path, family="olmo2", num_hidden_layers=3, attention_bias=True),
+    "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
+    "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
+                                                  attention_bias=False),
 }
 
 
@@ -366,9 +374,9 @@ def test_cells_the_head_gives_no_score_are_refused(tiny):
             qk_attribution(model, TEXT, 0, 0, 9, 2)
 
 
-def test_a_model_the_scratch_path_does_not_cover_is_refused(neox_dir):
+def test_a_model_the_scratch_path_does_not_cover_is_refused(opt_dir):
     with pytest.raises(UnsupportedModel):
-        qk_attribution(probes.load(str(neox_dir)), TEXT, 0, 0, 1, 0)
+        qk_attribution(probes.load(str(opt_dir)), TEXT, 0, 0, 1, 0)
 
 
 @pytest.mark.numeric

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 import torch
-from checkpoints import make_gemma, make_llama
+from checkpoints import make_gemma, make_llama, make_neox
 
 import probes
 from probes import families, hf
@@ -49,6 +49,14 @@ def _gemma3(_request, tmp_path_factory):
     return make_gemma(tmp_path_factory.mktemp("gemma3") / "m", family="gemma3")
 
 
+def _olmo2(_request, tmp_path_factory):
+    return make_llama(tmp_path_factory.mktemp("olmo2") / "m", family="olmo2", attention_bias=True)
+
+
+def _neox(_request, tmp_path_factory):
+    return make_neox(tmp_path_factory.mktemp("neox") / "m", use_parallel_residual=False)
+
+
 # every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
 # network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
 # (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
@@ -64,6 +72,8 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
     "gemma3": (_gemma3, (DecoderNetwork, RotaryNetwork)),
+    "gpt_neox": (_neox, (DecoderNetwork, RotaryNetwork)),
+    "olmo2": (_olmo2, (DecoderNetwork, RotaryNetwork)),
 }
 
 

@@ -37,11 +37,11 @@ def test_trace_holds_every_layer(minilm):
     assert torch.allclose(trace.attention(5).sum(-1), torch.ones(12, 5), atol=fp32(5), rtol=0)  # 5 keys summed
 
 
-def test_build_refuses_other_families(neox_dir):
+def test_build_refuses_other_families(opt_dir):
     import probes
 
-    with pytest.raises(UnsupportedModel, match="'gpt_neox' model"):
-        scratch.forward(probes.load(str(neox_dir)), None)
+    with pytest.raises(UnsupportedModel, match="'opt' model"):
+        scratch.forward(probes.load(str(opt_dir)), None)
 
 
 def test_a_pass_stopped_before_a_layer_keeps_what_came_before_it_bit_for_bit(minilm, gpt2_model):

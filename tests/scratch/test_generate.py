@@ -7,7 +7,7 @@ import torch
 from numeric import F64, fp32
 
 import probes
-from checkpoints import make_bert, make_gemma, make_llama
+from checkpoints import make_bert, make_gemma, make_llama, make_neox
 from probes.errors import BadOption, EmptyInput, InputTooLong, UnsupportedModel
 from probes.parity import TOLERANCES
 from probes import generation
@@ -59,11 +59,31 @@ def gemma3(ckpt_dir):
 
 
 @pytest.fixture(scope="module")
+def olmo2(olmo2_dir):
+    """An OLMo 2 (norms after the sublayers, QK-norm over the whole projection, biases)."""
+    return probes.load(str(olmo2_dir))
+
+
+@pytest.fixture(scope="module")
+def neox(neox_dir):
+    """A GPT-NeoX (the parallel residual, a quarter of each head turned)."""
+    return probes.load(str(neox_dir))
+
+
+@pytest.fixture(scope="module")
+def neox_sequential(ckpt_dir):
+    """A GPT-NeoX with the sequential residual, half of each head turned, no attention biases."""
+    return probes.load(str(make_neox(ckpt_dir / "neox-seq", use_parallel_residual=False, partial_rotary_factor=0.5,
+                                     attention_bias=False)))
+
+
+@pytest.fixture(scope="module")
 def llama(llama_dir):
     return probes.load(str(llama_dir))
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "neox",
+                                  "neox_sequential", "olmo2"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
@@ -81,7 +101,8 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
         torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2", "gemma3", "neox",
+                                  "neox_sequential", "olmo2"])
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=12, stop_at_eos=False)

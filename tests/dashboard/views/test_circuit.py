@@ -66,7 +66,7 @@ def _run_patching(text: str, corrupt: str):
     """Circuit on minilm's head 3.1 with ``text`` in the sidebar and ``corrupt`` as its corrupted text, after "Run path
     patching" (no exception raised)."""
     at = open_app(text=text, layer=3, head=1, page="circuit")
-    at.text_input(key="circuit_corrupted").set_value(corrupt)
+    at.text_input(key="w_patch_text").set_value(corrupt)
     rerun(at)
     at.button(key="circuit_run").click()
     at.run()
@@ -113,7 +113,7 @@ def test_the_grid_shows_every_earlier_head_by_weights_or_on_this_text(minilm):
     assert len(cells) == 2 * 12 and sorted(r["score"] for r in cells) == sorted(k.score)  # every earlier head
     # coloured by the distance above the baseline, so a random-sized score is white
     assert sorted(r["above_random"] for r in cells) == pytest.approx(sorted(k.score - mean), abs=F64, rel=0)
-    at.radio(key="circuit_grid").set_value("text q")
+    at.radio(key="w_circuit_grid").set_value("text q")
     at.run()
     shares = senders_on_text(minilm, DEFAULT_TEXT, 2, 3)
     drawn = rows(at, "query side on this text")
@@ -127,7 +127,7 @@ def test_the_convention_control_switches_the_weights_scores_and_the_caption_name
     from probes.effects.compose import composition_scores
 
     at = open_app(model=str(gpt2_dir), layer=1, head=0, page="circuit")
-    control = at.radio(key="circuit_convention")
+    control = at.radio(key="w_convention")
     assert control.value == "raw" and not control.disabled
     model = probes.load(str(gpt2_dir))
     raw, folded = (composition_scores(model, kind="k", receivers=[(1, 0)], convention=c)
@@ -154,7 +154,7 @@ def test_the_convention_control_switches_the_weights_scores_and_the_caption_name
 
 def test_a_post_norm_model_has_the_raw_convention_alone():
     at = open_app(layer=2, head=3, page="circuit")  # minilm: BERT
-    control = at.radio(key="circuit_convention")
+    control = at.radio(key="w_convention")
     assert control.value == "raw" and control.disabled
     assert "a post-norm model, like BERT: TransformerLens folds no LayerNorm into it" in texts(at.caption)
 
@@ -198,3 +198,19 @@ def test_public_path_patching_refuses_a_text_too_long_for_its_budget_in_words(mi
     assert asked == []  # nothing ran
     assert (f"Path patching on this public app may hold 0 MiB at a time, and this text of {length} tokens needs more "
             "for one earlier head: shorten the text, or run the app on your own machine (make app).") in texts(at.info)
+
+
+def test_the_link_reopens_the_grid_the_convention_and_the_path_patching_run():
+    """Every choice on the page is in its link, path patching's run too: the link opened in a new session draws the
+    same grid and the same patching table without "Run path patching" pressed."""
+    clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
+    at = _run_patching(clean, corrupt)
+    at.radio(key="w_circuit_grid").set_value("text q")
+    rerun(at)
+    link = {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert (link["ran"], link["circuit_grid"], link["patch_text"]) == ("patch", "text q", corrupt)
+    table = at.dataframe[-1].value
+    shared = open_app(**link)
+    assert shared.radio(key="w_circuit_grid").value == "text q"
+    assert shared.text_input(key="w_patch_text").value == corrupt
+    assert shared.dataframe[-1].value.equals(table)  # the patching table, with no button pressed

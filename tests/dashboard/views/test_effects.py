@@ -100,12 +100,12 @@ def test_explore_colours_the_heatmap_by_value_norms_or_rollout(minilm):
     assert np.abs(_heat(_rows(at, "Layer 2, head 5"), "weight", n) - weights).max() == 0
 
 
-def test_a_model_outside_the_scratch_families_is_not_offered_norms(neox_dir):
-    at = open_app(model=str(neox_dir), colour="norms")
+def test_a_model_outside_the_scratch_families_is_not_offered_norms(opt_dir):
+    at = open_app(model=str(opt_dir), colour="norms")
     assert list(at.radio(key="w_colour").options) == ["attention weights", "rollout"]
     assert at.radio(key="w_colour").value == "weights"
     assert "Value-weighted norms are not offered" in at.radio(key="w_colour").help
-    at = open_app(model=str(neox_dir), page="effects")
+    at = open_app(model=str(opt_dir), page="effects")
     assert "does not cover" in texts(at.info) and not at.error
 
 
@@ -116,7 +116,7 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     assert at.header[0].value == "Does it matter? What each head changes"
     assert [s.value for s in at.subheader] == ["Take one head out: what changes?",
                                                "Minimal pair: change a word, see which heads move"]  # no LM head
-    assert at.selectbox(key="effects_measure").value == "token_change" and at.selectbox(key="w_query").value == 10
+    assert at.selectbox(key="w_effects_measure").value == "token_change" and at.selectbox(key="w_query").value == 10
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, position=10)
     title = "Change of the query token when one head is zeroed"
     got = _grid(_rows(at, title), "token_change")
@@ -129,8 +129,8 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     assert rect["encoding"]["color"]["scale"]["domain"][0] == 0  # a change ≥ 0: from 0 (white)
     assert [p["name"] for p in spec["params"]] == ["head"]  # a click opens the head on Explore
 
-    at.selectbox(key="effects_measure").set_value("embedding_change")
-    at.radio(key="effects_how").set_value("mean")
+    at.selectbox(key="w_effects_measure").set_value("embedding_change")
+    at.radio(key="w_effects_how").set_value("mean")
     _rerun(at)
     from probes.datasets import catalog
 
@@ -138,6 +138,11 @@ def test_the_ablation_grid_is_every_single_head_ablation_at_the_query_token(mini
     expected = ablation.ablate_each(minilm, DEFAULT_TEXT, how="mean", reference=reference, position=10)
     got = _grid(_rows(at, "Change of the sentence embedding when one head is"), "embedding_change")
     assert np.array_equal(got, _grid(expected, "embedding_change"))
+    link = {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert (link["effects_measure"], link["effects_how"]) == ("embedding_change", "mean")  # the link keeps both…
+    shared = open_app(**link)  # …and opened elsewhere draws the same grid
+    assert np.array_equal(_grid(_rows(shared, "Change of the sentence embedding when one head is"),
+                                "embedding_change"), got)
 
 
 @pytest.mark.numeric
@@ -183,7 +188,7 @@ def test_does_it_matter_says_its_measures_in_words_not_their_identifiers():
     """The Measure menu, the caption, the grid's title and legend and the line under it say "change of the query
     token", never the identifier token_change; the CSV keeps the raw column names."""
     at = open_app(page="effects")
-    menu = at.selectbox(key="effects_measure")
+    menu = at.selectbox(key="w_effects_measure")
     assert list(menu.options) == ["change of the query token", "change of the hidden states",
                                   "change of the sentence embedding"]
     shown = texts(at.caption) + texts(at.markdown) + "\n".join(str(t) for t in titles(at) if t)
@@ -198,11 +203,11 @@ def test_does_it_matter_says_its_measures_in_words_not_their_identifiers():
 def test_a_decoder_opens_on_the_query_token_and_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
     at = open_app(page="effects", model="smollm2")
     # the grid answers the question beside it (the query token "she"), not the whole text's loss
-    assert at.selectbox(key="effects_measure").value == "token_change"
+    assert at.selectbox(key="w_effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
     assert smollm2.encode(DEFAULT_TEXT).tokens[0][query].text == " she"
     assert _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change").shape == (30, 9)
-    at.selectbox(key="effects_measure").set_value("loss")
+    at.selectbox(key="w_effects_measure").set_value("loss")
     _rerun(at)
     got = _grid(_rows(at, "Loss on the text when one head is zeroed"), "loss")
     assert got.shape == (30, 9)
@@ -242,7 +247,7 @@ def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2
     text = "小明把苹果给了小红，因为她很饿"
     at = open_app(page="effects", model="smollm2", text=text)
     assert not at.error, texts(at.error)
-    assert at.selectbox(key="effects_measure").value == "token_change"
+    assert at.selectbox(key="w_effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
     assert smollm2.encode(text).tokens[0][query].text.startswith("她")
     expected = ablation.ablate_each(smollm2, text, position=query, measures=["token_change"])

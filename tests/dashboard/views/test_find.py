@@ -60,6 +60,9 @@ def test_find_heads_coloured_by_value_weighted_norm_and_ablation_effect(minilm):
     trace = runner.run(minilm, "Xiaoming gave the apple to Xiaohong because she was hungry.")
     assert np.array_equal(got, query_norms(trace, minilm, 10, [7, 8]))  # "xiao ##hong": the app's call, its numbers
     assert all("weight" in r for r in rows)
+    assert at.query_params["find_measure"] in ("norm", ["norm"])  # in the link: opened elsewhere, the same grid
+    assert _rows(_app(**{k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}),
+                 "value-weighted norm") == rows
     at.radio(key="find_measure").set_value("ablation")
     at.run()
     assert not at.exception and not at.error
@@ -91,6 +94,14 @@ def test_find_heads_on_the_chinese_sentence_keys_words_ranks_by_margin_and_names
     _rerun(at)
     assert "left out of “小明”'s weight" in _texts(at.caption)
     assert at.checkbox(key="find_sink").value is False
+    at.checkbox(key="find_sink").check()  # counted: the link keeps it, and the question picked
+    _rerun(at)
+    link = {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert (link["count_sink"], link["ask_key"], link["ask_against"]) == ("1", "小明", "小红")
+    shared = _app(**link)  # opened elsewhere: the same question, the sink counted
+    assert shared.checkbox(key="find_sink").value is True
+    assert (shared.selectbox(key="find_key").value, shared.selectbox(key="find_against").value) == (0, 5)
+    assert "left out of “小明”'s weight" not in _texts(shared.caption)
 
 
 def test_the_question_picked_is_judged_below_the_grid_and_shared_with_explore():

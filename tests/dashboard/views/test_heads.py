@@ -467,3 +467,15 @@ def test_a_public_probe_run_traces_a_few_sentences_at_a_time(monkeypatch):
     at = open_app(page="heads", probe="positional", items=7)
     assert asked == [data.PUBLIC_PROBE_BATCH] == [4]
     assert len(at.dataframe[0].value) == 72  # the whole table, as with batches of 16
+
+
+def test_the_link_copied_after_a_run_runs_it_again_where_it_is_opened():
+    """After "Run" with the page's default probe, the address bar's link names the run (ran=heads; the probe is the
+    default, so it is not spelled out): opened in a new session it shows the same table, with no Run pressed."""
+    at = _run_probe("positional", 5)
+    table = at.dataframe[0].value
+    link = {k: v for k, v in at.query_params.items()}
+    assert link.get("ran") in ("heads", ["heads"]) and "probe" not in link
+    shared = open_app(**{k: v[-1] if isinstance(v, list) else v for k, v in link.items()})
+    assert shared.dataframe and shared.dataframe[0].value.equals(table)
+    assert shared.number_input(key="w_items").value == 5

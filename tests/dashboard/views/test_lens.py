@@ -51,7 +51,7 @@ def test_a_decoder_shows_every_layers_top_token(gpt2_dir):
 
 def test_the_heads_view_shows_the_sidebars_layer(gpt2_dir):
     at = _app(model=str(gpt2_dir), page="lens", layer=1)
-    at.segmented_control(key="lens_view").set_value("heads")
+    at.segmented_control(key="w_lens_view").set_value("heads")
     _rerun(at)
     title = "What each head of layer 1 writes towards the vocabulary"
     assert title in _titles(at)
@@ -64,9 +64,25 @@ def test_a_long_text_is_cut_and_windowed(gpt2_dir):
     text = "one two three four five six seven eight nine ten eleven twelve " * 3
     at = _app(model=str(gpt2_dir), page="lens", text=text, truncate=1)  # the tiny GPT-2 reads 64 tokens
     assert "The first 64 of" in _texts(at.caption)
-    slider = at.slider(key="lens_from")
+    slider = at.slider(key="w_lens_from")
     assert slider.value == 64 - 16  # opens on the last positions
     assert {c["position"] for c in _rows(at, LAYERS)} == set(range(slider.value, slider.value + 16))
     slider.set_value(0)
     _rerun(at)
     assert {c["position"] for c in _rows(at, LAYERS)} == set(range(16))
+
+
+def test_the_link_reopens_the_view_and_the_window(gpt2_dir):
+    """The lens's view and its window on a long text are in the link: opened elsewhere, the same view and positions."""
+    text = "one two three four five six seven eight nine ten eleven twelve " * 3
+    at = _app(model=str(gpt2_dir), page="lens", text=text, truncate=1, layer=1)
+    at.slider(key="w_lens_from").set_value(5)
+    _rerun(at)
+    at.segmented_control(key="w_lens_view").set_value("heads")
+    _rerun(at)
+    link = {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    assert (link["lens_from"], link["lens_view"]) == ("5", "heads")
+    shared = _app(**link)
+    assert shared.slider(key="w_lens_from").value == 5 and shared.segmented_control(key="w_lens_view").value == "heads"
+    title = "What each head of layer 1 writes towards the vocabulary"
+    assert {c["position"] for c in _rows(shared, title)} == set(range(5, 21))
