@@ -713,14 +713,17 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
                   title: str = "") -> alt.Chart:
     """One receiver head and its strongest senders as a small layered graph: every head at (layer, head), senders
     in their layer's column, one edge per (sender, kind) to the receiver, its width the ``value`` (an ``edges`` frame:
-    sender_layer, sender_head, kind, value, label), coloured by kind (q, k, v). A click on a head selects it (the
-    selection ``head``: layer and head), so the page can open it on Explore."""
+    sender_layer, sender_head, kind, value, label), coloured by kind (q, k, v). The layers drawn end at the receiver's
+    (a sender is always earlier: no empty columns after it); the receiver's name sits to its right, clear of the
+    edges that meet there and of the senders' names above them. A click on a head selects it (the selection
+    ``head``: layer and head), so the page can open it on Explore."""
     r_layer, r_head = receiver
     lines = edges.assign(layer2=r_layer, head2=r_head, width=edges["value"].abs())
     reach = float(lines["width"].max()) if len(lines) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1.0
-    x = alt.X("layer:Q", title="layer", scale=alt.Scale(domain=[-0.5, n_layers - 0.5]),
-              axis=alt.Axis(values=list(range(n_layers)), format="d"))
+    shown = min(r_layer + 1, n_layers)  # layers 0 … the receiver's
+    x = alt.X("layer:Q", title="layer", scale=alt.Scale(domain=[-0.5, shown - 0.5]),
+              axis=alt.Axis(values=list(range(shown)), format="d"))
     y = alt.Y("head:Q", title="head", scale=alt.Scale(domain=[n_heads - 0.5, -0.5]),
               axis=alt.Axis(values=list(range(n_heads)), format="d"))
     kinds = alt.Scale(domain=list(KIND_COLOURS), range=list(KIND_COLOURS.values()))
@@ -740,7 +743,9 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
         x=x, y=y, color=alt.Color("role:N", scale=alt.Scale(domain=["receiver", "sender"],
                                                               range=[HIGHLIGHT, "#444444"]), title="head"),
         tooltip=[alt.Tooltip("name:N", title="head"), alt.Tooltip("role:N")]).add_params(pick)
-    label = alt.Chart(heads).mark_text(dy=-14, fontSize=10).encode(x=x, y=y, text="name:N")
-    return (alt.layer(edge, node, label, title=titled(title)).resolve_scale(color="independent")
+    senders = alt.Chart(heads[heads.role == "sender"]).mark_text(dy=-14, fontSize=10).encode(x=x, y=y, text="name:N")
+    receiving = alt.Chart(heads[heads.role == "receiver"]).mark_text(dx=14, align="left", fontSize=11,
+                                                                      fontWeight="bold").encode(x=x, y=y, text="name:N")
+    return (alt.layer(edge, node, senders, receiving, title=titled(title)).resolve_scale(color="independent")
             .properties(width="container", height=max(200, 22 * n_heads),
                         usermeta={MAX_WIDTH: max(240, 60 * (r_layer + 1)) + 200}))

@@ -8,7 +8,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .charts import HIGHLIGHT, labels
+from .charts import HIGHLIGHT, MAX_WIDTH, labels
 
 LABEL_SIZE = 12  # px: axis labels, legends and the steps' names (Vega's default is 10)
 TITLE_SIZE = 12  # px: axis and legend titles
@@ -48,29 +48,46 @@ def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
     )
 
 
-def step_bars(tokens: list[str], steps: dict[str, np.ndarray], query: int) -> alt.Chart:
-    """The Q/K/V steps for one query: one bar chart per step (raw score, scaled, softmax weight), keys in text
-    order, masked keys left out; the keys' labels shortened, the whole token in the tooltip."""
+STEP_COLUMN = 56  # px: the most one key's bar is given (the page's width is shared out among the keys up to this)
+STEP_AXIS = 90  # px: the value axis and its labels, beside the bars
+MASKED = "#9e9e9e"  # the × of a key the query may not see
+
+
+def step_bar(tokens: list[str], name: str, values: np.ndarray, query: int) -> alt.LayerChart:
+    """One Q/K/V step for one query (the raw scores, the scaled ones or the softmax weights) as bars, every key in
+    text order on the axis: a key the query may not see (NaN: a future token, or one outside a sliding window) is
+    named and marked × at 0, and the subtitle says how many there are, so none is left out without a word. The chart
+    takes the page's width, at most :data:`STEP_COLUMN` px a key; the keys' labels shortened, the whole token in the
+    tooltip."""
     keys = labels(tokens)
     shown = [short(k) for k in keys]  # distinct: each starts with its position
-    frames = [pd.DataFrame({"step": name, "key": keys, "label": shown, "key_pos": np.arange(len(keys)),
-                            "value": np.asarray(v, float)}) for name, v in steps.items()]
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame[np.isfinite(frame["value"])]
-    step = 24 if len(keys) <= 40 else max(14, 960 // len(keys))  # a 12 px label, turned, fits its column
-    return (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("label:N", sort=shown, title=None, axis=_axis(labelAngle=-60)),
-            y=alt.Y("value:Q", title=None, axis=_axis()),
-            color=alt.condition(alt.datum.key_pos == query, alt.value(HIGHLIGHT), alt.value("#08519c")),
-            tooltip=[alt.Tooltip("step:N"), alt.Tooltip("key:N"), alt.Tooltip("value:Q", format=".6f")],
-        )
-        .properties(width=alt.Step(step), height=140)
-        .facet(row=alt.Row("step:N", sort=list(steps), title=None,
-                           header=alt.Header(labelOrient="top", labelAngle=0, labelAlign="left", labelAnchor="start",
-                                             labelFontSize=LABEL_SIZE + 1, labelFontWeight="bold",
-                                             labelLimit=LABEL_LIMIT, labelPadding=4)))
-        .resolve_scale(y="independent")
-    )
+    frame = pd.DataFrame({"step": name, "key": keys, "label": shown, "key_pos": np.arange(len(keys)),
+                          "value": np.asarray(values, float)})
+    seen = np.isfinite(frame["value"])
+    x = alt.X("label:N", sort=shown, scale=alt.Scale(domain=shown), title=None, axis=_axis(labelAngle=-60))
+    bars = alt.Chart(frame[seen]).mark_bar().encode(
+        x=x, y=alt.Y("value:Q", title=None, axis=_axis()),
+        color=alt.condition(alt.datum.key_pos == query, alt.value(HIGHLIGHT), alt.value("#08519c")),
+        tooltip=[alt.Tooltip("step:N"), alt.Tooltip("key:N"), alt.Tooltip("value:Q", format=".6f")])
+    layers = [bars]
+    hidden = int((~seen).sum())
+    if hidden:
+        masked = frame[~seen].assign(value=0.0, said="masked: no score, weight 0")
+        layers.append(alt.Chart(masked).mark_text(text="×", color=MASKED, fontSize=LABEL_SIZE + 2).encode(
+            x=x, y="value:Q", tooltip=[alt.Tooltip("key:N"), alt.Tooltip("said:N", title=name)]))
+    subtitle = (f"{hidden} of the {len(keys)} keys masked (×): the query may not see them, so they have no score and "
+                "weight 0") if hidden else alt.Undefined
+    title = alt.TitleParams(name, subtitle=subtitle, anchor="start", fontSize=LABEL_SIZE + 1, fontWeight="bold",
+                            subtitleFontSize=LABEL_SIZE, subtitleColor="#555555")
+    return alt.LayerChart(layer=layers, title=title, width="container", height=140,
+                          usermeta={MAX_WIDTH: STEP_COLUMN * len(keys) + STEP_AXIS})
+
+
+def step_bars(tokens: list[str], steps: dict[str, np.ndarray], query: int) -> list[alt.LayerChart]:
+    """:func:`step_bar` for each step, in order (the page draws them one under the other)."""
+    return [step_bar(tokens, name, values, query) for name, values in steps.items()]
+
+
+def steps_file(charts: list[alt.LayerChart], tokens: int) -> alt.VConcatChart:
+    """The steps as one chart for the PNG/SVG downloads: stacked, each as wide as the page would draw it at most."""
+    return alt.vconcat(*(c.properties(width=STEP_COLUMN * tokens) for c in charts))

@@ -6,7 +6,9 @@ The floor below :mod:`probes.trace`, :mod:`probes.hf` and :mod:`probes.scratch` 
 * :class:`Spec`: one layer's attention rule besides q, k and v (scale, causal, sliding window);
 * :func:`allowed_keys` / :func:`additive_mask`: the key mask, as booleans or as numbers to add to the scores.
   A key is allowed when it is a real token (not padding), for a decoder not in the future, and with a
-  sliding window of ``w`` one of the ``w`` most recent positions (as Mistral and Qwen2 define it);
+  sliding window of ``w`` fewer than ``w`` positions from the query (:func:`in_window`): for a decoder one of the
+  ``w`` most recent positions (as Mistral and Qwen2 define it), for an encoder up to ``w − 1`` positions on either
+  side (ModernBERT's local layers, ``w`` = local_attention / 2 + 1);
 * :func:`repeat_kv` / :func:`group_of`: **grouped-query attention**. With ``H_kv < H`` key/value heads, the
   query heads come in ``H / H_kv`` consecutive groups and query head ``h`` reads key/value head
   ``h // group`` (``H_kv = 1`` is multi-query attention, ``H_kv = H`` plain multi-head attention);
@@ -28,9 +30,10 @@ from .precision import upcast, working_dtype
 @dataclass(frozen=True)
 class Spec:
     """One layer's attention rule, besides q, k and v: what q·kᵀ is multiplied by, whether the future
-    is masked, the sliding window (``None``: every past key) and the logit soft-cap (Gemma 2's
-    ``attn_logit_softcapping``; ``None``: none): a score s = q·kᵀ·scale becomes cap·tanh(s / cap), before the
-    mask, so every score lies in (−cap, cap)."""
+    is masked, the sliding window (``None``: every key; else ``w``: the keys fewer than ``w`` positions from the
+    query, :func:`in_window`, on the side a causal layer sees or on both sides in an encoder) and the logit
+    soft-cap (Gemma 2's ``attn_logit_softcapping``; ``None``: none): a score s = q·kᵀ·scale becomes
+    cap·tanh(s / cap), before the mask, so every score lies in (−cap, cap)."""
 
     scale: float
     causal: bool
@@ -46,13 +49,23 @@ def soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
     return scores.div_(cap).tanh_().mul_(cap)
 
 
+def in_window(query: torch.Tensor, key: torch.Tensor, window: int) -> torch.Tensor:
+    """Whether each key position is inside a sliding window of ``window`` around each query position: fewer than
+    ``window`` positions away, |query − key| < w. One rule for both kinds of window: under a causal mask only the
+    past side is left, the query and the ``w − 1`` positions before it (Mistral, Qwen2, Gemma 2: ``w`` =
+    ``sliding_window``); an encoder sees ``w − 1`` positions on either side, a symmetric window (ModernBERT: ``w`` =
+    local_attention / 2 + 1, as Hugging Face's flash path counts it, for |query − key| ≤ local_attention / 2)."""
+    return (query - key).abs() < window
+
+
 def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None = None,
                  window: int | None = None) -> torch.Tensor:
     """Which keys each query may look at: ``[B, 1, r, L]`` bool (``r`` = 1 when neither a causal mask nor
     a window is needed, broadcasting over all query rows; else the query rows ``rows``, default all).
 
     A key is allowed when it is a real token (not padding), for a causal model not in the future, and
-    with a sliding window of ``w`` not more than ``w − 1`` positions before the query.
+    with a sliding window of ``w`` fewer than ``w`` positions from the query (:func:`in_window`: not more than
+    ``w − 1`` positions before it in a causal model, nor after it in an encoder).
     """
     real_keys = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, L]
     if not causal and window is None:
@@ -62,7 +75,7 @@ def allowed_keys(attention_mask: torch.Tensor, causal: bool, rows: slice | None 
     key = torch.arange(n, device=attention_mask.device)[None, :]
     visible = key <= query if causal else torch.ones(1, 1, dtype=torch.bool, device=key.device)  # the past
     if window is not None:
-        visible = visible & (key > query - window)  # inside the window: the last w positions
+        visible = visible & in_window(query, key, window)  # inside the window: fewer than w positions away
     return real_keys & visible
 
 

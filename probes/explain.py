@@ -52,6 +52,7 @@ class QuerySteps:
     angles: np.ndarray | None = None  # [r/2] rotary models: the angle each pair of q was turned by (radians; r = d
     # unless a partial rotary turns fewer)
     softcap: float | None = None  # Gemma 2: the layer's cap; ``scaled`` is the capped score
+    causal: bool = True  # the future is masked (a decoder); False: an encoder, whose window reaches both ways
 
 
 @reader
@@ -78,7 +79,8 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
     keys = np.arange(n)
     allowed = keys <= query if trace.is_causal else np.ones(n, dtype=bool)  # mask: the future
     if window is not None:
-        allowed &= keys > query - window  # mask: further back than the sliding window
+        allowed &= np.abs(query - keys) < window  # mask: w or more positions away (the sliding window; back only
+        # in a decoder, whose future is masked already; both sides in an encoder)
     exp = np.where(allowed, np.exp(scaled - scaled[allowed].max()), 0.0)  # shifted by the max: no overflow
     weights = exp / exp.sum()  # softmax over the allowed keys: sums to 1
     output = weights @ v  # · v: the weighted sum of the values
@@ -87,9 +89,10 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
     kv, group = trace.kv_head(layer, head), trace.group
     steps = QuerySteps(layer, head, query, trace.token_strings(item), q, k, v, scores, scale, scaled, allowed,
                        weights, output, trace_weights, float(np.abs(weights - trace_weights).max()), kv,
-                       tuple(range(kv * group, (kv + 1) * group)), window, softcap=softcap)
-    if trace.rotary is not None:
-        steps.q_unrotated, steps.angles = _unrotated(trace, trace.rotary[layer], q, query, item)  # this layer's
+                       tuple(range(kv * group, (kv + 1) * group)), window, softcap=softcap,
+                       causal=trace.is_causal)
+    if (rotary := trace.rotary_of(layer)) is not None:
+        steps.q_unrotated, steps.angles = _unrotated(trace, rotary, q, query, item)
     return steps
 
 

@@ -12,8 +12,7 @@ show either. Shapes (B = batch, H = heads, L = padded length, d = head width, D 
   - **materialised** (Hugging Face, scratch ``eager``): ``attn`` per layer ``[B, H, L, L]``, row =
     query, column = key, and ``q``, ``k``, ``v`` per layer ``[B, H, L, d]`` (k and v ``[B, H_kv, L, d]``
     in a grouped-query model: query head h reads key/value head h // (H / H_kv)); for rotary models
-    q and k are the rotated ones, and ``rotary`` holds the (cos, sin) tables they were turned by, one pair per
-    layer (Gemma 3's local and global layers turn by different tables);
+    q and k are the rotated ones, and ``rotary`` holds the (cos, sin) tables they were turned by;
   - **lazy** (scratch ``sdpa`` / ``flash``): only ``lse``, the logsumexp of each query row's scaled
     scores, per layer ``[B, H, L]``. A layer's q, k and v are one linear map away from its input
     hidden state, so they are recomputed when asked for (``qkv_of``), and any head's probabilities
@@ -41,11 +40,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .attention_math import repeat_kv, soft_cap
+from .attention_math import in_window, repeat_kv, soft_cap
 from .head_index import check_index, check_layer_head
 from .precision import upcast, working_dtype
 from .tokens import Token
 
+Rotary = tuple[torch.Tensor, torch.Tensor]  # cos, sin of rotary models
 ROW_BLOCK = 256  # query rows recovered at a time from the logsumexp
 
 
@@ -63,6 +63,10 @@ class TokensAndRules:
 
     is_causal: bool
 
+    if TYPE_CHECKING:  # a Trace's field; a RemoteTrace reads it from its server
+        @property
+        def rotary(self) -> Rotary | list[Rotary] | None: ...
+
     if TYPE_CHECKING:  # a Trace's properties (from its tensors), facts a RemoteTrace is sent; its attention
         @property
         def n_layers(self) -> int: ...
@@ -78,6 +82,12 @@ class TokensAndRules:
 
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
+
+    def rotary_of(self, layer: int) -> Rotary | None:
+        """The (cos, sin) tables layer ``layer`` turned its q and k by (None: not a rotary model): the trace's one
+        pair, or that layer's where the layers differ (a list, one pair per layer)."""
+        rotary = self.rotary
+        return rotary[layer] if isinstance(rotary, list) else rotary
 
     @property
     def group(self) -> int:
@@ -123,9 +133,13 @@ class Trace(TokensAndRules):
     logits: torch.Tensor | None = None
     lse: list[torch.Tensor] | None = None  # lazy: [B, H, L] per layer, natural log
     scales: list[float] | None = None  # the score scale of each layer (1/√d_k, or GPT-2's variants)
-    windows: list[int | None] | None = None  # the sliding window of each layer (None: every past key)
+    # the sliding window of each layer (None: none; w: keys fewer than w positions away, attention_math.in_window)
+    windows: list[int | None] | None = None
     softcaps: list[float | None] | None = None  # each layer's logit soft-cap (Gemma 2; None: none, or no record)
-    rotary: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # rotary models: each layer's cos, sin [1 or B, L, d]
+    # cos, sin [1 or B, L, d] of rotary models: one pair for every layer, or a list of each layer's pairs where the
+    # layers turn by different angles (ModernBERT, Gemma 3: another table on their local layers); read through
+    # rotary_of(layer)
+    rotary: Rotary | list[Rotary] | None = None
     n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     backend: str = ""  # the kernel that actually ran, e.g. "eager", "sdpa:flash_attention", "flash"
@@ -142,7 +156,7 @@ class Trace(TokensAndRules):
         keeping this trace costs a server that caches it."""
         held = [self.input_ids, self.attention_mask, *self.hidden_states, self.logits,
                 *(t for group in (self.attn, self.q, self.k, self.v, self.lse) for t in group or ()),
-                *(t for pair in self.rotary or () for t in pair)]
+                *(t for layer in range(self.n_layers) for t in self.rotary_of(layer) or ())]
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held if t is not None}
         return sum(storages.values())
 
@@ -192,8 +206,8 @@ class Trace(TokensAndRules):
         probs = torch.exp_(scores.sub_(lse[..., None]))  # exp(score − logsumexp) = softmax, exactly
         if self.is_causal:
             probs.masked_fill_(idx[None, :] > rows[:, None], 0.0)  # the future stays at zero
-        if (window := self.window(layer)) is not None:
-            probs.masked_fill_(idx[None, :] <= rows[:, None] - window, 0.0)  # outside the sliding window
+        if (window := self.window(layer)) is not None:  # outside the sliding window (both sides in an encoder)
+            probs.masked_fill_(~in_window(rows[:, None], idx[None, :], window), 0.0)
         return probs
 
     def attention(self, layer: int, head: int | None = None, item: int = 0,

@@ -1,7 +1,6 @@
-"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, Llama/Mistral/Qwen2/Qwen3/
-Phi-3, GPT-NeoX, and an OPT that no family record covers). Weights use a large init range so attention is peaked, not
-near-uniform: a
-parity check on near-uniform attention would hide mistakes."""
+"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, ModernBERT,
+Llama/Mistral/Qwen2/Qwen3/Phi-3, GPT-NeoX, and an OPT that no family record covers). Weights use a large init range so
+attention is peaked, not near-uniform: a parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations
 
@@ -171,6 +170,30 @@ def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **
         with torch.no_grad():
             table.copy_(create_sinusoidal_embeddings(config.max_position_embeddings, config.dim,
                                                      torch.empty_like(table)))
+    if masked_lm:
+        model.tie_weights()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_modernbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **overrides) -> Path:
+    """A tiny random ModernBERT over the offline default's WordPiece vocabulary (no token types): 3 layers, every
+    third global from layer 0 (global, local, local), a local window of 4 (keys up to 2 positions away on either
+    side, so short texts feel it), no biases (ModernBERT's defaults); ``overrides`` go to the config
+    (``rope_parameters`` for the θ of each layer type, ``global_attn_every_n_layers``, ``norm_bias``, …)."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM, ModernBertModel
+
+    tok = bert_tokenizer()
+    cfg = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+               intermediate_size=48, max_position_embeddings=64, local_attention=4, pad_token_id=tok.pad_token_id,
+               bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, cls_token_id=tok.cls_token_id,
+               sep_token_id=tok.sep_token_id)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    config = ModernBertConfig(**cfg)
+    model = ModernBertForMaskedLM(config) if masked_lm else ModernBertModel(config)
+    _scale_up(model, std)
     if masked_lm:
         model.tie_weights()
     model.save_pretrained(path)

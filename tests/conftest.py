@@ -57,6 +57,7 @@ from checkpoints import (  # noqa: E402
     make_gemma,
     make_gpt2,
     make_llama,
+    make_modernbert,
     make_neox,
     make_opt,
     make_roberta,
@@ -91,6 +92,11 @@ def roberta_mlm_dir(ckpt_dir):
 @pytest.fixture(scope="session")
 def distilbert_mlm_dir(ckpt_dir):
     return make_distilbert(ckpt_dir / "distilbert-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def modernbert_mlm_dir(ckpt_dir):
+    return make_modernbert(ckpt_dir / "modernbert-mlm", masked_lm=True)
 
 
 @pytest.fixture(scope="session")

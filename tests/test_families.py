@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_family_has_a_complete_record():
     found = families.families()
     assert [f.name for f in found] == ["bert", "distilbert", "gemma2", "gemma3", "gpt2", "gpt_neox", "llama", "mistral",
-                                       "olmo2", "phi3", "qwen2", "qwen3", "roberta"]
+                                       "modernbert", "olmo2", "phi3", "qwen2", "qwen3", "roberta"]
     for f in found:
         assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
         assert callable(f.network) and callable(f.check) and callable(f.capture) and callable(f.scale)
@@ -29,16 +29,17 @@ def test_every_family_has_a_complete_record():
                                           ("gemma3", None), ("roberta", "roberta"),
                                           ("xlm-roberta", "roberta"), ("camembert", "roberta"),
                                           ("distilbert", "distilbert"), ("gpt_neox", "gpt_neox"), ("olmo2", "olmo2"),
-                                          ("opt", None),
+                                          ("modernbert", "modernbert"), ("opt", None),
                                           ("xlm-roberta-xl", None), ("roberta-prelayernorm", None)])
 def test_a_config_finds_its_family_by_model_type(kind, family):
     config = AutoConfig.for_model(kind)
     assert (family_of(config).name if family_of(config) else None) == family
 
 
-def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, opt_dir, roberta_mlm_dir, distilbert_mlm_dir):
+def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, opt_dir, roberta_mlm_dir, distilbert_mlm_dir,
+                                                 modernbert_mlm_dir):
     assert gpt2_model.family.pairs is False and minilm.family.pairs and minilm.family.token_types
-    for path in (roberta_mlm_dir, distilbert_mlm_dir):  # pairs joined by separators, no token types
+    for path in (roberta_mlm_dir, distilbert_mlm_dir, modernbert_mlm_dir):  # pairs by separators, no token types
         model = probes.load(str(path))
         assert model.family.pairs and not model.family.token_types
         assert model.encode("one", "two").token_type_ids is None
@@ -70,7 +71,7 @@ def test_readme_table_is_the_registry():
 
 def test_coverage_sentence_names_every_family():
     assert families.coverage() == ("the from-scratch path covers BERT, DistilBERT, Gemma 2, Gemma 3, GPT-2, GPT-NeoX, "
-                                   "Llama, Mistral, OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
+                                   "Llama, Mistral, ModernBERT, OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
 
 
 def test_known_hub_models_come_from_the_records():

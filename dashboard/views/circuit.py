@@ -206,7 +206,10 @@ def _patching(ctx: ui.Context) -> None:
              for part, said in (("floor", "noise floor"), ("null_mean", "null mean"), ("null_sd", "null sd"),
                                 ("above", "above the floor"))}
     names["checked"] = "checked against its floor"
-    ui.table(frame.sort_values(measure, key=abs, ascending=False).rename(columns=names), height=220)
+    # the column an edge's width is, and its floor, first after the sender: on screen without scrolling sideways
+    first = [c for c in ("layer", "head", measure, f"{measure}_floor", f"{measure}_above", "checked") if c in frame]
+    shown = frame[first + [c for c in frame.columns if c not in first]]
+    ui.table(shown.sort_values(measure, key=abs, ascending=False).rename(columns=names), height=220)
     ui.downloads(f"circuit-patch-L{v.layer}H{v.head}-{into}", None, frame)
 
 

@@ -58,10 +58,11 @@ def render(ctx: ui.Context) -> None:
                           "softmax weight": s.weights, "model's weight": s.trace_weights})
     bars = {"q·k": np.where(s.allowed, s.scores, np.nan), "q·k × scale": np.where(s.allowed, s.scaled, np.nan),
             "softmax weight": np.where(s.allowed, s.weights, np.nan)}
-    chart = qkv_charts.step_bars(s.tokens, bars, query)
-    ui.chart(chart)
+    steps = qkv_charts.step_bars(s.tokens, bars, query)
+    for chart in steps:
+        ui.chart(chart)
     ui.table(table, formats={c: "%.6f" for c in ("q·k", "× scale", "softmax weight", "model's weight")})
-    ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", chart, table)
+    ui.downloads(f"qkv-L{v.layer}H{v.head}-q{query}", qkv_charts.steps_file(steps, len(keys)), table)
     check = "reproduce" if s.max_abs_diff <= AGREE else "do NOT reproduce"
     st.caption(f"These weights (float64) {check} the model's own attention row for {ui.safe(keys[query])} (float32): "
                f"max |Δ| {words.difference(s.max_abs_diff)}.")
@@ -150,12 +151,16 @@ def _rotation(s, token: str) -> None:
 
 def _masked(s) -> str:
     keys = np.arange(len(s.allowed))
-    future = int((~s.allowed & (keys > s.query)).sum())
-    outside = int((~s.allowed & (keys < s.query)).sum())
+    far = np.abs(keys - s.query) >= s.window if s.window is not None else np.zeros(len(keys), dtype=bool)
+    if s.causal:  # a decoder: every later key is the future; its window reaches back only
+        future, outside = int((~s.allowed & (keys > s.query)).sum()), int((~s.allowed & far & (keys < s.query)).sum())
+    else:  # an encoder sees both ways: only its window masks (up to w − 1 positions on either side)
+        future, outside = 0, int((~s.allowed & far).sum())
     parts = []
     if future:
         parts.append(f"the {future} future tokens are masked out (weight 0)")
     if outside:
-        parts.append(f"the {outside} tokens more than {s.window - 1} positions back are outside this layer's "
+        side = "back" if s.causal else "away on either side"
+        parts.append(f"the {outside} tokens more than {s.window - 1} positions {side} are outside this layer's "
                      f"sliding window of {s.window} (weight 0)")
     return "; " + "; ".join(parts) + "." if parts else "."

@@ -136,6 +136,8 @@ def centres(net) -> bool:
 
 POST_NORM = ("a post-norm model, like BERT: TransformerLens folds no LayerNorm into it, its fold_ln assuming the norm "
              "sits before each sublayer; raw is the only convention here")
+PRE_NORM_ENCODER = ("a pre-norm encoder, like ModernBERT: TransformerLens has no such model, so there is no default of "
+                    "its to match; raw is the only convention here")
 SAME = "RMSNorm does not centre: the raw and transformerlens conventions give the same numbers here"
 
 
@@ -143,10 +145,10 @@ SAME = "RMSNorm does not centre: the raw and transformerlens conventions give th
 def conventions(model: Model | Network) -> dict[str, str]:
     """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
     LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
-    post-norm model (BERT)."""
+    post-norm model (BERT) or a pre-norm encoder (ModernBERT, whose network says ``pre_norm``)."""
     net = network(model)
     if not isinstance(net, DecoderNetwork):
-        return {"raw": POST_NORM}
+        return {"raw": PRE_NORM_ENCODER if getattr(net, "pre_norm", False) else POST_NORM}
     return dict(CONVENTIONS) if centres(net) else dict.fromkeys(CONVENTIONS, SAME)
 
 
@@ -155,6 +157,10 @@ def centring(net, convention: str) -> bool:
     for ``"transformerlens"`` on a post-norm network (BERT): TransformerLens folds no LayerNorm into it."""
     if parse_convention(convention) == "raw":
         return False
+    if not isinstance(net, DecoderNetwork) and getattr(net, "pre_norm", False):
+        raise BadOption("the transformerlens convention is for pre-norm decoders (GPT-2, Llama…): this model is a "
+                        "pre-norm encoder (ModernBERT), which TransformerLens does not have, so it has no default to "
+                        "match here; use the raw convention")
     if not isinstance(net, DecoderNetwork):
         raise BadOption("the transformerlens convention is for pre-norm decoders (GPT-2, Llama…): this model is "
                         "post-norm (BERT), and TransformerLens folds no LayerNorm into BERT (its fold_ln assumes the "

@@ -453,8 +453,7 @@ def _bands(run: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:
     (the network's tables, the inverse of ``x·cos + rotate_half(x)·sin``), so no turn is left between them."""
     length = run.enc.input_ids.shape[1]
     assert isinstance(run.net, RotaryNetwork)  # called only where the family's positions are rotary
-    tables = run.net.rotary(max(length, 2), run.q.device)[run.layer]  # the head's layer's own (Gemma 3: per type)
-    cos, sin = (t[0].to(torch.float64) for t in tables)  # [L, r]
+    cos, sin = (t[0].to(torch.float64) for t in run.net.rotary(max(length, 2), run.q.device, run.layer))  # [L, r]
     d, r = run.q.shape[-1], cos.shape[-1]
     half = r // 2
     if r % 2 or r > d or not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):

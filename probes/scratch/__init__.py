@@ -1,5 +1,5 @@
 """Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, RoBERTa,
-DistilBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
+DistilBERT, ModernBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
 :mod:`probes.families`).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
@@ -137,7 +137,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     with torch.inference_mode():
         out, _ = Pass(net, attend, hooks, then={"resid_pre": record, "final": record}).run(
             enc.input_ids, mask, enc.token_type_ids, logits=logits, chunk=None if ran == "eager" else LAZY_CHUNK)
-        rotary = net.rotary(enc.input_ids.shape[1], enc.input_ids.device) if isinstance(net, RotaryNetwork) else None
+        rotary = rotary_of(net, enc.input_ids.shape[1], enc.input_ids.device)
 
     def qkv_of(layer: int):  # q, k, v are one linear map (and a rotation) from a layer's input: recomputed
         return net.qkv(layer, hidden[layer])
@@ -151,6 +151,17 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
                  windows=[s.window for s in specs], softcaps=[s.softcap for s in specs], rotary=rotary,
                  n_kv_heads=model.n_kv_heads, qkv_of=qkv_of,
                  backend="sdpa:" + "+".join(sorted(kernels)) if ran == "sdpa" else ran, note=note)
+
+
+def rotary_of(net: Network, length: int, device: torch.device | str):
+    """What a Trace keeps of a rotary network's positions (None: not rotary): its one (cos, sin) pair, or each
+    layer's where the layers turn by different angles (ModernBERT's global and local θ, Gemma 3's table per layer
+    type)."""
+    if not isinstance(net, RotaryNetwork):
+        return None
+    tables = [net.rotary(length, device, layer) for layer in range(len(net.layers))]
+    same = all(torch.equal(t[0], tables[0][0]) and torch.equal(t[1], tables[0][1]) for t in tables)
+    return tables[0] if same else tables
 
 
 @dataclass

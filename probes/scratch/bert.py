@@ -140,9 +140,9 @@ class MaskedLMHead:
     """The masked-LM head: logits = decoder(LayerNorm(act(dense(x)))) (BERT's ``cls.predictions``, RoBERTa's
     ``lm_head``, DistilBERT's ``vocab_transform`` / ``vocab_layer_norm`` / ``vocab_projector``)."""
 
-    dense: Linear
-    ln: Linear
-    decoder: Linear
+    dense: tuple[torch.Tensor, torch.Tensor | None]  # (weight, bias): ModernBERT's may have no bias
+    ln: tuple[torch.Tensor, torch.Tensor | None]
+    decoder: tuple[torch.Tensor, torch.Tensor | None]
     act: Callable[[torch.Tensor], torch.Tensor]
     eps: float
 

@@ -156,12 +156,12 @@ class RotaryNetwork(Network, Protocol):
     """A network whose positions are rotations of q and k (``Family.positions == "rotary"``): the Trace keeps its
     tables (``probes.scratch.forward``), which explain a score (``probes.explain``)."""
 
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's cos and sin of every position's angles (one pair per layer, in order), ``[1, length, r]``
-        each, in the network's working dtype: r = d, or fewer where a partial rotary turns only the first r numbers of
-        a head (Phi-3's ``partial_rotary_factor``). Most families turn every layer by one table (the same two tensors
-        in every entry); Gemma 3's local and global layers have their own (``rope_parameters`` per layer type), so a
-        reader takes the entry of the layer it reads, never one table for all."""
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's angles in layer ``layer``, ``[1, length, r]`` each, in the network's
+        working dtype: r = d, or fewer where a partial rotary turns only the first r numbers of a head (Phi-3's
+        ``partial_rotary_factor``). The same tables in every layer, but where the layers turn by different angles
+        (ModernBERT, Gemma 3: a table per layer type)."""
         ...
 
 
@@ -207,13 +207,14 @@ class Capture:
     """Each layer's q, k and v, split into heads (``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``), as a
     Hugging Face forward pass computes them, gathered by forward hooks; for rotary models q and k
     are the rotated ones (what the scores are made of), and ``rotary`` holds the (cos, sin) tables
-    each layer used (``[1 or B, L, d]``; one pair per layer, in order)."""
+    the model used (``[1 or B, L, d]``; a list of each layer's pair where the layers' angles differ)."""
 
     def __init__(self):
         self.q: list[torch.Tensor] = []
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
-        self.rotary: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        # one (cos, sin) pair for every layer, or each layer's pair where they differ (ModernBERT, Gemma 3)
+        self.rotary: tuple[torch.Tensor, torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.hooks: list = []
         self.thread = threading.get_ident()  # the thread whose pass this catches
 
@@ -250,7 +251,8 @@ class Family:
     causal: Callable[[Config], bool] = lambda config: True
     kv_heads: Callable[[Config], int] = lambda config: config.num_attention_heads
     head_dim: Callable[[Config], int] = lambda config: config.hidden_size // config.num_attention_heads
-    window: Callable[[Config, int], int | None] = lambda config, layer: None  # sliding window of a layer
+    # sliding window of a layer: keys fewer than w positions away (attention_math.in_window; both sides in an encoder)
+    window: Callable[[Config, int], int | None] = lambda config, layer: None
     softcap: Callable[[Config, int], float | None] = lambda config, layer: None  # logit soft-cap of a layer (Gemma 2)
     token_types: bool = False  # takes token_type_ids (BERT segments)
     pairs: bool = False  # takes a second sentence

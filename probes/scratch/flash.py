@@ -13,12 +13,13 @@ head ``h`` reads key/value head ``h // (H / H_kv)``, an index inside the kernel 
 repeated in memory). ``H_kv = 1`` is multi-query attention, ``H_kv = H`` plain multi-head attention.
 
 Masks: causal (key after query), key padding (a ``[B, L]`` mask of real tokens) and a sliding window
-of ``w`` (the query itself and the ``w − 1`` positions before it; the same rule as ``allowed_keys`` in
-``attention.py``). Key blocks wholly before the window of every row of a query block are skipped, as
-blocks wholly in the future are under the causal mask. A row whose keys are all masked gets output 0
-and lse −inf. Any sequence length works (boundary blocks are masked); any head width up to 256
-(padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs (fp32 uses IEEE products,
-not TF32). On a machine without CUDA the kernel runs only under Triton's interpreter
+of ``w``: keys fewer than ``w`` positions from the query (``in_window`` in ``probes.attention_math``), so with the
+causal mask the query itself and the ``w − 1`` positions before it, and without it (an encoder: ModernBERT's local
+layers) ``w − 1`` positions on either side. Key blocks wholly before the window of every row of a query block are
+skipped, as are blocks wholly in the future under the causal mask, or wholly after the window without it. A row
+whose keys are all masked gets output 0 and lse −inf. Any sequence length works (boundary blocks are masked); any
+head width up to 256 (padded to a power of two inside the kernel); fp16, bf16 and fp32 inputs (fp32 uses IEEE
+products, not TF32). On a machine without CUDA the kernel runs only under Triton's interpreter
 (``TRITON_INTERPRET=1``), which is how the tests exercise it.
 """
 
@@ -86,6 +87,8 @@ def _kernel():
         end = N
         if CAUSAL:
             end = tl.minimum(N, (start_m + 1) * BLOCK_M)  # blocks wholly in the future are skipped
+        elif HAS_WINDOW:  # an encoder's window reaches forward too: blocks wholly after it are skipped
+            end = tl.minimum(N, (start_m + 1) * BLOCK_M + WINDOW - 1)
         for start_n in range(start, end, BLOCK_N):
             cols = start_n + tl.arange(0, BLOCK_N)
             kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skn + dims[:, None] * skd,
@@ -97,7 +100,9 @@ def _kernel():
             if CAUSAL:
                 allowed = allowed & (cols[None, :] <= rows[:, None])
             if HAS_WINDOW:
-                allowed = allowed & (cols[None, :] > rows[:, None] - WINDOW)  # the last WINDOW positions
+                allowed = allowed & (cols[None, :] > rows[:, None] - WINDOW)  # fewer than WINDOW positions back
+                if not CAUSAL:
+                    allowed = allowed & (cols[None, :] < rows[:, None] + WINDOW)  # … nor ahead (an encoder)
             if HAS_KEEP:
                 keep = tl.load(KEEP + b * smb + cols * smn, mask=cols < N, other=0)
                 allowed = allowed & (keep[None, :] != 0)
@@ -137,7 +142,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
                     block_m: int | None = None, block_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention forward. ``q``: ``[B, H, M, D]``, ``k``/``v``: ``[B, H_kv, N, D]`` with ``H_kv``
     dividing ``H`` (same dtype, one of fp16, bf16, fp32); ``key_mask``: ``[B, N]``, nonzero for real keys;
-    ``window``: a sliding window of that many positions (the query and the ``window − 1`` before it).
+    ``window``: a sliding window of that many positions (the query and the ``window − 1`` before it; without
+    ``causal``, the ``window − 1`` after it too).
     Returns ``(output [B, H, M, D]`` in the input dtype, ``lse [B, H, M]`` fp32, natural log).
     ``block_m``/``block_n`` fix the tile shape (on CUDA it is otherwise autotuned)."""
     if not available():

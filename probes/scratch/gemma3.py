@@ -25,15 +25,16 @@ layer type*: ``rope_parameters`` is a dict keyed by ``sliding_attention`` and ``
 local and a global layer turn the same position by different angles. The KV lab, whose cache slots do not implement
 a model's own sliding window, reads a text no longer than the local layers' window and refuses a longer one by name.
 
-What it changes for the readers. The network's tables are one pair per layer (:meth:`Gemma3.rotary`, the
-:class:`~probes.scratch.family.RotaryNetwork` accessor): the Trace keeps each layer's (``Trace.rotary[layer]``), the
-Q/K/V explanation turns q back by its layer's, QK attribution's bands read its layer's, and the layer loop hands each
-layer its type's table (:meth:`Gemma3.for_layer`), so generation with a KV cache and the KV lab turn every new token
-by its layer's angles. QK attribution (:meth:`Gemma3.projected_parts`) freezes each head's QK-norm at the rms of the
-pass's own q (and k) at that position, as Qwen3's: the parts still sum to the pass's own q and k. Composition scores
-fold QK-norm's gain into W_Q's and W_K's columns (:meth:`Gemma3.head_weights`) and leave its scale out, as every
-norm's. Everything else (the post-attention norm frozen at the pass for a head's write, the final soft-cap) is Gemma
-2's.
+What it changes for the readers. The network's tables differ by layer (:meth:`Gemma3.rotary` takes the layer, as
+the :class:`~probes.scratch.family.RotaryNetwork` accessor does, and hands back its type's): the Trace keeps a list of
+each layer's pair (scratch and Hugging Face alike; ``Trace.rotary_of(layer)`` reads it), the Q/K/V explanation turns
+q back by its layer's, QK attribution's bands read its layer's, and the layer loop computes each type's table once a
+pass and hands each layer its own (:meth:`Gemma3.at`, :meth:`Gemma3.for_layer`), so generation with a KV cache and
+the KV lab turn every new token by its layer's angles. QK attribution (:meth:`Gemma3.projected_parts`) freezes each
+head's QK-norm at the rms of the pass's own q (and k) at that position, as Qwen3's: the parts still sum to the pass's
+own q and k. Composition scores fold QK-norm's gain into W_Q's and W_K's columns (:meth:`Gemma3.head_weights`) and
+leave its scale out, as every norm's. Everything else (the post-attention norm frozen at the pass for a head's write,
+the final soft-cap) is Gemma 2's.
 
 Hugging Face's Gemma RMSNorm computes in fp32 whatever the dtype, so the float64 proof against its own code is refused
 by name (``float64_refused``) and made instead with that norm in float64, as for Gemma 2. The multimodal ``gemma3``
@@ -114,17 +115,19 @@ class Gemma3(gemma.Gemma2):
     def check(config, name: str) -> None:
         check(config, name)
 
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[1, length, d]`` of layer ``layer`` (:class:`~probes.scratch.family.RotaryNetwork`): its
+        layer type's table, in the network's working dtype (a local and a global layer turn by different angles)."""
+        return llama.rotary_tables(self.config, length, device, working_dtype(self.embed.dtype),
+                                   self.rope[self.layers[layer].kind])
+
     def tables_by_type(self, length: int,
                        device: torch.device | str = "cpu") -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """cos and sin ``[1, length, d]`` of each layer type's rotary parameters, in the network's working dtype."""
-        dtype = working_dtype(self.embed.dtype)
-        return {kind: llama.rotary_tables(self.config, length, device, dtype, params)
-                for kind, params in self.rope.items()}
-
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's cos and sin: its layer type's table (a local and a global layer turn by different angles)."""
-        tables = self.tables_by_type(length, device)
-        return [tables[layer.kind] for layer in self.layers]
+        """cos and sin ``[1, length, d]`` of each layer type in the network, computed once a pass (by the first
+        layer of each type: every layer of a type turns by the same table)."""
+        first = {layer.kind: i for i, layer in reversed(list(enumerate(self.layers)))}
+        return {kind: self.rotary(length, device, i) for kind, i in first.items()}
 
     def at(self, start, length, device):
         """Every layer type's cos and sin for positions start..start+length−1, by type (:meth:`for_layer` hands each
@@ -162,9 +165,10 @@ def catch_normed(attn, config, cap: Capture, raw: dict[str, torch.Tensor]) -> No
 
 FAMILIES = (
     Family(name="gemma3", title="Gemma 3", model_types=("gemma3_text",), hf_class=llama.hf_class, network=Gemma3,
-           check=Gemma3.check, capture=partial(llama.capture, catch=catch_normed), scale=gemma.attention_scale,
-           kv_heads=llama.kv_heads, head_dim=llama.head_dim, window=gemma.window, softcap=gemma.attn_softcap,
-           positions="rotary", float64_refused=gemma.float64_refused, refuse_at_load=refuse_at_load,
+           check=Gemma3.check, capture=partial(llama.capture, catch=catch_normed, per_layer=True),
+           scale=gemma.attention_scale, kv_heads=llama.kv_heads, head_dim=llama.head_dim, window=gemma.window,
+           softcap=gemma.attn_softcap, positions="rotary", float64_refused=gemma.float64_refused,
+           refuse_at_load=refuse_at_load,
            implemented="as Gemma 2 (sandwich RMSNorms with (1 + w) in fp32, embeddings × √D, "
                        "`query_pre_attn_scalar`, `final_logit_softcapping` where set, "
                        "`layer_types` with `sliding_window`, grouped-query attention, `head_dim` ≠ hidden / heads, "

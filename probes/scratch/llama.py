@@ -238,18 +238,13 @@ class Llama(PreNormDecoder):
         """Refuse what this network does not implement (the record's ``check``)."""
         check_config(config, name)
 
-    def rotary(self, length: int, device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's cos and sin (:class:`probes.scratch.family.RotaryNetwork`): one table, shared by every layer
-        (the same two tensors in every entry)."""
-        return [self.tables(length, device)] * len(self.layers)
-
-    def tables(self, length: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of positions 0..length−1 ``[1, length, r]``, in the network's working dtype."""
-        return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        return rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))  # the same in every layer
 
     def at(self, start, length, device):
         """Each layer's cos and sin for positions start..start+length−1 (no position table: positions are turns)."""
-        return tuple(t[:, start:] for t in self.tables(start + length, device))
+        return tuple(t[:, start:] for t in self.rotary(start + length, device))
 
     def embeddings(self, input_ids, token_type_ids, start):
         return self.embed[input_ids]
@@ -264,7 +259,7 @@ class Llama(PreNormDecoder):
         last entry is the constant, the projections' biases (Qwen2) turned likewise (see
         :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
         q, k = self.projected_parts(layer, parts, x)
-        cos, sin = (t[:, positions].to(parts.dtype) for t in self.rotary(length, x.device)[layer])  # this layer's
+        cos, sin = (t[:, positions].to(parts.dtype) for t in self.rotary(length, x.device, layer))  # this layer's
         return rotate(q, cos, sin), rotate(k, cos, sin)
 
     def projected_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,10 +315,11 @@ def catch_projections(attn, config, cap: Capture, raw: dict[str, torch.Tensor]) 
                  lambda _m, _i, out, key=key: raw.__setitem__(key, split_heads(out, heads[key])))
 
 
-def capture(hf, config, cap: Capture, catch=catch_projections) -> None:
+def capture(hf, config, cap: Capture, catch=catch_projections, per_layer: bool = False) -> None:
     """The Hugging Face view's q, k, v: each layer's q, k and v as ``catch`` finds them (q_proj, k_proj and v_proj's
     outputs here), with q and k turned by the model's own rotary tables and its own ``apply_rotary_pos_emb``, so
-    they are the vectors the scores are made of."""
+    they are the vectors the scores are made of. ``cap.rotary`` is the one (cos, sin) pair every layer turns by, or,
+    with ``per_layer`` (Gemma 3: a table per layer type), the list of each layer's own pair."""
     for layer in hf.base_model.layers:
         attn = layer.self_attn
         raw: dict[str, torch.Tensor] = {}
@@ -335,7 +331,10 @@ def capture(hf, config, cap: Capture, catch=catch_projections) -> None:
             cap.q.append(q)
             cap.k.append(k)
             cap.v.append(raw["v"])
-            cap.rotary = [*(cap.rotary or []), (cos, sin)]  # this layer's own tables (Gemma 3: per layer type)
+            if per_layer:  # this layer's own tables, in order (Gemma 3: its layer type's)
+                cap.rotary = [*(cap.rotary if isinstance(cap.rotary, list) else []), (cos, sin)]
+            else:
+                cap.rotary = (cos, sin)
 
         cap.hook(attn, rotated, with_kwargs=True)
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..attention_math import Spec
 from ..errors import UnsupportedModel
+from ..precision import working_dtype
 from . import llama
 from .activations import ACTIVATIONS
 from .attention import by_rows, merge_heads, split_heads
@@ -116,6 +117,10 @@ class GPTNeoX(llama.Llama):
     def check(config, name: str) -> None:
         check_config(config, name)
 
+    def rotary(self, length: int, device: torch.device | str = "cpu",
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        return llama.rotary_tables(self.config, length, device, working_dtype(self.embed.dtype))
+
     def projected_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q and k of each part before the rotation: the LayerNorm with its σ frozen at ``x`` (each part centred on
         its own: centring is linear), the q and k rows of the fused matrix without their biases; the last entry is
@@ -165,7 +170,7 @@ def capture(hf, config, cap) -> None:
             cap.q.append(q)
             cap.k.append(k)
             cap.v.append(raw["v"])
-            cap.rotary = [*(cap.rotary or []), (cos, sin)]  # each layer's tables (one pair per layer)
+            cap.rotary = (cos, sin)
 
         cap.hook(attn.query_key_value, cut)
         cap.hook(attn, rotated, with_kwargs=True)

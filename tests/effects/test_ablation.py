@@ -93,14 +93,15 @@ def test_equals_ablating_inside_hugging_face(minilm64):
 
 # where each encoder's attention output projection sits in Hugging Face's module (its input: the heads' z, side by side)
 OUTPUT_PROJECTION = {"roberta_mlm_dir": lambda hf, layer: hf.base_model.encoder.layer[layer].attention.output.dense,
-                     "distilbert_mlm_dir": lambda hf, layer: hf.base_model.transformer.layer[layer].attention.out_lin}
+                     "distilbert_mlm_dir": lambda hf, layer: hf.base_model.transformer.layer[layer].attention.out_lin,
+                     "modernbert_mlm_dir": lambda hf, layer: hf.base_model.layers[layer].attn.Wo}
 
 
 @pytest.mark.numeric
 @pytest.mark.parametrize("fixture", list(OUTPUT_PROJECTION))
 def test_equals_ablating_inside_hugging_face_in_roberta_and_distilbert(fixture, request):
-    """As above, on a tiny RoBERTa (its positions from the padding index) and DistilBERT (its own module names), each
-    with a masked-LM head: the same hidden change, to float64 rounding."""
+    """As above, on a tiny RoBERTa (its positions from the padding index), DistilBERT (its own module names) and
+    ModernBERT (pre-norm, rotary, a local layer), each with a masked-LM head: the same hidden change, to float64 rounding."""
     model = probes.load(str(request.getfixturevalue(fixture))).cast(torch.float64)
     layer, head = 1, 2
     enc = model.encode(SHE)

@@ -35,7 +35,7 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 @pytest.mark.numeric
 @pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "gemma2_dir", "gemma3_dir",
                                    "neox_dir", "olmo2_dir",
-                                   "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
+                                   "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir", "modernbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
     net = build(model)

@@ -107,7 +107,7 @@ def test_token_ids_as_they_are_and_some_positions(gpt2_model):
     assert list(got.input) == list(want.input) and got.input[0] == whole.tokens[3]
 
 
-@pytest.mark.parametrize("fixture", ["bert_mlm_dir", "roberta_mlm_dir", "distilbert_mlm_dir"])
+@pytest.mark.parametrize("fixture", ["bert_mlm_dir", "roberta_mlm_dir", "distilbert_mlm_dir", "modernbert_mlm_dir"])
 def test_a_masked_lm_encoder_is_refused_with_advice(fixture, request):
     """An encoder's masked-LM head predicts a masked token from both sides, not the next one: no logit lens."""
     model = probes.load(str(request.getfixturevalue(fixture)))

@@ -179,10 +179,11 @@ def test_an_encoder_has_pattern_changes_but_no_loss(minilm):
     assert "loss" not in got.frame and got.frame.pattern_shift.max() > 0
 
 
-@pytest.mark.parametrize("fixture", ["roberta_mlm_dir", "distilbert_mlm_dir"])
+@pytest.mark.parametrize("fixture", ["roberta_mlm_dir", "distilbert_mlm_dir", "modernbert_mlm_dir"])
 def test_a_masked_lm_encoder_has_pattern_changes_but_no_loss(fixture, request):
-    """RoBERTa and DistilBERT (post-norm encoders with a masked-LM head, not next-token predictors): the receiver's
-    pattern moves, and no next-token measure is offered."""
+    """RoBERTa and DistilBERT (post-norm encoders with a masked-LM head, not next-token predictors) and ModernBERT
+    (a pre-norm one, rotary, its receiver layer 1 local): the receiver's pattern moves, and no next-token measure is
+    offered."""
     model = probes.load(str(request.getfixturevalue(fixture)))
     got = path_patch(model, CLEAN, CORRUPT, (1, 1), "k", senders=[(0, 0), (0, 3)])
     assert not model.predicts_tokens and "loss" not in got.frame and got.frame.pattern_shift.max() > 0

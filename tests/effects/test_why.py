@@ -15,7 +15,7 @@ import probes
 from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, UnsupportedModel
 from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, run
+from probes.scratch import SplitNetwork, build, modernbert, run
 from probes.scratch.llama import inverse_frequencies
 from tests.checkpoints import (
     gemma_norm_in_input_dtype,
@@ -25,6 +25,7 @@ from tests.checkpoints import (
     make_gpt2,
     make_induction,
     make_llama,
+    make_modernbert,
     make_neox,
     make_roberta,
     make_rotary_heads,
@@ -65,6 +66,10 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     "gpt_neox": lambda path: make_neox(path, num_hidden_layers=3),
     "gpt_neox-sequential": lambda path: make_neox(path, num_hidden_layers=3, use_parallel_residual=False,
                                                   attention_bias=False),
+    # pre-norm with LayerNorms (none before layer 0's attention: the embeddings' norm), a θ per layer type, layers 1
+    # and 2 local (keys up to 4 away on either side), every optional bias
+    "modernbert": lambda path: make_modernbert(path, local_attention=8, norm_bias=True, attention_bias=True,
+                                               mlp_bias=True),
 }
 
 
@@ -190,7 +195,7 @@ def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn (the
     tables r wide: a partial rotary turned the first r numbers only, the rest are as they were)."""
     reference = hf_forward(model, model.encode(text))
-    cos, sin = (t[0] for t in reference.rotary[layer])  # [n, r]: the layer's own tables
+    cos, sin = (t[0] for t in reference.rotary_of(layer))  # [n, r]: the layer's own (ModernBERT's θ differ)
     r = cos.shape[-1]
 
     def back(x):
@@ -217,7 +222,8 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
         q, k = unturned(model, TEXT, layer)
         q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
-        omega = inverse_frequencies(model.config, n, layer_rope(model, layer)).double()
+        config, params = rope_of(model, layer)
+        omega = inverse_frequencies(config, n, params).double()
         half, r = len(omega), 2 * len(omega)  # r: the turned width (the head's, or less: a partial rotary)
         angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
         turned = (k_j[:half] * angle.cos() - k_j[half:r] * angle.sin(),
@@ -239,12 +245,15 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert groups_sum(why) == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
 
 
-def layer_rope(model, layer: int) -> dict | None:
-    """The rotary parameters layer ``layer`` turns by: its layer type's where ``rope_parameters`` is keyed by type
-    (Gemma 3), else None (the config's own, one table for every layer)."""
-    params = getattr(model.config, "rope_parameters", None) or {}
-    kind = (getattr(model.config, "layer_types", None) or [None] * (layer + 1))[layer]
-    return params.get(kind) if isinstance(params.get(kind), dict) else None
+def rope_of(model, layer: int) -> tuple:
+    """The config as the rotary code reads it for layer ``layer``, and the rotary parameters the layer turns by: the
+    model's config and None (its own parameters, one table for every layer); ModernBERT's (a θ per layer type) as its
+    layer type's config; Gemma 3's config with its layer type's parameters (``rope_parameters`` keyed by type)."""
+    if model.family.name == "modernbert":
+        return modernbert.rope_config(model.config, model.config.layer_types[layer]), None
+    if model.family.name == "gemma3":
+        return model.config, model.config.rope_parameters[model.config.layer_types[layer]]
+    return model.config, None
 
 
 def groups_sum(why) -> float:

@@ -146,3 +146,22 @@ def test_each_label_is_named_once_and_a_decoder_has_no_label_that_looks_ahead():
     decoder = set(positional_scores([(tokens, attn.tril())], causal=True)["label"])
     assert {"sink", "previous", "self", "offset-2"} <= decoder
     assert not {label for label in decoder if label == "next" or label.startswith("offset+")}
+
+
+@pytest.mark.numeric
+def test_an_encoder_without_a_position_table_scores_the_same_from_every_trace(modernbert_mlm_dir):
+    """ModernBERT has no position embedding (positions are turns of q and k) and local layers that see 2 positions
+    either way: its positional scores read from Hugging Face's Trace, the eager and the lazy sdpa Trace agree in
+    float64, and a local layer's best fixed offset lies inside its window."""
+    import probes
+
+    model = probes.load(str(modernbert_mlm_dir)).cast(torch.float64)
+    texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红，因为她饿了。"]
+    frames = [positional_scores(runner.batches(model, texts, source=source, backend=backend))
+              for source, backend in (("hf", "eager"), ("scratch", "eager"), ("scratch", "sdpa"))]
+    for other in frames[1:]:
+        assert frames[0][["label", "layer", "head"]].equals(other[["label", "layer", "head"]])
+        for col in ("score", "baseline", "mean_attention"):
+            assert ((frames[0][col] - other[col]).abs().fillna(0) <= F64 * max(1.0, frames[0][col].abs().max())).all()
+    fixed = frames[0][(frames[0].label == "fixed offset") & (frames[0].layer > 0)]
+    assert len(fixed) == 2 * model.n_heads and (fixed.offset.abs() <= 2).all()

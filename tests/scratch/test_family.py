@@ -68,6 +68,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
     "roberta": (lambda request, _tmp: request.getfixturevalue("roberta_mlm_dir"), ()),
     "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
+    "modernbert": (lambda request, _tmp: request.getfixturevalue("modernbert_mlm_dir"), (RotaryNetwork,)),
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
@@ -204,12 +205,11 @@ def test_the_members_return_what_the_protocol_says(built):
     assert weight.shape == (model.n_heads, d, model.config.hidden_size)
     assert bias is None or bias.shape == (model.config.hidden_size,)
     if isinstance(net, RotaryNetwork):  # d wide, or r < d (a partial rotary): as wide as Hugging Face's own tables
-        reference = hf.forward(model, enc).rotary
-        assert reference is not None and len(reference) == len(net.layers)
-        r = reference[0][0].shape[-1]
-        assert r <= d and r % 2 == 0
-        tables = net.rotary(length, enc.input_ids.device)  # one (cos, sin) per layer
-        assert len(tables) == len(net.layers) and all(t.shape == (1, length, r) for pair in tables for t in pair)
+        reference = hf.forward(model, enc)
+        for layer in range(n):  # each layer's tables (ModernBERT's differ between its global and local layers)
+            r = reference.rotary_of(layer)[0].shape[-1]
+            assert r <= d and r % 2 == 0
+            assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device, layer))
     if isinstance(net, DecoderNetwork):
         assert net.unembedding is net.lm_head
         linear, bias = net.final_norm(residual[0][0, 0])

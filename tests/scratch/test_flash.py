@@ -179,6 +179,24 @@ def test_sliding_window_skips_blocks_before_it(window, block):
     _assert_real_rows_match(out, lse, q, k, v, mask, True, window, rows=slice(later, None))
 
 
+@pytest.mark.parametrize("window", [5, 17])
+def test_an_encoders_window_skips_blocks_after_it(window):
+    """Without the causal mask the window reaches forward too (ModernBERT's local layers): values from key 48 on are
+    NaN, so a query block whose window ends before key 48 must never load them, and matches plain attention."""
+    q, k, v, mask = _gqa_inputs(1, 4, 2, 70, 16, seed=7)
+    mask[:] = True
+    poisoned = v.clone()
+    poisoned[:, :, 48:] = float("nan")
+    out, lse = flash.flash_attention(*(t.to(DEVICE) for t in (q, k, poisoned)), causal=False,
+                                     key_mask=mask.to(DEVICE), window=window, block_m=16, block_n=16)
+    clean = 32  # the query blocks (of 16) whose window ends before key 48: without the skip they would read NaN
+    assert torch.all(torch.isnan(out.cpu()[:, :, 48:]))  # late rows do read the poisoned values
+    _assert_real_rows_match(out, lse, q, k, v, mask, False, window, rows=slice(0, clean))
+    _, lse = flash.flash_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), causal=False, key_mask=mask.to(DEVICE),
+                                   window=window, block_m=16, block_n=16)
+    _assert_recovered(q, k, lse, mask, allowed_keys(mask, False, window=window))
+
+
 def test_probabilities_recovered_with_window_and_grouped_heads():
     q, k, v, mask = _gqa_inputs(2, 4, 2, 40, 16, seed=6)
     _, lse = flash.flash_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), causal=True, key_mask=mask.to(DEVICE),

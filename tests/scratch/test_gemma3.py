@@ -120,8 +120,9 @@ def test_every_option_is_proven_in_float64_against_hf_with_its_norm_in_float64(t
 
 
 def test_each_layer_type_turns_by_its_own_table(tmp_path):
-    """The Trace's tables are one pair per layer: the local layers' equal Hugging Face's local table, the global
-    layer's its global one (θ 1,000,000 and positions ÷ 8), and they differ; the network's agree with Hugging Face's."""
+    """Either path's Trace keeps a list of each layer's tables: the local layers' equal Hugging Face's local table, the
+    global layer's its global one (θ 1,000,000 and positions ÷ 8), and they differ; the network's (``rotary(length,
+    device, layer)``) agree with Hugging Face's."""
     model = _load(tmp_path)
     enc = model.encode(ENGLISH)
     theirs, ours = hf.forward(model, enc).rotary, scratch.forward(model, enc).rotary
@@ -134,7 +135,11 @@ def test_each_layer_type_turns_by_its_own_table(tmp_path):
         omega = 1.0 / params["rope_theta"] ** (torch.arange(0, 16, 2).float() / 16) / params.get("factor", 1.0)
         angles = torch.arange(n)[:, None].float() * omega
         assert torch.equal(cos[0, :, :8], angles.cos()) and torch.equal(sin[0, :, 8:], angles.sin())
-    assert not torch.equal(ours[0][0], ours[1][0]) and ours[0][0] is ours[2][0]
+    assert not torch.equal(ours[0][0], ours[1][0]) and torch.equal(ours[0][0], ours[2][0])  # layer 2 is local too
+    net = scratch.build(model)
+    for layer, (cos, sin) in enumerate(ours):  # the network's accessor hands each layer its type's table
+        got = net.rotary(n, enc.input_ids.device, layer)
+        assert torch.equal(got[0], cos) and torch.equal(got[1], sin)
 
 
 @pytest.mark.parametrize("leave_out", ["qk-norm", "one table", "linear factor", "post-attention norm"])

@@ -25,7 +25,8 @@ def reader(seen: dict):
 
 
 CHECKPOINTS = {"gpt2": "gpt2_dir", "bert": "bert_mlm_dir", "roberta": "roberta_mlm_dir",
-               "distilbert": "distilbert_mlm_dir", "llama": "llama_dir"}  # a family: its tiny checkpoint's fixture
+               "distilbert": "distilbert_mlm_dir", "modernbert": "modernbert_mlm_dir",
+               "llama": "llama_dir"}  # a family: its tiny checkpoint's fixture
 
 
 @pytest.fixture(scope="module", params=list(CHECKPOINTS))
@@ -85,7 +86,8 @@ def test_stop_after_returns_what_came_before_and_no_logits(model):
     for name in ("embed", "blocks.0.attn.scores", "blocks.0.attn.result", "blocks.1.mlp_out", "final"):  # any point
         stopped = scratch.run(model, enc, keep=["resid_pre"], stop_after=name)
         assert stopped.stopped == name and stopped.logits is None
-        assert len(stopped.each("resid_pre")) == (0 if name == "embed" else 1 if name.startswith("blocks.0") else 2)
+        ran = {"embed": 0, "blocks.0": 1, "blocks.1": 2}.get(name[:8].rstrip("."), model.n_layers)  # final: every layer
+        assert len(stopped.each("resid_pre")) == ran
 
 
 def test_an_unknown_point_is_refused_naming_the_valid_ones(gpt2_model):

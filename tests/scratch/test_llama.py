@@ -90,7 +90,7 @@ def test_hf_view_q_and_k_are_the_rotated_ones(tmp_path):
         scores = (q[0] @ k[0].transpose(-2, -1)) * trace.scales[layer]
         assert torch.allclose(torch.softmax(scores.masked_fill(~causal, float("-inf")), -1), trace.attention(layer),
                               atol=F64, rtol=0)
-        cos, sin = trace.rotary[layer]  # the layer's own tables
+        cos, sin = trace.rotary
         raw = llama.unrotate(q, cos, sin)
         wrong = (raw[0] @ llama.unrotate(k[None], cos, sin)[0].transpose(-2, -1)) * trace.scales[layer]
         off = (torch.softmax(wrong.masked_fill(~causal, float("-inf")), -1) - trace.attention(layer)).abs().max()

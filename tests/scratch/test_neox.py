@@ -84,7 +84,7 @@ def test_a_quarter_of_each_head_turns(tmp_path):
     model = _load(tmp_path).cast(torch.float64)
     enc = model.encode(ENGLISH)
     ours, theirs = scratch.forward(model, enc), hf.forward(model, enc)
-    assert ours.rotary[1][0].shape[-1] == theirs.rotary[1][0].shape[-1] == 2 and model.d_head == 8  # layer 1's cos
+    assert ours.rotary[0].shape[-1] == theirs.rotary[0].shape[-1] == 2 and model.d_head == 8
     net = scratch.build(model)
     with torch.inference_mode():
         lay = net.layers[1]

@@ -94,7 +94,7 @@ def test_hf_view_q_and_k_are_normed_then_rotated(tmp_path):
                               atol=F64, rtol=0)
         attn = model.hf.model.layers[layer].self_attn
         for x, gain in ((q, attn.q_norm.weight), (k, attn.k_norm.weight)):
-            normed = llama.unrotate(x, *trace.rotary[layer]) / gain.detach()
+            normed = llama.unrotate(x, *trace.rotary) / gain.detach()
             ms = normed.pow(2).mean(-1)  # x² / (x² + ε) on average: within ε / mean(x²) of 1
             assert ((ms - 1).abs() <= eps / ms.clamp(min=eps) + F64).all() and (ms > 0.5).all()
 

@@ -87,6 +87,9 @@ def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
     drawn = rows(at, "senders through its key, by ")
     assert sorted((r["layer"], r["head"]) for r in drawn) == sorted(zip(above["layer"], above["head"]))
     assert sorted(r["value"] for r in drawn) == pytest.approx(sorted(above.pattern_shift), abs=F64, rel=0)
+    table = at.dataframe[-1].value  # the column an edge's width is, next to the sender, not off to the right
+    assert list(table.columns[:4]) == ["layer", "head", "shift of the attention pattern",
+                                      "shift of the attention pattern: noise floor"]
     caption = texts(at.caption)
     assert "an edge's width is the change in shift of the attention pattern" in caption
     assert f"from {NULLS} corruptions that change as many tokens elsewhere" in caption and "89th percentile" in caption

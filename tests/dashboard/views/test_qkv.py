@@ -41,8 +41,10 @@ def test_qkv_page_from_a_link_shows_each_step_and_reproduces_the_model(minilm):
     at = _app(page="qkv", layer=3, head=4, query=10)
     assert at.header[0].value == "Q/K/V step by step: layer 3, head 4"
     assert at.selectbox(key="w_query").value == 10
-    steps = [s for s in _specs(at) if "facet" in s][0]
-    assert steps["facet"]["row"]["sort"] == ["q·k", "q·k × scale", "softmax weight"]
+    steps = [s for s in _specs(at) if isinstance(s.get("title"), dict)
+             and s["title"].get("text") in ("q·k", "q·k × scale", "softmax weight")]
+    assert [s["title"]["text"] for s in steps] == ["q·k", "q·k × scale", "softmax weight"]  # one under the other…
+    assert all(s["width"] == "container" for s in steps)  # …each as wide as the page
     numbers, table = (d.value for d in at.dataframe)
     assert table["softmax weight"].sum() == pytest.approx(1, abs=F64, rel=0)  # float64 weights
     _same_steps(at, minilm, table)
@@ -107,6 +109,19 @@ def test_qkv_on_a_windowed_model_says_what_the_window_leaves_out(ckpt_dir):
     _same_steps(at, probes.load(str(path)), table, source="scratch", backend="sdpa")
 
 
+def test_qkv_on_an_encoders_local_layer_says_the_window_reaches_both_ways(modernbert_mlm_dir):
+    """ModernBERT's layer 1 is local (keys up to 2 positions away on either side): the page masks both sides and
+    says so, with no "future" (an encoder has none)."""
+    at = _app(model=str(modernbert_mlm_dir), text="the cat sat on the mat because it was warm", page="qkv", layer=1,
+              query=6, source="scratch", backend="sdpa")
+    table = _steps_table(at)
+    assert list(table["allowed"][:10]) == [False] * 4 + [True] * 5 + [False]
+    said = _texts(at.markdown)
+    assert "positions away on either side are outside this layer's sliding window of 3" in said
+    assert "future" not in said
+    _same_steps(at, probes.load(str(modernbert_mlm_dir)), table, source="scratch", backend="sdpa")
+
+
 @pytest.mark.numeric
 def test_qkv_on_a_partial_rotary_says_which_numbers_turn(ckpt_dir):
     import sys
@@ -156,15 +171,18 @@ def test_vector_strips_have_legible_labels():
 def test_step_bars_have_legible_labels_and_keep_the_whole_token_in_the_tooltip():
     tokens = ["[CLS]", "she", "supercalifragilisticexpialidocious", "[SEP]"]
     values = np.array([0.1, 0.2, 0.3, 0.4])
-    chart = qkv_charts.step_bars(tokens, {"q·k": values, "softmax weight": values}, 1)
+    chart = qkv_charts.step_bar(tokens, "q·k", values, 1)
     spec = chart.to_dict()
-    x = spec["spec"]["encoding"]["x"]
+    x = spec["layer"][0]["encoding"]["x"]
     _readable(x["axis"])
-    _readable(spec["spec"]["encoding"]["y"]["axis"])
-    _readable(spec["facet"]["row"]["header"])
-    assert x["sort"] == ["0: [CLS]", "1: she", "2: supercalifragilist…", "3: [SEP]"]
-    assert spec["spec"]["width"]["step"] >= 2 * x["axis"]["labelFontSize"]  # turned labels do not overlap
-    assert "2: supercalifragilisticexpialidocious" in set(chart.data["key"])  # hover shows it whole
+    _readable(spec["layer"][0]["encoding"]["y"]["axis"])
+    assert spec["title"]["fontSize"] >= 11 and spec["title"]["text"] == "q·k"
+    assert x["sort"] == x["scale"]["domain"] == ["0: [CLS]", "1: she", "2: supercalifragilist…", "3: [SEP]"]
+    # as wide as the page, at most STEP_COLUMN px a key: turned labels never overlap
+    assert spec["width"] == "container" and qkv_charts.STEP_COLUMN >= 2 * x["axis"]["labelFontSize"]
+    assert chart.usermeta["maxWidth"] == qkv_charts.STEP_COLUMN * 4 + qkv_charts.STEP_AXIS
+    data = spec["datasets"][(spec["layer"][0].get("data") or spec["data"])["name"]]
+    assert "2: supercalifragilisticexpialidocious" in {r["key"] for r in data}  # hover shows it whole
 
 
 def test_the_qkv_page_draws_its_charts_with_these_labels():
@@ -174,19 +192,27 @@ def test_the_qkv_page_draws_its_charts_with_these_labels():
     names = {r["vector"] for r in _rows(at, "k vectors")}
     assert all(len(n) <= len("k  ") + qkv_charts.LABEL_CHARS for n in names)
     assert any(n.startswith("k  3: [UNK:🙂") and n.endswith("…") for n in names), names
-    steps = [s for s in _specs(at) if "facet" in s][0]
-    _readable(steps["spec"]["encoding"]["x"]["axis"])
-    assert any(k.startswith("3: [UNK:🙂") and k.endswith("…") for k in steps["spec"]["encoding"]["x"]["sort"])
+    steps = [s for s in _specs(at) if isinstance(s.get("title"), dict) and s["title"].get("text") == "q·k"][0]
+    _readable(steps["layer"][0]["encoding"]["x"]["axis"])
+    assert any(k.startswith("3: [UNK:🙂") and k.endswith("…") for k in steps["layer"][0]["encoding"]["x"]["sort"])
     assert "3: [UNK:" + "🙂" * 30 + "]" in _steps_table(at)["key"].tolist()  # the table keeps it whole
 
 
-def test_step_bars_leave_masked_keys_out_and_highlight_the_query():
+def test_step_bars_name_masked_keys_say_how_many_and_highlight_the_query():
+    """A masked key (NaN: a future token) has no bar, but it keeps its place on the axis, marked ×, and the subtitle
+    says how many of the keys are masked: none is dropped without a word."""
     steps = {"q·k": np.array([1.0, 2.0, np.nan]), "softmax weight": np.array([0.27, 0.73, np.nan])}
-    chart = qkv_charts.step_bars(["a", "b", "c"], steps, query=1)
-    spec = chart.to_dict()
-    assert len(chart.data) == 4 and set(chart.data["key"]) == {"0: a", "1: b"}
-    assert spec["facet"]["row"]["sort"] == ["q·k", "softmax weight"] and spec["resolve"]["scale"]["y"] == "independent"
-    assert spec["spec"]["encoding"]["color"]["condition"]["test"] == "(datum.key_pos === 1)"
+    charts = qkv_charts.step_bars(["a", "b", "c"], steps, query=1)
+    assert [c.to_dict()["title"]["text"] for c in charts] == ["q·k", "softmax weight"]
+    spec = charts[1].to_dict()
+    bars, masked = charts[1].layer
+    assert set(bars.data["key"]) == {"0: a", "1: b"} and list(masked.data["key"]) == ["2: c"]
+    assert spec["layer"][1]["mark"]["text"] == "×" and list(masked.data["value"]) == [0.0]
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == ["0: a", "1: b", "2: c"]  # every key named
+    assert spec["title"]["subtitle"].startswith("1 of the 3 keys masked (×)")
+    assert spec["layer"][0]["encoding"]["color"]["condition"]["test"] == "(datum.key_pos === 1)"
+    unmasked = qkv_charts.step_bar(["a", "b"], "q·k", np.array([1.0, 2.0]), 0).to_dict()
+    assert "subtitle" not in unmasked["title"] and len(unmasked["layer"]) == 1
 
 
 def test_vector_strips_are_coloured_symmetrically_around_zero():
