@@ -32,12 +32,12 @@ test-numeric: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py
-	$(BIN)/python benchmarks/long_inputs.py
-	$(BIN)/python benchmarks/long_inputs.py --model smollm2
-	$(BIN)/python benchmarks/profile_speed.py
+	$(BIN)/python benchmarks/long_inputs.py --out benchmarks/results
+	$(BIN)/python benchmarks/long_inputs.py --model smollm2 --out benchmarks/results
+	$(BIN)/python benchmarks/profile_speed.py --out benchmarks/results
 	$(BIN)/python benchmarks/rerender.py
 	$(BIN)/python benchmarks/why_panel.py --out benchmarks/results
-	$(BIN)/python benchmarks/generate.py
+	$(BIN)/python benchmarks/generate.py --out benchmarks/results
 	$(BIN)/python benchmarks/load_test.py --out benchmarks/results
 	$(BIN)/python benchmarks/bytes_per_change.py --out benchmarks/results
 	$(BIN)/python benchmarks/cold_start.py --out benchmarks/results

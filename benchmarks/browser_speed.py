@@ -23,8 +23,8 @@ Each change is timed inside the page, on the page's own clock (``performance.now
 * **every chart painted**: the last paint of any Vega view on the page (the bars and the small multiples below
   the heatmap too), within the settling time after the above.
 
-``--out`` writes ``browser_speed.txt``: this measurement as its ``after:`` block beside the file's saved
-``before:`` block (``--as-before`` saves this measurement as that block instead: run it so on the code you
+Writes ``browser_speed.txt`` under ``--out`` (default: a new temporary folder, printed): this measurement as its
+``after:`` block beside the ``before:`` block saved in ``--out``'s file (default: the committed one) (``--as-before`` saves this measurement as that block instead: run it so on the code you
 compare against), and the two side by side.
 
     .venv/bin/python benchmarks/browser_speed.py [--changes 20] [--out benchmarks/results] [--as-before]
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from browser import ARGS, chromium_path  # noqa: E402  (tests/browser.py: the system Chromium)
 from load_test import TEXT, start_server  # noqa: E402
-from report import publish, section  # noqa: E402
+from report import RESULTS, publish, section  # noqa: E402
 
 GOAL_MS = 300.0
 KINDS = ("head", "layer", "query")
@@ -270,8 +270,8 @@ def main() -> None:
     label = "before" if args.as_before else "after"
     block = [f"{label}: commit {commit}{' + local changes to dashboard/' if dirty else ''}; median {median:.0f} ms "
              f"(goal < {GOAL_MS:.0f} ms: {'met' if median < GOAL_MS else 'NOT met'})", *table(results)]
-    saved = args.out / "browser_speed.txt" if args.out else None
-    old = saved.read_text() if saved and saved.exists() else ""
+    saved = (args.out or RESULTS) / "browser_speed.txt"  # its 'before:' block is kept (read only; written: --out)
+    old = saved.read_text() if saved.exists() else ""
     before = block if args.as_before else section(old, "before")
     after = section(old, "after") if args.as_before else block
     lines = [f"Click → heatmap redrawn and the app idle, in headless Chromium: minilm on Explore, 40 tokens, "

@@ -16,8 +16,8 @@ are decoded as Streamlit's ``ForwardMsg`` protobufs) and the new view is drawn. 
 own size (protobuf); a websocket compression extension, when one is negotiated (printed), makes the wire
 smaller. ``--detail`` prints what one head change sends, message by message.
 
-``--out`` writes ``bytes_per_change.txt``: this measurement as its ``after:`` block, beside the file's saved
-``before:`` block (``--as-before`` saves this measurement as that block instead: run it so on the code you
+Writes ``bytes_per_change.txt`` under ``--out`` (default: a new temporary folder, printed): this measurement as
+its ``after:`` block, beside the ``before:`` block saved in ``--out``'s file (default: the committed one) (``--as-before`` saves this measurement as that block instead: run it so on the code you
 compare against), and the two side by side.
 
     .venv/bin/python benchmarks/bytes_per_change.py [--changes 10] [--out benchmarks/results] [--as-before] [--detail]
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from load_test import IDLE, TEXT as TEXT_40, start_server  # noqa: E402  (load_test puts tests/ on the path)
 from browser import ARGS, chromium_path  # noqa: E402
-from report import section  # noqa: E402
+from report import RESULTS, publish, section  # noqa: E402
 
 TEXT_116 = TEXT_40 + (
     " When they reached the village, the baker was closing his shop, so Xiaohong bought the last two loaves of "
@@ -228,8 +228,8 @@ def main() -> None:
     label = "before" if args.as_before else "after"
     block = [f"{label}: commit {commit}{' + local changes to dashboard/' if dirty else ''}, websocket extensions: "
              f"{', '.join(sorted(extensions)) or 'none'}", *table(results)]
-    saved = args.out / "bytes_per_change.txt" if args.out else None
-    old = saved.read_text() if saved and saved.exists() else ""
+    saved = (args.out or RESULTS) / "bytes_per_change.txt"  # its 'before:' block is kept (read only; written: --out)
+    old = saved.read_text() if saved.exists() else ""
     before = block if args.as_before else section(old, "before")
     after = section(old, "after") if args.as_before else block
     lines = ["Websocket bytes received per interaction: minilm on Explore, 40 and 116 tokens; the messages' own",
@@ -237,11 +237,7 @@ def main() -> None:
     if before and after:
         lines += [*side_by_side(before, after), ""]
     lines += [*after, "", *before] if after and before else block
-    text = "\n".join(lines).rstrip()
-    print(text)
-    if saved:
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(text + "\n")
+    publish("\n".join(lines).rstrip(), args.out, "bytes_per_change.txt")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 weights alone: the time per kind (Q, K, V) in float64 and float32, with the random baseline, and the largest
 K-composition scores. Goal: all pairs of one kind in ≤ 30 s on a 2-core machine.
 
-    .venv/bin/python benchmarks/compose.py [--out benchmarks/results]
+    .venv/bin/python benchmarks/compose.py [--rounds 3] [--out benchmarks/results]
+
+float64 and float32 take turns round by round (``report.alternate``); float32 ÷ float64 is given per round.
 
 ``--conventions``: instead, how far the two conventions (``raw``, LayerNorm's centring left out; ``transformerlens``,
 folded in as TransformerLens's defaults do) are apart on ``--model`` (``random-gpt2``: a GPT-2-small shape, 12 × 12
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import publish  # noqa: E402
+from benchmarks.report import alternate, publish, ratios, summary  # noqa: E402
 
 
 # TransformerLens's composition scores (TransformerLens 4: TransformerBridge + enable_compatibility_mode(), which is
@@ -129,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write compose.txt into this folder")
     parser.add_argument("--model", default="smollm2", help="a model name or folder (random-gpt2 with --conventions)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of float64 and float32, taking turns")
     parser.add_argument("--conventions", action="store_true",
                         help="compare the raw and transformerlens conventions instead of timing")
     parser.add_argument("--transformerlens", metavar="PYTHON",
@@ -152,17 +155,24 @@ def main() -> None:
              f"({model.n_kv_heads} key/value heads), {torch.get_num_threads()} threads "
              f"(os.cpu_count() = {os.cpu_count()}); {'; '.join(notes(model))}",
              f"gathering the weights (float64): {gather:.2f} s", "",
-             "time for all pairs (every earlier head → every head from layer 1), 20 baseline draws:",
-             f"{'kind':<6} {'dtype':<8} {'pairs':>7} {'seconds':>8} {'baseline':>16}"]
-    frames = {}
+             "time for all pairs (every earlier head → every head from layer 1), 20 baseline draws; median of "
+             f"{args.rounds} rounds, float64 and float32 taking turns; ÷ float64: each round's own, median (min–max: "
+             "every round)",
+             f"{'kind':<6} {'dtype':<8} {'pairs':>7} {'seconds':>8} {'baseline':>16}   ÷ float64, per round"]
+    frames, took, per_round = {}, {}, {}
+    for kind in "qkv":  # float64 and float32 take turns round by round (report.alternate)
+        timing = alternate({dtype: (lambda kind=kind, dtype=dtype: composition_scores(net, kind, dtype=dtype))
+                            for dtype in (torch.float64, torch.float32)}, args.rounds)
+        for dtype in (torch.float64, torch.float32):
+            frames[kind, dtype], took[kind, dtype] = timing.results[dtype], timing.median(dtype)
+        per_round[kind] = ratios(timing.seconds, torch.float64)[torch.float32]
     for dtype in (torch.float64, torch.float32):
         for kind in "qkv":
-            start = time.perf_counter()
-            frame = composition_scores(net, kind, dtype=dtype)
-            took = time.perf_counter() - start
-            frames[kind, dtype] = frame
-            lines.append(f"{kind.upper():<6} {str(dtype).removeprefix('torch.'):<8} {len(frame):>7} {took:>8.2f} "
-                         f"{frame.baseline_mean.iloc[0]:>8.4f} ± {frame.baseline_sd.iloc[0]:.4f}")
+            frame = frames[kind, dtype]
+            ratio = summary(per_round[kind]) if dtype == torch.float32 else "–"
+            lines.append(f"{kind.upper():<6} {str(dtype).removeprefix('torch.'):<8} {len(frame):>7} "
+                         f"{took[kind, dtype]:>8.2f} {frame.baseline_mean.iloc[0]:>8.4f} ± "
+                         f"{frame.baseline_sd.iloc[0]:.4f}   {ratio}")
     all_kinds = time.perf_counter()
     composition_scores(net, "all")
     lines.append(f"all three kinds in one call (float64): {time.perf_counter() - all_kinds:.2f} s")

@@ -14,7 +14,9 @@
    and the rest), the worker's start-up, its chunks, the rest of the pipeline; the CPU seconds Ray's own
    processes take meanwhile (:class:`CpuSampler`), the pickled bytes, and a worker's threads.
 
-    .venv/bin/python benchmarks/corpus_ray.py [--texts 2000] [--out benchmarks/results]
+    .venv/bin/python benchmarks/corpus_ray.py [--texts 2000] [--rounds 2] [--out benchmarks/results]
+
+Part 1's three runs take turns round by round; its table gives each round's ratio against one process.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from report import publish  # noqa: E402  (benchmarks/, this script's folder)
+from report import RESULTS, alternate, out_folder, publish, ratios, summary  # noqa: E402  (benchmarks/)
 
 
 def ewt(n: int) -> list[str]:
@@ -200,8 +202,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2000)
     parser.add_argument("--chunk", type=int, default=64, help="texts per chunk (the CLI's --checkpoint-every)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the three CLI runs in part 1, alternating")
     parser.add_argument("--windows", type=int, default=64, help="windows per items/s measurement (long texts)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for corpus_ray.md (default: a new temporary folder, printed; "
+                             "--out benchmarks/results writes the committed one)")
     parser.add_argument("--overhead-only", action="store_true",
                         help="parts 1 and 4 only; parts 2 and 3 copied from the saved result, marked so")
     args = parser.parse_args()
@@ -217,6 +222,7 @@ def main() -> None:
     from probes.threads import apply
 
     apply("profile")  # the in-process runs below, as profile runs them
+    out = out_folder(args.out)
     tmp = Path(tempfile.mkdtemp(prefix="corpus-bench-"))
     sentences = ewt(args.texts)
     (tmp / "ewt.txt").write_text("\n".join(sentences) + "\n")
@@ -224,7 +230,8 @@ def main() -> None:
     minilm = load("minilm")
     lines = [f"# corpus_ray.py: {len(sentences)} EWT sentences, window 128, chunks of {args.chunk} texts, "
              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start",
-             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --out {args.out}"
+             f"# command: .venv/bin/python benchmarks/corpus_ray.py --texts {args.texts} --rounds {args.rounds}"
+             + (f" --out {args.out}" if args.out else "")
              + (" --overhead-only" if args.overhead_only else ""), ""]
 
     # 1. the CLI, end to end: one process vs Ray with 1 and 2 workers
@@ -234,25 +241,36 @@ def main() -> None:
             "--window", "128", "--checkpoint-every", str(args.chunk), "--force"]
     runs = {"one process": [], "Ray, 1 worker × 2 CPUs": ["--ray", "--workers", "1", "--cpus-per-worker", "2"],
             "Ray, 2 workers × 1 CPU": ["--ray", "--workers", "2"]}
-    seconds, said, tables = {}, {}, {}
-    for name, extra in runs.items():
-        out = tmp / f"{len(tables)}.csv"
-        start = time.perf_counter()
-        done = subprocess.run([*base, "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT)
-        seconds[name] = time.perf_counter() - start
-        if done.returncode:
-            raise SystemExit(done.stderr)
-        said[name] = done.stderr.strip().splitlines()[-1]
-        tables[name] = pd.read_csv(out).sort_values(["label", "layer", "head"])["score"].to_numpy()
-        print(name, f"{seconds[name]:.1f} s", said[name], flush=True)
+    said, tables = {}, {}
+
+    def cli(name: str, extra: list[str]):
+        def go() -> None:
+            out_csv = tmp / f"{list(runs).index(name)}.csv"
+            done = subprocess.run([*base, "--out", str(out_csv), *extra], capture_output=True, text=True, cwd=ROOT)
+            if done.returncode:
+                raise SystemExit(done.stderr)
+            said[name] = done.stderr.strip().splitlines()[-1]
+            tables[name] = pd.read_csv(out_csv).sort_values(["label", "layer", "head"])["score"].to_numpy()
+            print(name, said[name], flush=True)
+        return go
+
+    # the three take turns round by round (rotated each round), so load drift hits them alike
+    timing = alternate({name: cli(name, extra) for name, extra in runs.items()}, args.rounds)
+    per_round = ratios(timing.seconds, "one process")
+    seconds = {name: timing.median(name) for name in runs}
     single = seconds["one process"]
     same = max(float(abs(t - tables["one process"]).max()) for t in tables.values())
     lines += [f"## minilm, statistics + top examples over {len(sentences)} sentences, the CLI end to end", "",
-              "| run | seconds | sentences/s | vs one process |", "|---|---|---|---|"]
+              f"{args.rounds} round{'s' if args.rounds > 1 else ''}, the three runs taking turns (each round in an "
+              "order rotated by one); seconds and sentences/s are medians over the rounds, the ratio is each "
+              "round's own (one process's seconds ÷ this run's, same round): median (min–max: every round)", "",
+              "| run | seconds per round | seconds | sentences/s | vs one process, per round |", "|---|---|---|---|---|"]
     for name, t in seconds.items():
         goal = {"Ray, 1 worker × 2 CPUs": f" (overhead {100 * (t / single - 1):+.0f} %; goal ≤ +15 %)",
                 "Ray, 2 workers × 1 CPU": " (goal ≥ 1.6×)"}.get(name, "")
-        lines.append(f"| {name} | {t:.1f} | {len(sentences) / t:.1f} | {single / t:.2f}×{goal} |")
+        speed = [1 / x for x in per_round[name]]
+        lines.append(f"| {name} | {' / '.join(f'{x:.1f}' for x in timing.seconds[name])} | {t:.1f} | "
+                     f"{len(sentences) / t:.1f} | {summary(speed)}{goal} |")
     lines += ["", "What each run said on its last line:", ""] + [f"- {name}: `{said[name]}`" for name in runs]
     lines += ["", f"Largest |Δ score| between the three tables: {same:.1e}.", ""]
     from probes.corpus.run import in_process
@@ -281,13 +299,14 @@ def main() -> None:
 
     if args.overhead_only:
         ray.shutdown()
-        saved = (args.out / "corpus_ray.md").read_text() if (args.out / "corpus_ray.md").is_file() else ""
+        previous = (args.out or RESULTS) / "corpus_ray.md"  # parts 2 and 3 from the saved run (committed by default)
+        saved = previous.read_text() if previous.is_file() else ""
         kept = saved[saved.find("## Windows per second"):] if "## Windows per second" in saved else ""
         lines += [f"(load average {os.getloadavg()[0]:.1f} at the end)", ""]
         if kept:
             lines += ["*Parts 2 and 3 below are from the previous full run (`--overhead-only` did not rerun them).*",
                       "", kept.rstrip("\n")]
-        publish("\n".join(lines), args.out, "corpus_ray.md")
+        publish("\n".join(lines), out, "corpus_ray.md")
         return
 
     # 2. windows per second and peak memory per worker, long texts
@@ -323,7 +342,7 @@ def main() -> None:
               "## Top-examples store, bytes per head (Parquet, k = 10)", "",
               "| run | window | bytes per head | examples per head |", "|---|---|---|---|"]
     lines += [f"| {m} | {w} | {b:,.0f} | {e:.1f} |" for m, w, b, e in sizes]
-    publish("\n".join(lines), args.out, "corpus_ray.md")
+    publish("\n".join(lines), out, "corpus_ray.md")
 
 
 if __name__ == "__main__":

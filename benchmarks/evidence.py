@@ -11,9 +11,11 @@ offline model, the time of
 * **evidence, again**: the same question asked again (another visitor, another page): read from that cache.
 
 and the verdict each model's head earns. Goal: evidence, first, within 10 s on SmolLM2 on this machine. A second
-table times held-out judging of a probe (``syntactic`` on 200 EWT sentences) against the unsplit run.
+table times held-out judging of a probe (``syntactic`` on 200 EWT sentences) against the unsplit run. Contenders
+take turns round by round (``report.alternate``), and each ratio is given round by round.
 
-    .venv/bin/python benchmarks/evidence.py [--models minilm,smollm2] [--repeats 3] [--out benchmarks/results]
+    .venv/bin/python benchmarks/evidence.py [--models minilm,smollm2] [--repeats 3] [--probe-rounds 2]
+        [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from report import publish  # noqa: E402
+from report import alternate, publish, ratios, summary  # noqa: E402
 
 TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 QUESTION = ("she", "Xiaohong", "Xiaoming")
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--models", default="minilm,smollm2")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--probe-items", type=int, default=200)
+    parser.add_argument("--probe-rounds", type=int, default=2, help="rounds of unsplit and held-out judging")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -65,38 +68,44 @@ def main() -> None:
     from probes.heads import profile
 
     lines = [f"the evidence behind the default question, {platform.machine()}, {torch.get_num_threads()} torch "
-             f"threads (os.cpu_count() = {os.cpu_count()}); median of {args.repeats}",
-             "", "model     one sentence   evidence, first   evidence, again   chosen head   verdict"]
+             f"threads (os.cpu_count() = {os.cpu_count()}); median of {args.repeats} rounds, the one-sentence answer "
+             "and the evidence taking turns; first ÷ one: each round's own, median (min–max: every round)",
+             "", "model     one sentence   evidence, first   first ÷ one, per round   evidence, again   chosen head   "
+             "verdict"]
     rows = []
     for name in args.models.split(","):
         model = probes.load(name)
         probes.run(model, TEXT)  # warm: the first pass pays for lazy imports
         question_evidence(model, TEXT, *QUESTION)
-        one, _ = _timed(lambda: explain.answering_head(probes.run(model, TEXT), TEXT, *QUESTION), args.repeats)
-        first, ev = _timed(lambda: question_evidence(model, TEXT, *QUESTION), args.repeats)
+        # the one-sentence answer and the evidence take turns round by round (report.alternate)
+        timing = alternate({
+            "one": lambda model=model: explain.answering_head(probes.run(model, TEXT), TEXT, *QUESTION),
+            "first": lambda model=model: question_evidence(model, TEXT, *QUESTION)}, args.repeats)
+        one, first, ev = timing.median("one"), timing.median("first"), timing.results["first"]
+        per_round = ratios(timing.seconds, "one")["first"]
         inp = data.Input(name, TEXT, None, "hf", "eager", False)
         data.question_evidence(inp, data.Asked(*QUESTION))  # into the app's cache
         again, _ = _timed(lambda: data.question_evidence(inp, data.Asked(*QUESTION)), args.repeats)
         head = f"{ev.head[0]}.{ev.head[1]}"
         rows.append((name, first))
-        lines.append(f"{name:<9} {one:>10.2f} s   {first:>13.2f} s   {again * 1000:>12.2f} ms   {head:>11}   "
-                     f"{ev.verdict}: {ev.said}")
+        lines.append(f"{name:<9} {one:>10.2f} s   {first:>13.2f} s   {summary(per_round):>14}   "
+                     f"{again * 1000:>12.2f} ms   {head:>11}   {ev.verdict}: {ev.said}")
     smol = [t for name, t in rows if name == "smollm2"]
     if smol:
         lines += ["", f"goal: evidence within {GOAL_S:.0f} s on smollm2: {smol[0]:.2f} s, "
                       + ("met" if smol[0] <= GOAL_S else "missed")]
 
-    lines += ["", f"held-out judging of a probe (syntactic, {args.probe_items} EWT dev sentences), one run each:",
-              "model     unsplit   judged held out   ratio"]
+    lines += ["", f"held-out judging of a probe (syntactic, {args.probe_items} EWT dev sentences), {args.probe_rounds} "
+              "rounds, the two taking turns: median seconds, and each round's ratio: median (min–max: every round)",
+              "model     unsplit   judged held out   ratio, per round"]
     for name in args.models.split(","):
         model = probes.load(name)
-        start = time.perf_counter()
-        profile.run_probe(model, "syntactic", args.probe_items)
-        plain = time.perf_counter() - start
-        start = time.perf_counter()
-        judged.run_probe(model, "syntactic", args.probe_items)
-        split = time.perf_counter() - start
-        lines.append(f"{name:<9} {plain:>6.2f} s   {split:>13.2f} s   {split / plain:>5.2f}×")
+        timing = alternate({"unsplit": lambda model=model: profile.run_probe(model, "syntactic", args.probe_items),
+                            "judged": lambda model=model: judged.run_probe(model, "syntactic", args.probe_items)},
+                           args.probe_rounds)
+        plain, split = timing.median("unsplit"), timing.median("judged")
+        lines.append(f"{name:<9} {plain:>6.2f} s   {split:>13.2f} s   "
+                     f"{summary(ratios(timing.seconds, 'unsplit')['judged'])}")
     publish("\n".join(lines), args.out, "evidence.txt")
 
 

@@ -4,7 +4,8 @@ Two models: GPT-2-small shapes (random init, 12 layers × 12 heads, d=768, vocab
 offline SmolLM2-135M (real weights, Llama architecture: 30 layers, 9 query heads reading 3 key/value
 heads, rotary positions). The same random token ids for both paths, at 128, 512 and 1024 tokens, on
 the CPU. Both return what a Trace holds (every layer's attention probabilities, every hidden state,
-the logits). Prints one table per model: median wall time of each (the two take turns) and peak extra
+the logits). Prints one table per model: median wall time of each (the two take turns round by round,
+``report.alternate``; the ratio is each round's own, its median and min–max) and peak extra
 memory of one call (RSS above the level before it, sampled every millisecond, in a fresh process),
 side by side. Goal: scratch time ≤ 1.0× Hugging Face's, and no more peak memory.
 
@@ -27,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import alternate, ratios  # noqa: E402  (benchmarks/, this script's folder)
 
 from probes import scratch  # noqa: E402
 from probes.families import family_of  # noqa: E402
@@ -112,22 +114,17 @@ PATHS = {"hf": run_hf, "scratch": run_scratch}
 MIN_SECONDS = 10.0  # short inputs repeat until each path has run this long: their medians are noisier
 
 
-def measure_time(model: Model, enc: Encoding, repeats: int) -> tuple[dict[str, float], int]:
-    """Median wall time of each path, and how many runs it took: at least ``repeats``, and at least
-    ``MIN_SECONDS`` of runs per path (at most 60); the paths take turns on every repeat so that a drift
-    in machine load hits them alike."""
+def measure_time(model: Model, enc: Encoding, repeats: int) -> tuple[dict[str, float], int, list[float]]:
+    """Median wall time of each path, how many rounds it took: at least ``repeats``, and at least ``MIN_SECONDS``
+    of runs per path (at most 60), and each round's scratch ÷ Hugging Face ratio. The paths take turns round by
+    round (``report.alternate``) so that a drift in machine load hits them alike."""
     t0 = time.perf_counter()
     for fn in PATHS.values():
         fn(model, enc)  # warm-up
     once = (time.perf_counter() - t0) / len(PATHS)
     repeats = max(repeats, min(60, int(MIN_SECONDS / once)))
-    seen: dict[str, list[float]] = {name: [] for name in PATHS}
-    for _ in range(repeats):
-        for name, fn in PATHS.items():
-            t0 = time.perf_counter()
-            fn(model, enc)
-            seen[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in seen.items()}, repeats
+    timing = alternate({name: (lambda fn=fn: fn(model, enc)) for name, fn in PATHS.items()}, repeats)
+    return {name: timing.median(name) for name in PATHS}, repeats, ratios(timing.seconds, "hf")["scratch"]
 
 
 def measure_memory(name: str, path: str, n: int) -> float:
@@ -173,25 +170,29 @@ def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
     scratch.build(model)
     rows = []
     print(f"\n{model.name}: {model.n_layers} layers × {model.n_heads} heads ({model.n_kv_heads} key/value heads), "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median time of ≥ {repeats} runs (and ≥ "
-          f"{MIN_SECONDS:.0f} s of runs) per path, peak memory of one call in a fresh process")
-    header = f"{'tokens':>6} | {'runs':>4} | {'HF eager ms':>11} | {'scratch ms':>10} | {'time ratio':>10} | " \
-             f"{'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | {'logit |Δ|':>8}"
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median time of ≥ {repeats} rounds (and ≥ "
+          f"{MIN_SECONDS:.0f} s of runs) per path, the two taking turns; time ratio: scratch ÷ HF, each round's "
+          "own: median (min–max); peak memory of one call in a fresh process")
+    header = f"{'tokens':>6} | {'runs':>4} | {'HF eager ms':>11} | {'scratch ms':>10} | " \
+             f"{'time ratio, per round':>23} | {'HF peak MiB':>11} | {'scratch peak MiB':>16} | {'attn |Δ|':>8} | " \
+             f"{'logit |Δ|':>8}"
     print(header)
     print("-" * len(header))
     for n in lengths:
         enc = encoding(n, model.config.vocab_size)
-        t, runs = measure_time(model, enc, repeats)
+        t, runs, per_round = measure_time(model, enc, repeats)
         hf, mine = run_hf(model, enc), run_scratch(model, enc)
         attn_diff = max(float((a - b).abs().max()) for a, b in zip(hf.attentions, mine.attn))
         logits_diff = float((hf.logits - mine.logits).abs().max())
         del hf, mine
-        row = dict(model=name, tokens=n, runs=runs, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3, ratio=t["scratch"] / t["hf"],
+        row = dict(model=name, tokens=n, runs=runs, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3,
+                   ratio=statistics.median(per_round), ratio_min=min(per_round), ratio_max=max(per_round),
                    hf_peak_mib=measure_memory(name, "hf", n) / 2**20,
                    scratch_peak_mib=measure_memory(name, "scratch", n) / 2**20,
                    attention_max_abs_diff=attn_diff, logits_max_abs_diff=logits_diff)
         rows.append(row)
-        print(f"{n:>6} | {runs:>4} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | {row['ratio']:>9.2f}× | "
+        print(f"{n:>6} | {runs:>4} | {row['hf_ms']:>11.1f} | {row['scratch_ms']:>10.1f} | "
+              f"{row['ratio']:>5.2f}× ({row['ratio_min']:.2f}–{row['ratio_max']:.2f}×){'':>4} | "
               f"{row['hf_peak_mib']:>11.0f} | {row['scratch_peak_mib']:>16.0f} | {attn_diff:>8.1e} | "
               f"{logits_diff:>8.1e}", flush=True)
     worst = max(r["ratio"] for r in rows)

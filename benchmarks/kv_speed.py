@@ -30,7 +30,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from report import publish  # noqa: E402
+from report import alternate, out_folder, publish, ratios  # noqa: E402
 
 from probes.kv.policies import parse  # noqa: E402
 from probes.kv.stream import decoder_network, stream, token_ids  # noqa: E402
@@ -89,7 +88,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for kv_speed.txt (default: a new temporary folder, printed)")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="kv-speed-"))
+    out = out_folder(args.out)
     print(f"results will go to {out / 'kv_speed.txt'}", flush=True)
     t_start = time.perf_counter()
     start_load = load_text()
@@ -104,17 +103,21 @@ def main() -> None:
                   f"h2o:{b} {MASKED}", f"snapkv:{b} {MASKED}"]
     print(f"text: {n:,} tokens; load {start_load}", flush=True)
     runs: dict[str, list[dict]] = {c: [] for c in contenders}
-    for r in range(args.rounds):
-        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
-        for name in order:
+
+    def contender(name: str):
+        def go() -> None:
             before = load_text()
             row = cached_pass(model, net, ids) if name == CACHED else streamed(model, text, name)
             row["load"] = f"{before} → {load_text()}"
             runs[name].append(row)
-            print(f"round {r + 1}: {name}: {row['seconds']:.1f} s ({row['seconds'] / n * 1e3:.0f} ms a token), "
-                  f"perplexity {row['ppl']:.3f}, load {row['load']}", flush=True)
+            print(f"round {len(runs[name])}: {name}: {row['seconds']:.1f} s ({row['seconds'] / n * 1e3:.0f} ms a "
+                  f"token), perplexity {row['ppl']:.3f}, load {row['load']}", flush=True)
+        return go
 
-    base = [row["seconds"] for row in runs[CACHED]]
+    # every contender once a round, each round in an order rotated by one (report.alternate)
+    alternate({name: contender(name) for name in contenders}, args.rounds)
+    per_round = ratios({name: [row["seconds"] for row in rows] for name, rows in runs.items()}, CACHED)
+
     lines = [f"{model.name}: {model.n_layers} layers, {model.n_heads} query heads, {model.n_kv_heads} key/value heads; "
              f"{torch.get_num_threads()} threads, {platform.processor() or 'CPU'}",
              f"text: EWT dev sentences, {n:,} tokens, decoded token by token; budget {b}; {args.rounds} rounds, "
@@ -126,12 +129,12 @@ def main() -> None:
     for name in contenders:
         rows = runs[name]
         seconds = [row["seconds"] for row in rows]
-        ratios = [s / c for s, c in zip(seconds, base, strict=True)]
-        median = statistics.median(ratios)
+        median = statistics.median(per_round[name])
         first = rows[0]
         lines.append(f"| {name} | {first['ppl']:.3f} | {first['kv'] / MIB:.1f} | {first['full_kv'] / MIB:.1f} | "
                      f"{first['kv'] / first['full_kv']:.3f} | {' / '.join(f'{s:.0f}' for s in seconds)} | "
-                     f"{statistics.median(seconds) / n * 1e3:.0f} | {' / '.join(f'{x:.2f}×' for x in ratios)} | "
+                     f"{statistics.median(seconds) / n * 1e3:.0f} | "
+                     f"{' / '.join(f'{x:.2f}×' for x in per_round[name])} | "
                      f"{median:.2f}× | {'yes' if median <= GOAL else 'no'} |")
     lines += ["", "load average (1/5 min) before → after each run:"]
     for name in contenders:
@@ -142,7 +145,6 @@ def main() -> None:
               f"goal: streamed perplexity within {GOAL:g}× the full cached pass's time (median over rounds)",
               f"total {time.perf_counter() - t_start:.0f} s; load {start_load} at the start, {load_text()} at the end"]
     publish("\n".join(lines), out, "kv_speed.txt")
-    print(f"wrote {out / 'kv_speed.txt'}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from report import publish  # noqa: E402
+from report import out_folder, publish  # noqa: E402
 
 from probes.kv.policies import parse_list  # noqa: E402
 from probes.kv.stream import stream, token_ids  # noqa: E402
@@ -99,7 +98,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for kv_streaming.txt (default: a new temporary folder, printed)")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="kv-streaming-"))
+    out = out_folder(args.out)
     print(f"results will go to {out / 'kv_streaming.txt'}", flush=True)
     t_start = time.perf_counter()
     start_load = load_text()
@@ -145,7 +144,6 @@ def main() -> None:
               PAPER, "", summary(rows, args.budget),
               f"total {time.perf_counter() - t_start:.0f} s; {start_load} at the start, {load_text()} at the end"]
     publish("\n".join(lines), out, "kv_streaming.txt")
-    print(f"wrote {out / 'kv_streaming.txt'}")
 
 
 if __name__ == "__main__":

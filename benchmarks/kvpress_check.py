@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from report import publish  # noqa: E402
+from report import out_folder, publish  # noqa: E402
 
 from probes import hf, scratch  # noqa: E402
 from probes.encoding import Encoding  # noqa: E402
@@ -103,7 +102,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for kvpress_check.txt (default: a new temporary folder, printed)")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="kvpress-check-"))
+    out = out_folder(args.out)
     t_start = time.perf_counter()
     load_before = os.getloadavg()
 
@@ -174,7 +173,6 @@ def main() -> None:
     lines.append(f"took {time.perf_counter() - t_start:.0f} s; load average {load_before[0]:.2f} at the start, "
                  f"{load_after[0]:.2f} at the end")
     publish("\n".join(lines), out, "kvpress_check.txt")
-    print(f"wrote {out / 'kvpress_check.txt'}")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ Peak memory is the resident memory above the level before the forward (sampled e
 glibc returning large blocks to the OS so RSS follows live memory); time is wall time of forward +
 one head. Where Hugging Face's attentions alone (layers × heads × L² × 4 bytes) would not fit in
 this machine's memory it is not run, and the table says how much it would need. Writes a plot next
-to the JSON when ``--out`` is given (PNG through ``vl-convert-python``, a dependency).
+to the JSON (PNG through ``vl-convert-python``, a dependency).
 
-    .venv/bin/python benchmarks/long_inputs.py [--lengths 512 1024 2048 4096 8192] [--out benchmarks/out]
+    .venv/bin/python benchmarks/long_inputs.py [--lengths 512 1024 2048 4096 8192] [--out benchmarks/results]
     .venv/bin/python benchmarks/long_inputs.py --model smollm2 [--lengths 2048 4096 8192] [--out ...]
 
-Results go to ``OUT/long_inputs.json`` (GPT-2-small; the app's Cost page reads it) or
-``OUT/long_inputs_smollm2.json``, with the plot beside them.
+Results go to ``OUT/long_inputs.json`` (GPT-2-small; the app's Cost page reads the committed one) or
+``OUT/long_inputs_smollm2.json``, with the plot beside them; without ``--out``, OUT is a new temporary folder.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forward import PeakRSS  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from report import out_folder  # noqa: E402
 
 from probes import scratch  # noqa: E402
 from probes.families import family_of  # noqa: E402
@@ -153,7 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=list(MODELS), default="gpt2-small")
     parser.add_argument("--lengths", type=int, nargs="+", help="default: 512 … 8192 (gpt2-small), 2048 … 8192 (smollm2)")
-    parser.add_argument("--out", type=Path, help="folder for the JSON and the plot")
+    parser.add_argument("--out", type=Path, help="folder for the JSON and the plot (default: a new temporary folder)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -205,11 +206,10 @@ def main() -> None:
         peak, goal = by_n[8192]["lazy_peak"] / GIB, 2 if args.model == "smollm2" else 4
         print(f"goal 8,192 tokens under {goal} GiB: {'met' if peak < goal else 'NOT met'} ({peak:.2f} GiB); "
               f"HF: {by_n[8192].get('hf_error', 'ran')}")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=2))
-        plot(rows, args.out, stem, "GPT-2-small shapes" if args.model == "gpt2-small" else "SmolLM2-135M")
-        print(f"wrote {args.out / (stem + '.json')} and the plot beside it")
+    out = out_folder(args.out)
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=2))
+    plot(rows, out, stem, "GPT-2-small shapes" if args.model == "gpt2-small" else "SmolLM2-135M")
+    print(f"wrote {out / (stem + '.json')} and the plot beside it")
 
 
 if __name__ == "__main__":

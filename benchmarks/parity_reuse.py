@@ -7,8 +7,9 @@ page itself needs.
 * **badge now**: the app's way (``dashboard.data.parity_report``) — the scratch pass once, then
   ``parity.compare`` against the Hugging Face trace the page already made.
 
-The offline default (minilm) on texts of about 12, 128 and 500 tokens; median of ``--repeats`` runs,
-the three taking turns. Both badges must give the same verdict and the same max |Δ|.
+The offline default (minilm) on texts of about 12, 128 and 500 tokens; ``--repeats`` rounds, the three taking
+turns round by round (``report.alternate``): median times, and each round's ratio to the page's trace. Both
+badges must give the same verdict and the same max |Δ|.
 
     .venv/bin/python benchmarks/parity_reuse.py [--repeats 5] [--out benchmarks/results]
 """
@@ -16,15 +17,13 @@ the three taking turns. Both badges must give the same verdict and the same max 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report import publish  # noqa: E402  (benchmarks/, this script's folder)
+from report import alternate, publish, ratios, summary  # noqa: E402  (benchmarks/, this script's folder)
 
 import probes  # noqa: E402
 from probes import parity, scratch  # noqa: E402
@@ -53,27 +52,26 @@ def main() -> None:
     model = probes.load("minilm")
     scratch.build(model)
     probes.run(model, "warm up", source="scratch")
-    lines = [f"parity badge on a new text, offline default (minilm), CPU, {torch.get_num_threads()} threads; median of "
-             f"{args.repeats} runs, taking turns", "",
+    lines = [f"parity badge on a new text, offline default (minilm), CPU, {torch.get_num_threads()} threads; "
+             f"{args.repeats} rounds, the three taking turns (each round in an order rotated by one): median seconds, "
+             "and each round's ratio to the page's trace in that round: median (min–max: every round)", "",
              "| tokens | the page's trace (HF) | badge before: parity.check | badge now: scratch pass + compare | "
-             "before / trace | now / trace | same verdict and max abs diff |",
+             "before / trace, per round | now / trace, per round | same verdict and max abs diff |",
              "|---|---|---|---|---|---|---|"]
     for n, text in texts(model).items():
-        page, before, now = [], [], []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            hf_trace = probes.run(model, text)
-            page.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            old = parity.check(model, text)
-            before.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            new = parity.compare(hf_trace, probes.run(model, text, source="scratch"))
-            now.append(time.perf_counter() - t0)
+        hf_trace = probes.run(model, text)  # the trace the page already made, which the badge now reuses
+        timing = alternate({
+            "page": lambda text=text: probes.run(model, text),
+            "before": lambda text=text: parity.check(model, text),
+            "now": lambda text=text, hf_trace=hf_trace: parity.compare(hf_trace,
+                                                                       probes.run(model, text, source="scratch")),
+        }, args.repeats)
+        old, new = timing.results["before"], timing.results["now"]
         same = old.passed == new.passed and old.attention_max_abs_diff == new.attention_max_abs_diff
-        p, b, w = (statistics.median(x) for x in (page, before, now))
-        lines.append(f"| {n} | {p * 1000:,.0f} ms | {b * 1000:,.0f} ms | {w * 1000:,.0f} ms | {b / p:.1f}× | "
-                     f"{w / p:.1f}× | {'yes' if same else 'NO'} |")
+        p, b, w = (timing.median(name) for name in ("page", "before", "now"))
+        per_round = ratios(timing.seconds, "page")
+        lines.append(f"| {n} | {p * 1000:,.0f} ms | {b * 1000:,.0f} ms | {w * 1000:,.0f} ms | "
+                     f"{summary(per_round['before'])} | {summary(per_round['now'])} | {'yes' if same else 'NO'} |")
         print(lines[-1], file=sys.stderr)
     lines += ["", "Before, the badge also ran ahead of the page; now it is drawn after it (an empty sidebar slot "
               "filled once the page has run), so it never delays the first chart."]

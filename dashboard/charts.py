@@ -3,6 +3,7 @@ take plain lists, arrays and frames, so they are tested as chart specs without a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import altair as alt
@@ -614,12 +615,22 @@ LENS_CELL = 50  # px: a logit-lens cell holds a token as text (16 fit beside the
 LENS_RANGE = ["#ffffff", "#a63603"]  # a head's direct logit contribution: white is 0 (below 0 stays white)
 
 
+BYTES = re.compile(r"(?:\\x[0-9a-f]{2})+")  # a run of \xNN escapes: bytes of a character the token holds part of
+
+
+def bytes_said(run: str) -> str:
+    """A run of ``\\xNN`` escapes (what :func:`probes.tokens.readable_tokens` makes of a piece of a character) as
+    a reader reads it: ‹99 82›, the bytes in hex between guillemets."""
+    return "‹" + " ".join(run[i + 2:i + 4] for i in range(0, len(run), 4)) + "›"
+
+
 def visible(piece: str) -> str:
-    """A token as a cell or tooltip shows it: each leading or trailing space (a no-break space too) as ␣, and a
-    token of spaces only as ␣s."""
-    core = piece.strip()
+    """A token as a cell or tooltip shows it: each leading or trailing space (a no-break space too) as ␣, a token
+    of spaces only as ␣s, and the bytes of a character it holds only part of (a byte-level vocabulary's piece of 她)
+    as ‹e5 a5›, not as the escapes \\xe5\\xa5."""
+    core = BYTES.sub(lambda m: bytes_said(m.group()), piece.strip())
     lead, trail = len(piece) - len(piece.lstrip()), len(piece) - len(piece.rstrip())
-    return "␣" * len(piece) if not core else "␣" * lead + core + "␣" * trail
+    return "␣" * len(piece) if not piece.strip() else "␣" * lead + core + "␣" * trail
 
 
 def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "probability", title: str = "",
@@ -659,8 +670,11 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         y=alt.Y(f"{row}:N", sort=rows, title=None, axis=alt.Axis(labelOverlap=False)),
         tooltip=tooltip,
     )
+    # the colour bar no longer than the table is tall (a 9-head table is 180 px: a 200 px bar ran off its foot)
+    legend = alt.Legend(gradientLength=max(60, 20 * len(rows) - 30))
     rect = base.mark_rect(stroke="#d9d9d9", strokeWidth=0.5).encode(
-        color=alt.Color(f"{value}:Q", scale=scale, title=value if value == "probability" else "logit (direct)"))
+        color=alt.Color(f"{value}:Q", scale=scale, title=value if value == "probability" else "logit (direct)",
+                        legend=legend))
     text = base.mark_text(fontSize=11, limit=alt.expr(f"width / {len(positions)} - 4")).encode(
         text=alt.Text("shown:N"),
         color=alt.condition(f"datum['{value}'] > {dark}", alt.value("white"), alt.value("black")))

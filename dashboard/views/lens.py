@@ -35,7 +35,8 @@ def _layers(ctx: ui.Context, lo: int, hi: int) -> None:
     st.caption("One row per layer (the residual stream entering it; the last row after the last layer), one column "
                "per token of the text: each cell is the token the model would predict next if it stopped there, "
                "coloured by its probability from 0 (white) to 1 (blue). Hover a cell for its top 5. The last row is "
-               "the model's own prediction: its logits, exactly. ␣ is a space.")
+               "the model's own prediction: its logits, exactly. ␣ is a space; ‹e5 a5› the bytes (hex) of a character "
+               "the token holds only part of (a byte-level vocabulary splits 她 into such pieces).")
     last = lens.layers[(lens.layers.row == lens.n_layers) & (lens.layers["rank"] == 1)]
     said = "the last token" if hi == len(ctx.run.tokens) else f"token {hi - 1}, the last shown,"
     st.markdown(f"At {said} the model's prediction “{ui.safe(charts.visible(last.piece.iloc[-1]))}” "
@@ -69,7 +70,8 @@ def _heads(ctx: ui.Context, lo: int, hi: int) -> None:
                "the last layer (as the direct logit attribution on \"Does it matter?\" does), and the unembedding, "
                "that output adds to every token's logit. Each cell is the token a head pushes up the most: a logit "
                f"contribution, not a probability (no softmax), coloured from 0 (white) to {reach:.2f}, the largest "
-               "in this layer's table. What a head does through later layers is not in it. Hover for the top 5.")
+               "in this layer's table. What a head does through later layers is not in it. Hover for the top 5. ␣ is a "
+               "space; ‹e5 a5› the bytes (hex) of a character the token holds only part of.")
     ui.downloads(f"logit-lens-heads-L{layer}-{lo}-{hi - 1}", chart, heads)
 
 

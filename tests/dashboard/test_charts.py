@@ -449,3 +449,22 @@ def test_the_circuit_graph_ends_at_the_receivers_layer_and_names_it_clear_of_the
     assert receiver.get("dx", 0) > 0 and receiver.get("align") == "left" and "dy" not in receiver
     senders = [t["mark"] for t in texts if t["mark"] is not receiver]
     assert len(senders) == 1 and senders[0]["dy"] < 0
+
+
+def test_a_token_is_shown_with_its_spaces_and_its_bytes_readable():
+    """A piece of a character (readable_tokens' \\xNN escapes) reads ‹99 82›, spaces ␣, the rest as it is."""
+    assert charts.visible("\\x99\\x82") == "‹99 82›"
+    assert charts.visible(" \\xe5\\xa5") == "␣‹e5 a5›"
+    assert charts.visible("她\\xe5 ") == "她‹e5›␣"
+    assert charts.visible(" she") == "␣she" and charts.visible("  ") == "␣␣" and charts.visible("x86") == "x86"
+
+
+def test_the_lens_colour_bar_is_no_longer_than_the_table_is_tall():
+    """A layer of 9 heads is a 180 px table: its colour bar ends inside it (a 200 px bar ran off its foot)."""
+    frame = pd.DataFrame({"head": [f"15.{h}" for h in range(9)], "position": 0, "input": "她", "rank": 1,
+                          "piece": "\\x99\\x82", "logit": np.linspace(0.1, 1.2, 9)})
+    spec = charts.lens_grid(frame, "head", [f"15.{h}" for h in range(9)], value="logit").to_dict()
+    legend = spec["layer"][0]["encoding"]["color"]["legend"]
+    assert legend["gradientLength"] <= 9 * 20 - 20
+    cells = spec["datasets"][spec["data"]["name"]] if "data" in spec else next(iter(spec["datasets"].values()))
+    assert {c["shown"] for c in cells} == {"‹99 82›"}

@@ -43,7 +43,7 @@ def test_a_decoder_shows_every_layers_top_token(gpt2_dir):
     top = lens.layers[(lens.layers.row == model.n_layers) & (lens.layers["rank"] == 1)]
     assert list(top.token_id) == argmax
     top = top[top.position >= n - 16]
-    assert [c["shown"] for c in last] == [charts.visible(p) for p in top.piece]  # a lone byte as \\xae, not �
+    assert [c["shown"] for c in last] == [charts.visible(p) for p in top.piece]  # a lone byte as ‹ae›, not � or \\xae
     assert all(c["top5"] for c in last) and all(0 < c["probability"] <= 1 for c in cells)
     assert any("its logits, exactly" in c.value for c in at.caption)
     assert any("At the last token the model's prediction" in m.value for m in at.markdown)
