@@ -533,6 +533,19 @@ def _load_dir(name: str, path: str) -> Model:
     return _build(name, path, local_files_only=True)
 
 
+def refuse_multimodal(config, name: str) -> None:
+    """A multimodal wrapper (Gemma 3's ``gemma3``, Llava…: a text model whose config is nested under ``text_config``,
+    beside a vision or audio tower) has no layers of its own to count, and neither view reads it: refused by name
+    with the way out (its text-only checkpoint), rather than a crash in the Hugging Face view."""
+    if getattr(config, "text_config", None) is not None and getattr(config, "num_hidden_layers", None) is None:
+        kind = getattr(config, "model_type", "?")
+        text = getattr(config.text_config, "model_type", None)
+        raise UnsupportedModel(f"{name!r} is a multimodal {kind!r} model (a text model inside, beside a vision or "
+                               "audio tower), which neither the Hugging Face view nor the from-scratch path reads: "
+                               "load a text-only checkpoint of its family"
+                               + (f" (model_type {text!r})" if text else ""))
+
+
 def _load_gguf(name: str, path: Path) -> Model:
     """A GGUF file (quantised weights are dequantised to fp32 by transformers; it needs the ``gguf``
     package). The from-scratch path runs on it too when its family has a record (SmolLM2 is a Llama)."""
@@ -642,6 +655,7 @@ def _build(name: str, location: str, *, local_files_only: bool) -> Model:
     family = family_of(config)
     if family and family.refuse_at_load:
         family.refuse_at_load(config, name)
+    refuse_multimodal(config, name)
     archs = set(getattr(config, "architectures", None) or [])
     if family:
         cls = getattr(transformers, family.hf_class(config))

@@ -137,7 +137,8 @@ class Trace(TokensAndRules):
     windows: list[int | None] | None = None
     softcaps: list[float | None] | None = None  # each layer's logit soft-cap (Gemma 2; None: none, or no record)
     # cos, sin [1 or B, L, d] of rotary models: one pair for every layer, or a list of each layer's pairs where the
-    # layers turn by different angles (ModernBERT: another θ on its local layers); read through rotary_of(layer)
+    # layers turn by different angles (ModernBERT, Gemma 3: another table on their local layers); read through
+    # rotary_of(layer)
     rotary: Rotary | list[Rotary] | None = None
     n_kv_heads: int | None = None  # key/value heads, when fewer than the query heads (grouped-query)
     qkv_of: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None

@@ -5,6 +5,7 @@ attention is peaked, not near-uniform: a parity check on near-uniform attention 
 from __future__ import annotations
 
 import contextlib
+import copy
 from functools import lru_cache
 from pathlib import Path
 
@@ -235,22 +236,32 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
     return path
 
 
+GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},  # the releases' local layers
+               "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}}  # and global
+
+
 def make_gemma(path: Path, *, family: str = "gemma2", std: float = 0.3, **overrides) -> Path:
     """A tiny random Gemma 2: grouped-query heads (4 query heads reading 2 key/value heads), a head width of 16 (not
     hidden / heads = 8), alternating local (window 3) and global layers, soft-capped scores (cap 5, low enough that
     the tanh bends the scores of this large init) and logits (cap 3), ``query_pre_attn_scalar`` 10 (not the head
-    width), tied embeddings; ``overrides`` go to the config."""
+    width), tied embeddings; ``overrides`` go to the config. ``family="gemma3"``: a tiny Gemma 3 (text) of the same
+    shape, with QK-norm, no soft-caps (as the releases) and the releases' rotary parameters per layer type (local θ
+    10,000; global θ 1,000,000, linear with factor 8: :data:`GEMMA3_ROPE`)."""
     import transformers
 
     tok = gpt2_tokenizer()
     config_class, model_class = {
         "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+        "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
     }[family]
     cfg = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                num_key_value_heads=2, head_dim=16, max_position_embeddings=64, bos_token_id=tok.eos_token_id,
                eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, sliding_window=3,
                attn_logit_softcapping=5.0, final_logit_softcapping=3.0, query_pre_attn_scalar=10,
                tie_word_embeddings=True)
+    if family == "gemma3":
+        cfg.update(attn_logit_softcapping=None, final_logit_softcapping=None,
+                   rope_parameters=copy.deepcopy(GEMMA3_ROPE), layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     cfg.update(overrides)
     torch.manual_seed(0)
     model = model_class(config_class(**cfg))
@@ -267,17 +278,21 @@ def gemma_norm_in_input_dtype():
     """Hugging Face's Gemma RMSNorm computing in its input's dtype (it computes in fp32 whatever the model's dtype,
     its one fixed-fp32 step): the same code otherwise, the reference a float64 proof of the Gemma families needs."""
     from transformers.models.gemma2 import modeling_gemma2
+    from transformers.models.gemma3 import modeling_gemma3
 
     def forward(self, x):
         out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return (out * (1.0 + self.weight)).type_as(x)
 
-    honest = modeling_gemma2.Gemma2RMSNorm.forward
-    modeling_gemma2.Gemma2RMSNorm.forward = forward
+    norms = (modeling_gemma2.Gemma2RMSNorm, modeling_gemma3.Gemma3RMSNorm)
+    honest = [norm.forward for norm in norms]
+    for norm in norms:
+        norm.forward = forward
     try:
         yield
     finally:
-        modeling_gemma2.Gemma2RMSNorm.forward = honest
+        for norm, own in zip(norms, honest, strict=True):
+            norm.forward = own
 
 
 def make_neox(path: Path, *, std: float = 0.3, **overrides) -> Path:

@@ -118,6 +118,14 @@ def gemma2_dir(ckpt_dir):
 
 
 @pytest.fixture(scope="session")
+def gemma3_dir(ckpt_dir):
+    """A tiny Gemma 3 (text) of 3 layers: Gemma 2's shape (local window 3 and global layers, sandwich norms, head
+    width 16, grouped-query heads, tied embeddings) with QK-norm and a rotary table per layer type (local θ 10,000;
+    global θ 1,000,000 with linear factor 8), no soft-caps (as the releases)."""
+    return make_gemma(ckpt_dir / "gemma3", family="gemma3")
+
+
+@pytest.fixture(scope="session")
 def phi3_dir(ckpt_dir):
     """A tiny Phi-3 of 3 layers: fused qkv_proj and gate_up_proj, half of each head turned (partial rotary)."""
     return make_llama(ckpt_dir / "phi3", family="phi3", num_hidden_layers=3, partial_rotary_factor=0.5)

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from checkpoints import make_gemma, make_gpt2, make_llama, make_modernbert
+from checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_llama, make_modernbert
 from numeric import EPS64, F64, fp32, rounded
 
 import probes
@@ -29,6 +29,8 @@ def models(gpt2_model, bert_dir, ckpt_dir):
         "phi3-partial-rotary": probes.load(str(make_llama(ckpt_dir / "phi3-explain", family="phi3",
                                                           partial_rotary_factor=0.5))),  # 4 of 8 numbers turn
         "gemma2-softcap": probes.load(str(make_gemma(ckpt_dir / "gemma2-explain"))),  # capped scores, local layers
+        # QK-norm, and local and global layers turned by their own rotary tables
+        "gemma3-per-layer-rope": probes.load(str(make_gemma(ckpt_dir / "gemma3-explain", family="gemma3"))),
         # an encoder with a symmetric window on layers 1 and 2 (keys up to 2 away on either side), a θ per layer type
         "modernbert-local": probes.load(str(make_modernbert(ckpt_dir / "modernbert-explain"))),
     }
@@ -54,7 +56,8 @@ def fp32_row(steps) -> float:
 
 @pytest.mark.parametrize("source, backend", [("hf", "eager"), ("scratch", "sdpa")])
 @pytest.mark.parametrize("name", ["gpt2", "bert", "gpt2-inverse-layer", "llama-grouped", "mistral-window",
-                                  "qwen3-qk-norm", "phi3-partial-rotary", "gemma2-softcap", "modernbert-local"])
+                                  "qwen3-qk-norm", "phi3-partial-rotary", "gemma2-softcap",
+                                  "gemma3-per-layer-rope", "modernbert-local"])
 def test_steps_reproduce_every_row_of_every_head(models, models64, name, source, backend):
     """In float64 the steps are the model's row (≤ 1e-10); in float32, the model's row is within its own rounding."""
     model = models64[name]
@@ -181,6 +184,32 @@ def test_rotary_steps_turn_the_projected_q_by_its_position(models, models64):
         assert (s.kv_head, s.kv_group, s.window) == (1, (3, 4, 5), None)  # 6 query heads read 2 k/v heads
     assert query_steps(probes.run(models["gpt2"], TEXT), 0, 0, 2).q_unrotated is None
     assert torch.is_tensor(trace.rotary[0])
+
+
+@pytest.mark.parametrize("source", ["hf", "scratch"])
+@pytest.mark.parametrize("layer, theta, factor", [(0, 10_000.0, 1.0), (1, 1_000_000.0, 8.0)])
+def test_gemma3_steps_turn_q_back_by_its_own_layers_table(models64, layer, theta, factor, source):
+    """Gemma 3's local layer 0 (θ 10,000) and global layer 1 (θ 1,000,000, positions ÷ 8) turn the same position by
+    different angles: either path's Trace keeps each layer's tables (a list), each layer's 'before' is Hugging Face's
+    own q as QK-norm hands it on (before the turn), and its angles are position × that layer's ω."""
+    model = models64["gemma3-per-layer-rope"]
+    enc = model.encode(TEXT)
+    seen = {}
+    norm = model.hf.model.layers[layer].self_attn.q_norm
+    hook = norm.register_forward_hook(lambda _m, _i, out: seen.setdefault("q", out))
+    try:
+        with hf.KeepFloat64(), gemma_norm_in_input_dtype(), torch.inference_mode():
+            model.hf(input_ids=enc.input_ids)
+    finally:
+        hook.remove()
+    trace = probes.run(model, TEXT, source=source)
+    assert isinstance(trace.rotary, list) and len(trace.rotary) == model.n_layers
+    omega = 1.0 / (theta ** (np.arange(0, 16, 2) / 16)) / factor
+    for query in (0, 3, 7):
+        s = query_steps(trace, layer, 2, query)
+        scale = np.abs(s.q).max()
+        np.testing.assert_allclose(s.q_unrotated, numpy(seen["q"][0, 2, query]), atol=F64 * scale, rtol=0)
+        np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=fp32(query + 1), rtol=0)
 
 
 @pytest.mark.parametrize("source", ["hf", "scratch"])

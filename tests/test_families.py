@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_family_has_a_complete_record():
     found = families.families()
-    assert [f.name for f in found] == ["bert", "distilbert", "gemma2", "gpt2", "gpt_neox", "llama", "mistral",
+    assert [f.name for f in found] == ["bert", "distilbert", "gemma2", "gemma3", "gpt2", "gpt_neox", "llama", "mistral",
                                        "modernbert", "olmo2", "phi3", "qwen2", "qwen3", "roberta"]
     for f in found:
         assert isinstance(f, Family) and f.title and f.model_types and f.implemented and f.refused
@@ -25,7 +25,8 @@ def test_every_family_has_a_complete_record():
 
 @pytest.mark.parametrize("kind, family", [("gpt2", "gpt2"), ("bert", "bert"), ("llama", "llama"),
                                           ("mistral", "mistral"), ("qwen2", "qwen2"), ("qwen3", "qwen3"),
-                                          ("phi3", "phi3"), ("gemma2", "gemma2"), ("roberta", "roberta"),
+                                          ("phi3", "phi3"), ("gemma2", "gemma2"), ("gemma3_text", "gemma3"),
+                                          ("gemma3", None), ("roberta", "roberta"),
                                           ("xlm-roberta", "roberta"), ("camembert", "roberta"),
                                           ("distilbert", "distilbert"), ("gpt_neox", "gpt_neox"), ("olmo2", "olmo2"),
                                           ("modernbert", "modernbert"), ("opt", None),
@@ -69,8 +70,8 @@ def test_readme_table_is_the_registry():
 
 
 def test_coverage_sentence_names_every_family():
-    assert families.coverage() == ("the from-scratch path covers BERT, DistilBERT, Gemma 2, GPT-2, GPT-NeoX, Llama, "
-                                   "Mistral, ModernBERT, OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
+    assert families.coverage() == ("the from-scratch path covers BERT, DistilBERT, Gemma 2, Gemma 3, GPT-2, GPT-NeoX, "
+                                   "Llama, Mistral, ModernBERT, OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
 
 
 def test_known_hub_models_come_from_the_records():

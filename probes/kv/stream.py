@@ -122,6 +122,18 @@ def decoder_network(model) -> DecoderNetwork:
     return net
 
 
+def check_windows(model, net, n_tokens: int) -> None:
+    """:class:`UnsupportedModel` where the network has layers with their own sliding window (Mistral, Qwen2, Phi-3,
+    Gemma 2 and 3) shorter than the text: the KV lab's cache slots read every key a policy keeps, and such a layer
+    reads none further back than its window, so past it the lab's numbers (its full cache first) would not be the
+    model's. A text within the smallest window is read exactly (the window hides nothing there)."""
+    windows = [w for layer in net.layers if (w := getattr(getattr(layer, "spec", None), "window", None)) is not None]
+    if windows and n_tokens > min(windows):
+        raise UnsupportedModel(f"{model.name} has sliding-window layers (a window of {min(windows)} tokens), which the "
+                               f"KV lab's cache slots do not implement, and the text is {n_tokens} tokens: give a "
+                               f"text of {min(windows)} tokens or fewer, or pick smollm2 or gpt2")
+
+
 def token_ids(model, text: str) -> torch.Tensor:
     """The text's token ids ``[1, T]`` (InputTooLong past the model's context; at least :data:`MIN_TOKENS`)."""
     try:
@@ -316,6 +328,7 @@ def stream(model, text: str, policy: Policy, *, method: str = "streamed",
         plan = only(policy, heads, model.n_layers, model.n_kv_heads)
         name = f"{policy.name} on " + ", ".join(f"{layer}.{head}" for layer, head in heads)
     ids = token_ids(model, text)
+    check_windows(model, net, ids.shape[1])
     with torch.inference_mode():
         run = run_stream if method == "streamed" else run_masked
         return run(net, ids, plan, name=name, progress=progress)
@@ -393,6 +406,7 @@ def head_effects(model, text: str, policies: Sequence[Policy], *,
     watching them all (shadow), then one masked pass per head and policy, resumed at the head's layer."""
     net = decoder_network(model)
     ids = token_ids(model, text)
+    check_windows(model, net, ids.shape[1])
     policies = [p for p in policies if p.kind != "full"]
     n_layers, kv_heads, n = model.n_layers, model.n_kv_heads, ids.shape[1]
     group = model.n_heads // kv_heads

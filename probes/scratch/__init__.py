@@ -155,7 +155,8 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
 
 def rotary_of(net: Network, length: int, device: torch.device | str):
     """What a Trace keeps of a rotary network's positions (None: not rotary): its one (cos, sin) pair, or each
-    layer's where the layers turn by different angles (ModernBERT's global and local θ)."""
+    layer's where the layers turn by different angles (ModernBERT's global and local θ, Gemma 3's table per layer
+    type)."""
     if not isinstance(net, RotaryNetwork):
         return None
     tables = [net.rotary(length, device, layer) for layer in range(len(net.layers))]

@@ -161,7 +161,7 @@ class RotaryNetwork(Network, Protocol):
         """cos and sin of every position's angles in layer ``layer``, ``[1, length, r]`` each, in the network's
         working dtype: r = d, or fewer where a partial rotary turns only the first r numbers of a head (Phi-3's
         ``partial_rotary_factor``). The same tables in every layer, but where the layers turn by different angles
-        (ModernBERT: a θ per layer type)."""
+        (ModernBERT, Gemma 3: a table per layer type)."""
         ...
 
 
@@ -213,7 +213,7 @@ class Capture:
         self.q: list[torch.Tensor] = []
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
-        # one (cos, sin) pair for every layer, or each layer's pair where they differ (ModernBERT)
+        # one (cos, sin) pair for every layer, or each layer's pair where they differ (ModernBERT, Gemma 3)
         self.rotary: tuple[torch.Tensor, torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self.hooks: list = []
         self.thread = threading.get_ident()  # the thread whose pass this catches

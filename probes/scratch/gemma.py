@@ -51,6 +51,7 @@ from .family import Family, head_writes
 from .weights import Weights
 
 ROPE_TYPES = ("default",)
+LAYER_TYPES = ("sliding_attention", "full_attention")  # local (a sliding window) and global layers
 
 
 def gemma_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
@@ -80,27 +81,51 @@ def attn_softcap(config, layer: int) -> float | None:
     return getattr(config, "attn_logit_softcapping", None)
 
 
-def check(config, name: str, title: str = "Gemma 2") -> None:
-    """Refuse by name what the code below does not implement."""
+def check(config, name: str, title: str = "Gemma 2", per_layer_rope: bool = False,
+          rope_types: tuple[str, ...] = ROPE_TYPES) -> None:
+    """Refuse by name what the code below does not implement (``title``: the family the message names;
+    ``per_layer_rope``: whether rotary parameters per layer type are implemented, as Gemma 3's code turns each layer
+    by its type's own table; ``rope_types``: the ones it implements)."""
     act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
     if act not in ACTIVATIONS:
         raise UnsupportedModel(f"{name!r}: hidden_activation={act!r} is not implemented by the from-scratch {title}")
     params = llama.rope_parameters(config)
-    if any(isinstance(v, dict) for v in params.values()):
+    if any(isinstance(v, dict) for v in params.values()) and not per_layer_rope:
         raise UnsupportedModel(f"{name!r}: rope_parameters differ per layer type, which the from-scratch {title} does "
                                "not implement; the Hugging Face view still works")
-    if params["rope_type"] not in ROPE_TYPES:
-        raise UnsupportedModel(f"{name!r}: rope_type={params['rope_type']!r} is not implemented by the from-scratch "
-                               f"{title} (it has {', '.join(ROPE_TYPES)}); the Hugging Face view still works")
-    if params.get("partial_rotary_factor", 1.0) != 1.0 or llama.head_dim(config) % 2:
-        raise UnsupportedModel(f"{name!r}: partial_rotary_factor or an odd head_dim is not implemented by the "
-                               f"from-scratch {title}")
+    for kind, each in ({None: params} if not per_layer_rope else rope_by_type(config, name, title)).items():
+        where = f" (the {kind} layers')" if kind else ""
+        if each["rope_type"] not in rope_types:
+            raise UnsupportedModel(f"{name!r}: rope_type={each['rope_type']!r}{where} is not implemented by the "
+                                   f"from-scratch {title} (it has {', '.join(rope_types)}); the Hugging Face view "
+                                   "still works")
+        if each.get("partial_rotary_factor", 1.0) != 1.0 or llama.head_dim(config) % 2:
+            raise UnsupportedModel(f"{name!r}: partial_rotary_factor{where} or an odd head_dim is not implemented by "
+                                   f"the from-scratch {title}")
     if getattr(config, "use_bidirectional_attention", None):
         raise UnsupportedModel(f"{name!r}: use_bidirectional_attention (EmbeddingGemma) is not implemented by the "
                                f"from-scratch {title}: it is causal")
     if config.num_attention_heads % llama.kv_heads(config):
         raise UnsupportedModel(f"{name!r}: {config.num_attention_heads} query heads cannot share "
                                f"{llama.kv_heads(config)} key/value heads evenly")
+
+
+def rope_by_type(config, name: str, title: str) -> dict[str, dict]:
+    """The rotary parameters of each layer type the layers use (``layer_types``), by type: Gemma 3's
+    ``rope_parameters`` is a dict keyed by ``sliding_attention`` and ``full_attention``, each with its own
+    ``rope_theta`` and ``rope_type``. Refuses by name a layer type it does not know or a type without parameters."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    out = {}
+    for kind in dict.fromkeys(getattr(config, "layer_types", None) or []):
+        if kind not in LAYER_TYPES:
+            raise UnsupportedModel(f"{name!r}: layer type {kind!r} is not implemented by the from-scratch {title} (it "
+                                   f"has {', '.join(LAYER_TYPES)}); the Hugging Face view still works")
+        each = params.get(kind) if isinstance(params.get(kind), dict) else None
+        if each is None or "rope_theta" not in each:
+            raise UnsupportedModel(f"{name!r}: rope_parameters has no rope_theta for the {kind} layers, which the "
+                                   f"from-scratch {title} needs (one table per layer type)")
+        out[kind] = {"rope_type": each.get("type", "default"), **each}
+    return out
 
 
 def float64_refused(config) -> str:

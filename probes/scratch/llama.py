@@ -100,11 +100,13 @@ def check_config(config, name: str, title: str = "Llama", rope_types: tuple[str,
 
 # -- rotary position embedding --------------------------------------------------------------------
 
-def inverse_frequencies(config, length: int) -> torch.Tensor:
+def inverse_frequencies(config, length: int, params: dict | None = None) -> torch.Tensor:
     """ω_i = 1 / θ^(2i/d) for the d/2 pairs of a head, stretched as ``rope_type`` says; ``length`` is
-    the number of positions in the input (only ``dynamic`` depends on it)."""
-    params = rope_parameters(config)
-    kind, theta, d = params["rope_type"], params["rope_theta"], rotary_dim(config)
+    the number of positions in the input (only ``dynamic`` depends on it). ``params``: the rotary parameters to use
+    (Gemma 3: those of one layer type), the config's own (:func:`rope_parameters`) where None."""
+    params = rope_parameters(config) if params is None else params
+    kind, theta = params["rope_type"], params["rope_theta"]
+    d = int(head_dim(config) * params.get("partial_rotary_factor", 1.0))  # the turned width (rotary_dim)
     if kind == "dynamic":  # NTK-aware: past the trained context, θ grows with the input's length
         trained = config.max_position_embeddings
         length = max(length, trained)
@@ -125,13 +127,13 @@ def inverse_frequencies(config, length: int) -> torch.Tensor:
     return omega
 
 
-def rotary_tables(config, length: int, device: torch.device | str = "cpu",
-                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(config, length: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                  params: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of every angle p·ω_i, ``[1, length, r]`` (each ω_i twice: once per half of the turned width r,
     the head width d unless a partial rotary turns fewer). The frequencies ω are the model's constants, computed in
     fp32 as Hugging Face computes them; the angles and their cos and sin in ``dtype`` (a float64 pass turns q and k
-    by float64 angles, as the reference does)."""
-    omega = inverse_frequencies(config, length).to(device=device, dtype=dtype)
+    by float64 angles, as the reference does). ``params``: as in :func:`inverse_frequencies`."""
+    omega = inverse_frequencies(config, length, params).to(device=device, dtype=dtype)
     angles = torch.arange(length, device=device)[None, :, None].to(dtype) * omega  # p·ω_i  [1, L, r/2]
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
@@ -257,7 +259,7 @@ class Llama(PreNormDecoder):
         last entry is the constant, the projections' biases (Qwen2) turned likewise (see
         :meth:`probes.scratch.family.SplitNetwork.qk_parts`)."""
         q, k = self.projected_parts(layer, parts, x)
-        cos, sin = (t[:, positions].to(parts.dtype) for t in self.rotary(length, x.device))
+        cos, sin = (t[:, positions].to(parts.dtype) for t in self.rotary(length, x.device, layer))  # this layer's
         return rotate(q, cos, sin), rotate(k, cos, sin)
 
     def projected_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -313,10 +315,11 @@ def catch_projections(attn, config, cap: Capture, raw: dict[str, torch.Tensor]) 
                  lambda _m, _i, out, key=key: raw.__setitem__(key, split_heads(out, heads[key])))
 
 
-def capture(hf, config, cap: Capture, catch=catch_projections) -> None:
+def capture(hf, config, cap: Capture, catch=catch_projections, per_layer: bool = False) -> None:
     """The Hugging Face view's q, k, v: each layer's q, k and v as ``catch`` finds them (q_proj, k_proj and v_proj's
     outputs here), with q and k turned by the model's own rotary tables and its own ``apply_rotary_pos_emb``, so
-    they are the vectors the scores are made of."""
+    they are the vectors the scores are made of. ``cap.rotary`` is the one (cos, sin) pair every layer turns by, or,
+    with ``per_layer`` (Gemma 3: a table per layer type), the list of each layer's own pair."""
     for layer in hf.base_model.layers:
         attn = layer.self_attn
         raw: dict[str, torch.Tensor] = {}
@@ -328,7 +331,10 @@ def capture(hf, config, cap: Capture, catch=catch_projections) -> None:
             cap.q.append(q)
             cap.k.append(k)
             cap.v.append(raw["v"])
-            cap.rotary = (cos, sin)
+            if per_layer:  # this layer's own tables, in order (Gemma 3: its layer type's)
+                cap.rotary = [*(cap.rotary if isinstance(cap.rotary, list) else []), (cos, sin)]
+            else:
+                cap.rotary = (cos, sin)
 
         cap.hook(attn, rotated, with_kwargs=True)
 

@@ -35,7 +35,8 @@ class PreNormDecoder:
     ``layer(x, run, *at, chunk)`` returning its output, calling ``run.attend(i, q, k, v, spec)`` for its attention and
     ``run.at("attn_out", i, …)``, ``run.at("mlp_out", i, …)`` on what it adds to x, and ``layer.qkv(x, *at)``),
     ``lm_head`` (``[V, D]`` or None) and defines :meth:`embeddings`, :meth:`normed`, ``head_out``, ``final_norm``
-    and, where its layers need something about positions besides x, :meth:`at`."""
+    and, where its layers need something about positions besides x, :meth:`at` (and :meth:`for_layer` where that
+    differs by layer)."""
 
     causal = True
     layers: list
@@ -63,9 +64,14 @@ class PreNormDecoder:
         """What every layer takes besides its input for positions start..start+length−1 (none here)."""
         return ()
 
+    def for_layer(self, at: tuple, layer: int) -> tuple:
+        """What layer ``layer`` takes of ``at`` (:meth:`at`'s result): all of it here; a network whose layers differ
+        in their positions (Gemma 3: a rotary table per layer type) picks the layer's own."""
+        return at
+
     def qkv(self, layer: int, x: torch.Tensor) -> QKV:
         """q, k, v of layer ``layer`` from its input ``x`` (what a lazy Trace recomputes)."""
-        return self.layers[layer].qkv(x, *self.at(0, x.shape[1], x.device))
+        return self.layers[layer].qkv(x, *self.for_layer(self.at(0, x.shape[1], x.device), layer))
 
     def residual_parts(self, layer: int, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                        inputs: list[torch.Tensor], z: list[torch.Tensor], positions: torch.Tensor,
@@ -108,7 +114,8 @@ class PreNormDecoder:
             first, x = resume
         for i, layer in enumerate(self.layers[first:], start=first):
             x = run.at("resid_pre", i, x)
-            x = run.at("resid_post", i, layer(x, run, *at, chunk))  # the last one: the residual before the final norm
+            # the last one: the residual before the final norm
+            x = run.at("resid_post", i, layer(x, run, *self.for_layer(at, i), chunk))
         x = run.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
         if not logits or self.lm_head is None:
             return None

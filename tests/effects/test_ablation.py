@@ -225,3 +225,38 @@ def test_measures_that_do_not_apply_are_refused_with_advice(minilm, gpt2_model):
         ablation.ablate_each(gpt2_model, SHE, measures=["logit_diff"])
     with pytest.raises(BadOption, match="no measure asked for"):
         ablation.ablate_each(gpt2_model, SHE, measures=[])
+
+
+@pytest.mark.numeric
+def test_equals_ablating_inside_hugging_faces_gemma3(tmp_path):
+    """Gemma 3 (QK-norm, each layer type its own rotary table, the post-attention norm after the heads' sum): zero
+    head 1.2's slice of o_proj's input in Hugging Face's own module (its RMSNorm made to compute in float64): the same
+    hidden change and next-token loss change, to float64 rounding. The from-scratch ablation reruns the layer, the
+    post-norm included, so nothing is frozen."""
+    from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma
+
+    model = probes.load(str(make_gemma(tmp_path / "g3", family="gemma3"))).cast(torch.float64)
+    layer, head, d = 1, 2, model.d_head
+    ids = model.encode(SHE).input_ids
+
+    def zero_head(_module, args):
+        x = args[0].clone()
+        x[..., head * d:(head + 1) * d] = 0.0
+        return (x,)
+
+    def run_hf():
+        out = model.hf(input_ids=ids, labels=ids, output_hidden_states=True)
+        return out.hidden_states[-1][0], float(out.loss)
+
+    with torch.inference_mode(), hf.KeepFloat64(), gemma_norm_in_input_dtype():
+        clean, clean_loss = run_hf()
+        hook = model.hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero_head)
+        try:
+            ablated, loss = run_hf()
+        finally:
+            hook.remove()
+    expected = (1 - torch.nn.functional.cosine_similarity(ablated, clean, dim=-1)).mean()
+    got = ablation.ablate(model, SHE, [(layer, head)])
+    assert ablated.dtype == torch.float64
+    assert got["hidden_change"] == pytest.approx(float(expected), abs=F64, rel=0) and got["hidden_change"] > 1e-3
+    assert got["loss"] == pytest.approx(loss - clean_loss, abs=F64, rel=0) and abs(got["loss"]) > 1e-4

@@ -70,14 +70,15 @@ def test_the_last_target_is_one_tokens_raw_text_that_target_id_gives_back(smollm
 
 
 @pytest.mark.numeric
-def test_gemma_heads_write_through_the_frozen_post_norm_and_a_final_cap_is_refused(tmp_path):
-    # Gemma 2: each head's share is its z_h·W_O[h] through the post-attention norm frozen at the pass, and the heads
-    # and the rest sum to the logit; with the final soft-cap on (cap·tanh(logit / cap): no sum) it is refused by name
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_gemma_heads_write_through_the_frozen_post_norm_and_a_final_cap_is_refused(tmp_path, family):
+    # Gemma 2 and 3: each head's share is its z_h·W_O[h] through the post-attention norm frozen at the pass, and the
+    # heads and the rest sum to the logit; with the final soft-cap on (cap·tanh(logit / cap): no sum) it is refused
     from tests.checkpoints import make_gemma
 
-    plain = probes.load(str(make_gemma(tmp_path / "plain", final_logit_softcapping=None))).cast(torch.float64)
-    got = logit_attribution(plain, TEXT, 7)
+    plain = probes.load(str(make_gemma(tmp_path / "plain", family=family, final_logit_softcapping=None)))
+    got = logit_attribution(plain.cast(torch.float64), TEXT, 7)
     assert got.total == pytest.approx(got.logit, abs=F64, rel=0) and abs(got.heads).max() > 1e-3
-    capped = probes.load(str(make_gemma(tmp_path / "capped")))
+    capped = probes.load(str(make_gemma(tmp_path / "capped", family=family, final_logit_softcapping=3.0)))
     with pytest.raises(UnsupportedModel, match="final_logit_softcapping=3.0"):
         logit_attribution(capped, TEXT, 7)

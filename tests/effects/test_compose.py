@@ -33,7 +33,8 @@ def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "gemma2_dir", "neox_dir", "olmo2_dir",
+@pytest.mark.parametrize("which", ["gpt2_dir", "llama_dir", "qwen3_dir", "phi3_dir", "gemma2_dir", "gemma3_dir",
+                                   "neox_dir", "olmo2_dir",
                                    "bert_dir", "roberta_mlm_dir", "distilbert_mlm_dir", "modernbert_mlm_dir"])
 def test_low_rank_equals_naive(which, request):
     model = load(str(request.getfixturevalue(which)))
@@ -105,11 +106,13 @@ def induction(tmp_path_factory):
 
 
 @pytest.mark.numeric
-def test_gemma_folds_its_norm_gains_and_leaves_out_their_scales(gemma2_dir):
+@pytest.mark.parametrize("which", ["gemma2_dir", "gemma3_dir"])
+def test_gemma_folds_its_norm_gains_and_leaves_out_their_scales(which, request):
     # Gemma 2's readers read through input_layernorm (gain 1 + w) and its heads write through post_attention_layernorm
     # (gain 1 + w): both gains are folded into the maps, from Hugging Face's own weights by hand; the scales (1 ÷ the
-    # rms of the input) depend on the input and are left out, as every norm's are
-    model = load(str(gemma2_dir)).cast(torch.float64)
+    # rms of the input) depend on the input and are left out, as every norm's are. Gemma 3 adds QK-norm (gain 1 + w
+    # over each head's q and k): its gains are folded into W_Q's and W_K's columns, its scale left out too
+    model = load(str(request.getfixturevalue(which))).cast(torch.float64)
     net = build(model)
     for layer in range(model.n_layers):
         hf_layer = model.hf.model.layers[layer]
@@ -119,6 +122,9 @@ def test_gemma_folds_its_norm_gains_and_leaves_out_their_scales(gemma2_dir):
         w_q, w_k, _ = net.head_weights(layer)
         q_by_hand = (pre[:, None] * attn.q_proj.weight.detach().T).reshape(-1, model.n_heads, 16).transpose(0, 1)
         k_by_hand = (pre[:, None] * attn.k_proj.weight.detach().T).reshape(-1, model.n_kv_heads, 16).transpose(0, 1)
+        if hasattr(attn, "q_norm"):  # Gemma 3: each head's d columns times QK-norm's gain
+            q_by_hand, k_by_hand = q_by_hand * (1 + attn.q_norm.weight.detach()), \
+                k_by_hand * (1 + attn.k_norm.weight.detach())
         o_by_hand = attn.o_proj.weight.detach().T.reshape(model.n_heads, 16, -1) * post
         assert (w_q - q_by_hand).abs().max() <= F64 and (w_k - k_by_hand).abs().max() <= F64
         assert (head_writer(net, layer) - o_by_hand).abs().max() <= F64

@@ -31,7 +31,7 @@ def last_row(lens: Lens):
 
 
 @pytest.mark.numeric
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2", "neox", "olmo2"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2", "gemma3", "neox", "olmo2"])
 def test_the_last_row_is_the_models_logits_in_float64(family, request):
     # GPT-2 and GPT-NeoX (LayerNorm with a bias) and the RMSNorm decoders (Llama; Qwen3's QK-norm, Phi-3's fused
     # projections): the lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with their softmax
@@ -130,11 +130,13 @@ def test_refused_with_advice(minilm, gpt2_model):
 
 
 @pytest.mark.numeric
-def test_a_gemma_heads_direct_effect_goes_through_its_frozen_post_norm(tmp_path):
-    # Gemma 2 without the final cap: a head's row is its write through the post-attention norm frozen at the pass,
-    # then the frozen final norm: its logit attribution share, to float64 rounding
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_a_gemma_heads_direct_effect_goes_through_its_frozen_post_norm(tmp_path, family):
+    # Gemma 2 and 3 without the final cap: a head's row is its write through the post-attention norm frozen at the
+    # pass, then the frozen final norm: its logit attribution share, to float64 rounding
 
-    model = probes.load(str(make_gemma(tmp_path / "g", final_logit_softcapping=None))).cast(torch.float64)
+    model = probes.load(str(make_gemma(tmp_path / "g", family=family, final_logit_softcapping=None)))
+    model = model.cast(torch.float64)
     lens = logit_lens(model, TEXT, k=3)
     heads = lens.heads
     last = heads[(heads.position == len(lens.tokens) - 1) & (heads["rank"] == 1)]

@@ -16,7 +16,7 @@ from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
 from probes.scratch import build, point, run
-from tests.checkpoints import make_gpt2, make_induction, make_llama, make_neox
+from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama, make_neox
 
 CLEAN = "The cat sat on the mat, and the dog watched it."
 CORRUPT = "The dog sat on the mat, and the cat watched it."
@@ -350,6 +350,93 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
+
+
+def hf_gemma3_path_patch(model, clean: str, corrupt: str, sender, receiver, into: str):
+    """The same patch by hand on Hugging Face's Gemma 3 (every query head its own key/value head here): the sender's
+    write Δz_s·W_O[s] (the input of its layer's ``o_proj``, its slice through its columns of W_O) through the
+    post-attention norm frozen at the clean pass ((1 + w) ÷ rms of the clean ``o_proj`` output); on the clean text the
+    receiver layer's q (``q_norm``'s output), k (``k_norm``'s) or v (``v_proj``'s) of the receiver head recomputed from
+    x + Δ, through the layer's own input norm, projection and QK-norm (before the rotation, which Hugging Face applies
+    after). Returns the receiver's attention [L, L] and the mean next-token loss, patched and clean."""
+    hf = model.hf
+    layers = hf.model.layers
+    (s_layer, s_head), (r_layer, r_head) = sender, receiver
+    d = model.d_head
+    ids, ids_c = model.encode(clean).input_ids, model.encode(corrupt).input_ids
+    o_proj = layers[s_layer].self_attn.o_proj
+    cols = slice(s_head * d, (s_head + 1) * d)
+
+    def sender_z(input_ids):
+        got = {}
+        hooks = [o_proj.register_forward_pre_hook(lambda m, args: got.setdefault("z", args[0])),
+                 o_proj.register_forward_hook(lambda m, args, out: got.setdefault("whole", out))]
+        hf(input_ids=input_ids)
+        for h in hooks:
+            h.remove()
+        return got["z"][0, :, cols] @ o_proj.weight[:, cols].T, got["whole"][0]  # z_s·W_O[s], all heads' output
+
+    with torch.inference_mode(), KeepFloat64(), gemma_norm_in_input_dtype():
+        (write_c, _), (write, whole) = sender_z(ids_c), sender_z(ids)
+        post = layers[s_layer].post_attention_layernorm
+        frozen = (1 + post.weight) * torch.rsqrt(whole.pow(2).mean(-1, keepdim=True) + post.eps)
+        delta = (write_c - write) * frozen
+        clean_out = hf(input_ids=ids, labels=ids, output_attentions=True)
+        layer, attn = layers[r_layer], layers[r_layer].self_attn
+        seen = {}
+
+        def keep_input(module, args, kwargs):
+            seen["x"] = args[0] if args else kwargs["hidden_states"]
+
+        def recomputed(which):
+            h = layer.input_layernorm(seen["x"] + delta)
+            proj = getattr(attn, f"{which}_proj")
+            out = torch.nn.functional.linear(h, proj.weight, proj.bias)  # v_proj is hooked: its code, not its call
+            if which == "v":
+                return out
+            heads = out.view(*out.shape[:-1], -1, d).transpose(1, 2)
+            norm = getattr(attn, f"{which}_norm")
+            return type(norm).forward(norm, heads)  # the module's code without its hooks (no recursion)
+
+        def patch(module, args, out):
+            new, out = recomputed(into), out.clone()
+            if into == "v":
+                out[..., r_head * d:(r_head + 1) * d] = new[..., r_head * d:(r_head + 1) * d]
+            else:
+                out[:, r_head] = new[:, r_head]
+            return out
+
+        target = attn.v_proj if into == "v" else getattr(attn, f"{into}_norm")
+        hooks = [layer.register_forward_pre_hook(keep_input, with_kwargs=True), target.register_forward_hook(patch)]
+        try:
+            out = hf(input_ids=ids, labels=ids, output_attentions=True)
+        finally:
+            for h in hooks:
+                h.remove()
+    return out.attentions[r_layer][0, r_head], float(out.loss), clean_out.attentions[r_layer][0, r_head], \
+        float(clean_out.loss)
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("into", ["q", "k", "v"])
+def test_gemma3_equals_the_same_patch_by_hand_in_hugging_face(tmp_path, into):
+    # Gemma 3 in float64 (Hugging Face's RMSNorm made to compute in it): senders in the local layer 0 and the global
+    # layer 1 (each turned by its own rotary table), a receiver in the local layer 2 (window 3), through QK-norm
+    model = probes.load(str(make_gemma(tmp_path / "gemma3", family="gemma3", num_key_value_heads=4)))
+    model = model.cast(torch.float64)
+    assert model.encode(CLEAN).input_ids.shape == model.encode(CORRUPT).input_ids.shape
+    senders = [(0, 1), (1, 3), (1, 0)]
+    got = path_patch(model, CLEAN, CORRUPT, (2, 2), into, senders=senders, keep_patterns=True)
+    for i, sender in enumerate(senders):
+        pattern, loss, clean_pattern, clean_loss = hf_gemma3_path_patch(model, CLEAN, CORRUPT, sender, (2, 2), into)
+        assert (got.patterns[i] - pattern).abs().max() <= F64
+        assert (got.clean_pattern - clean_pattern).abs().max() <= F64
+        assert got.frame.loss[i] == pytest.approx(loss - clean_loss, abs=F64, rel=0)
+    assert got.frame.loss.abs().max() > 1e-4
+    if into == "v":
+        assert got.frame.pattern_change.max() <= F64
+    else:
+        assert got.frame.pattern_change.max() > 0.01
 
 
 @pytest.mark.numeric

@@ -56,6 +56,9 @@ FAMILIES = {  # a tiny checkpoint of every family, with the options that touch t
     # sandwich norms (the post-attention norm frozen at the pass's scale), soft-capped scores (the split is of the
     # pre-cap score), local and global layers, scaled embeddings
     "gemma2": lambda path: make_gemma(path, sliding_window=4),
+    # Gemma 2's body with QK-norm (frozen at each head's own q and k) and a rotary table per layer type (local θ
+    # 10,000; global θ 1,000,000 with linear factor 8): each layer's bands are read from its own table
+    "gemma3": lambda path: make_gemma(path, family="gemma3", sliding_window=4),
     # LayerNorm before the fused q/k/v (interleaved by head), a quarter of each head turned; the parallel residual
     # (the MLP reads the layer's input beside the attention) and the sequential one
     # no norm before the attention, QK-norm over the whole projection, the attention's write normed after W_O
@@ -219,7 +222,8 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert (bands.content + bands.position).sum() == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
         q, k = unturned(model, TEXT, layer)
         q_i, k_j = q[head, query], k[head // (model.n_heads // model.n_kv_heads), key]
-        omega = inverse_frequencies(rope_config_of(model, layer), n).double()
+        config, params = rope_of(model, layer)
+        omega = inverse_frequencies(config, n, params).double()
         half, r = len(omega), 2 * len(omega)  # r: the turned width (the head's, or less: a partial rotary)
         angle = omega * (key - query)  # k turned by θ_b·(j − i) against an unturned q
         turned = (k_j[:half] * angle.cos() - k_j[half:r] * angle.sin(),
@@ -241,12 +245,15 @@ def test_rotary_bands_sum_to_the_score_and_equal_the_turn_by_hand(tiny):
         assert groups_sum(why) == pytest.approx(why.score, abs=F64 * why.bound, rel=0)
 
 
-def rope_config_of(model, layer: int):
-    """The config as the rotary code reads it for layer ``layer``: the model's, or (ModernBERT: a θ per layer type)
-    the rope parameters of the layer's type."""
+def rope_of(model, layer: int) -> tuple:
+    """The config as the rotary code reads it for layer ``layer``, and the rotary parameters the layer turns by: the
+    model's config and None (its own parameters, one table for every layer); ModernBERT's (a θ per layer type) as its
+    layer type's config; Gemma 3's config with its layer type's parameters (``rope_parameters`` keyed by type)."""
     if model.family.name == "modernbert":
-        return modernbert.rope_config(model.config, model.config.layer_types[layer])
-    return model.config
+        return modernbert.rope_config(model.config, model.config.layer_types[layer]), None
+    if model.family.name == "gemma3":
+        return model.config, model.config.rope_parameters[model.config.layer_types[layer]]
+    return model.config, None
 
 
 def groups_sum(why) -> float:

@@ -24,6 +24,7 @@ from probes.kv.stream import (
 from probes.scratch.attention import attention
 from probes.scratch.generate import network64, replay
 from probes.scratch.hooks import Pass
+from tests.checkpoints import make_gemma
 from tests.numeric import F64
 
 EVERY = ["window:8", "sinks:2+window:6", "h2o:8", "h2o:10+recent:3", "tova:8", "snapkv:12", "snapkv:12+observe:3",
@@ -215,3 +216,27 @@ def test_a_policy_on_some_heads_only(decoder):
     assert full.kv_bytes > some.kv_bytes > every.kv_bytes
     with pytest.raises(BadOption, match="key/value head 0.9 is outside the model's key/value heads"):
         stream(decoder, text, parse("window:4"), heads=[(0, 9)])
+
+
+@pytest.mark.numeric
+def test_gemma3_streams_each_layer_by_its_own_rotary_table_and_a_text_past_its_window_is_refused(tmp_path):
+    """Gemma 3 token by token through the KV lab's cache: each layer's new key is turned by its layer type's table
+    (local θ 10,000; global θ 1,000,000, linear factor 8), so the full cache is the full pass (float64); turning every
+    layer by one table is not. A text longer than its local layers' window is refused by name: the lab's cache slots
+    do not implement the window."""
+    import probes
+
+    model = probes.load(str(make_gemma(tmp_path / "g3", family="gemma3", sliding_window=16)))
+    ids = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
+    net = network64(model)
+    with torch.inference_mode():
+        got = run_stream(net, ids, plan(model, "full"))
+        full = next_token_losses(net, ids, masked_pass(net, ids, {}))
+        assert (got.losses - full).abs().max() <= F64
+        net.rope = {kind: net.rope["sliding_attention"] for kind in net.rope}  # one table for every layer
+        assert (run_stream(net, ids, plan(model, "full")).losses - full).abs().max() > 1e-6
+    n = len(model.encode("the cat sat on the mat").input_ids[0])
+    assert stream(model, "the cat sat on the mat", parse("window:4")).losses.shape[0] == n - 1  # within the window
+    refused = "sliding-window layers .a window of 16 tokens.*text is [0-9]+ tokens: give a text of 16"
+    with pytest.raises(UnsupportedModel, match=refused):
+        stream(model, "the cat sat on the mat because it was warm and the dog was not, said the old man", parse("full"))

@@ -45,6 +45,10 @@ def _gemma2(_request, tmp_path_factory):
     return make_gemma(tmp_path_factory.mktemp("gemma2") / "m")
 
 
+def _gemma3(_request, tmp_path_factory):
+    return make_gemma(tmp_path_factory.mktemp("gemma3") / "m", family="gemma3")
+
+
 def _olmo2(_request, tmp_path_factory):
     return make_llama(tmp_path_factory.mktemp("olmo2") / "m", family="olmo2", attention_bias=True)
 
@@ -68,6 +72,7 @@ CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
     "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
     "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
     "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
+    "gemma3": (_gemma3, (DecoderNetwork, RotaryNetwork)),
     "gpt_neox": (_neox, (DecoderNetwork, RotaryNetwork)),
     "olmo2": (_olmo2, (DecoderNetwork, RotaryNetwork)),
 }

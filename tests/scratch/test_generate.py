@@ -52,6 +52,13 @@ def gemma2(ckpt_dir):
 
 
 @pytest.fixture(scope="module")
+def gemma3(ckpt_dir):
+    """A Gemma 3: QK-norm, local (window 3, θ 10,000) and global layers (θ 1,000,000, linear factor 8): each new token
+    is turned by its layer type's own table."""
+    return probes.load(str(make_gemma(ckpt_dir / "gemma3-w3", family="gemma3")))
+
+
+@pytest.fixture(scope="module")
 def olmo2(olmo2_dir):
     """An OLMo 2 (norms after the sublayers, QK-norm over the whole projection, biases)."""
     return probes.load(str(olmo2_dir))
@@ -75,7 +82,7 @@ def llama(llama_dir):
     return probes.load(str(llama_dir))
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "neox",
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "neox",
                                   "neox_sequential", "olmo2"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
@@ -94,7 +101,7 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
         torch.testing.assert_close(row.sum(-1), torch.ones(model.n_heads), atol=fp32(row.shape[-1]), rtol=0)
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2", "neox",
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen3", "phi3", "gemma2", "gemma3", "neox",
                                   "neox_sequential", "olmo2"])
 def test_greedy_tokens_equal_hugging_face_generate(name, request):
     model = request.getfixturevalue(name)
