@@ -4,8 +4,8 @@ the context a page is handed, the query-token picker, the parity badge and chart
 from __future__ import annotations
 
 import re
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
 import altair as alt
 import numpy as np

@@ -144,3 +144,36 @@ def test_the_issues_link_answers_and_a_closed_tabs_work_stops(public_server):
         browser.close()
     print(f"steps after the close: {grid} of the grid, {patching} of path patching; the server idle "
           f"{grid_idle:.1f} s and {patching_idle:.1f} s after they stopped")
+
+
+def test_cancel_stops_the_work_part_way_and_the_page_offers_it_again(public_server):
+    """Issue 44: a Cancel button beside the progress bar. Clicked while the effects grid runs (each step slowed to a
+    second by ``server_hooks``), the server's record shows the grid's loop ended after the click (Streamlit ends the
+    run at the bar's next update) with heads left, and the page then says it was cancelled, draws no grid, and stays usable:
+    "Run it again" starts the grid again."""
+    url, pid, steps = public_server
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto(f"{url}/?model=smollm2&page=effects&text=" + urllib.parse.quote(TEXT))
+        page.wait_for_selector("[data-testid=stProgress]", timeout=HANG_S * 1000)
+        first = _until(lambda: next((r for r in _rows(steps) if r["by"] == "ablation" and "stopped" not in r), None),
+                       "a step of the grid")
+        session = first["session"]
+        page.get_by_role("button", name="Cancel").click(timeout=HANG_S * 1000)
+        ended = _until(lambda: next((r for r in _rows(steps) if r["session"] == session and r["by"] == "ablation"
+                                     and "stopped" in r), None), "the grid's stop after Cancel")
+        # Streamlit ends the run at the bar's next update (a rerun's RerunException, or StopException where it starts
+        # the next run afresh); the tab stays open, so it was the click (the note below says so)
+        assert ended["stopped"] in ("RerunException", "StopException"), f"the grid ended otherwise: {ended}"
+        done, total = ended["step"]
+        assert done < total, f"the grid was stopped only at its last step: {ended}"
+        page.get_by_text("was cancelled: nothing of it is shown or kept").wait_for(timeout=HANG_S * 1000)
+        assert not page.locator("[data-testid=stProgress]").count()
+        _idle(pid)  # nothing goes on computing
+        before = sum(r["session"] == session and r["by"] == "ablation" for r in _rows(steps))
+        page.get_by_role("button", name="Run it again").click(timeout=HANG_S * 1000)
+        page.wait_for_selector("[data-testid=stProgress]", timeout=HANG_S * 1000)
+        _until(lambda: sum(r["session"] == session and r["by"] == "ablation" for r in _rows(steps)) > before,
+               "the grid's steps again after Run it again")
+        browser.close()
