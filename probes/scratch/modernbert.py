@@ -47,6 +47,7 @@ from .activations import ACTIVATIONS
 from .attention import by_rows, merge_heads
 from .bert import MaskedLMHead
 from .family import QKV, Capture, Family
+from .prenorm import added_parts
 from .weights import Weights
 
 Linear = tuple[torch.Tensor, torch.Tensor | None]  # (weight, bias or None), as F.linear and F.layer_norm take them
@@ -232,24 +233,12 @@ class ModernBert:
         embeddings' LayerNorm (frozen at its input: the embedding, centred, ÷ σ × gain, and its bias to "biases"),
         each earlier head's write z_h·W_O[h], each earlier MLP's output (what its layer added less the attention's)
         and the biases. Pre-norm: the stream is only ever added to."""
-        at = lambda t: t[0, positions].to(dtype)  # noqa: E731
         token = self.embed[input_ids[0, positions]].to(dtype)
         g, b = self.ln_emb
         sigma = torch.sqrt(token.var(-1, unbiased=False, keepdim=True) + self.eps)
         parts = {"token embedding": (token - token.mean(-1, keepdim=True)) / sigma * g.to(dtype)}
         biases = b.to(dtype).expand_as(token) if b is not None else None
-        for i in range(layer):
-            w_o, b_o = self.head_out(i)
-            writes = torch.einsum("hnd,hdD->hnD", z[i][0][:, positions].to(dtype), w_o.to(dtype))
-            parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
-            attention = writes.sum(0)
-            if b_o is not None:
-                attention = attention + b_o.to(dtype)
-                biases = b_o.to(dtype).expand_as(attention) if biases is None else biases + b_o.to(dtype)
-            parts[f"MLP {i}"] = at(inputs[i + 1]) - at(inputs[i]) - attention
-        if biases is not None:
-            parts["biases"] = biases
-        return parts
+        return added_parts(self, layer, inputs, z, positions, dtype, parts, biases)
 
     def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor, length: int):
         """q and k of layer ``layer`` for each part of its input: ``attn_norm`` frozen at ``x`` (its σ; on layer 0

@@ -30,6 +30,28 @@ def net_logits(net, x: torch.Tensor) -> torch.Tensor:
     return soft_cap(F.linear(x, net.lm_head), getattr(net, "logit_softcap", None))
 
 
+def added_parts(net, layer: int, inputs: list[torch.Tensor], z: list[torch.Tensor], positions: torch.Tensor,
+                dtype: torch.dtype, parts: dict[str, torch.Tensor],
+                biases: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """``parts`` (the embeddings' parts of layer ``layer``'s input at ``positions``, item 0) with what every earlier
+    layer added to a stream that is only ever added to (a pre-norm one): each head's write z_h·W_O[h] (``net``'s
+    ``head_out``), each MLP's output (what its layer added less its attention's write) and the output projections'
+    biases, summed with ``biases`` (an embedding norm's), as "biases". Each ``[n, D]`` in ``dtype``."""
+    at = lambda t: t[0, positions].to(dtype)  # noqa: E731 (item 0, the asked positions)
+    for i in range(layer):
+        w_o, b_o = net.head_out(i)
+        writes = torch.einsum("hnd,hdD->hnD", z[i][0][:, positions].to(dtype), w_o.to(dtype))
+        parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
+        attention = writes.sum(0)
+        if b_o is not None:
+            attention = attention + b_o.to(dtype)
+            biases = b_o.to(dtype).expand_as(attention) if biases is None else biases + b_o.to(dtype)
+        parts[f"MLP {i}"] = at(inputs[i + 1]) - at(inputs[i]) - attention
+    if biases is not None:
+        parts["biases"] = biases
+    return parts
+
+
 class PreNormDecoder:
     """A pre-norm decoder (a :class:`~probes.scratch.family.DecoderNetwork`): a subclass sets ``layers`` (each
     ``layer(x, run, *at, chunk)`` returning its output, calling ``run.attend(i, q, k, v, spec)`` for its attention and
@@ -81,21 +103,8 @@ class PreNormDecoder:
         projections' biases. A pre-norm stream is only ever added to, so an MLP's output is what its layer added
         less the attention's, whether the MLP read the stream after the attention's write or beside it (GPT-NeoX's
         parallel residual) (see :meth:`probes.scratch.family.SplitNetwork.residual_parts`)."""
-        at = lambda t: t[0, positions].to(dtype)  # noqa: E731 (item 0, the asked positions)
         parts = {name: e.to(dtype) for name, e in self.embedding_parts(input_ids, token_type_ids, positions).items()}
-        biases = None
-        for i in range(layer):
-            w_o, b_o = self.head_out(i)
-            writes = torch.einsum("hnd,hdD->hnD", z[i][0][:, positions].to(dtype), w_o.to(dtype))
-            parts.update((f"head {i}.{h}", write) for h, write in enumerate(writes))
-            attention = writes.sum(0)
-            if b_o is not None:
-                attention = attention + b_o.to(dtype)
-                biases = b_o.to(dtype).expand_as(attention) if biases is None else biases + b_o.to(dtype)
-            parts[f"MLP {i}"] = at(inputs[i + 1]) - at(inputs[i]) - attention
-        if biases is not None:
-            parts["biases"] = biases
-        return parts
+        return added_parts(self, layer, inputs, z, positions, dtype, parts)
 
     @property
     def unembedding(self) -> torch.Tensor | None:
