@@ -285,13 +285,13 @@ def _cancel(work: str, signature: object) -> None:
 
 def cancelled(work: str, signature: object = None, what: str = "This work") -> bool:
     """Whether this session cancelled ``work`` computing ``signature`` (a Cancel button of :class:`Progress`); if so
-    the page says so, with a button that runs it again (pressed: False, the work goes ahead). Other inputs than the
-    cancelled run's are not cancelled."""
+    the page says so, with a button that runs it again (its click clears the flag before the next run: the work goes
+    ahead). Other inputs than the cancelled run's are not cancelled."""
     stopped = st.session_state.get(CANCELLED, {})
     if work not in stopped or stopped[work] != signature:
         return False
     st.info(f"{what} was cancelled: nothing of it is shown or kept. Change what it reads, or run it again.")
-    if st.button("Run it again", key=f"again_{work}", icon=":material/replay:"):
-        stopped.pop(work, None)
-        return False
+    # the flag goes in the click's callback, before the next run starts: a run cut short by another click (a rerun
+    # ends the current one at its next element) cannot lose it, as it could lose the button's one True
+    st.button("Run it again", key=f"again_{work}", icon=":material/replay:", on_click=stopped.pop, args=(work, None))
     return True

@@ -149,16 +149,17 @@ def test_the_issues_link_answers_and_a_closed_tabs_work_stops(public_server):
 def test_cancel_stops_the_work_part_way_and_the_page_offers_it_again(public_server):
     """Issue 44: a Cancel button beside the progress bar. Clicked while the effects grid runs (each step slowed to a
     second by ``server_hooks``), the server's record shows the grid's loop ended after the click (Streamlit ends the
-    run at the bar's next update) with heads left, and the page then says it was cancelled, draws no grid, and stays usable:
-    "Run it again" starts the grid again."""
+    run at the bar's next update) with heads left; the page then says it was cancelled, draws no grid, the server is
+    idle, and "Run it again" starts the grid again."""
     url, pid, steps = public_server
     with sync_playwright() as p:
         browser = launch(p)
         page = browser.new_page()
+        earlier = {r["session"] for r in _rows(steps)}  # the other tests' sessions on this server
         page.goto(f"{url}/?model=smollm2&page=effects&text=" + urllib.parse.quote(TEXT))
         page.wait_for_selector("[data-testid=stProgress]", timeout=HANG_S * 1000)
-        first = _until(lambda: next((r for r in _rows(steps) if r["by"] == "ablation" and "stopped" not in r), None),
-                       "a step of the grid")
+        first = _until(lambda: next((r for r in _rows(steps) if r["by"] == "ablation" and "stopped" not in r
+                                     and r["session"] not in earlier), None), "a step of this tab's grid")
         session = first["session"]
         page.get_by_role("button", name="Cancel").click(timeout=HANG_S * 1000)
         ended = _until(lambda: next((r for r in _rows(steps) if r["session"] == session and r["by"] == "ablation"
@@ -173,7 +174,7 @@ def test_cancel_stops_the_work_part_way_and_the_page_offers_it_again(public_serv
         _idle(pid)  # nothing goes on computing
         before = sum(r["session"] == session and r["by"] == "ablation" for r in _rows(steps))
         page.get_by_role("button", name="Run it again").click(timeout=HANG_S * 1000)
-        page.wait_for_selector("[data-testid=stProgress]", timeout=HANG_S * 1000)
+        page.wait_for_selector("[data-testid=stMain] [data-testid=stProgress]", timeout=HANG_S * 1000)
         _until(lambda: sum(r["session"] == session and r["by"] == "ablation" for r in _rows(steps)) > before,
                "the grid's steps again after Run it again")
         browser.close()
