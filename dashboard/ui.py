@@ -283,6 +283,11 @@ def _cancel(work: str, signature: object) -> None:
     st.session_state.setdefault(CANCELLED, {})[work] = signature
 
 
+def uncancel(work: str) -> None:
+    """Forget that ``work`` was cancelled: it runs as asked again."""
+    st.session_state.get(CANCELLED, {}).pop(work, None)
+
+
 def cancelled(work: str, signature: object = None, what: str = "This work") -> bool:
     """Whether this session cancelled ``work`` computing ``signature`` (a Cancel button of :class:`Progress`); if so
     the page says so, with a button that runs it again (its click clears the flag before the next run: the work goes
@@ -293,5 +298,5 @@ def cancelled(work: str, signature: object = None, what: str = "This work") -> b
     st.info(f"{what} was cancelled: nothing of it is shown or kept. Change what it reads, or run it again.")
     # the flag goes in the click's callback, before the next run starts: a run cut short by another click (a rerun
     # ends the current one at its next element) cannot lose it, as it could lose the button's one True
-    st.button("Run it again", key=f"again_{work}", icon=":material/replay:", on_click=stopped.pop, args=(work, None))
+    st.button("Run it again", key=f"again_{work}", icon=":material/replay:", on_click=uncancel, args=(work,))
     return True

@@ -47,7 +47,7 @@ def _run(ctx: ui.Context):
     from_link = st.session_state.pop("run_from_link", False) and not corrected and not data.has_probe_table(*args)
     pressed = cols[2].button("Run", type="primary", icon=":material/play_arrow:")
     if pressed:
-        st.session_state.get(ui.CANCELLED, {}).pop("heads", None)  # a Run pressed again runs
+        ui.uncancel("heads")  # a Run pressed again runs
     elif not data.has_probe_table(*args) and ui.cancelled("heads", args, f"The {probe} run"):
         from_link = False
     if pressed or from_link:
@@ -56,7 +56,7 @@ def _run(ctx: ui.Context):
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))
         bar.empty()
     if data.has_probe_table(*args):
-        st.session_state[ui.VIEW] = ui.view().with_run("heads")  # the link runs it again where it is opened
+        ui.update(ran=ui.view().with_run("heads").ran)  # the link runs it again where it is opened
         table = data.probe_table(*args)
         for note in table.attrs.get("notes", []):  # what a decoder's run leaves out, and why
             st.caption(ui.safe(note))
