@@ -503,14 +503,30 @@ def composition(name: str, layer: int, head: int, convention: str = "raw") -> pd
 PATCH_ROWS = 256
 
 
-@st.cache_data(max_entries=8, show_spinner="Patching each earlier head from the corrupted text into this head…")
-def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into: str) -> pd.DataFrame:
+@st.cache_data(max_entries=8, show_spinner=False)
+def _patch_kept(name: str, text: str, corrupted: str, layer: int, head: int, into: str,
+                _frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The cache of :func:`path_patch`, as :func:`_ablation_kept` is the ablation grid's: ``_frame`` is stored when
+    given; a run it does not hold raises :class:`_NotCached`."""
+    if _frame is None:
+        raise _NotCached
+    return _frame
+
+
+def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into: str,
+               progress=None) -> pd.DataFrame:
     """Path patching of every earlier head into head ``layer``.``head``'s ``into`` (q, k or v): one row per sender,
     the largest effects checked against their noise floor (:func:`probes.evidence.edges.patch_floors`: ``checked``,
-    ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text)."""
+    ``<measure>_floor``, ``<measure>_above``…; the same patch from null corruptions of the text). Cached
+    (:func:`_patch_kept`); on a miss ``progress(done, total, what)`` is called after each pass of senders and each
+    null run (``what``: which of the two), behind a spinner when ``progress`` is None."""
     from probes.effects.path_patching import batch_for, path_patch as patch
-    from probes.evidence.edges import patch_floors
+    from probes.evidence.edges import CHECKED, NULLS, patch_floors
 
+    try:
+        return _patch_kept(name, text, corrupted, layer, head, into)
+    except _NotCached:
+        pass
     model = model_named(name)
     length = model.encode(text).input_ids.shape[-1]
     batch = max(1, PATCH_ROWS // length)
@@ -523,10 +539,28 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
                 f"this text of {length:,} tokens needs more for one earlier head: shorten the text, or run the app "
                 "on your own machine (make app).") from exc
     advice = "shorten the text, or pick a head in an earlier layer (fewer senders)"
-    got = patch(model, text, corrupted, (layer, head), into=into, batch=batch,
-                  progress=watched(advice=advice))
-    return patch_floors(model, text, corrupted, (layer, head), into, result=got, batch=batch,
-                   progress=watched(advice=advice)).frame
+    # one bar over both parts, each weighed by its senders patched: every earlier head once, then the largest
+    # (at most CHECKED) once per null corruption
+    senders = layer * model.n_heads
+    checks = NULLS * min(CHECKED, senders)
+    total = senders + checks
+
+    def patched(done: int, _of: int) -> None:
+        if progress is not None:
+            progress(done, total, "patching")
+
+    def floored(done: int, of: int) -> None:
+        if progress is not None:
+            progress(senders + round(checks * done / of), total, "floors")
+
+    wait = (st.spinner("Patching each earlier head from the corrupted text into this head…") if progress is None
+            else nullcontext())
+    with wait:
+        got = patch(model, text, corrupted, (layer, head), into=into, batch=batch,
+                    progress=watched(patched, advice=advice))
+        frame = patch_floors(model, text, corrupted, (layer, head), into, result=got, batch=batch,
+                             progress=watched(floored, advice=advice)).frame
+    return _patch_kept(name, text, corrupted, layer, head, into, _frame=frame)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -601,12 +635,14 @@ def parity_backend(inp: Input) -> str:
     return inp.backend if inp.source == "scratch" else "eager"
 
 
-def prove_parity(inp: Input) -> Proof:
+def prove_parity(inp: Input, progress=None) -> Proof:
     """Run the float64 check of this input (a float64 copy of the model, built and dropped: 1 GiB for SmolLM2;
-    a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session."""
+    a public deployment refuses a copy over ``PUBLIC_FLOAT64_BYTES``) and keep its figures in the session.
+    ``progress(done, total)``: after each step of the check (:func:`probes.parity.check`)."""
     r = parity.check(model_of(inp), inp.text, inp.pair,
                 truncate=inp.truncate, backend=parity_backend(inp),
-                dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None)
+                dtype="float64", float64_limit=PUBLIC_FLOAT64_BYTES if public() else None,
+                progress=watched(progress, advice="shorten the text"))
     proof = Proof(r.passed, r.backend, r.attention_max_abs_diff, r.hidden_max_rel_diff, r.logits_max_rel_diff,
                   r.tolerance)
     st.session_state.setdefault(PROOFS, {})[_checked(inp)] = proof

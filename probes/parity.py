@@ -250,14 +250,28 @@ def in_dtype(model: Model, dtype: str | torch.dtype = "float32", backend: str = 
 
 @reader
 def check(model: Model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
-          dtype: str | torch.dtype = "float32", float64_limit: int | None = None) -> ParityReport:
+          dtype: str | torch.dtype = "float32", float64_limit: int | None = None,
+          progress: Callable[[int, int], None] | None = None) -> ParityReport:
     """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a
-    float64 copy of the model: the proof that the two are the same function (≤ 1e-10), on any machine."""
+    float64 copy of the model: the proof that the two are the same function (≤ 1e-10), on any machine.
+    ``progress(done, total)``: called after the copy, after each of the two passes and after each layer compared
+    (``total`` = 3 + layers), where a caller may stop the work."""
     if model.scratch_problem:  # refuse an unsupported model before spending a forward pass on it
         raise UnsupportedModel(model.scratch_problem)
+    total = 3 + model.n_layers
+
+    def step(done: int) -> None:
+        if progress is not None:
+            progress(done, total)
+
     model = in_dtype(model, dtype, backend, float64_limit)
+    step(1)
     enc = model.encode(text, pair, truncate=truncate)
-    return compare(runner.forward(model, enc, "hf"), runner.forward(model, enc, "scratch", backend))
+    reference = runner.forward(model, enc, "hf")
+    step(2)
+    candidate = runner.forward(model, enc, "scratch", backend)
+    step(3)
+    return compare(reference, candidate, progress=None if progress is None else lambda done, _n: step(3 + done))
 
 
 # Sun et al. 2024, "Massive activations in large language models": a hidden-state number is massive when its size is

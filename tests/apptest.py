@@ -113,3 +113,25 @@ def opening_header(model: str = "minilm") -> str:
     """Explore's header on the story sentence as the app opens it."""
     layer, head = opening(model)
     return f"{model}: layer {layer}, head {head}"
+
+
+def cancel_at_first_update(monkeypatch, work: str) -> list[float]:
+    """Make ``work``'s Cancel button be clicked once, at its bar's first step of work done (an update above 0): its
+    callback runs and the run ends there, as Streamlit ends a run at the next element it sends after a click.
+    Returns each update's fraction, of every run."""
+    import streamlit as st
+
+    from dashboard import ui
+
+    shown, update = [], ui.Progress.progress
+
+    def clicked(self, value, text=None):
+        first = self.work == work and value > 0 and not any(v > 0 for v in shown)
+        shown.append(value)
+        update(self, value, text)
+        if first:
+            ui._cancel(self.work, self.signature)
+            st.rerun()
+
+    monkeypatch.setattr(ui.Progress, "progress", clicked)
+    return shown

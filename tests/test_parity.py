@@ -106,6 +106,32 @@ def test_float64_proves_the_offline_default_the_same_function(minilm, backend):
     assert minilm.dtype == torch.float32  # the proof ran on a copy: the model the app shows is untouched
 
 
+def test_the_check_reports_each_step_and_stops_where_its_caller_stops_it(minilm, monkeypatch):
+    """``progress(done, total)`` after the copy, each pass and each layer compared (3 + 6 steps on minilm), in order:
+    the app's bar and its Cancel. An exception raised from a step (what a Cancel's rerun is) ends the check there:
+    stopped after Hugging Face's pass, our pass never runs."""
+    from probes import runner
+
+    steps: list[tuple[int, int]] = []
+    parity.check(minilm, SENTENCE, dtype="float64", progress=lambda done, total: steps.append((done, total)))
+    assert steps == [(done, 9) for done in range(1, 10)]
+
+    class Stop(Exception):
+        pass
+
+    ran, forward = [], runner.forward
+    monkeypatch.setattr(runner, "forward", lambda model, enc, source, *a, **k: ran.append(source) or forward(
+        model, enc, source, *a, **k))
+
+    def stop_after_the_reference(done: int, total: int) -> None:
+        if done == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        parity.check(minilm, SENTENCE, dtype="float64", progress=stop_after_the_reference)
+    assert ran == ["hf"]
+
+
 def test_a_float64_copy_holds_exactly_the_models_weights(minilm):
     copy = minilm.cast(torch.float64)
     assert copy is not minilm and copy.dtype == torch.float64 and minilm.cast(torch.float32) is minilm

@@ -165,17 +165,35 @@ def _patching(ctx: ui.Context) -> None:
         st.caption("Type a corrupted text (e.g. the sidebar's with one word changed for another of one token) to "
                    "patch each earlier head from it into this head.")
         return
-    if not st.button("Run path patching", key="circuit_run") and not v.has_run("patch"):
+    pressed = st.button("Run path patching", key="circuit_run")
+    if pressed:  # asked again: a Cancel of the same run is forgotten
+        ui.uncancel("patch")
+    if not pressed and not v.has_run("patch"):
         n = v.layer * ctx.model.n_heads
         st.caption(f"{n} earlier heads, one patched copy each (batched): a few seconds on minilm, about a minute on "
                    "smollm2.")
         return
     ui.update(ran=ui.view().with_run("patch").ran)  # a link to this view runs it again where it is opened
+    signature = (ctx.inp, corrupted, v.layer, v.head, into)  # what a Cancel stopped: another input runs
+    if ui.cancelled("patch", signature, "Path patching"):
+        return
+    # drawn only while the run is computed (not when it is cached), with its Cancel button
+    bar = ui.Progress("patch", "Patching each earlier head from the corrupted text into this head…", signature,
+                      lazy=True)
+
+    def step(done: int, total: int, what: str) -> None:
+        bar.progress(done / total, text=f"Patching each earlier head into this head's {PARTS[into]}: {done:,} of "
+                                        f"{total:,} senders patched"
+                                        + (" (the largest, again from each null corruption)" if what == "floors"
+                                           else ""))
+
     try:
-        frame = data.path_patch(ctx.inp.model, ctx.inp.text, corrupted, v.layer, v.head, into)
+        frame = data.path_patch(ctx.inp.model, ctx.inp.text, corrupted, v.layer, v.head, into, progress=step)
     except probes.ProbesError as exc:
         st.info(ui.safe(ui.in_app_words(exc)))
         return
+    finally:  # done, or stopped (past the public bound: the page says so)
+        bar.empty()
     from probes.evidence.edges import NULLS, patch_rule
 
     measure = "loss" if "loss" in frame else "pattern_shift"

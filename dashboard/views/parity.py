@@ -129,13 +129,22 @@ def _float64(inp: data.Input) -> None:
         right.caption("float32 figures move with the CPU's vector kernels. In float64 two passes of the same "
                       "function agree to within 1e-10 on every machine: that is the proof.")
         if not left.button("Prove in float64", icon=":material/verified:"):
-            return
+            return  # and after a Cancel (its rerun): the button again, nothing kept
+        ui.uncancel("proof")
+        bar = ui.Progress("proof", "Running both passes on a float64 copy of the model…", inp)
+
+        def step(done: int, total: int) -> None:
+            said = ("copied in float64" if done == 1 else "Hugging Face's pass" if done == 2 else "our pass"
+                    if done == 3 else f"layer {done - 4} compared")
+            bar.progress(done / total, text=f"Proving in float64: {said} ({done} of {total} steps)")
+
         try:
-            with st.spinner("Running both passes on a float64 copy of the model…"):
-                data.prove_parity(inp)
+            data.prove_parity(inp, progress=step)
         except probes.ProbesError as exc:
             st.warning(f"The float64 proof could not run: {ui.safe(ui.in_app_words(exc))}")
             return
+        finally:
+            bar.empty()
         st.rerun()  # the page again, proven: the badge above it and the command below it say so
     logits = ("" if proof.logits_max_rel_diff is None
               else f", logits {words.difference(proof.logits_max_rel_diff, 0)} of their scale")

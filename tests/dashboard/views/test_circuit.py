@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from apptest import open_app, rerun, rows, said, specs, texts, titles
+from apptest import cancel_at_first_update, open_app, rerun, rows, said, specs, texts, titles
 from numeric import F64
 
 from dashboard.state import DEFAULT_TEXT
@@ -217,3 +217,25 @@ def test_the_link_reopens_the_grid_the_convention_and_the_path_patching_run():
     assert shared.radio(key="w_circuit_grid").value == "text q"
     assert shared.text_input(key="w_patch_text").value == corrupt
     assert shared.dataframe[-1].value.equals(table)  # the patching table, with no button pressed
+
+
+def _patch_tables(at) -> list:
+    """The path-patching tables drawn (those with a noise floor column)."""
+    return [t.value for t in at.dataframe if "checked against its floor" in t.value.columns]
+
+
+def test_cancel_stops_path_patching_keeps_nothing_and_runs_it_again(monkeypatch):
+    """Issue 44: path patching has a progress bar with a Cancel button. Cancelled at its first pass, the page says so
+    and draws no table; nothing was kept (Run it again computes it afresh, every pass reported on the bar up to
+    the whole run), and the table then drawn is the full run's."""
+    clean, corrupt = "the cat ran to the old mat", "the dog ran to the old mat"
+    shown = cancel_at_first_update(monkeypatch, "patch")
+    at = _run_patching(clean, corrupt)
+    assert "Path patching was cancelled: nothing of it is shown or kept." in texts(at.info)
+    assert not _patch_tables(at) and len(shown) == 1 and 0 < shown[0] < 1
+    at.button(key="again_patch").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert "was cancelled" not in texts(at.info)
+    assert [len(t) for t in _patch_tables(at)] == [3 * 12]  # every sender of layer 3's head
+    assert shown[1:] == sorted(shown[1:]) and shown[-1] == 1.0 and len(shown) > 2  # the run again, pass by pass

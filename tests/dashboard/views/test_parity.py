@@ -90,6 +90,22 @@ def test_prove_in_float64_shows_the_proof_and_the_badge_says_so_for_that_input(m
     assert "Parity PASS · max |Δ|" in _texts(at.sidebar.markdown) and "proven" not in _texts(at.sidebar.markdown)
 
 
+def test_cancel_stops_the_float64_proof_and_keeps_no_proof(monkeypatch):
+    """Issue 44: the float64 proof has a progress bar with a Cancel button. Cancelled at its first step, the page is
+    back where it was (the button again), with no proof kept and no badge; pressed again, it runs every step."""
+    from apptest import cancel_at_first_update
+
+    shown = cancel_at_first_update(monkeypatch, "proof")
+    at = _app(page="parity", source="scratch", backend="eager", text="The proof was stopped by a click.")
+    at = _prove(at)
+    assert not at.exception, at.exception
+    assert "Proven in float64" not in _texts(at.success) and "proven" not in _texts(at.sidebar.markdown)
+    assert shown == [0.0, 1 / 9]  # the bar, then the float64 copy made (1 of 3 + 6 steps on minilm): cancelled
+    at = _prove(at)  # the button is back; pressed again, the proof runs to its end
+    assert "Proven in float64" in _texts(at.success) and "proven in float64" in _texts(at.sidebar.markdown)
+    assert shown[2:] == [done / 9 for done in range(10)]
+
+
 def test_flash_cannot_be_proven_in_float64_and_the_page_says_what_to_do():
     at = _app(page="parity", source="scratch", backend="flash")
     assert "cannot be proven in float64: pick the eager or sdpa backend in the sidebar" in _texts(at.caption)
