@@ -118,18 +118,21 @@ def opening_header(model: str = "minilm") -> str:
 def cancel_at_first_update(monkeypatch, work: str) -> list[float]:
     """Make ``work``'s Cancel button be clicked once, at its bar's first step of work done (an update above 0): its
     callback runs and the run ends there, as Streamlit ends a run at the next element it sends after a click.
-    Returns each update's fraction, of every run."""
+    Returns each update's fraction of ``work``'s bars, of every run."""
     import streamlit as st
 
     from dashboard import ui
 
-    shown, update = [], ui.Progress.progress
+    shown: list[float] = []
+    update, clicks = ui.Progress.progress, []
 
     def clicked(self, value, text=None):
-        first = self.work == work and value > 0 and not any(v > 0 for v in shown)
+        if self.work != work:
+            return update(self, value, text)
         shown.append(value)
         update(self, value, text)
-        if first:
+        if value > 0 and not clicks:
+            clicks.append(value)
             ui._cancel(self.work, self.signature)
             st.rerun()
 

@@ -195,6 +195,30 @@ def test_importance_beside_a_probe_grid(minilm, monkeypatch):
     assert "Spearman" in texts(at.caption)
 
 
+def test_cancel_stops_the_importance_run_and_shows_the_button_again(monkeypatch):
+    """Issue 44: importance's progress bar has a Cancel button. Cancelled at its first batch, no grid is drawn
+    and nothing is kept (the button is back); pressed again, it runs every sentence and draws its grid."""
+    from apptest import cancel_at_first_update
+
+    from dashboard.views import heads
+
+    monkeypatch.setattr(heads, "IMPORTANCE_ITEMS", 3)  # a count no other test's table is kept for
+    shown = cancel_at_first_update(monkeypatch, "importance")
+    at = open_app(page="heads")
+    at.selectbox(key="w_probe").set_value("positional")
+    at.number_input(key="w_items").set_value(5)
+    at.button[0].click()
+    _rerun(at)
+    at.button(key="heads_importance").click()
+    _rerun(at)
+    assert not [c for c in at.get("vega_lite_chart") if "gradient: hidden" in c.proto.spec], shown
+    assert [b.key for b in at.button if b.key == "heads_importance"] and shown == [0.0, 1.0]  # one batch of 3
+    at.button(key="heads_importance").click()
+    _rerun(at)
+    assert [c for c in at.get("vega_lite_chart") if "gradient: hidden" in c.proto.spec], "no importance grid"
+    assert shown[2:] == [0.0, 1.0]
+
+
 def test_heads_page_runs_a_probe_and_reads_an_uploaded_table():
     at = _run_probe("positional", 5)
     # the label "previous", in words, and its verdict (2 of 5 items held out: too few to judge)
