@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/compose.py --out benchmarks/results
 	$(BIN)/python benchmarks/circuit_smollm2.py --out benchmarks/results
 	$(BIN)/python benchmarks/evidence.py --out benchmarks/results
+	$(BIN)/python benchmarks/cancel.py --out benchmarks/results
 
 install: $(STAMP)
 
