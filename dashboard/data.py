@@ -497,10 +497,11 @@ def composition(name: str, layer: int, head: int, convention: str = "raw") -> pd
     return composition_floors(scores)
 
 
-# token rows (senders × tokens) per path-patching pass: a closed tab or the public bound stops the work within one
-# pass (about a second on smollm2); on a CPU bigger passes are no faster (smollm2, 57 tokens, 261 senders: 74 s in
-# passes of 16, 68 s in passes of 4)
-PATCH_ROWS = 256
+# token rows (copies × tokens) per pass of the long loops a page runs (path patching's senders, the ablation grid's
+# heads): a Cancel, a closed tab or the public bound stops the work within one pass (about a second on smollm2; the
+# grid's passes were a whole layer's heads before, up to 6 s on a busy machine: benchmarks/cancel.py); on a CPU
+# bigger passes are no faster (smollm2, 57 tokens, 261 senders: 74 s in passes of 16, 68 s in passes of 4)
+STEP_ROWS = 256
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -529,7 +530,7 @@ def path_patch(name: str, text: str, corrupted: str, layer: int, head: int, into
         pass
     model = model_named(name)
     length = model.encode(text).input_ids.shape[-1]
-    batch = max(1, PATCH_ROWS // length)
+    batch = max(1, STEP_ROWS // length)
     if public():  # and no more senders a pass than the public budget holds (none: refused, before any pass)
         try:
             batch = min(batch, batch_for(model, length, model.predicts_tokens, PUBLIC_WORK_BYTES))
@@ -709,10 +710,12 @@ def ablation(name: str, text: str, how: str, position: int, measure: str | None 
         pass
     reference = reference_texts() if how == "mean" else None
     wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
+    model = model_named(name)
     with wait:
-        frame = ablate_each(model_named(name), text, how=how, reference=reference, position=position,
-                        measures=None if measure is None else [measure],
-                        progress=watched(progress, "shorten the text"))
+        frame = ablate_each(model, text, how=how, reference=reference, position=position,
+                            measures=None if measure is None else [measure],
+                            batch=max(1, STEP_ROWS // model.encode(text).input_ids.shape[-1]),
+                            progress=watched(progress, "shorten the text"))
     return _ablation_kept(name, text, how, position, measure, _frame=frame)
 
 

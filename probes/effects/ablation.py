@@ -237,10 +237,12 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
                 reference: Sequence[str] | None = None, position: int | None = None,
                 targets: tuple[int, int] | None = None, batched: bool = True, truncate: bool = False,
                 measures: Sequence[str] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+                progress: Callable[[int, int], None] | None = None, batch: int | None = None) -> pd.DataFrame:
     """Every single-head ablation of ``text``: one row per (layer, head) with each measure's change. Batched:
-    row b of each pass ablates head b, from the layer it is in; else one whole pass per head (the same numbers
-    up to float rounding: the naive way, for the benchmark). ``truncate``: cut the text to the context window.
+    row b of each pass ablates head b, from the layer it is in, at most ``batch`` copies a pass (None: as many as
+    :data:`WORK_BUDGET` holds; fewer make ``progress`` come more often, which an app that stops at a step wants);
+    else one whole pass per head (the same numbers up to float rounding: the naive way, for the benchmark).
+    ``truncate``: cut the text to the context window.
 
     ``measures``: compute only these columns (default: every measure that applies), the same numbers as in the
     full table up to float rounding. Only loss, top_changed and logit_diff need the copies' logits (a vocabulary's
@@ -255,7 +257,9 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
     check_position(position, clean.n)
     writes = replacements(model, how, clean, other, reference, truncate)
     heads = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
-    got = run_rows(model, clean, [[h] for h in heads], how, position, targets, batch=None if batched else 1,
+    if batch is not None and batch < 1:
+        raise BadOption(f"batch must be at least 1 copy a pass, not {batch}")
+    got = run_rows(model, clean, [[h] for h in heads], how, position, targets, batch=batch if batched else 1,
                    share=batched, measures=measures, progress=progress, **writes)
     frame = pd.DataFrame(heads, columns=["layer", "head"])
     for key, value in got.items():

@@ -53,13 +53,21 @@ def test_mean_ablation_writes_the_reference_mean(copy_model64):
 
 
 @pytest.mark.numeric
-def test_batched_equals_one_pass_per_head(minilm64):
+def test_batched_equals_one_pass_per_head(minilm64, monkeypatch):
     minilm = minilm64  # float64: batches of other sizes sum in another order, which only float64 rounding sees
     batched = ablation.ablate_each(minilm, SHE, position=8)
     naive = ablation.ablate_each(minilm, SHE, position=8, batched=False)
+    passes, run = [], ablation.run
+    monkeypatch.setattr(ablation, "run", lambda model, copies, *a, **k: passes.append(
+        copies.input_ids.shape[0]) or run(model, copies, *a, **k))
+    small = ablation.ablate_each(minilm, SHE, position=8, batch=5)
     cols = ["hidden_change", "token_change", "embedding_change"]
     assert (batched[cols] - naive[cols]).abs().to_numpy().max() <= F64
+    assert (small[cols] - naive[cols]).abs().to_numpy().max() <= F64
     assert batched[cols].to_numpy().max() > 0.01
+    assert passes == [1] + [5, 5, 2] * 6  # the clean pass, then at most 5 copies a pass within a layer (12 heads)
+    with pytest.raises(BadOption, match="batch must be at least 1 copy a pass, not 0"):
+        ablation.ablate_each(minilm, SHE, batch=0)
 
 
 @pytest.mark.numeric

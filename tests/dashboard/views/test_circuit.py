@@ -80,7 +80,7 @@ def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
 
     clean, corrupt = "the cat sat on the mat", "the dog sat on the mat"
     at = _run_patching(clean, corrupt)
-    batch = 256 // minilm.encode(clean).input_ids.shape[-1]  # the app's passes (data.PATCH_ROWS tokens each)
+    batch = 256 // minilm.encode(clean).input_ids.shape[-1]  # the app's passes (data.STEP_ROWS tokens each)
     expected = patch_floors(minilm, clean, corrupt, (3, 1), "k", batch=batch)
     above = expected.above
     assert 0 < len(above) < len(expected.checked) == 10  # on minilm: 2.7, 0.6 and 0.7 of the 10 largest
