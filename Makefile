@@ -13,6 +13,8 @@ app: $(STAMP)
 
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
 # then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors), then the
+# docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a temporary
+# folder, removed after), then the
 # suite on TEST_JOBS processes (pytest-xdist), each on one thread (OpenMP's threads busy-wait: two workers of two
 # threads on two cores spend more time waiting than computing); the tests that start a local Ray run on one worker,
 # one after the other (the "ray" group). TEST_JOBS=0: one process.
@@ -22,6 +24,8 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check probes dashboard
 	$(BIN)/mypy
+	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"; \
+		status=$$?; rm -rf "$$site"; exit $$status
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=15
 
 # The tests that compare floating results (marker `numeric`) again under another CPU's kernels: the portable

@@ -8,7 +8,7 @@ all`` does (glibc's mmap threshold fixed first, :func:`probes.memory.steady`), e
 process's resident memory every millisecond, and prints: the level once the model is loaded, the peak while
 patching, and the peak above the loaded level. The cases:
 
-* **induction**: README's setup, 25 random tokens then the same 25 again (clean), the first half drawn anew
+* **induction**: docs/head-effects.md's setup (Path patching), 25 random tokens then the same 25 again (clean), the first half drawn anew
   (corrupted), the mean weight on the induction cells reported (``circuit_smollm2.py``);
 * **2,000 characters**: the public app's longest text, its pronouns she → he in the corrupted one.
 

@@ -43,8 +43,8 @@ def coverage() -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of what the from-scratch path covers, written from the records (a test keeps the
-    README equal to it)."""
+    """The table of what the from-scratch path covers (docs/models.md), written from the records (a test keeps the
+    page equal to it)."""
     lines = ["| family | `model_type` | positions | implemented | refused (`UnsupportedModel`, naming the option) |",
              "|---|---|---|---|---|"]
     for f in families():

@@ -34,5 +34,5 @@ def f64(terms: int, scale: float = 1.0) -> float:
 
 
 def rounded(step: float) -> float:
-    """A figure printed to the nearest ``step`` (README's "0.36" is to the nearest 0.01) is within step / 2."""
+    """A figure printed to the nearest ``step`` (the docs' "0.36" is to the nearest 0.01) is within step / 2."""
     return step / 2

@@ -89,7 +89,7 @@ def test_smollm2_traces_from_the_server_equal_local_ones_bit_for_bit(cluster, sm
         assert served.n_kv_heads == 3 and served.has_lm_head  # grouped-query, with logits: what minilm does not test
         got = probes.run(served, TEXT, source="scratch")
         same_trace(got, probes.run(smollm2, TEXT, source="scratch"), smollm2)
-        assert got.kv_head(0, 7) == 2  # query head 7 reads key/value head 2, as README's local example says
+        assert got.kv_head(0, 7) == 2  # query head 7 reads key/value head 2, as docs/scale-out.md's local example says
         there, here = (generation.generate(m, "The cat sat", 4) for m in (served, smollm2))
         assert there.new_ids == here.new_ids and all(torch.equal(a, b) for a, b in zip(there.rows, here.rows))
     finally:

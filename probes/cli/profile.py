@@ -86,7 +86,7 @@ def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
         from .. import cluster
         from ..corpus import ray_pool
     except ImportError:
-        raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (README, Install)") from None
+        raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (docs/quickstart.md)") from None
     started = cluster.start(None if args.ray == "local" else args.ray)
     cpus = int(cluster.resources().get("CPU", 1))
     workers = args.workers or max(1, cpus // args.cpus_per_worker)

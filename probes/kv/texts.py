@@ -1,6 +1,6 @@
 """A long text the project ships for the KV lab: UD English-EWT's dev sentences in their order (web text: blog posts,
 reviews, emails, answers), from the pinned registry package :mod:`probes.datasets.dependencies` reads, joined into
-running text. UD English-EWT is © its authors, CC BY-SA 4.0 (see README)."""
+running text. UD English-EWT is © its authors, CC BY-SA 4.0 (see docs/head-probes.md)."""
 
 from __future__ import annotations
 

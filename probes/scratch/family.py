@@ -63,12 +63,12 @@ class Network(Protocol):
        with each layer's q, k and v (rotated, and ``cap.rotary``, for rotary families).
     5. *The record*: a module-level ``FAMILIES = (Family(...),)`` with every field of :class:`Family` that
        differs from its default (``scale``, ``causal``, ``kv_heads``, ``head_dim``, ``window``, ``token_types``,
-       ``pairs``, ``positions``, ``max_tokens``, ``implemented``/``refused`` for the README table, ``examples``).
+       ``pairs``, ``positions``, ``max_tokens``, ``implemented``/``refused`` for the docs' table, ``examples``).
     6. *Tests*: a tiny random checkpoint builder in ``tests/checkpoints.py``; ``tests/scratch/test_<family>.py``
        with parity against Hugging Face option by option (bit-identical in eager, the lazy backends, the
        float64 proof) and every refused option refused by name; the family's name in
        ``tests/test_families.py`` and its tiny checkpoint in ``tests/scratch/test_family.py`` (which holds every
-       registered family to these Protocols); the README table (``probes.families.markdown_table()``).
+       registered family to these Protocols); the docs' table (``probes.families.markdown_table()``, docs/models.md).
     """
 
     @property
@@ -262,6 +262,6 @@ class Family:
     refuse_at_load: Callable[[Config, str], None] | None = None  # options even the HF view gets wrong
     # why Hugging Face's code for this config cannot run in float64 (None: it can), for the float64 proof
     float64_refused: Callable[[Config], str | None] = lambda config: None
-    implemented: str = ""  # README: the config options the network implements
-    refused: str = ""  # README: the ones it refuses by name
-    examples: tuple[str, ...] = field(default=())  # hub ids, for the model menu and README
+    implemented: str = ""  # docs/models.md: the config options the network implements
+    refused: str = ""  # docs/models.md: the ones it refuses by name
+    examples: tuple[str, ...] = field(default=())  # hub ids, for the model menu and docs/models.md
