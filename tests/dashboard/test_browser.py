@@ -353,47 +353,59 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         browser.close()
 
 
-def test_what_if_it_attended_less_at_desk_and_phone_widths(app_url):
-    """What if it attended less? on SmolLM2 over 64 tokens of the EWT web text: the sweep, the memory table and the
-    sidebar's head's kept tokens at 1,400 × 1,000 and 390 × 844, no error; the heads button draws the heads most hurt,
-    and a click on the first bar opens its head on Explore."""
+KV_LINK = "/kv?model=smollm2&page=kv&kv_tokens=64&layer=2&head=4"
+
+
+def _kv_page(browser, url: str, name: str, viewport: dict):
+    """What if it attended less? on SmolLM2 over 64 tokens of the EWT web text at ``viewport``: the sweep, the memory
+    table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
+    page = browser.new_page(viewport=viewport)
+    page.goto(url + KV_LINK)
+    _settle(page)
+    page.get_by_role("heading", name="What if it attended less?").wait_for(timeout=WAIT_MS)
+    page.get_by_role("heading", name="What layer 2, head 4 kept under sinks:4+window:28").wait_for(timeout=WAIT_MS)
+    _charts_drawn(page, 2, main=True)
+    page.wait_for_timeout(1500)  # Vega draws in the browser
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert page.locator("[data-testid=stAlertContentError]").count() == 0
+    widths = page.evaluate(WIDTHS)
+    assert widths and all(w["chart"] <= w["column"] + 1 for w in widths), widths
+    page.screenshot(path=SHOTS / f"app_kv_{name}.png", full_page=True)
+    page.set_viewport_size({**viewport, "height": 3600 if name == "desk" else 5200})  # the whole page
+    page.wait_for_timeout(1500)
+    page.screenshot(path=SHOTS / f"app_kv_{name}_whole.png")
+    page.set_viewport_size(viewport)
+    return page
+
+
+def test_what_if_it_attended_less_at_desk_width(app_url):
+    """The KV lab at 1,400 × 1,000 (:func:`_kv_page`); the heads button draws the heads most hurt, and a click on
+    the first bar opens its head on Explore."""
     SHOTS.mkdir(exist_ok=True)
-    link = f"{app_url}/kv?model=smollm2&page=kv&kv_tokens=64&layer=2&head=4"
     with sync_playwright() as p:
         browser = launch(p)
-        for name, viewport in (("desk", {"width": 1400, "height": 1000}), ("phone", {"width": 390, "height": 844})):
-            page = browser.new_page(viewport=viewport)
-            page.goto(link)
-            _settle(page)
-            page.get_by_role("heading", name="What if it attended less?").wait_for(timeout=WAIT_MS)
-            page.get_by_role("heading", name="What layer 2, head 4 kept under sinks:4+window:28").wait_for(
-                timeout=WAIT_MS)
-            _charts_drawn(page, 2, main=True)
-            page.wait_for_timeout(1500)  # Vega draws in the browser
-            assert page.locator("[data-testid=stException]").count() == 0
-            assert page.locator("[data-testid=stAlertContentError]").count() == 0
-            widths = page.evaluate(WIDTHS)
-            assert widths and all(w["chart"] <= w["column"] + 1 for w in widths), widths
-            page.screenshot(path=SHOTS / f"app_kv_{name}.png", full_page=True)
-            page.set_viewport_size({**viewport, "height": 3600 if name == "desk" else 5200})  # the whole page
-            page.wait_for_timeout(1500)
-            page.screenshot(path=SHOTS / f"app_kv_{name}_whole.png")
-            page.set_viewport_size(viewport)
-            if name == "phone":
-                break
-            page.get_by_role("button", name="Cut each of the 90 heads alone").click()
-            _settle(page)
-            page.get_by_text("A click opens its first query head on Explore").wait_for(timeout=WAIT_MS)
-            _charts_drawn(page, 3, main=True)
-            page.wait_for_timeout(1500)
-            assert page.locator("[data-testid=stAlertContentError]").count() == 0
-            page.screenshot(path=SHOTS / "app_kv_heads.png", full_page=True)
-            bars = page.locator("[data-testid=stVegaLiteChart]").nth(2)  # the heads most hurt, after sweep and picture
-            bars.scroll_into_view_if_needed()
-            page.wait_for_timeout(500)
-            box = bars.locator("g.mark-rect path").first.bounding_box()  # the first bar: the most hurt head
-            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            _settle(page)
-            page.get_by_role("heading", name="smollm2: layer").wait_for(timeout=WAIT_MS)  # on Explore
-            page.close()
+        page = _kv_page(browser, app_url, "desk", {"width": 1400, "height": 1000})
+        page.get_by_role("button", name="Cut each of the 90 heads alone").click()
+        _settle(page)
+        page.get_by_text("A click opens its first query head on Explore").wait_for(timeout=WAIT_MS)
+        _charts_drawn(page, 3, main=True)
+        page.wait_for_timeout(1500)
+        assert page.locator("[data-testid=stAlertContentError]").count() == 0
+        page.screenshot(path=SHOTS / "app_kv_heads.png", full_page=True)
+        bars = page.locator("[data-testid=stVegaLiteChart]").nth(2)  # the heads most hurt, after sweep and picture
+        bars.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        box = bars.locator("g.mark-rect path").first.bounding_box()  # the first bar: the most hurt head
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        _settle(page)
+        page.get_by_role("heading", name="smollm2: layer").wait_for(timeout=WAIT_MS)  # on Explore
+        browser.close()
+
+
+def test_what_if_it_attended_less_at_phone_width(app_url):
+    """The KV lab at 390 × 844 (:func:`_kv_page`): every chart within its column."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = launch(p)
+        _kv_page(browser, app_url, "phone", {"width": 390, "height": 844})
         browser.close()
