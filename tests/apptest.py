@@ -41,7 +41,10 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def _lines(part) -> list[str]:
-    return [] if part is None else [part] if isinstance(part, str) else list(part)
+    """A title's or subtitle's lines, at the widest (a title that wraps to the chart's width is an expression)."""
+    from dashboard.charts import title_lines
+
+    return title_lines(part)
 
 
 def titles(at: AppTest) -> list[str]:
