@@ -1,6 +1,6 @@
 """Every page at a phone's width (390 × 844, Chromium through Playwright) on the offline default in its default
 state: the main area never scrolls sideways (a chart, a formula or a table that does not fit scrolls in its own box,
-or wraps), and no page shows an exception. A failure names the page and the widest element. Screenshots go to
+or wraps), and no page shows an exception. A failure names the page and the element that reaches past its edge. Screenshots go to
 ``screenshots/phone_<page>.png`` (git-ignored)."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 # every chart drawn by Vega (a canvas or an svg in it) and every iframe loaded: what decides the page's width
 DRAWN = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')]
   .every(e => e.querySelector('canvas, svg.marks'))"""
-# the main area's and the document's overflow and, when there is some, the element where it starts (the first that
-# reaches past the main area's right edge inside one that does not): its test id, tag, classes and first words
+# the main area's and the document's overflow and, when there is some, the element it comes from (the first that
+# reaches past the main area's right edge with no box between them that clips or scrolls it): its test id, tag,
+# classes and first words
 OVERFLOW = """() => {
   const main = document.querySelector('[data-testid=stMain]');
   const block = document.querySelector('[data-testid=stMainBlockContainer]');
@@ -29,8 +30,9 @@ OVERFLOW = """() => {
   const over = boxes.filter(([, e]) => e && e.scrollWidth > e.clientWidth + 1)
     .map(([name, e]) => `${name}: ${e.scrollWidth} px wide in ${e.clientWidth}`);
   const edge = main.getBoundingClientRect().right + 1;
-  const past = e => e.getBoundingClientRect().right > edge;
-  const first = [...block.querySelectorAll('*')].find(e => past(e) && !past(e.parentElement));
+  const clipped = e => { for (let a = e.parentElement; a && a !== block; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX !== 'visible') return true; } return false; };
+  const first = [...block.querySelectorAll('*')].find(e => e.getBoundingClientRect().right > edge && !clipped(e));
   const said = first && ((first.closest('[data-testid]') || first).getAttribute('data-testid') + ' > '
     + first.tagName.toLowerCase() + '.' + [...first.classList].join('.') + ' "'
     + (first.textContent || '').trim().slice(0, 60) + '" reaches ' + Math.round(first.getBoundingClientRect().right)
@@ -69,6 +71,6 @@ def test_every_page_fits_a_phone_without_sideways_scroll(app_url):
             if failed:
                 problems.append(f"{title}: an exception box")
             if found["over"]:
-                problems.append(f"{title}: {'; '.join(found['over'])}; widest: {found['widest']}")
+                problems.append(f"{title}: {'; '.join(found['over'])}; from: {found['widest']}")
         browser.close()
     assert not problems, "\n".join(problems)
