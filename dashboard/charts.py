@@ -55,8 +55,8 @@ def wrapped(parts: list[str], px: float) -> list[str] | Any:
         return variants[0][1]
     said = [json.dumps(lines, ensure_ascii=False) for _, lines in variants]
     expr = said[-1]
-    for (chars, _), lines in zip(reversed(variants[1:]), reversed(said[:-1]), strict=True):
-        expr = f"width < {round(chars * px)} ? {lines} : {expr}"
+    for (chars, _), narrower in zip(reversed(variants[1:]), reversed(said[:-1]), strict=True):
+        expr = f"width < {round(chars * px)} ? {narrower} : {expr}"
     return alt.expr(expr)
 
 

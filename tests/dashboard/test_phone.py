@@ -1,7 +1,7 @@
 """Every page at a phone's width (390 × 844, Chromium through Playwright) on the offline default in its default
 state: the main area never scrolls sideways (a chart, a formula or a table that does not fit scrolls in its own box,
-or wraps), and no page shows an exception. A failure names the page and the element that reaches past its edge. Screenshots go to
-``screenshots/phone_<page>.png`` (git-ignored)."""
+or wraps), and no page shows an exception. A failure names the page and the element that reaches past its edge.
+Screenshots go to ``screenshots/phone_<page>.png`` (git-ignored)."""
 
 from __future__ import annotations
 
