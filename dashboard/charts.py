@@ -30,7 +30,8 @@ CANVAS = {"embedOptions": {"renderer": "canvas"}}
 # subtitle, and both wrap to the chart's width in the browser, so no title is cut at the chart's edge ("…"), on a
 # phone or in a half-width column, and no title wraps early above a wide chart.
 TITLE_MAX = 60  # characters: a longer title is split into a title and a subtitle
-SUBTITLE_MAX = 45  # characters a subtitle's line (Vega-Lite wraps no subtitle to the width): a phone's chart wide
+PHONE_LINE = 45  # characters: a title this short is one line on a phone too (it is left as it is)
+SUBTITLE_MAX = 50  # characters a subtitle's line (Vega-Lite wraps no subtitle to the width): a phone's chart wide
 TITLE_PX = 7.0  # px a character of a title's line, about (a little more than the font's)
 WRAPS = (30, 45, 60, 80, 110, 150)  # characters a line: the browser picks the longest that fits the chart's width
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
@@ -75,7 +76,7 @@ def title_lines(part: Any) -> list[str]:
 
 
 def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
-    """A chart title that is never cut: ``text`` as it is when short. A longer one is split: a trailing "(…)" goes to
+    """A chart title that is never cut: ``text`` as it is when short (:data:`PHONE_LINE`). A longer one is split: a trailing "(…)" goes to
     the subtitle, and then, if it is still long, what follows its last ": " goes before it ("sink: share of
     attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell to open it");
     the title wraps to the chart's width (:func:`wrapped`), the subtitle into lines of :data:`SUBTITLE_MAX`
@@ -89,7 +90,7 @@ def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
     if len(text) > TITLE_MAX and ": " in text:  # the last ": ": a label may hold one ("gradient: hidden")
         text, rest = text.rsplit(": ", 1)
         parts.insert(0, rest)
-    if not parts and len(text) <= WRAPS[0]:
+    if not parts and len(text) <= PHONE_LINE:
         return text
     lines = wrapped([text], TITLE_PX)
     # (Vega-Lite takes no expression for a subtitle: its lines are as long as a phone's chart is wide)
@@ -379,9 +380,9 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, start
 
     The pictures wrap to the page's width (the chart is "container" wide): as many columns as fit, then as few as
     keep the rows equally full, at most :data:`MULTIPLES_COLUMNS` (twelve heads: two rows of six at a desk, four
-    of three on a phone). A facet's
-    ``columns`` is fixed when the chart is made, before the browser knows the width, so the pictures are placed
-    in one view instead, each at a position computed in the browser from the view's ``width``."""
+    of three on a phone). A facet's ``columns`` is fixed when the chart is made, before the browser knows the
+    width, so the pictures are placed in one view instead, each at a position computed in the browser from the
+    view's ``width`` (the view grows downwards to hold the rows a narrow page needs)."""
     h, n, _ = weights.shape
     names = [f"{layer}.{head}" for head in range(h)]
     cell = max(1, MULTIPLES_PX // n)
