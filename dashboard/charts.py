@@ -76,11 +76,11 @@ def title_lines(part: Any) -> list[str]:
 
 
 def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
-    """A chart title that is never cut: ``text`` as it is when short (:data:`PHONE_LINE`). A longer one is split: a trailing "(…)" goes to
-    the subtitle, and then, if it is still long, what follows its last ": " goes before it ("sink: share of
-    attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell to open it");
-    the title wraps to the chart's width (:func:`wrapped`), the subtitle into lines of :data:`SUBTITLE_MAX`
-    characters."""
+    """A chart title that is never cut: ``text`` as it is when short (:data:`PHONE_LINE`). A longer one is split: a
+    trailing "(…)" goes to the subtitle, and then, if it is still long, what follows its last ": " goes before it
+    ("sink: share of attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell
+    to open it"); the title wraps to the chart's width (:func:`wrapped`), the subtitle into lines of
+    :data:`SUBTITLE_MAX` characters."""
     import textwrap
 
     parts = [subtitle] if subtitle else []
