@@ -64,9 +64,14 @@ def too_long(n_tokens: int) -> str | None:
     )
 
 
-def head_view_height(n_tokens: int) -> int:
-    """Pixel height of the head view's HTML for ``n_tokens`` tokens (bertviz: 22.5 px a token)."""
-    return round(22.5 * n_tokens) + 80
+PAIR_MENU = 30  # px: the head view's second menu row ("Attention:"), where a narrow frame wraps it under "Layer:"
+
+
+def head_view_height(n_tokens: int, pair: bool = False) -> int:
+    """Pixel height of the head view's HTML for ``n_tokens`` tokens (bertviz: 22.5 px a token, under its menu); a
+    sentence pair's view has a second menu ("Attention:"), which a narrow frame (a phone) puts on a row of its own,
+    pushing the tokens down: room for that row, so the last token is never cut off at the frame's foot."""
+    return round(22.5 * n_tokens) + 80 + (PAIR_MENU if pair else 0)
 
 
 def model_view_height(n_layers: int, n_heads: int, n_tokens: int) -> int:

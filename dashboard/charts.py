@@ -26,20 +26,61 @@ MAX_CELLS = 64  # a heatmap wider than this is windowed by the caller: never shi
 # 1,600 elements were most of the browser's time on a head change
 CANVAS = {"embedOptions": {"renderer": "canvas"}}
 # Charts are as wide as the page's column ("container": the app draws them stretched, axes and legend inside that
-# width) and as tall as their rows need. A title is one short line: a longer one is split, its closing parenthesis
-# (or the rest) going to a subtitle, and both are wrapped, so no title is cut at the chart's edge, even in a half-width
-# column.
-TITLE_MAX, SUBTITLE_MAX = 60, 80  # characters a line
+# width) and as tall as their rows need. A long title is split, its closing parenthesis (or the rest) going to a
+# subtitle, and both wrap to the chart's width in the browser, so no title is cut at the chart's edge ("…"), on a
+# phone or in a half-width column, and no title wraps early above a wide chart.
+TITLE_MAX = 60  # characters: a longer title is split into a title and a subtitle
+PHONE_LINE = 45  # characters: a title this short is one line on a phone too (it is left as it is)
+SUBTITLE_MAX = 50  # characters a subtitle's line (Vega-Lite wraps no subtitle to the width): a phone's chart wide
+TITLE_PX = 7.0  # px a character of a title's line, about (a little more than the font's)
+WRAPS = (30, 45, 60, 80, 110, 150)  # characters a line: the browser picks the longest that fits the chart's width
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
 GRID_CELL = 30  # px: a layers × heads grid's row height
 Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 
 
+def wrapped(parts: list[str], px: float) -> list[str] | Any:
+    """``parts`` (paragraphs) as the lines of a title that wraps to the chart's width: the lines themselves where
+    they are short enough for any width (:data:`WRAPS`), else a Vega expression that picks, from the chart's
+    ``width``, the lines of the longest wrap whose lines fit it (``px`` pixels a character), the last wrap (the
+    widest chart's) written last."""
+    import json
+    import textwrap
+
+    variants: list[tuple[int, list[str]]] = []
+    for chars in WRAPS:
+        lines = [line for part in parts for line in textwrap.wrap(part, chars)] or parts
+        if not variants or lines != variants[-1][1]:
+            variants.append((chars, lines))
+    if len(variants) == 1:
+        return variants[0][1]
+    said = [json.dumps(lines, ensure_ascii=False) for _, lines in variants]
+    expr = said[-1]
+    for (chars, _), narrower in zip(reversed(variants[1:]), reversed(said[:-1]), strict=True):
+        expr = f"width < {round(chars * px)} ? {narrower} : {expr}"
+    return alt.expr(expr)
+
+
+def title_lines(part: Any) -> list[str]:
+    """A title's or subtitle's lines as the widest chart shows them (a :func:`wrapped` expression's last wrap)."""
+    import json
+
+    if part is None or part is alt.Undefined:
+        return []
+    if isinstance(part, str):
+        return [part]
+    if isinstance(part, dict) or hasattr(part, "to_dict"):
+        expr = part["expr"] if isinstance(part, dict) else part.to_dict()["expr"]
+        return json.loads(expr[expr.rindex(" : [") + 3:] if " : [" in expr else expr)
+    return list(part)
+
+
 def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
-    """A chart title that is never cut: ``text`` as it is when short. A longer one is split: a trailing "(…)" goes to
-    the subtitle, and then, if it is still long, what follows its last ": " goes before it ("sink: share of
-    attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell to open it");
-    title and subtitle are wrapped into lines of :data:`TITLE_MAX` / :data:`SUBTITLE_MAX` characters."""
+    """A chart title that is never cut: ``text`` as it is when short (:data:`PHONE_LINE`). A longer one is split: a
+    trailing "(…)" goes to the subtitle, and then, if it is still long, what follows its last ": " goes before it
+    ("sink: share of attention… (click a cell to open it)" reads "sink" over "share of attention…" and "click a cell
+    to open it"); the title wraps to the chart's width (:func:`wrapped`), the subtitle into lines of
+    :data:`SUBTITLE_MAX` characters."""
     import textwrap
 
     parts = [subtitle] if subtitle else []
@@ -49,11 +90,12 @@ def titled(text: str, subtitle: str | None = None) -> str | alt.TitleParams:
     if len(text) > TITLE_MAX and ": " in text:  # the last ": ": a label may hold one ("gradient: hidden")
         text, rest = text.rsplit(": ", 1)
         parts.insert(0, rest)
-    if not parts and len(text) <= TITLE_MAX:
+    if not parts and len(text) <= PHONE_LINE:
         return text
-    lines = textwrap.wrap(text, TITLE_MAX) or [text]
-    below = [line for part in parts for line in textwrap.wrap(part, SUBTITLE_MAX)]
-    return alt.TitleParams(text=lines if len(lines) > 1 else lines[0], subtitle=below or alt.Undefined,
+    lines = wrapped([text], TITLE_PX)
+    # (Vega-Lite takes no expression for a subtitle: its lines are as long as a phone's chart is wide)
+    below = [line for part in parts for line in textwrap.wrap(part, SUBTITLE_MAX)] or alt.Undefined
+    return alt.TitleParams(text=lines[0] if isinstance(lines, list) and len(lines) == 1 else lines, subtitle=below,
                            anchor="start")
 
 
@@ -142,6 +184,18 @@ def _row(n: int) -> int:
     return max(_step(n), min(32, 480 // max(n, 1)))
 
 
+NARROW_COLUMN = 16  # px: a token's column narrower than this (a phone) turns its label upright and thins the labels
+
+
+def token_axis(count: int) -> alt.Axis:
+    """The x axis of ``count`` tokens, one column a token, on a chart as wide as the page: labels at -60° where a
+    column is at least :data:`NARROW_COLUMN` px wide (a desk: every label, none dropped), and where it is narrower
+    (a phone) upright, with Vega-Lite's greedy ``labelOverlap`` leaving out each label that would touch the last
+    one kept, so they never pile up. Both are decided in the browser, from the chart's width."""
+    narrow = f"width / {max(count, 1)} < {NARROW_COLUMN}"
+    return alt.Axis(labelAngle=alt.expr(f"{narrow} ? -90 : -60"), labelOverlap=alt.expr(f"{narrow} ? 'greedy' : false"))
+
+
 HEATMAP_COLUMN, HEATMAP_LABELS = 40, 240  # px: a heatmap is at most 40 px a column wide (plus its labels and legend)
 
 
@@ -184,7 +238,7 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         .mark_rect(strokeWidth=1.5, cursor="pointer" if clickable else alt.Undefined)
         .encode(
             x=alt.X("key:N", sort=labels(key_tokens, key_start), title="key (attended to)",
-                    axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+                    axis=token_axis(len(key_tokens))),
             y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
             color=alt.Color(f"{value}:Q", scale=scale, title=said(value)),
             stroke=outline,
@@ -260,7 +314,7 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
         alt.Chart(compact(frame), title=titled(title))
         .mark_bar(cursor="pointer" if clickable else alt.Undefined)
         .encode(
-            x=alt.X(f"{field}:N", sort=order, title=axis, axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            x=alt.X(f"{field}:N", sort=order, title=axis, axis=token_axis(len(order))),
             y=alt.Y("weight:Q", scale=alt.Scale(domain=[0, 1]), title="attention weight"),
             color=colour,
             tooltip=[alt.Tooltip(f"{field}:N"), alt.Tooltip("weight:Q", format=".6f", title=said("weight"))],
@@ -274,6 +328,7 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
 
 
 MULTIPLES_PX = 96  # a small multiple's side, about: each token's cell is 96 // n pixels (at least 1)
+MULTIPLES = "multiples"  # the small multiples' chart name (tests find their spec by it)
 WHITE, DARK = np.array([255.0, 255.0, 255.0]), np.array([8.0, 81.0, 156.0])  # the ends of BLUE
 
 
@@ -309,44 +364,69 @@ def image_weights(url: str, cell: int = 1) -> np.ndarray:
     return (WHITE[0] - red) / (WHITE[0] - DARK[0])
 
 
-def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, columns: int = 6, start: int = 0,
-                    selected: int | None = None) -> alt.Chart:
+MULTIPLES_GAP, MULTIPLES_LABEL = 20, 24  # px: between two pictures; a picture's name above it
+MULTIPLES_COLUMNS = 6  # at most this many pictures a row (where the page is wide)
+
+
+def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, start: int = 0,
+                    selected: int | None = None) -> alt.LayerChart:
     """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``: tokens ``start`` to ``start + n``
     of the text, a window of a long input), to spot the patterns side by side, titled ``layer.head``; head
     ``selected`` is outlined, and a click on a head selects it (the selection ``head``, its ``layer.head`` name).
 
     Each head travels and is drawn as one small picture (:func:`weight_image`, the heatmap's colours), not as n²
     marks: twelve images are a few kilobytes and draw at once, where 12·n² rectangles took the browser most of a
-    layer change; the exact weights are in the heatmap above (hover) and in its CSV."""
+    layer change; the exact weights are in the heatmap above (hover) and in its CSV.
+
+    The pictures wrap to the page's width (the chart is "container" wide): as many columns as fit, then as few as
+    keep the rows equally full, at most :data:`MULTIPLES_COLUMNS` (twelve heads: two rows of six at a desk, four
+    of three on a phone). A facet's ``columns`` is fixed when the chart is made, before the browser knows the
+    width, so the pictures are placed in one view instead, each at a position computed in the browser from the
+    view's ``width`` (the view grows downwards to hold the rows a narrow page needs)."""
     h, n, _ = weights.shape
     names = [f"{layer}.{head}" for head in range(h)]
     cell = max(1, MULTIPLES_PX // n)
     edge = n * cell
+    across, down = edge + MULTIPLES_GAP, MULTIPLES_LABEL + edge + MULTIPLES_GAP
     frame = pd.DataFrame({"head": names, "url": [weight_image(weights[i], causal, cell) for i in range(h)],
                           "tokens": f"{start}–{start + n - 1}", "peak": weights.reshape(h, -1).max(1).astype(float)})
+    # columns: as many as fit the view's width (at most MULTIPLES_COLUMNS), then as few as fill that many rows
+    fit = f"clamp(floor((width + {MULTIPLES_GAP}) / {across}), 1, {MULTIPLES_COLUMNS})"
+    columns = alt.param(name="columns", expr=f"ceil({h} / ceil({h} / {fit}))")
+    place = dict(  # each picture's edges and its name's place, computed in the browser (row numbers count from 1)
+        left=f"(datum.i - 1) % columns * {across}", top=f"floor((datum.i - 1) / columns) * {down} + {MULTIPLES_LABEL}",
+        right=f"datum.left + {edge}", bottom=f"datum.top + {edge}", middle=f"datum.left + {edge / 2}",
+        label="datum.top - 6")
+
+    def px(field: str, channel=alt.X) -> Any:  # a position in pixels, no scale
+        return channel(f"{field}:Q", scale=None, axis=None)
+
     pick = alt.selection_point(name="head", fields=["head"], on="click", clear=False)
     image = (
-        alt.Chart()
-        .mark_image(width=edge, height=edge, align="left", baseline="top", cursor="pointer")
-        .encode(x=alt.value(0), y=alt.value(0), url="url:N",
-                tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"), alt.Tooltip("peak:Q", format=".3f",
-                                                                                   title=said("peak"))])
+        alt.Chart().mark_image(width=edge, height=edge, align="left", baseline="top", cursor="pointer")
+        .encode(url="url:N", tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"),
+                                      alt.Tooltip("peak:Q", format=".3f", title=said("peak"))])
         .add_params(pick)
     )
-    layers = [image]
+    border = alt.Chart().mark_rect(fill=None, stroke="#dddddd").encode(x2="right:Q", y2="bottom:Q")
+    name = alt.Chart().mark_text(fontSize=12, baseline="bottom").encode(x=px("middle"), y=px("label", alt.Y),
+                                                                      text="head:N")
+    layers = [image, border, name]
     if selected is not None:  # one rectangle along the edge of the selected head's picture
         layers.append(
-            alt.Chart()
-            .transform_filter(alt.datum.head == names[selected])
-            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3)
-            .encode(x=alt.value(1.5), x2=alt.value(edge - 1.5), y=alt.value(1.5), y2=alt.value(edge - 1.5))
+            alt.Chart().transform_filter(alt.datum.head == names[selected])
+            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3, xOffset=1.5, yOffset=1.5, x2Offset=-1.5,
+                       y2Offset=-1.5)
+            .encode(x2="right:Q", y2="bottom:Q")
         )
+    rows = -(-h // MULTIPLES_COLUMNS)  # the height the view asks for: its rows at a desk (a phone's grow past it)
     return (
-        alt.layer(*layers, data=frame)
-        .properties(width=edge, height=edge)
-        .facet(facet=alt.Facet("head:N", sort=names, title=None, header=alt.Header(labelFontSize=12)),
-               columns=columns)
-        .configure_view(stroke="#dddddd")
+        alt.layer(*layers, data=frame, name=MULTIPLES)
+        .encode(x=px("left"), y=px("top", alt.Y))  # each layer's place, unless its own says otherwise
+        .add_params(columns)
+        .transform_window(i="row_number()").transform_calculate(**place)
+        .properties(width="container", height=rows * down - MULTIPLES_GAP)
+        .configure_view(stroke=None)
     )
 
 
@@ -577,7 +657,7 @@ def generation_band(queries: list[str], keys: list[str], band: np.ndarray, step:
         alt.Chart(frame, title=titled("the fed token of each step (rows) over the text (columns)"))
         .mark_rect(strokeWidth=2)
         .encode(
-            x=alt.X("key:N", sort=names, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelOverlap=False)),
+            x=alt.X("key:N", sort=names, title="key (attended to)", axis=token_axis(width)),
             y=alt.Y("row:N", sort=rows, title="step: fed token", axis=alt.Axis(labelOverlap=False)),
             color=alt.Color("weight:Q", scale=BLUE, title="weight"),
             stroke=alt.condition(alt.datum.step == step, alt.value(HIGHLIGHT), alt.value(None)),

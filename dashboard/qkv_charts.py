@@ -15,7 +15,8 @@ TITLE_SIZE = 12  # px: axis and legend titles
 LABEL_CHARS = 22  # a token label longer than this is shortened with "…" (the table below the chart has it whole)
 LABEL_LIMIT = 300  # px: room for LABEL_CHARS at LABEL_SIZE, wide (CJK) characters too, so Vega never cuts a label
 ROW = 18  # px: one vector's strip (room for a 12 px label)
-CELL = 8  # px: one number of a vector
+CELL = 8  # px: one number of a vector, at most (the strips take the page's width up to this, narrower on a phone)
+VECTOR_LABELS = 240  # px: a strip chart's names and legend, beside its cells
 
 
 def short(label: str, chars: int = LABEL_CHARS) -> str:
@@ -30,10 +31,12 @@ def _axis(**kwargs) -> alt.Axis:
 
 def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
     """Vectors as strips of coloured cells (q, and each k or v), diverging around 0; a row's name is its label
-    (names are shortened with ``short`` by the caller, who keeps them distinct)."""
+    (names are shortened with ``short`` by the caller, who keeps them distinct). As wide as the page, at most
+    :data:`CELL` px a number."""
     frame = pd.concat([pd.DataFrame({"vector": name, "dim": np.arange(len(v)), "value": np.asarray(v, float)})
                        for name, v in rows.items()], ignore_index=True)
     top = float(np.abs(frame["value"]).max()) or 1.0
+    dims = max(len(v) for v in rows.values())
     return (
         alt.Chart(frame, title=title)
         .mark_rect()
@@ -44,7 +47,7 @@ def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
                             title="value", legend=alt.Legend(labelFontSize=LABEL_SIZE, titleFontSize=TITLE_SIZE)),
             tooltip=[alt.Tooltip("vector:N"), alt.Tooltip("dim:O"), alt.Tooltip("value:Q", format=".5f")],
         )
-        .properties(width=alt.Step(CELL), height=alt.Step(ROW))
+        .properties(width="container", height=alt.Step(ROW), usermeta={MAX_WIDTH: CELL * dims + VECTOR_LABELS})
     )
 
 

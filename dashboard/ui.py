@@ -170,8 +170,8 @@ def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
     (the chart functions are validated by their tests, in ``tests/dashboard``). A chart whose width is "container"
     takes the column's width, its axes, legend and title inside it (never wider than the column), and at most its
     ``usermeta`` :data:`charts.MAX_WIDTH` pixels (a short heatmap's cells stay about square); its height is its own
-    (Streamlit's default "fit" would squeeze axes and title into the plot's height). Any other chart (the small
-    multiples: a facet) is drawn at its own size."""
+    (Streamlit's default "fit" would squeeze axes and title into the plot's height). Any other chart is drawn at its
+    own size."""
     stretch = getattr(chart, "width", alt.Undefined) == "container"
     unchecked = chart.properties(autosize=alt.AutoSizeParams(type="fit-x" if stretch else "pad", contains="padding"))
     object.__setattr__(unchecked, "to_dict",

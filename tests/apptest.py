@@ -41,7 +41,10 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def _lines(part) -> list[str]:
-    return [] if part is None else [part] if isinstance(part, str) else list(part)
+    """A title's or subtitle's lines, at the widest (a title that wraps to the chart's width is an expression)."""
+    from dashboard.charts import title_lines
+
+    return title_lines(part)
 
 
 def titles(at: AppTest) -> list[str]:
@@ -58,9 +61,16 @@ def said(at: AppTest) -> list[str]:
 
 def rows(at: AppTest, title: str) -> list[dict]:
     """The data rows of the chart with this title (Streamlit ships chart data as Arrow, beside the spec)."""
+    import json
+
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec]
+    def read(spec: str) -> str:  # the title and subtitle as a reader reads them (lines joined)
+        t = json.loads(spec).get("title")
+        return " ".join(_lines(t) if isinstance(t, str) or t is None
+                        else _lines(t.get("text")) + _lines(t.get("subtitle")))
+
+    charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec or title in read(c.proto.spec)]
     assert charts, f"no chart titled {title!r}"
     main = charts[0].proto.datasets[0]  # the first layer's data (a highlight layer has its own)
     return convert_arrow_bytes_to_pandas_df(main.data.data).to_dict("records")

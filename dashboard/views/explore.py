@@ -391,7 +391,7 @@ def _bertviz(ctx: ui.Context, info: data.RunInfo) -> None:
         st.caption(f"Opens on layer {v.layer}, head {v.head} (the sidebar's); bertviz's own menu and colour boxes "
                    "pick others.")
         st.iframe(data.bertviz_html(ctx.inp, "head", v.layer, v.head),
-                  height=bertviz_embed.head_view_height(len(info.tokens)))
+                  height=bertviz_embed.head_view_height(len(info.tokens), pair=ctx.inp.pair is not None))
     with model_tab:
         st.iframe(data.bertviz_html(ctx.inp, "model"),
                   height=min(MODEL_VIEW_MAX, bertviz_embed.model_view_height(ctx.model.n_layers, ctx.model.n_heads,

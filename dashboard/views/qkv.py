@@ -15,7 +15,18 @@ SHOWN_KEYS = 12  # k and v vectors drawn as rows (the table has every key)
 TOP_KEYS = 3  # keys whose first numbers are written out
 FIRST = 6  # numbers of a vector written out
 SHOWN_TERMS = 4  # products of q·k written out
+# the formula scrolls in its own box where the page is narrower than it (never the page itself)
+FORMULA_BOX = ("<style>.st-key-qkv_formula .katex-display { position: relative; overflow-x: auto; overflow-y: hidden; }"
+               "</style>")
 AGREE = 1e-4  # float32 rounding: a lazy trace recovers weights as exp(score − logsumexp), ~1e-5 off
+
+
+def formula(d: int) -> None:
+    """The attention formula, d_k on a line of its own (the two side by side are wider than a phone)."""
+    st.html(FORMULA_BOX)
+    with st.container(key="qkv_formula"):
+        st.latex(r"\begin{gathered}\text{output}_i = \sum_j \operatorname{softmax}_j\!\left(\frac{q_i \cdot k_j}"
+                 rf"{{\sqrt{{d_k}}}}\right) v_j \\ d_k = {d}\end{{gathered}}")
 
 
 def render(ctx: ui.Context) -> None:
@@ -29,8 +40,7 @@ def render(ctx: ui.Context) -> None:
     keys = charts.labels(s.tokens)
     names = [qkv_charts.short(k) for k in keys]  # in the charts: a long token shortened with "…"
     d = len(s.q)
-    st.latex(r"\text{output}_i = \sum_j \operatorname{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}}\right) v_j"
-             rf"\qquad d_k = {d}")
+    formula(d)
 
     st.subheader("1 · The query vector q and the key vectors k")
     st.markdown(f"q is **{ui.safe(keys[query])}**'s vector for this head ({d} numbers); every token has a key "

@@ -12,6 +12,7 @@ from apptest import model_options as at_options
 from apptest import open_app as _app
 from apptest import opening, opening_header
 from apptest import rerun as _rerun
+from apptest import rows
 from apptest import specs as _specs
 from apptest import texts as _texts
 from apptest import titles as _titles
@@ -36,8 +37,7 @@ def test_opens_on_the_offline_default_at_she_and_the_head_chosen_on_its_controls
     assert "Parity PASS" in _texts(at.sidebar.markdown)
     titles = _titles(at)
     assert f"Layer {layer}, head {head}" in titles and "Where '10: she' looks" in titles
-    facet = [s for s in _specs(at) if "facet" in s][0]
-    assert facet["facet"]["sort"][0] == f"{layer}.0" and len(facet["facet"]["sort"]) == 12
+    assert [r["head"] for r in rows(at, '"multiples"')] == [f"{layer}.{h}" for h in range(12)]  # the layer's heads
     assert at.query_params["model"] == ["minilm"] or at.query_params["model"] == "minilm"
 
 

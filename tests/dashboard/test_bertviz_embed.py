@@ -145,6 +145,28 @@ def test_head_view_draws_offline(page):
     page.screenshot(path=SCREENSHOTS / "bertviz_head_view.png", full_page=True)
 
 
+LAST_ROW = """() => Math.max(...[...document.querySelectorAll('[id^=bertviz-] svg text')]
+  .map(e => e.getBoundingClientRect().bottom))"""
+
+
+@pytest.mark.parametrize("width", [358, 940])  # the frame on a phone, and at a desk beside the sidebar
+@pytest.mark.parametrize("pair", [False, True])
+def test_the_head_views_frame_grows_with_the_tokens_and_holds_the_last_row(page, width, pair):
+    """In a frame of ``head_view_height`` px, at a phone's width and a desk's, the last token is drawn above the
+    frame's foot and nothing scrolls, one sentence or a pair (whose second menu wraps to a row of its own in a
+    narrow frame: the last row was cut off)."""
+    heights = []
+    for n in (4, 15, 40, MAX_TOKENS):
+        height = head_view_height(n, pair=pair)
+        page.set_viewport_size({"width": width, "height": height})
+        page.set_content(head_view_html(softmax_attention(2, 12, n), [f"token{i}" for i in range(n)],
+                                        sentence_b_start=n // 2 if pair else None))
+        assert page.evaluate(LAST_ROW) <= height, (n, height)
+        assert page.evaluate("document.documentElement.scrollHeight") <= height, (n, height)
+        heights.append(height)
+    assert heights == sorted(heights) and len(set(heights)) == len(heights)  # more tokens, a taller frame
+
+
 def test_tokens_that_look_like_html_are_drawn_as_text(page):
     tokens = ["a", "</script>", "<!--", "<b>"]
     page.set_content(head_view_html(softmax_attention(1, 1, 4), tokens))

@@ -14,7 +14,10 @@ def _rows(spec: dict) -> list[dict]:
 
 
 def _lines(part) -> list[str]:
-    return [] if part is None else [part] if isinstance(part, str) else list(part)
+    """A title's or subtitle's lines, at the widest (a title that wraps to the chart's width is an expression)."""
+    from dashboard.charts import title_lines
+
+    return title_lines(part)
 
 
 def _said(spec: dict) -> str:
@@ -67,12 +70,12 @@ def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
 
 
 @pytest.mark.numeric
-def test_layer_multiples_facet_every_head_as_a_picture_of_its_weights():
+def test_layer_multiples_draw_every_head_as_a_picture_of_its_weights():
     w = np.random.default_rng(0).random((4, 3, 3))
     spec = charts.layer_multiples(w, layer=2, causal=True).to_dict()
-    assert spec["facet"]["sort"] == ["2.0", "2.1", "2.2", "2.3"]
     rows = _rows(spec)
     assert [r["head"] for r in rows] == ["2.0", "2.1", "2.2", "2.3"]  # one picture a head, not n² cells
+    assert spec["transform"][0]["window"][0]["op"] == "row_number"  # placed in head order
     shown = charts.image_weights(rows[3]["url"], cell=32)  # 96 // 3 pixels a token
     assert np.abs(shown - np.tril(w[3])).max() <= 1 / 240  # the heatmap's colours, to one step of 8 bits
     assert shown[0, 2] == 0.0  # the causal future is white
@@ -266,13 +269,13 @@ def test_query_bars_of_a_window_keep_positions_and_the_querys_name():
 def test_layer_multiples_outline_the_selected_head_and_answer_clicks():
     w = np.full((3, 4, 4), 0.25)
     spec = charts.layer_multiples(w, layer=5, start=20, selected=1).to_dict()
-    assert [p["name"] for p in spec["params"]] == ["head"]
+    assert [p["name"] for p in spec["params"]] == ["head", "columns"]  # the selection, and the columns that fit
     assert spec["params"][0]["select"] == {"type": "point", "fields": ["head"], "on": "click", "clear": False}
-    image, outline = spec["spec"]["layer"]
+    image, _, _, outline = spec["layer"]
     assert image["mark"]["type"] == "image" and spec["params"][0]["views"] == [image["name"]]  # a click on a picture
-    assert outline["transform"][0] == {"filter": "(datum.head === '5.1')"} and outline["mark"]["stroke"] == "#e6550d"
+    assert outline["transform"] == [{"filter": "(datum.head === '5.1')"}] and outline["mark"]["stroke"] == "#e6550d"
     assert {r["tokens"] for r in _rows(spec)} == {"20–23"}
-    assert len(charts.layer_multiples(w, layer=5).to_dict()["spec"]["layer"]) == 1  # no head selected: no outline
+    assert len(charts.layer_multiples(w, layer=5).to_dict()["layer"]) == 3  # no head selected: no outline
 
 
 @pytest.mark.numeric
@@ -396,20 +399,49 @@ def test_charts_take_the_page_width_and_a_heatmap_of_many_tokens_shrinks_its_cel
     assert short["height"]["step"] == 32 > heat["height"]["step"]  # rows of a short text are taller, not flat bands
 
 
+def _shown(part, width: float) -> list[str]:
+    """The lines of a title (or subtitle) that wraps to the chart's width, as a chart ``width`` px wide shows them."""
+    import json
+    import re
+
+    expr = part.get("expr") if isinstance(part, dict) else None
+    if expr is None:
+        return _lines(part)
+    for limit, lines in re.findall(r"width < (\d+) \? (\[.*?\]) : ", expr):
+        if width < int(limit):
+            return json.loads(lines)
+    return _lines(part)
+
+
 def test_long_titles_are_a_short_title_and_a_subtitle_never_one_long_line():
     long = charts.head_grid(_grid_frame(6, 12), "prev", 6, 12).to_dict()["title"]
-    assert long["text"] == "prev: score above or below its baseline 0.2"
-    assert long["subtitle"] == ["click a cell to open it"]
+    assert _lines(long["text"]) == ["prev: score above or below its baseline 0.2"]
+    assert _lines(long["subtitle"]) == ["click a cell to open it"]
     sink = charts.head_grid(_grid_frame(6, 12).assign(label="attention sink (first token)"), "attention sink (first token)",
                             6, 12, share=True).to_dict()["title"]
     assert sink["text"] == "attention sink (first token)"  # what follows ": " is the subtitle's first line
-    assert sink["subtitle"][0].startswith("share of attention from 0 to 1")
+    assert _lines(sink["subtitle"])[0].startswith("share of attention from 0 to 1")
     words = " ".join(["word"] * 40)
     wrapped = charts.effect_grid(_grid_frame(2, 2), "score", 2, 2, words).to_dict()["title"]
-    assert " ".join(wrapped["text"]) == words and all(len(line) <= charts.TITLE_MAX for line in wrapped["text"])
+    assert " ".join(_lines(wrapped["text"])) == words and all(len(line) <= charts.WRAPS[-1] for line in _lines(
+        wrapped["text"]))
     for spec in (long, sink, wrapped):
         assert all(len(line) <= charts.SUBTITLE_MAX for line in _lines(spec.get("subtitle")))
     assert charts.attention_heatmap(["a", "b"], np.eye(2), "Layer 1, head 2").to_dict()["title"] == "Layer 1, head 2"
+
+
+@pytest.mark.parametrize("width", [200, 250, 300, 400, 600, 740, 1200])
+def test_titles_wrap_to_the_charts_width_not_to_a_fixed_count_of_characters(width):
+    """The DLA grid's title is one line above a 900 px chart (it wrapped at 372 px), and on a phone its lines are as
+    long as the chart is wide, every word kept (none cut with "…")."""
+    title = "each head's direct share of logit(␣Xiaohong) − logit(␣Xiaoming) at token 10 (click: Explore)"
+    spec = charts.effect_grid(_grid_frame(6, 12), "score", 6, 12, title).to_dict()["title"]
+    lines = _shown(spec["text"], width)
+    assert " ".join(lines) == title[:title.rindex(" (")]  # every word, in order
+    assert all(len(line) * charts.TITLE_PX <= max(width, charts.WRAPS[0] * charts.TITLE_PX) for line in lines), lines
+    if width >= 740:  # a 900 px chart's plot: one line
+        assert len(lines) == 1
+    assert spec["subtitle"] == ["click: Explore"]
 
 
 @pytest.mark.parametrize("grid", ["head", "effect", "parity"])

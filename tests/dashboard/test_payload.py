@@ -69,7 +69,9 @@ def test_a_head_change_on_a_long_text_sends_the_heads_cells_and_the_small_pictur
     at.run()
     assert not at.exception and at.header[0].value == "minilm: layer 0, head 4"
     after = {c.proto.spec: c.proto.SerializeToString() for c in at.get("vega_lite_chart")}
-    multiples = [spec for spec in after if '"facet"' in spec]
+    multiples = [spec for spec in after if '"multiples"' in spec]
     assert len(multiples) == 1 and "(datum.head === '0.4')" in multiples[0]  # the new head outlined
     changed = sum(len(b) for spec, b in after.items() if before.get(spec) != b)
-    assert changed < 80_000  # the heatmap, the bars and the twelve pictures again: 230 KB before
+    # the heatmap, the bars and the twelve pictures again: 230 KB before (82 KB: since the pictures wrap to the page's
+    # width, the spec says how to place them, about 1 KB, and the token axes how to thin their labels)
+    assert changed < 82_000

@@ -12,6 +12,7 @@ from apptest import open_app, opening, texts, titles
 from numeric import fp32
 
 import probes
+from dashboard.charts import title_lines
 from dashboard.state import DEFAULT_TEXT
 from dashboard.words import said
 from probes.effects import ablation, attribution, norms, pairs, rollout
@@ -31,7 +32,7 @@ def _specs(at) -> list[dict]:
 def _title(spec: dict) -> str:
     title = spec.get("title")
     text = title if isinstance(title, str) else (title or {}).get("text", "")
-    return text if isinstance(text, str) else " ".join(text)  # a long title wraps into lines
+    return " ".join(title_lines(text))  # a long title wraps into lines
 
 
 def _spec(at, title: str) -> dict:
@@ -281,7 +282,7 @@ def test_an_importance_table_uploads_on_the_heads_page():
     assert set(at.selectbox(key="w_label").options) == {"gradient: hidden", "ablation: change of the hidden states"}
     label = said(at.selectbox(key="w_label").value)
     grid = [s for s in _specs(at) if _title(s) == label]  # the label whole as the title…
-    assert grid and "score above or below its baseline" in " ".join(grid[0]["title"]["subtitle"])  # …detail below
+    assert grid and "score above or below its baseline" in " ".join(title_lines(grid[0]["title"]["subtitle"]))  # …detail below
 
 
 def test_the_minimal_pair_opens_on_the_same_words_as_find_heads():

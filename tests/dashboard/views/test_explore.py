@@ -61,8 +61,8 @@ def test_a_bar_click_follows_its_token(minilm):
 
 def test_a_small_multiple_click_opens_its_head():
     at = open_app(layer=1, head=2, query=10)
-    spec = [s for s in specs(at) if "facet" in s][0]
-    assert [p["name"] for p in spec["params"]] == ["head"]  # a click selects the panel's head
+    spec = [s for s in specs(at) if s.get("name") == "multiples"][0]
+    assert [p["name"] for p in spec["params"] if "select" in p] == ["head"]  # a click selects the panel's head
     _click(at, "heads", "head", head="1.7")
     assert at.header[0].value == "minilm: layer 1, head 7" and at.sidebar.slider(key="w_head").value == 7
     assert "Layer 1, head 7" in titles(at) and _link(at, "head") == "7"  # the heatmap and the link follow
@@ -75,7 +75,7 @@ def test_a_long_input_windows_every_chart(minilm):
     assert at.slider(key="window").value == 58  # the heatmap's window: tokens 58..121
     keys = [r["key_pos"] for r in rows(at, "Where '100: ")]
     queries = [r["query_pos"] for r in rows(at, "Who attends to '100: ")]
-    multiples = {r["head"]: r for r in rows(at, '"facet"') if "head" in r}
+    multiples = {r["head"]: r for r in rows(at, '"multiples"') if "head" in r}
     assert (min(keys), max(keys), len(keys)) == (58, 121, 64)
     assert (min(queries), max(queries), len(queries)) == (58, 121, 64)
     assert len(multiples) == 12 and multiples["0.4"]["tokens"] == "58–121"  # one picture a head, of the window

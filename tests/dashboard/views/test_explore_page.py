@@ -121,7 +121,7 @@ def test_a_long_input_is_windowed_never_drawn_whole():
     _rerun(at)
     rows = [r for r in _rows(at, '"Layer 0, head 0"') if "weight" in r]
     assert len(rows) == 64 * 64 and max(r["key_pos"] for r in rows) == 63
-    multiples = [r for r in _rows(at, '"facet"') if "head" in r]
+    multiples = [r for r in _rows(at, '"multiples"') if "head" in r]
     assert len(multiples) == 12 and {r["tokens"] for r in multiples} == {"0–63"}  # one 64×64 picture a head
 
 

@@ -5,7 +5,6 @@ several-model table, and bad uploads answered with a message."""
 from __future__ import annotations
 
 import io
-import json
 
 import pandas as pd
 import pytest
@@ -340,7 +339,7 @@ def test_the_sink_share_has_its_own_grid_on_a_fixed_share_scale():
     at.selectbox(key="w_label").set_value("sink")
     _rerun(at)
     grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
-    title = json.dumps(grid["title"], ensure_ascii=False)
+    title = " ".join(charts.title_lines(grid["title"]["text"]) + charts.title_lines(grid["title"]["subtitle"]))
     assert "attention sink (first token)" in title and "share of attention from 0 to 1; uniform attention gives" in title
     color = grid["layer"][0]["encoding"]["color"]
     assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # not a gain over the baseline

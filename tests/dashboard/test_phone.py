@@ -1,0 +1,76 @@
+"""Every page at a phone's width (390 × 844, Chromium through Playwright) on the offline default in its default
+state: the main area never scrolls sideways (a chart, a formula or a table that does not fit scrolls in its own box,
+or wraps), and no page shows an exception. A failure names the page and the element that reaches past its edge.
+Screenshots go to ``screenshots/phone_<page>.png`` (git-ignored)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from browser import WAIT_MS, app_server, launch, sync_playwright
+
+from dashboard.state import PAGES
+
+pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
+
+SHOTS = Path(__file__).resolve().parents[2] / "screenshots"
+PHONE = {"width": 390, "height": 844}
+IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
+# every chart drawn by Vega (a canvas or an svg in it) and every iframe loaded: what decides the page's width
+DRAWN = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')]
+  .every(e => e.querySelector('canvas, svg.marks'))"""
+# the main area's and the document's overflow and, when there is some, the element it comes from (the first that
+# reaches past the main area's right edge with no box between them that clips or scrolls it): its test id, tag,
+# classes and first words
+OVERFLOW = """() => {
+  const main = document.querySelector('[data-testid=stMain]');
+  const block = document.querySelector('[data-testid=stMainBlockContainer]');
+  const boxes = [['document', document.scrollingElement], ['main area', main], ['main block', block]];
+  const over = boxes.filter(([, e]) => e && e.scrollWidth > e.clientWidth + 1)
+    .map(([name, e]) => `${name}: ${e.scrollWidth} px wide in ${e.clientWidth}`);
+  const edge = main.getBoundingClientRect().right + 1;
+  const clipped = e => { for (let a = e.parentElement; a && a !== block; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX !== 'visible') return true; } return false; };
+  const first = [...block.querySelectorAll('*')].find(e => e.getBoundingClientRect().right > edge && !clipped(e));
+  const said = first && ((first.closest('[data-testid]') || first).getAttribute('data-testid') + ' > '
+    + first.tagName.toLowerCase() + '.' + [...first.classList].join('.') + ' "'
+    + (first.textContent || '').trim().slice(0, 60) + '" reaches ' + Math.round(first.getBoundingClientRect().right)
+    + ' px of ' + Math.round(edge - 1));
+  return {over, widest: said};
+}"""
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
+        yield url
+
+
+def _settled(page) -> None:
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=WAIT_MS)
+    page.wait_for_function(DRAWN, timeout=WAIT_MS)
+    page.wait_for_timeout(1500)  # Vega lays a chart out after drawing it (its width, then its labels)
+
+
+def test_every_page_fits_a_phone_without_sideways_scroll(app_url):
+    SHOTS.mkdir(exist_ok=True)
+    problems = []
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport=PHONE)
+        for key, (title, _) in PAGES.items():
+            page.goto(f"{app_url}/{'' if key == 'explore' else key}?page={key}")
+            _settled(page)
+            page.locator("[data-testid=stMain] h1, [data-testid=stMain] h2").first.wait_for(timeout=WAIT_MS)
+            failed = page.locator("[data-testid=stException]").count() + page.get_by_text(
+                "Something went wrong on this page").count()
+            found = page.evaluate(OVERFLOW)
+            page.screenshot(path=SHOTS / f"phone_{key}.png")
+            if failed:
+                problems.append(f"{title}: an exception box")
+            if found["over"]:
+                problems.append(f"{title}: {'; '.join(found['over'])}; from: {found['widest']}")
+        browser.close()
+    assert not problems, "\n".join(problems)
