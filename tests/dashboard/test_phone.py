@@ -54,23 +54,25 @@ def _settled(page) -> None:
     page.wait_for_timeout(1500)  # Vega lays a chart out after drawing it (its width, then its labels)
 
 
-def test_every_page_fits_a_phone_without_sideways_scroll(app_url):
+@pytest.fixture(scope="module")
+def phone(app_url):
+    """One page at a phone's size in the module's Chromium, for every page in turn."""
     SHOTS.mkdir(exist_ok=True)
-    problems = []
     with sync_playwright() as p:
         browser = launch(p)
-        page = browser.new_page(viewport=PHONE)
-        for key, (title, _) in PAGES.items():
-            page.goto(f"{app_url}/{'' if key == 'explore' else key}?page={key}")
-            _settled(page)
-            page.locator("[data-testid=stMain] h1, [data-testid=stMain] h2").first.wait_for(timeout=WAIT_MS)
-            failed = page.locator("[data-testid=stException]").count() + page.get_by_text(
-                "Something went wrong on this page").count()
-            found = page.evaluate(OVERFLOW)
-            page.screenshot(path=SHOTS / f"phone_{key}.png")
-            if failed:
-                problems.append(f"{title}: an exception box")
-            if found["over"]:
-                problems.append(f"{title}: {'; '.join(found['over'])}; from: {found['widest']}")
+        yield browser.new_page(viewport=PHONE)
         browser.close()
-    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("key", list(PAGES))
+def test_every_page_fits_a_phone_without_sideways_scroll(app_url, phone, key):
+    title = PAGES[key][0]
+    phone.goto(f"{app_url}/{'' if key == 'explore' else key}?page={key}")
+    _settled(phone)
+    phone.locator("[data-testid=stMain] h1, [data-testid=stMain] h2").first.wait_for(timeout=WAIT_MS)
+    failed = phone.locator("[data-testid=stException]").count() + phone.get_by_text(
+        "Something went wrong on this page").count()
+    found = phone.evaluate(OVERFLOW)
+    phone.screenshot(path=SHOTS / f"phone_{key}.png")
+    assert not failed, f"{title}: an exception box"
+    assert not found["over"], f"{title}: {'; '.join(found['over'])}; from: {found['widest']}"

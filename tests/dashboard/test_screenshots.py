@@ -75,32 +75,39 @@ def test_every_page_has_an_entry():
     assert set(SHOTS) == set(PAGES), "a new page of the app needs its screenshot here"
 
 
-def test_every_page_draws_and_its_screenshot_is_not_blank(app_url, tmp_path):
-    out = IMAGES if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path
-    out.mkdir(exist_ok=True)
+@pytest.fixture(scope="module")
+def desk(app_url):
+    """One page at a desk's size in the module's Chromium, for every page in turn."""
     with sync_playwright() as p:
         browser = launch(p)
-        page = browser.new_page(viewport=SIZE)
-        for key, (query, charts, name) in SHOTS.items():
-            page.goto(_link(app_url, key, query))
-            _settle(page)
-            if key == "heads":
-                page.get_by_role("button", name="Run").click()
-                _settle(page)
-            page.wait_for_function(f"document.querySelectorAll('{CHARTS}').length >= {charts}", timeout=WAIT_MS)
-            page.wait_for_timeout(1000)  # Vega draws in the browser, after the script
-            title = PAGES[key][0]
-            assert page.locator("[data-testid=stException]").count() == 0, f"{title}: an error box"
-            assert page.locator("[data-testid=stMain] :is(h1, h2)").first.inner_text().strip(), f"{title}: no heading"
-            png = page.screenshot()
-            assert _ink(png, left=SIDEBAR) > 0.02, f"{title}: the screenshot's main area is blank"
-            chart = page.locator(CHARTS).first.screenshot()  # (scrolls the main area to it: after the page's shot)
-            assert _ink(chart) > 0.02, f"{title}: its first chart is blank"
-            if name is not None or out == tmp_path:
-                target = out / (name or f"{key}.png")
-                target.write_bytes(png)
-                assert target.stat().st_size < MAX_BYTES, f"{target.name}: {target.stat().st_size:,} bytes"
+        yield browser.new_page(viewport=SIZE)
         browser.close()
+
+
+@pytest.mark.parametrize("key", list(SHOTS))
+def test_every_page_draws_and_its_screenshot_is_not_blank(app_url, desk, key, tmp_path):
+    out = IMAGES if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path
+    out.mkdir(exist_ok=True)
+    query, charts, name = SHOTS[key]
+    page = desk
+    page.goto(_link(app_url, key, query))
+    _settle(page)
+    if key == "heads":
+        page.get_by_role("button", name="Run").click()
+        _settle(page)
+    page.wait_for_function(f"document.querySelectorAll('{CHARTS}').length >= {charts}", timeout=WAIT_MS)
+    page.wait_for_timeout(1000)  # Vega draws in the browser, after the script
+    title = PAGES[key][0]
+    assert page.locator("[data-testid=stException]").count() == 0, f"{title}: an error box"
+    assert page.locator("[data-testid=stMain] :is(h1, h2)").first.inner_text().strip(), f"{title}: no heading"
+    png = page.screenshot()
+    assert _ink(png, left=SIDEBAR) > 0.02, f"{title}: the screenshot's main area is blank"
+    chart = page.locator(CHARTS).first.screenshot()  # (scrolls the main area to it: after the page's shot)
+    assert _ink(chart) > 0.02, f"{title}: its first chart is blank"
+    if name is not None or out == tmp_path:
+        target = out / (name or f"{key}.png")
+        target.write_bytes(png)
+        assert target.stat().st_size < MAX_BYTES, f"{target.name}: {target.stat().st_size:,} bytes"
 
 
 IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
