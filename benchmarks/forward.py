@@ -76,8 +76,8 @@ def gpt2_small() -> Model:
     config._attn_implementation = "eager"
     hf = GPT2LMHeadModel(config).eval()
     hf.requires_grad_(False)
-    return Model(name="gpt2-small (random init)", source="random", family=family_of(config), hf=hf, tokenizer=None,
-                 config=hf.config)
+    return Model(name="gpt2-small (random init)", location="random init, in memory", family=family_of(config),
+                 hf=hf, tokenizer=None, config=hf.config)
 
 
 def smollm2() -> Model:

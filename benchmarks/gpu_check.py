@@ -97,7 +97,6 @@ def main() -> None:
                     print(f"{row['dtype']:>8} {d:>4} {str(causal):>6} {n:>6} {batch * heads:>5} | {ours:>9.1f} "
                           f"{100 * ours / PEAK_TFLOPS:>5.1f}% | {ref:>9.1f} {100 * ref / PEAK_TFLOPS:>5.1f}% | "
                           f"{ours / ref:>8.2f}×", flush=True)
-                    del q, k, v
     worst = min(r["ratio"] for r in rows)
     print(f"goal ours ≥ 0.9× SDPA flash: {'met' if worst >= 0.9 else 'NOT met'} (worst {worst:.2f}×); "
           f"kernel tests: {'passed' if tests_rc == 0 else 'FAILED'}")

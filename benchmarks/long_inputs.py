@@ -57,8 +57,8 @@ def gpt2_small() -> Model:
     config._attn_implementation = "eager"
     hf = GPT2Model(config).eval()  # no LM head on either side: logits are not attention
     hf.requires_grad_(False)
-    return Model(name="gpt2-small shapes", source="random", family=family_of(config), hf=hf, tokenizer=None,
-                 config=hf.config)
+    return Model(name="gpt2-small shapes", location="random init, in memory", family=family_of(config),
+                 hf=hf, tokenizer=None, config=hf.config)
 
 
 def smollm2() -> Model:
