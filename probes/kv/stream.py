@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..attention_math import repeat_kv
 from ..errors import BadOption, InputTooLong, UnsupportedModel
 from ..head_index import check_head
-from ..scratch import DecoderNetwork, Pass, attention, net_logits
+from ..scratch import DecoderNetwork, Pass, eager_attention, net_logits
 from ..seam import reader
 from .cache import Slots
 from .policies import Policy
@@ -208,8 +208,8 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
         values[0, every, at] = v[0, :, 0]
         used = min(t + 1, keys.shape[2])  # slots are filled from the first: those past `used` were never written
         allowed = slots.allowed(t)  # [H, cap]: what each query head reads
-        out, probs = attention(q, keys[:, :, :used], values[:, :, :used], allowed[None, :, None, :used], spec.scale,
-                               via.edit_of("attn.scores", i), via.edit_of("attn.pattern", i))
+        out, probs = eager_attention(q, keys[:, :, :used], values[:, :, :used], allowed[None, :, None, :used],
+                                     spec.scale, via.edit_of("attn.scores", i), via.edit_of("attn.pattern", i))
         row = probs.new_zeros(probs.shape[1], keys.shape[2])
         row[:, :used] = probs[0, :, 0]  # [H, cap]: the newest query's weights
         slots.after(t, row, q[0, :, 0], keys[0])  # evict what the policy says
@@ -292,7 +292,7 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
         evicted.append(left.cpu())
         if progress is not None:
             progress(i + 1, n_layers)
-        return attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
+        return eager_attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
 
     final: list[torch.Tensor] = []
     Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, torch.ones_like(ids), None,
@@ -365,7 +365,7 @@ def masked_pass(net, ids: torch.Tensor, masks: dict[int, tuple[torch.Tensor, tor
             heads, seen = masks[i]
             allowed = causal.expand(1, q.shape[1], n, n).clone()
             allowed[0, heads] &= seen
-        return attention(q, k, v, allowed, spec.scale)[0]
+        return eager_attention(q, k, v, allowed, spec.scale)[0]
 
     then: dict[str, Callable] = {"final": lambda x, name: final.append(x)}
     if inputs is not None:

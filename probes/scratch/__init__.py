@@ -56,10 +56,12 @@ from .family import (
 from .hooks import LAYER_POINTS, POINTS, Hook, Pass, layer_of, point, split
 from .prenorm import net_logits
 
+eager_attention = attention  # the eager formula's public name (`attention` is also its module's name: importing that
+# from outside would read as reaching into probes.scratch.attention)
 LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time (peak memory of long inputs)
 
 __all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS", "Pass",
-           "attention", "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
+           "eager_attention", "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
            "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
            "resolve_backend", "run"]
 
