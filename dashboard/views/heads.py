@@ -323,7 +323,6 @@ def _importance(ctx: ui.Context, rows, label: str):
         if not st.button(f"Compute importance ({IMPORTANCE_ITEMS} sentences)", icon=":material/science:",
                          key="heads_importance"):
             return rows
-        ui.uncancel("importance")  # pressed: a Cancel of the last run is forgotten (a Cancel shows the button again)
         bar = ui.Progress("importance", "importance…", args)
         try:
             data.importance_table(*args, progress=lambda done, total: bar.progress(

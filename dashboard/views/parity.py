@@ -130,7 +130,6 @@ def _float64(inp: data.Input) -> None:
                       "function agree to within 1e-10 on every machine: that is the proof.")
         if not left.button("Prove in float64", icon=":material/verified:"):
             return  # and after a Cancel (its rerun): the button again, nothing kept
-        ui.uncancel("proof")
         bar = ui.Progress("proof", "Running both passes on a float64 copy of the model…", inp)
 
         def step(done: int, total: int) -> None:
