@@ -72,6 +72,13 @@ def free_port() -> int:
 START_S = 600  # how long a server may take to answer its health check: a guard against a hang, not a speed bound
 # (on a busy machine its imports alone take many times as long as on a quiet one)
 WAIT_MS = 600_000  # how long a browser test waits for the page to show something: a guard against a hang, likewise
+IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"  # the app's script has run and finished
+
+
+def settle(page) -> None:
+    """Wait until the script a change started has run and finished (the app is idle again)."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=WAIT_MS)
 
 
 def started_server(log_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:

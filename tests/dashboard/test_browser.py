@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 from apptest import opening
-from browser import WAIT_MS, app_server, launch, sync_playwright
+from browser import WAIT_MS, app_server, launch, settle, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"
-IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +32,13 @@ def _charts_drawn(page, count: int = 3, timeout: int = WAIT_MS, main: bool = Fal
                            timeout=timeout)
 
 
-def _settle(page) -> None:
-    """Wait until the script has run and finished (the app is idle)."""
-    page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=WAIT_MS)
-
-
 def test_open_change_head_and_share_the_link(app_url):
     SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(app_url)
-        _settle(page)
+        settle(page)
         # it lands on "she" and on the head chosen on half of the question's controls, whose box is not green: no
         # head of minilm answers "who is she?" on the other half
         layer, opened = opening()
@@ -61,7 +54,7 @@ def test_open_change_head_and_share_the_link(app_url):
         head = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")
         head.get_by_role("slider").focus()
         page.keyboard.press("ArrowRight")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name=f"minilm: layer {layer}, head {opened + 1}").wait_for(timeout=WAIT_MS)
         assert f"head={opened + 1}" in page.url
         page.screenshot(path=SHOTS / "app_explore_head3.png", full_page=True)
@@ -69,19 +62,19 @@ def test_open_change_head_and_share_the_link(app_url):
         shared = page.url  # a new visitor opening the link sees the same view
         other = browser.new_page(viewport={"width": 1400, "height": 1000})
         other.goto(shared.replace(f"head={opened + 1}", "head=5") + "&page=qkv&query=10")
-        _settle(other)
+        settle(other)
         other.get_by_role("heading", name=f"Q/K/V step by step: layer {layer}, head 5").wait_for(timeout=WAIT_MS)
         assert other.get_by_text("reproduce the model's own attention row for 10: she").is_visible()
         other.screenshot(path=SHOTS / "app_qkv.png", full_page=True)
 
         other.goto(f"{app_url}/heads?page=heads")  # a probe's grid: clicking a cell opens that head
-        _settle(other)
+        settle(other)
         other.get_by_role("button", name="Run").click()
-        _settle(other)
+        settle(other)
         cells = other.locator("[data-testid=stVegaLiteChart] g.mark-rect").first  # 6 layers × 12 heads
         box = cells.bounding_box()
         other.mouse.click(box["x"] + 5.5 * box["width"] / 12, box["y"] + 4.5 * box["height"] / 6)
-        _settle(other)
+        settle(other)
         other.get_by_role("heading", name="minilm: layer 4, head 5").wait_for(timeout=WAIT_MS)
         other.wait_for_function("() => location.search.includes('layer=4') && location.search.includes('head=5')",
                                 timeout=WAIT_MS)
@@ -96,7 +89,7 @@ def test_generate_steps_through_the_tokens(app_url):
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{app_url}/generate?model=smollm2&page=generate&layer=29&head=3")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="Generate: a decoder writes, token by token, with a KV cache").wait_for(
             timeout=WAIT_MS)
         page.get_by_text("Cache proof PASS").first.wait_for(timeout=WAIT_MS)
@@ -108,7 +101,7 @@ def test_generate_steps_through_the_tokens(app_url):
         step.get_by_role("slider").focus()
         for _ in range(3):
             page.keyboard.press("ArrowRight")
-        _settle(page)
+        settle(page)
         page.get_by_text("Step 3 of 9: fed").wait_for(timeout=WAIT_MS)
         page.wait_for_function("() => location.search.includes('step=3')", timeout=WAIT_MS)
         highlighted = page.locator("[data-testid=stHtml] span[style*='background']")  # the fed token
@@ -130,7 +123,7 @@ def test_a_crafted_link_shows_text_not_links_or_outside_images(app_url):
         page.on("request", lambda r: asked.append(r.url))
         page.goto(f"{app_url}/?model={quote('[Session expired: log in again](https://evil.example/login)')}"
                   f"&layer={quote('![t](https://evil.example/t.png)')}")
-        _settle(page)
+        settle(page)
         error = page.locator("[data-testid=stAlertContentError]").first
         error.wait_for(timeout=WAIT_MS)
         shown = error.inner_text().replace("\u2060", "")  # (an invisible joiner keeps the address from linking)
@@ -151,14 +144,14 @@ def test_hide_the_first_token_rescales_the_heatmap_and_keeps_the_link(app_url):
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{app_url}/?model=smollm2&layer=29&head=0&query=12")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="smollm2: layer 29, head 0").wait_for(timeout=WAIT_MS)
         _charts_drawn(page)
         page.get_by_text("Where '12:  was' looks").wait_for(timeout=WAIT_MS)
         page.screenshot(path=SHOTS / "app_explore_sink.png", full_page=True)
 
         page.get_by_text("Hide the first token").click()
-        _settle(page)
+        settle(page)
         page.get_by_text("First token hidden: the colours are rescaled").wait_for(timeout=WAIT_MS)
         page.wait_for_function("() => location.search.includes('hide_first=1')", timeout=WAIT_MS)
         _charts_drawn(page)
@@ -174,7 +167,7 @@ def test_the_logit_lens_reads_every_layer(app_url):
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{app_url}/lens?model=smollm2&page=lens&layer=29")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=WAIT_MS)
         page.get_by_text("its logits, exactly").wait_for(timeout=WAIT_MS)
         _charts_drawn(page, 1, main=True)
@@ -182,13 +175,13 @@ def test_the_logit_lens_reads_every_layer(app_url):
         page.screenshot(path=SHOTS / "app_lens.png", full_page=True)
 
         page.get_by_text("Heads: direct effect").click()
-        _settle(page)
+        settle(page)
         page.get_by_text("not a probability (no softmax)").wait_for(timeout=WAIT_MS)
         page.wait_for_timeout(1000)
         page.screenshot(path=SHOTS / "app_lens_heads.png", full_page=True)
 
         page.goto(f"{app_url}/lens?page=lens")  # the offline default, a BERT encoder
-        _settle(page)
+        settle(page)
         page.get_by_text("minilm has no language-model head").wait_for(timeout=WAIT_MS)
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_lens_encoder.png", full_page=True)
@@ -205,12 +198,12 @@ def test_a_click_on_a_cell_says_why_this_weight(app_url):
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         page.goto(f"{app_url}/?layer=1&head=2")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=WAIT_MS)
         _charts_drawn(page)
         page.wait_for_timeout(500)
         page.mouse.click(*Cells(page, 15).centre(10, 7))
-        _settle(page)
+        settle(page)
         page.wait_for_function("() => location.search.includes('key=7')", timeout=WAIT_MS)
         page.get_by_text("Why this weight?").wait_for(timeout=WAIT_MS)
         page.wait_for_function("[...document.querySelectorAll('svg text')].some(t => t.textContent.includes("
@@ -230,10 +223,10 @@ def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
         page.goto(f"{app_url}/circuit?page=circuit&layer=2&head=3")
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="Circuit: which heads minilm's head 2.3 reads from").wait_for(timeout=WAIT_MS)
         page.get_by_role("button", name="Run path patching").click()
-        _settle(page)
+        settle(page)
         _charts_drawn(page, timeout=WAIT_MS, main=True)
         page.wait_for_timeout(1000)  # Vega draws in the browser
         assert page.locator("[data-testid=stException]").count() == 0
@@ -296,7 +289,7 @@ def test_chinese_is_drawn_without_cjk_system_fonts(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         for key, heading in (("explore", "smollm2: layer"), ("find", "Find heads"), ("effects", "Does it matter?")):
             page.goto(f"{app_url}/{'' if key == 'explore' else key}?model=smollm2&page={key}&text={quote(ZH)}")
-            _settle(page)
+            settle(page)
             page.get_by_role("heading", name=heading).first.wait_for(timeout=WAIT_MS)
             _charts_drawn(page, 1, timeout=WAIT_MS, main=True)
             page.wait_for_timeout(1000)  # Vega draws in the browser
@@ -328,7 +321,7 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(app_url)
-        _settle(page)
+        settle(page)
         _charts_drawn(page, 4, main=True)
         page.wait_for_timeout(1000)
         main = page.locator("[data-testid=stMainBlockContainer]").bounding_box()["width"]
@@ -345,7 +338,7 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         page.mouse.click(box["x"] + 4 * (edge + 20) + edge / 2, box["y"] + 24 + edge / 2)  # head 4 of the layer
         layer, head = opening()
         page.get_by_role("heading", name=f"minilm: layer {layer}, head 4").wait_for(timeout=WAIT_MS)
-        _settle(page)
+        settle(page)
         page.wait_for_timeout(1500)
         top = heatmap.bounding_box()["y"]
         assert 0 <= top < 1000 / 2, top  # the new head's heatmap, in view
@@ -361,7 +354,7 @@ def _kv_page(browser, url: str, name: str, viewport: dict):
     table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
     page = browser.new_page(viewport=viewport)
     page.goto(url + KV_LINK)
-    _settle(page)
+    settle(page)
     page.get_by_role("heading", name="What if it attended less?").wait_for(timeout=WAIT_MS)
     page.get_by_role("heading", name="What layer 2, head 4 kept under sinks:4+window:28").wait_for(timeout=WAIT_MS)
     _charts_drawn(page, 2, main=True)
@@ -386,7 +379,7 @@ def test_what_if_it_attended_less_at_desk_width(app_url):
         browser = launch(p)
         page = _kv_page(browser, app_url, "desk", {"width": 1400, "height": 1000})
         page.get_by_role("button", name="Cut each of the 90 heads alone").click()
-        _settle(page)
+        settle(page)
         page.get_by_text("A click opens its first query head on Explore").wait_for(timeout=WAIT_MS)
         _charts_drawn(page, 3, main=True)
         page.wait_for_timeout(1500)
@@ -397,7 +390,7 @@ def test_what_if_it_attended_less_at_desk_width(app_url):
         page.wait_for_timeout(500)
         box = bars.locator("g.mark-rect path").first.bounding_box()  # the first bar: the most hurt head
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        _settle(page)
+        settle(page)
         page.get_by_role("heading", name="smollm2: layer").wait_for(timeout=WAIT_MS)  # on Explore
         browser.close()
 

@@ -10,12 +10,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import WAIT_MS, app_server, launch, sync_playwright
+from browser import IDLE, WAIT_MS, app_server, launch, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
 ROOT = Path(__file__).resolve().parents[2]
-IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 LOCAL_SCHEMES = {"data", "blob", "about"}  # inline images and fonts, never a request on the network
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import WAIT_MS, app_server, launch, sync_playwright
+from browser import WAIT_MS, app_server, launch, settle, sync_playwright
 
 from dashboard.state import PAGES
 
@@ -16,7 +16,6 @@ pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's s
 
 SHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 PHONE = {"width": 390, "height": 844}
-IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 # every chart drawn by Vega (a canvas or an svg in it) and every iframe loaded: what decides the page's width
 DRAWN = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')]
   .every(e => e.querySelector('canvas, svg.marks'))"""
@@ -48,8 +47,7 @@ def app_url(tmp_path_factory):
 
 
 def _settled(page) -> None:
-    page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=WAIT_MS)
+    settle(page)
     page.wait_for_function(DRAWN, timeout=WAIT_MS)
     page.wait_for_timeout(1500)  # Vega lays a chart out after drawing it (its width, then its labels)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import WAIT_MS, app_server, launch, sync_playwright
+from browser import WAIT_MS, app_server, launch, settle, sync_playwright
 from PIL import Image
 
 from dashboard.state import PAGES
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's s
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 IMAGES = DOCS / "images"
-IDLE = "[data-testid=stApp][data-test-script-state=notRunning]"
 CHARTS = "[data-testid=stMain] [data-testid=stVegaLiteChart]"
 SIZE = {"width": 1400, "height": 1000}
 SIDEBAR = 320  # px: the sidebar's width at 1,400 px
@@ -51,11 +50,6 @@ SHOTS: dict[str, tuple[str, int, str | None]] = {
 
 def _link(url: str, key: str, query: str) -> str:
     return f"{url}/{'' if key == 'explore' else key}?{'&'.join(q for q in (query, f'page={key}') if q)}"
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.wait_for_selector(IDLE, timeout=WAIT_MS)
 
 
 def _ink(png: bytes, left: int = 0) -> float:
@@ -91,10 +85,10 @@ def test_every_page_draws_and_its_screenshot_is_not_blank(app_url, desk, key, tm
     query, charts, name = SHOTS[key]
     page = desk
     page.goto(_link(app_url, key, query))
-    _settle(page)
+    settle(page)
     if key == "heads":
         page.get_by_role("button", name="Run").click()
-        _settle(page)
+        settle(page)
     page.wait_for_function(f"document.querySelectorAll('{CHARTS}').length >= {charts}", timeout=WAIT_MS)
     page.wait_for_timeout(1000)  # Vega draws in the browser, after the script
     title = PAGES[key][0]
