@@ -1,5 +1,7 @@
-"""Pure functions that turn numbers into altair charts. No Streamlit and no model math here: they
-take plain lists, arrays and frames, so they are tested as chart specs without a browser."""
+"""Pure functions that turn numbers into Vega-Lite charts: Altair charts, and for the charts Explore redraws on every
+click (the heatmap, the bars, the small multiples, the "Why this weight?" grid) the Vega-Lite dictionary itself
+(:class:`Spec`), which costs a click next to nothing to build. No Streamlit and no model math here: they take plain
+lists, arrays and frames, so they are tested as chart specs without a browser."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from .words import difference, said, size
 alt.utils.schemapi.disable_debug_mode()
 
 BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0
+BLUE_SPEC = BLUE.to_dict()
 HIGHLIGHT = "#e6550d"  # the selected query token / head
 PALETTE = ["#08519c", "#e6550d", "#31a354", "#756bb1"]
 QUADRATIC = "c·L² (quadratic)"
@@ -37,6 +40,62 @@ WRAPS = (30, 45, 60, 80, 110, 150)  # characters a line: the browser picks the l
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
 GRID_CELL = 30  # px: a layers × heads grid's row height
 Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
+DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on every rerun (see Spec.streamed)
+
+
+class Spec:
+    """A one-view chart written as the Vega-Lite dictionary itself, its table (``data``) beside it: what the charts
+    redrawn on every click on Explore return (the heatmap, the bars), because building them with Altair and
+    converting them back to a dictionary (inferring each encoding, checking it against the schema) was most of a
+    click's script time (a py-spy profile: 29 % inferring encodings, 21 % converting). It reads as an Altair chart
+    where the app and the tests read one: ``data``, ``width``, ``usermeta``, ``properties(...)``, and ``to_dict()``
+    / ``to_json()`` as Altair writes a chart (the table as records under ``datasets``; ``to_dict`` checks the spec
+    against Vega-Lite's schema unless ``validate=False``)."""
+
+    __slots__ = ("spec", "data")
+
+    def __init__(self, spec: dict[str, Any], data: pd.DataFrame):
+        self.spec, self.data = spec, data
+
+    @property
+    def width(self) -> Any:
+        return self.spec.get("width", alt.Undefined)
+
+    @property
+    def usermeta(self) -> Any:
+        return self.spec.get("usermeta", alt.Undefined)
+
+    def properties(self, **changes: Any) -> Spec:
+        """A copy with these top-level properties (an Altair object among them as its dictionary)."""
+        return Spec({**self.spec, **{name: value.to_dict(validate=False) if hasattr(value, "to_dict") else value
+                                     for name, value in changes.items()}}, self.data)
+
+    def streamed(self) -> dict[str, Any]:
+        """The spec as ``ui.chart`` hands it to Streamlit: the table (a frame, which Streamlit sends as Arrow) under
+        one name, :data:`DATA`, on every rerun, so a click that changes only the numbers leaves the spec as it was
+        and the browser swaps the data in the chart it has instead of building the chart again."""
+        return {**self.spec, "data": {"name": DATA}, "datasets": {DATA: self.data}}
+
+    def to_dict(self, validate: bool = True) -> dict[str, Any]:
+        """As Altair writes a chart: the table's rows as records (categories as their labels, missing values as
+        null) under ``datasets``. ``validate``: check it against Vega-Lite's schema (an error names what is
+        wrong)."""
+        rows = self.data.astype(object).where(self.data.notna(), None).to_dict("records")
+        out = {**self.spec, "data": {"name": DATA}, "datasets": {DATA: rows}}
+        if validate:
+            alt.Chart.from_dict(out, validate=True)
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        import json
+
+        return json.dumps(self.to_dict(validate=False), **kwargs)
+
+
+def _title(text: str) -> Any:
+    """:func:`titled` as a spec's dictionary."""
+    title = titled(text)
+    return title if isinstance(title, str) else title.to_dict(validate=False)
 
 
 def wrapped(parts: list[str], px: float) -> list[str] | Any:
@@ -192,8 +251,16 @@ def token_axis(count: int) -> alt.Axis:
     column is at least :data:`NARROW_COLUMN` px wide (a desk: every label, none dropped), and where it is narrower
     (a phone) upright, with Vega-Lite's greedy ``labelOverlap`` leaving out each label that would touch the last
     one kept, so they never pile up. Both are decided in the browser, from the chart's width."""
+    spec = token_axis_spec(count)
+    return alt.Axis(labelAngle=alt.expr(spec["labelAngle"]["expr"]),
+                    labelOverlap=alt.expr(spec["labelOverlap"]["expr"]))
+
+
+def token_axis_spec(count: int) -> dict[str, Any]:
+    """:func:`token_axis` as a spec's dictionary."""
     narrow = f"width / {max(count, 1)} < {NARROW_COLUMN}"
-    return alt.Axis(labelAngle=alt.expr(f"{narrow} ? -90 : -60"), labelOverlap=alt.expr(f"{narrow} ? 'greedy' : false"))
+    return {"labelAngle": {"expr": f"{narrow} ? -90 : -60"},
+            "labelOverlap": {"expr": f"{narrow} ? 'greedy' : false"}}
 
 
 HEATMAP_COLUMN, HEATMAP_LABELS = 40, 240  # px: a heatmap is at most 40 px a column wide (plus its labels and legend)
@@ -205,7 +272,7 @@ NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their o
 def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", causal: bool = False,
                       start: int = 0, query: int | None = None, value: str = "weight",
                       top: float | None = None, clickable: bool = False, key_start: int | None = None,
-                      true: np.ndarray | None = None) -> alt.Chart:
+                      true: np.ndarray | None = None) -> Spec:
     """Heatmap of one head: rows are query tokens (who looks), columns key tokens (looked at); the
     exact weight in the tooltip. ``query`` (a position) outlines that row. ``value`` names what the cells
     hold (legend, tooltip and column): probabilities by default, on the fixed 0..1 scale; with ``top``, a
@@ -223,34 +290,43 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         frame["true_weight"] = attention_frame(tokens, true, causal, start, key_tokens=key_tokens,
                                                key_start=key_start)["weight"].to_numpy()
         frame = frame.dropna(subset=["weight"]).reset_index(drop=True)
-        extra = [alt.Tooltip("true_weight:Q", format=".6f", title=said("true_weight"))]
+        extra = [{"field": "true_weight", "type": "quantitative", "format": ".6f", "title": said("true_weight")}]
     if value != "weight":
         frame = frame.rename(columns={"weight": value})
-    scale = BLUE
+    scale = BLUE_SPEC
     if top is not None:
-        scale = alt.Scale(domain=[0, float(top) or 1e-9], range=NORM_RANGE, interpolate="rgb")
-    order = labels(tokens, start)
-    outline: Any = alt.Undefined
+        scale = {"domain": [0, float(top) or 1e-9], "range": NORM_RANGE, "interpolate": "rgb"}
+    encoding: dict[str, Any] = {
+        "x": {"field": "key", "type": "nominal", "sort": labels(key_tokens, key_start), "title": "key (attended to)",
+              "axis": token_axis_spec(len(key_tokens))},
+        "y": {"field": "query", "type": "nominal", "sort": labels(tokens, start), "title": "query (attending)",
+              "axis": {"labelOverlap": False}},
+        "color": {"field": value, "type": "quantitative", "scale": scale, "title": said(value)},
+        "tooltip": [{"field": "query", "type": "nominal"}, {"field": "key", "type": "nominal"},
+                    {"field": value, "type": "quantitative", "format": ".6f", "title": said(value)}, *extra],
+    }
     if query is not None:
-        outline = alt.condition(alt.datum.query_pos == query, alt.value(HIGHLIGHT), alt.value(None))
-    chart = (
-        alt.Chart(compact(frame), title=titled(title))
-        .mark_rect(strokeWidth=1.5, cursor="pointer" if clickable else alt.Undefined)
-        .encode(
-            x=alt.X("key:N", sort=labels(key_tokens, key_start), title="key (attended to)",
-                    axis=token_axis(len(key_tokens))),
-            y=alt.Y("query:N", sort=order, title="query (attending)", axis=alt.Axis(labelOverlap=False)),
-            color=alt.Color(f"{value}:Q", scale=scale, title=said(value)),
-            stroke=outline,
-            tooltip=[alt.Tooltip("query:N"), alt.Tooltip("key:N"),
-                     alt.Tooltip(f"{value}:Q", format=".6f", title=said(value)), *extra],
-        )
-        .properties(width="container", height=alt.Step(_row(len(tokens))))
-    )
+        encoding["stroke"] = {"condition": {"test": f"(datum.query_pos === {int(query)})", "value": HIGHLIGHT},
+                              "value": None}
+    spec: dict[str, Any] = {
+        "$schema": alt.SCHEMA_URL, "mark": {"type": "rect", "strokeWidth": 1.5, **_pointer(clickable)},
+        "encoding": encoding, "width": "container", "height": {"step": _row(len(tokens))},
+        "usermeta": {**CANVAS, MAX_WIDTH: HEATMAP_COLUMN * len(key_tokens) + HEATMAP_LABELS},
+    }
+    if title:
+        spec["title"] = _title(title)
     if clickable:
-        chart = chart.add_params(alt.selection_point(name="cell", fields=["query_pos", "key_pos"], on="click",
-                                                     clear=False))
-    return chart.properties(usermeta={**CANVAS, MAX_WIDTH: HEATMAP_COLUMN * len(key_tokens) + HEATMAP_LABELS})
+        spec["params"] = [_click("cell", ["query_pos", "key_pos"])]
+    return Spec(spec, compact(frame))
+
+
+def _pointer(clickable: bool) -> dict[str, str]:
+    return {"cursor": "pointer"} if clickable else {}
+
+
+def _click(name: str, fields: list[str]) -> dict[str, Any]:
+    """A point selection ``name`` of ``fields``, made by a click and kept until the next (the charts' clicks)."""
+    return {"name": name, "select": {"type": "point", "fields": fields, "on": "click", "clear": False}}
 
 
 def without_first(rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -269,7 +345,7 @@ def without_first(rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.nd
 
 
 def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = False, start: int = 0,
-               name: str | None = None, key: int | None = None, clickable: bool = False) -> alt.Chart:
+               name: str | None = None, key: int | None = None, clickable: bool = False) -> Spec:
     """Where one query token looks: one bar per key token, in text order. ``tokens``/``row``: the keys shown,
     from position ``start`` (a window of a long input); ``name``: the query's label (default: its own, from
     ``tokens``); ``key`` (a position) is drawn in the highlight colour; ``clickable``: a click on a bar selects
@@ -286,7 +362,7 @@ def query_bars(tokens: list[str], row: np.ndarray, query: int, causal: bool = Fa
 
 
 def key_bars(tokens: list[str], column: np.ndarray, key: int, causal: bool = False, start: int = 0,
-             name: str | None = None, query: int | None = None, clickable: bool = False) -> alt.Chart:
+             name: str | None = None, query: int | None = None, clickable: bool = False) -> Spec:
     """Who attends to one key token: the heatmap's column as bars, every query token's weight on ``key``, in text
     order. ``tokens``/``column``: the queries shown, from position ``start``; a decoder's queries before the key
     cannot see it and are left out (not drawn as 0). ``name``: the key's label (default: its own, from
@@ -304,27 +380,27 @@ def key_bars(tokens: list[str], column: np.ndarray, key: int, causal: bool = Fal
 
 
 def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: str, marked: int | None,
-          clickable: bool) -> alt.Chart:
+          clickable: bool) -> Spec:
     """One bar per token (``field``: key or query, with its ``<field>_pos``), weights on a fixed 0..1 scale."""
     pos = f"{field}_pos"
-    colour: Any = alt.value("#08519c")
+    colour: dict[str, Any] = {"value": "#08519c"}
     if marked is not None:
-        colour = alt.condition(alt.datum[pos] == marked, alt.value(HIGHLIGHT), alt.value("#08519c"))
-    chart = (
-        alt.Chart(compact(frame), title=titled(title))
-        .mark_bar(cursor="pointer" if clickable else alt.Undefined)
-        .encode(
-            x=alt.X(f"{field}:N", sort=order, title=axis, axis=token_axis(len(order))),
-            y=alt.Y("weight:Q", scale=alt.Scale(domain=[0, 1]), title="attention weight"),
-            color=colour,
-            tooltip=[alt.Tooltip(f"{field}:N"), alt.Tooltip("weight:Q", format=".6f", title=said("weight"))],
-        )
-        .properties(width="container", height=180,
-                    usermeta={MAX_WIDTH: HEATMAP_COLUMN * len(order) + HEATMAP_LABELS})
-    )
+        colour = {"condition": {"test": f"(datum['{pos}'] === {int(marked)})", "value": HIGHLIGHT}, **colour}
+    spec: dict[str, Any] = {
+        "$schema": alt.SCHEMA_URL, "title": _title(title), "mark": {"type": "bar", **_pointer(clickable)},
+        "encoding": {
+            "x": {"field": field, "type": "nominal", "sort": order, "title": axis,
+                  "axis": token_axis_spec(len(order))},
+            "y": {"field": "weight", "type": "quantitative", "scale": {"domain": [0, 1]}, "title": "attention weight"},
+            "color": colour,
+            "tooltip": [{"field": field, "type": "nominal"},
+                        {"field": "weight", "type": "quantitative", "format": ".6f", "title": said("weight")}],
+        },
+        "width": "container", "height": 180, "usermeta": {MAX_WIDTH: HEATMAP_COLUMN * len(order) + HEATMAP_LABELS},
+    }
     if clickable:
-        chart = chart.add_params(alt.selection_point(name=field, fields=[pos], on="click", clear=False))
-    return chart
+        spec["params"] = [_click(field, [pos])]
+    return Spec(spec, compact(frame))
 
 
 MULTIPLES_PX = 96  # a small multiple's side, about: each token's cell is 96 // n pixels (at least 1)
@@ -369,7 +445,7 @@ MULTIPLES_COLUMNS = 6  # at most this many pictures a row (where the page is wid
 
 
 def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, start: int = 0,
-                    selected: int | None = None) -> alt.LayerChart:
+                    selected: int | None = None) -> Spec:
     """Every head of one layer as a small heatmap (``weights`` ``[H, n, n]``: tokens ``start`` to ``start + n``
     of the text, a window of a long input), to spot the patterns side by side, titled ``layer.head``; head
     ``selected`` is outlined, and a click on a head selects it (the selection ``head``, its ``layer.head`` name).
@@ -392,42 +468,40 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, start
                           "tokens": f"{start}–{start + n - 1}", "peak": weights.reshape(h, -1).max(1).astype(float)})
     # columns: as many as fit the view's width (at most MULTIPLES_COLUMNS), then as few as fill that many rows
     fit = f"clamp(floor((width + {MULTIPLES_GAP}) / {across}), 1, {MULTIPLES_COLUMNS})"
-    columns = alt.param(name="columns", expr=f"ceil({h} / ceil({h} / {fit}))")
     place = dict(  # each picture's edges and its name's place, computed in the browser (row numbers count from 1)
         left=f"(datum.i - 1) % columns * {across}", top=f"floor((datum.i - 1) / columns) * {down} + {MULTIPLES_LABEL}",
         right=f"datum.left + {edge}", bottom=f"datum.top + {edge}", middle=f"datum.left + {edge / 2}",
         label="datum.top - 6")
 
-    def px(field: str, channel=alt.X) -> Any:  # a position in pixels, no scale
-        return channel(f"{field}:Q", scale=None, axis=None)
+    def px(field: str) -> dict[str, Any]:  # a position in pixels, no scale
+        return {"field": field, "type": "quantitative", "scale": None, "axis": None}
 
-    pick = alt.selection_point(name="head", fields=["head"], on="click", clear=False)
-    image = (
-        alt.Chart().mark_image(width=edge, height=edge, align="left", baseline="top", cursor="pointer")
-        .encode(url="url:N", tooltip=[alt.Tooltip("head:N"), alt.Tooltip("tokens:N"),
-                                      alt.Tooltip("peak:Q", format=".3f", title=said("peak"))])
-        .add_params(pick)
-    )
-    border = alt.Chart().mark_rect(fill=None, stroke="#dddddd").encode(x2="right:Q", y2="bottom:Q")
-    name = alt.Chart().mark_text(fontSize=12, baseline="bottom").encode(x=px("middle"), y=px("label", alt.Y),
-                                                                      text="head:N")
-    layers = [image, border, name]
+    corners = {"x2": {"field": "right"}, "y2": {"field": "bottom"}}
+    layers: list[dict[str, Any]] = [
+        {"name": "pictures", "mark": {"type": "image", "width": edge, "height": edge, "align": "left",
+                                      "baseline": "top", "cursor": "pointer"},
+         "encoding": {"url": {"field": "url", "type": "nominal"},
+                      "tooltip": [{"field": "head", "type": "nominal"}, {"field": "tokens", "type": "nominal"},
+                                  {"field": "peak", "type": "quantitative", "format": ".3f", "title": said("peak")}]}},
+        {"mark": {"type": "rect", "fill": None, "stroke": "#dddddd"}, "encoding": corners},
+        {"mark": {"type": "text", "fontSize": 12, "baseline": "bottom"},
+         "encoding": {"x": px("middle"), "y": px("label"), "text": {"field": "head", "type": "nominal"}}},
+    ]
     if selected is not None:  # one rectangle along the edge of the selected head's picture
-        layers.append(
-            alt.Chart().transform_filter(alt.datum.head == names[selected])
-            .mark_rect(fill=None, stroke=HIGHLIGHT, strokeWidth=3, xOffset=1.5, yOffset=1.5, x2Offset=-1.5,
-                       y2Offset=-1.5)
-            .encode(x2="right:Q", y2="bottom:Q")
-        )
+        layers.append({"transform": [{"filter": f"(datum.head === '{names[selected]}')"}],
+                       "mark": {"type": "rect", "fill": None, "stroke": HIGHLIGHT, "strokeWidth": 3, "xOffset": 1.5,
+                                "yOffset": 1.5, "x2Offset": -1.5, "y2Offset": -1.5},
+                       "encoding": corners})
     rows = -(-h // MULTIPLES_COLUMNS)  # the height the view asks for: its rows at a desk (a phone's grow past it)
-    return (
-        alt.layer(*layers, data=frame, name=MULTIPLES)
-        .encode(x=px("left"), y=px("top", alt.Y))  # each layer's place, unless its own says otherwise
-        .add_params(columns)
-        .transform_window(i="row_number()").transform_calculate(**place)
-        .properties(width="container", height=rows * down - MULTIPLES_GAP)
-        .configure_view(stroke=None)
-    )
+    return Spec({
+        "$schema": alt.SCHEMA_URL, "name": MULTIPLES, "config": {"view": {"stroke": None}},
+        "layer": layers, "encoding": {"x": px("left"), "y": px("top")},  # each layer's place, unless its own says
+        "params": [{**_click("head", ["head"]), "views": ["pictures"]},
+                   {"name": "columns", "expr": f"ceil({h} / ceil({h} / {fit}))"}],
+        "transform": [{"window": [{"op": "row_number", "field": "", "as": "i"}]},
+                      *({"calculate": expr, "as": name} for name, expr in place.items())],
+        "width": "container", "height": rows * down - MULTIPLES_GAP,
+    }, frame)
 
 
 PARITY_DOMAIN = (1e-9, 1e-3)  # max |Δ| always drawn on this log scale: a grid of zeros does not look like a signal
@@ -762,7 +836,7 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         width="container", height=alt.Step(20), usermeta={**CANVAS, MAX_WIDTH: LENS_CELL * len(positions) + 200})
 
 
-def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
+def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> Spec:
     """Query parts (rows) × key parts (columns) of one attention score (a ``query_part, key_part, contribution``
     frame, ``QKAttribution.grid``), each cell its term with its value written in it. Terms add up to the score and
     can be negative: a diverging scale centred at 0 and symmetric, so white is a term of 0 whatever the range. A
@@ -780,24 +854,30 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> alt.Chart:
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
     rows["ink"] = np.where(rows["contribution"].abs() > 0.6 * reach, "white", "#222")  # legible on dark cells
     order = {axis: list(dict.fromkeys(rows[f"{axis}_part"])) for axis in ("query", "key")}
-    base = alt.Chart(rows).encode(
-        x=alt.X("key_part:N", title="what wrote the key", sort=order["key"],
-                axis=alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=180)),
-        y=alt.Y("query_part:N", title="what wrote the query", sort=order["query"],
-                axis=alt.Axis(labelOverlap=False, labelLimit=180)),
-    )
-    rect = base.mark_rect().encode(
-        color=alt.Color("contribution:Q", scale=alt.Scale(scheme="redblue", reverse=True, domain=[-reach, reach],
-                                                          domainMid=0), title="term"),
-        tooltip=[alt.Tooltip("query_part:N", title="query part"), alt.Tooltip("key_part:N", title="key part"),
-                 alt.Tooltip("contribution:Q", format="+.4f", title="term"),
-                 alt.Tooltip("share:Q", format="+.1%", title="of the score")],
-    )
-    text = base.mark_text(fontSize=10).encode(text=alt.Text("contribution:Q", format="+.2f"),
-                                              color=alt.Color("ink:N", scale=None))
-    return (alt.layer(rect, text, title=titled(title)).resolve_scale(color="independent")  # the ink is not the term's
-            .properties(width="container", height=alt.Step(26),
-                        usermeta={MAX_WIDTH: 90 * len(order["key"]) + 400}))
+    axes = {
+        "x": {"field": "key_part", "type": "nominal", "title": "what wrote the key", "sort": order["key"],
+              "axis": {"labelAngle": -40, "labelOverlap": False, "labelLimit": 180}},
+        "y": {"field": "query_part", "type": "nominal", "title": "what wrote the query", "sort": order["query"],
+              "axis": {"labelOverlap": False, "labelLimit": 180}},
+    }
+    rect = {"mark": {"type": "rect"}, "encoding": {
+        **axes,
+        "color": {"field": "contribution", "type": "quantitative", "title": "term",
+                  "scale": {"scheme": "redblue", "reverse": True, "domain": [-reach, reach], "domainMid": 0}},
+        "tooltip": [{"field": "query_part", "type": "nominal", "title": "query part"},
+                    {"field": "key_part", "type": "nominal", "title": "key part"},
+                    {"field": "contribution", "type": "quantitative", "format": "+.4f", "title": "term"},
+                    {"field": "share", "type": "quantitative", "format": "+.1%", "title": "of the score"}]}}
+    text = {"mark": {"type": "text", "fontSize": 10}, "encoding": {
+        **axes, "text": {"field": "contribution", "type": "quantitative", "format": "+.2f"},
+        "color": {"field": "ink", "type": "nominal", "scale": None}}}
+    spec: dict[str, Any] = {
+        "$schema": alt.SCHEMA_URL, "layer": [rect, text],
+        "resolve": {"scale": {"color": "independent"}},  # the ink is not the term's
+        "width": "container", "height": {"step": 26}, "usermeta": {MAX_WIDTH: 90 * len(order["key"]) + 400}}
+    if title:
+        spec["title"] = _title(title)
+    return Spec(spec, rows)
 
 
 KIND_COLOURS = {"q": "#08519c", "k": "#e6550d", "v": "#31a354"}  # Q-, K-, V-composition (and the patched input)

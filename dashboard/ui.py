@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import altair as alt
 import numpy as np
@@ -16,7 +16,7 @@ import probes
 from probes.models import OFFLINE_DEFAULT, USE_OFFLINE_DEFAULT
 
 from . import data, fonts, words
-from .charts import MAX_WIDTH, labels
+from .charts import MAX_WIDTH, Spec, labels
 from .state import ViewState
 
 VIEW = "view"
@@ -165,27 +165,32 @@ def parity_badge(inp: data.Input, container=st) -> None:
     container.badge(f"Parity {verdict} · {label}", icon=icon, color="green" if good else "red")
 
 
-def chart(chart: alt.TopLevelMixin, container=st, **kwargs):
+def chart(chart: alt.TopLevelMixin | Spec, container=st, **kwargs):
     """``st.altair_chart`` without altair's JSON-schema validation of the spec, which is most of a rerun's time
-    (the chart functions are validated by their tests, in ``tests/dashboard``). A chart whose width is "container"
+    (the chart functions are validated by their tests, in ``tests/dashboard``); a :class:`charts.Spec` (a
+    Vega-Lite dictionary already) goes to ``st.vega_lite_chart`` as it is. A chart whose width is "container"
     takes the column's width, its axes, legend and title inside it (never wider than the column), and at most its
     ``usermeta`` :data:`charts.MAX_WIDTH` pixels (a short heatmap's cells stay about square); its height is its own
     (Streamlit's default "fit" would squeeze axes and title into the plot's height). Any other chart is drawn at its
     own size."""
     stretch = getattr(chart, "width", alt.Undefined) == "container"
-    unchecked = chart.properties(autosize=alt.AutoSizeParams(type="fit-x" if stretch else "pad", contains="padding"))
+    fit: Literal["fit-x", "pad"] = "fit-x" if stretch else "pad"
+    width = (_max_width(chart) or "stretch") if stretch else "content"
+    if isinstance(chart, Spec):
+        return container.vega_lite_chart(None, {**chart.streamed(), "autosize": {"type": fit, "contains": "padding"}},
+                                         width=width, **kwargs)
+    unchecked = chart.properties(autosize=alt.AutoSizeParams(type=fit, contains="padding"))
     object.__setattr__(unchecked, "to_dict",
                        lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
-    width = (_max_width(chart) or "stretch") if stretch else "content"
     return container.altair_chart(unchecked, width=width, **kwargs)
 
 
-def _max_width(chart: alt.TopLevelMixin) -> int | None:
+def _max_width(chart: alt.TopLevelMixin | Spec) -> int | None:
     meta = getattr(chart, "usermeta", alt.Undefined)
     return int(meta[MAX_WIDTH]) if isinstance(meta, dict) and MAX_WIDTH in meta else None
 
 
-def _exported(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+def _exported(chart: alt.TopLevelMixin | Spec) -> alt.TopLevelMixin | Spec:
     """A chart as a file draws it: a page-wide chart ("container": there is no page) at its widest, less its
     labels, or 600 px."""
     if getattr(chart, "width", alt.Undefined) != "container":
@@ -193,7 +198,7 @@ def _exported(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
     return chart.properties(width=max(200, (_max_width(chart) or 800) - 200))
 
 
-def _png(chart: alt.TopLevelMixin) -> bytes:
+def _png(chart: alt.TopLevelMixin | Spec) -> bytes:
     import vl_convert
 
     fonts.register()  # CJK tokens drawn, not boxes, where the server has no CJK font of its own
@@ -201,7 +206,7 @@ def _png(chart: alt.TopLevelMixin) -> bytes:
         return vl_convert.vegalite_to_png(_exported(chart).to_json(), scale=2)
 
 
-def _svg(chart: alt.TopLevelMixin) -> bytes:
+def _svg(chart: alt.TopLevelMixin | Spec) -> bytes:
     import vl_convert
 
     fonts.register()  # label widths measured with a CJK font (the SVG's text is drawn by the reader's viewer)
@@ -234,7 +239,8 @@ def _cell(value) -> str:
     return words.said(value) if isinstance(value, str) else str(value)
 
 
-def downloads(name: str, chart: alt.TopLevelMixin | None = None, frame: pd.DataFrame | None = None) -> None:
+def downloads(name: str, chart: alt.TopLevelMixin | Spec | None = None,
+              frame: pd.DataFrame | None = None) -> None:
     """PNG/SVG of a chart and CSV of its numbers, made only when clicked (no cost on a rerun)."""
     cols = st.columns(3, width=360)
     if chart is not None:

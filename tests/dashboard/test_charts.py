@@ -500,3 +500,27 @@ def test_the_lens_colour_bar_is_no_longer_than_the_table_is_tall():
     assert legend["gradientLength"] <= 9 * 20 - 20
     cells = spec["datasets"][spec["data"]["name"]] if "data" in spec else next(iter(spec["datasets"].values()))
     assert {c["shown"] for c in cells} == {"‹99 82›"}
+
+
+def test_a_click_that_changes_only_the_numbers_sends_the_same_spec_with_other_data():
+    """The charts Explore redraws on every click are Vega-Lite dictionaries (charts.Spec) whose table goes under one
+    name: a head change that keeps the key token changes the column's numbers, not its chart, so the browser swaps
+    the data instead of building the chart again."""
+    w = np.random.default_rng(4).random((2, 3, 3))
+    one, other = (charts.key_bars(["a", "b", "c"], w[h][:, 1], key=1, query=2, clickable=True) for h in (0, 1))
+    sent = [chart.streamed() for chart in (one, other)]
+    assert {**sent[0], "datasets": None} == {**sent[1], "datasets": None}
+    assert sent[0]["data"] == {"name": charts.DATA} and list(sent[0]["datasets"]) == [charts.DATA]
+    assert list(sent[1]["datasets"][charts.DATA]["weight"]) == list(w[1][:, 1])  # its own numbers, exactly
+
+
+def test_a_spec_written_as_a_dictionary_is_checked_against_vega_lites_schema():
+    import altair as alt
+    import jsonschema
+
+    frame = pd.DataFrame({"a": ["x"], "b": [np.nan]})
+    spec = charts.Spec({"mark": "bar", "encoding": {"x": {"field": "a", "type": "nominal"}}}, frame)
+    assert spec.to_dict()["datasets"][charts.DATA] == [{"a": "x", "b": None}]  # a missing value is null, as Altair's
+    with pytest.raises(jsonschema.ValidationError, match="'ordinalish' is not one of"):
+        charts.Spec({"mark": "bar", "encoding": {"x": {"field": "a", "type": "ordinalish"}}}, frame).to_dict()
+    assert spec.properties(width=alt.Step(20)).to_dict()["width"] == {"step": 20}
