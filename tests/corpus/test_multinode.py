@@ -65,6 +65,9 @@ def data(tmp_path):
     return path
 
 
+FEW = 10  # texts of the driver-kill test: a chunk each (the rerun's chunks were most of its time, ~1 s a chunk)
+
+
 class Bar:
     """A progress bar that records what it was told, and may act once the first chunk is in."""
 
@@ -124,16 +127,17 @@ def test_corpus_and_probe_runs_over_two_nodes_equal_one_process(cluster, gpt2, d
 
 def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, data, tmp_path, one_thread):
     made, _ = cluster
+    data.write_text("\n".join(SENTENCES[:FEW]) + "\n")
     out = tmp_path / "t.csv"
     args = [sys.executable, "-m", "probes", "profile", "--model", str(gpt2.name), "--probe", "positional", "--data",
             str(data), "--batch-size", "1", "--checkpoint-every", "1", "--out", str(out), "--ray", made.address,
             "--workers", "2"]
     done = killed_after_chunks(args, out, 3, timeout=600)
-    assert 3 <= done < 30 and not out.exists()
+    assert 3 <= done < FEW and not out.exists()
     rerun = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
     assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in rerun.stderr
-    assert "of 15 chunks done already" in rerun.stderr  # (each half of the 30 texts is checkpointed on its own)
+    assert f"of {FEW // 2} chunks done already" in rerun.stderr  # (each half of the texts is checkpointed on its own)
     single = judged_profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1,
                             checkpoint_every=1)  # what the command writes: the table with held-out verdicts
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(tmp_path / "one.csv"), check_exact=True)
