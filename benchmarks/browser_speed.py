@@ -17,15 +17,21 @@ Each change is timed inside the page, on the page's own clock (``performance.now
   (``fillText``/``fill``/``stroke`` are wrapped), so whether Vega re-embedded the chart or replaced its data in
   place, the last change counts;
 * **idle**: the app's ``[data-testid=stApp]`` back at ``data-test-script-state=notRunning`` after it ran
-  (a ``MutationObserver`` on that attribute);
+  (a ``MutationObserver`` on that attribute); where the server answered so fast that the attribute never changed
+  (React drew "running" and "not running" in one go), the run's last message;
 * **seen** = the later of the two: the new heatmap is on screen and the app is idle. The goal is a median under
   300 ms;
 * **every chart painted**: the last paint of any Vega view on the page (the bars and the small multiples below
   the heatmap too), within the settling time after the above.
+* **sent** and **last message**: where the time goes, the browser's side against the server's: when the browser
+  sent the change on the app's WebSocket, and when the last of the server's messages before the app went idle
+  arrived (its message event, which waits for the page's main thread: a late one is the server's time or the
+  browser's drawing).
 
 Writes ``browser_speed.txt`` under ``--out`` (default: a new temporary folder, printed): this measurement as its
-``after:`` block beside the ``before:`` block saved in ``--out``'s file (default: the committed one) (``--as-before`` saves this measurement as that block instead: run it so on the code you
-compare against), and the two side by side.
+``after:`` block beside the ``before:`` block saved in ``--out``'s file (default: the committed one)
+(``--as-before`` saves this measurement as that block instead: run it so on the code you compare against), and the
+two side by side.
 
     .venv/bin/python benchmarks/browser_speed.py [--changes 20] [--out benchmarks/results] [--as-before]
 """
@@ -58,7 +64,19 @@ SETTLE_MS = 400  # after the app is idle and the heatmap drawn: late draws (a re
 PROBE = """
 (() => {
   const now = () => performance.now();
-  window.__bench = {press: -1, states: [], draws: []};
+  window.__bench = {press: -1, states: [], draws: [], sent: [], received: []};
+  // the app's WebSocket: when the browser sends the change, and when each of the server's messages arrives (its
+  // message event: the server sent it, and the page's main thread was free to take it)
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (...a) { window.__bench.sent.push(now()); return send.apply(this, a); };
+  const Socket = window.WebSocket;
+  window.WebSocket = function (...a) {
+    const socket = new Socket(...a);
+    socket.addEventListener('message', () => window.__bench.received.push(now()));
+    return socket;
+  };
+  window.WebSocket.prototype = Socket.prototype;
+  Object.assign(window.WebSocket, Socket);
   document.addEventListener('keydown', e => {
     if (['ArrowRight', 'ArrowLeft', 'Enter'].includes(e.key)) window.__bench.press = now();
   }, true);
@@ -129,14 +147,19 @@ PROBE = """
 })();
 """
 
-# Done: after the press the app ran and is idle again, and a heatmap titled TITLE drew after the press.
+# Done: after the press the app ran and is idle again, and a heatmap titled TITLE drew after the press. The app ran:
+# its state went to running and back, or, where the server answered so fast that React drew both in one go (the
+# attribute never changed: a query change's fragment takes ~30 ms), its messages came and none for 100 ms since.
 DONE = """
 (title) => {
   const b = window.__bench, press = b.press;
   if (press < 0) return false;
   const after = b.states.filter(([t]) => t >= press);
   const ran = after.findIndex(([, s]) => s === 'running');
-  if (ran < 0 || !after.slice(ran).some(([, s]) => s === 'notRunning')) return false;
+  const flipped = ran >= 0 && after.slice(ran).some(([, s]) => s === 'notRunning');
+  const received = b.received.filter(t => t >= press);
+  const answered = received.length > 0 && performance.now() - received[received.length - 1] > 100;
+  if (!flipped && !answered) return false;
   const app = document.querySelector('[data-testid=stApp]');
   if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   return window.__heatmaps(title).some(v => (v.__drawn || 0) > press);
@@ -148,12 +171,17 @@ TIMES = """
   const b = window.__bench, press = b.press;
   const after = b.states.filter(([t]) => t >= press);
   const ran = after.findIndex(([, s]) => s === 'running');
-  const idle = after.slice(ran).find(([, s]) => s === 'notRunning')[0];
+  const back = ran >= 0 ? after.slice(ran).find(([, s]) => s === 'notRunning') : undefined;
+  const received = b.received.filter(t => t >= press);
+  // idle: the state back at notRunning, or (never seen running: DONE) the run's last message
+  const idle = back ? back[0] : received[received.length - 1];
   // painted: the frame after the last change, or (a change after the last stamp) that change's time
   const drawn = Math.max(...window.__heatmaps(title).map(v => Math.max(v.__painted || 0, v.__drawn || 0)));
   const views = [...document.querySelectorAll('[data-testid=stMain] canvas, [data-testid=stMain] svg.marks')];
   const last = Math.max(press, ...views.map(v => Math.max(v.__painted || 0, v.__drawn || 0)));
-  return {drawn: drawn - press, idle: idle - press, charts: last - press};
+  const sent = b.sent.find(t => t >= press), replies = received.filter(t => t <= idle);
+  return {drawn: drawn - press, idle: idle - press, charts: last - press, sent: sent - press,
+          received: (replies.length ? replies[replies.length - 1] : idle) - press};
 }
 """
 
@@ -216,7 +244,8 @@ def p90(values: list[float]) -> float:
 
 def table(results: dict[str, list[dict]]) -> list[str]:
     lines = ["| change | n | seen median ms | seen p90 ms | heatmap drawn median ms | idle median ms | "
-             "every chart painted median ms |", "|---|---|---|---|---|---|---|"]
+             "every chart painted median ms | sent median ms | last message median ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     every = [r for kind in KINDS for r in results[kind]]
     for name, got in [*((kind, results[kind]) for kind in KINDS), ("all", every)]:
         if not got:
@@ -225,7 +254,9 @@ def table(results: dict[str, list[dict]]) -> list[str]:
         lines.append(f"| {name} | {len(got)} | {statistics.median(seen):.0f} | {p90(seen):.0f} | "
                      f"{statistics.median(r['drawn'] for r in got):.0f} | "
                      f"{statistics.median(r['idle'] for r in got):.0f} | "
-                     f"{statistics.median(r['charts'] for r in got):.0f} |")
+                     f"{statistics.median(r['charts'] for r in got):.0f} | "
+                     f"{statistics.median(r['sent'] for r in got):.0f} | "
+                     f"{statistics.median(r['received'] for r in got):.0f} |")
     return lines
 
 
