@@ -29,9 +29,11 @@ test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=15
 
 # The tests that compare floating results (marker `numeric`) again under another CPU's kernels: the portable
-# ones (no AVX) and one thread, another reduction order and vector width. CI runs it after `make test`.
+# ones (no AVX) and one thread, another reduction order and vector width. CI runs it after `make test`. Not the
+# `bitwise` ones (a Ray run against one process, bit for bit: both runs change alike under other kernels; they were
+# half of this run's time, one Ray cluster after another).
 test-numeric: $(STAMP)
-	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 PROBES_THREADS=1 $(BIN)/python -m pytest -m numeric \
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 PROBES_THREADS=1 $(BIN)/python -m pytest -m "numeric and not bitwise" \
 		-n $(TEST_JOBS) --dist loadgroup --durations=5
 
 bench: $(STAMP)

@@ -5,7 +5,11 @@
   has its reason written there once;
 * an assertion that a value is below a small number (``x <= 1e-6``) is a tolerance too: the same rule;
 * every test that compares floats carries the ``numeric`` marker, so CI runs it again under another CPU's
-  kernels (``ATEN_CPU_CAPABILITY=default``, one thread).
+  kernels (``ATEN_CPU_CAPABILITY=default``, one thread);
+* a module marked ``bitwise`` as well (a Ray run against one process, a served model against a local one: two runs
+  of one computation, in one order) compares exactly, with no tolerance at all: that is why ``make test-numeric``
+  leaves it out (equal bit for bit under one CPU's kernels, the two runs are equal under any, since both change
+  alike), so a tolerance there would go unchecked under the other kernels.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ def _marked(decorators: list[ast.expr]) -> bool:
 
 def problems(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
-    module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-                        and "numeric" in ast.unparse(n.value) for n in tree.body)
+    marks = " ".join(ast.unparse(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                     and any(getattr(t, "id", "") == "pytestmark" for t in n.targets))
+    module_marked, bitwise = "numeric" in marks, "bitwise" in marks
     tolerances = {alias.asname or alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                   and n.module == "numeric" for alias in n.names}  # a test that uses them compares floats
     found = []
@@ -59,6 +64,11 @@ def problems(path: Path) -> list[str]:
                 given = {k.arg: k.value for k in node.keywords}
                 if "check_exact" in given and ast.unparse(given["check_exact"]) == "True":
                     continue  # exact: no tolerance to give a reason for
+                if bitwise and not all(ast.unparse(given.get(arg, ast.Constant(1))) == "0"
+                                       for arg in CLOSE[_name(node)]):
+                    found.append(f"{where}: {_name(node)} with a tolerance in a module marked bitwise (left out of "
+                                 "the numeric re-run): compare exactly, or drop the bitwise marker")
+                    continue
                 for arg in CLOSE[_name(node)]:
                     if arg not in given:
                         found.append(f"{where}: {_name(node)} without {arg}= (its default is a tolerance with no "
@@ -76,6 +86,9 @@ def problems(path: Path) -> list[str]:
                                      "it from tests/numeric.py")
             elif isinstance(node, ast.Name) and node.id in tolerances:
                 compares = True
+                if bitwise:
+                    found.append(f"{where}: the tolerance {node.id} in a module marked bitwise (left out of the "
+                                 "numeric re-run): compare exactly, or drop the bitwise marker")
         if compares and fn.name.startswith("test") and not (module_marked or _marked(fn.decorator_list)):
             found.append(f"{path.relative_to(TESTS.parent)}:{fn.lineno}: {fn.name} compares floats without the "
                          "numeric marker")
@@ -108,3 +121,13 @@ def test_the_contract_catches_what_it_says(tmp_path):
         TESTS = saved
     assert len(found) == 2, found  # pandas' own rtol=1e-5 and atol=1e-8, unless exact
     assert all("test_effect" not in f for f in found)
+    exact = tmp_path / "test_exact.py"
+    exact.write_text("import pytest\nfrom numeric import F64\n\n"
+                     "pytestmark = [pytest.mark.numeric, pytest.mark.bitwise]\n\ndef test_b(a, b):\n    assert_frame_equal(a, b, check_exact=True)\n"
+                     "    assert torch.allclose(a, b, atol=0, rtol=0)\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
+    TESTS = tmp_path
+    try:
+        found = problems(exact)
+    finally:
+        TESTS = saved
+    assert len(found) == 2 and all("marked bitwise" in f for f in found), found  # the allclose with F64, and F64

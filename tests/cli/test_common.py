@@ -10,7 +10,7 @@ from probes.cli import main
 
 # the server's floats against this process's, printed: both on one thread (the server's torch threads are its
 # cpus, 1; the suite's OMP_NUM_THREADS=1 and PROBES_THREADS=1 here), so every digit is the same
-pytestmark = [pytest.mark.numeric, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.numeric, pytest.mark.bitwise, pytest.mark.xdist_group("ray")]
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry"
 STORY = "the cat sat on the mat and the dog sat on the log"

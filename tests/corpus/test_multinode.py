@@ -26,7 +26,7 @@ from probes.heads.profile import profile
 
 # one Ray at a time (make test's workers); every test compares a Ray run with one process: exactly (both run the
 # same chunks in the same batches on one thread, so their sums run in one order)
-pytestmark = [pytest.mark.numeric, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.numeric, pytest.mark.bitwise, pytest.mark.xdist_group("ray")]
 
 SENTENCES = [f"The cat {i} sat on the mat, and the dog watched it from the door." for i in range(30)]
 

@@ -16,7 +16,7 @@ from probes.corpus.reader import Corpus
 from probes.parity import attention_tolerance
 
 # every test compares the tables of a Ray run and of one process; one local Ray at a time (make test's workers)
-pytestmark = [pytest.mark.numeric, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.numeric, pytest.mark.bitwise, pytest.mark.xdist_group("ray")]
 
 TEXTS = [f"Text {i}: the cat sat on mat {i}, and then it slept because it was tired." for i in range(24)]
 # fp32 (a worker loads the model by its name): the chunks batch the same windows, but a worker sums with its own

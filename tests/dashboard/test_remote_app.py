@@ -16,7 +16,7 @@ import probes
 from probes import remote
 
 # one local Ray at a time (make test's workers); the head weights are compared exactly
-pytestmark = [pytest.mark.numeric, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.numeric, pytest.mark.bitwise, pytest.mark.xdist_group("ray")]
 
 # a text per test: the pages' cached figures are keyed by the text, not by where the model is (the same numbers)
 TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry"
