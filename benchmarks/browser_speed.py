@@ -144,22 +144,27 @@ PROBE = """
     ...[...document.querySelectorAll('[data-testid=stMain] svg.marks')].filter(
       s => (s.querySelector('.role-title-text') || {}).textContent === title),
   ];
+  // when the app went idle after the key press: its state back at notRunning after running, or, where the server
+  // answered so fast that React drew both in one go (the attribute never changed: a query change's fragment takes
+  // ~30 ms), its last message once none has come for 100 ms; null until then
+  window.__idle = () => {
+    const b = window.__bench, press = b.press;
+    const after = b.states.filter(([t]) => t >= press);
+    const ran = after.findIndex(([, s]) => s === 'running');
+    const back = ran >= 0 ? after.slice(ran).find(([, s]) => s === 'notRunning') : undefined;
+    if (back) return back[0];
+    const received = b.received.filter(t => t >= press);
+    const last = received[received.length - 1];
+    return last !== undefined && now() - last > 100 ? last : null;
+  };
 })();
 """
 
-# Done: after the press the app ran and is idle again, and a heatmap titled TITLE drew after the press. The app ran:
-# its state went to running and back, or, where the server answered so fast that React drew both in one go (the
-# attribute never changed: a query change's fragment takes ~30 ms), its messages came and none for 100 ms since.
+# Done: after the press the app ran and is idle again (window.__idle), and a heatmap titled TITLE drew after the press.
 DONE = """
 (title) => {
-  const b = window.__bench, press = b.press;
-  if (press < 0) return false;
-  const after = b.states.filter(([t]) => t >= press);
-  const ran = after.findIndex(([, s]) => s === 'running');
-  const flipped = ran >= 0 && after.slice(ran).some(([, s]) => s === 'notRunning');
-  const received = b.received.filter(t => t >= press);
-  const answered = received.length > 0 && performance.now() - received[received.length - 1] > 100;
-  if (!flipped && !answered) return false;
+  const press = window.__bench.press;
+  if (press < 0 || window.__idle() === null) return false;
   const app = document.querySelector('[data-testid=stApp]');
   if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
   return window.__heatmaps(title).some(v => (v.__drawn || 0) > press);
@@ -168,18 +173,12 @@ DONE = """
 
 TIMES = """
 (title) => {
-  const b = window.__bench, press = b.press;
-  const after = b.states.filter(([t]) => t >= press);
-  const ran = after.findIndex(([, s]) => s === 'running');
-  const back = ran >= 0 ? after.slice(ran).find(([, s]) => s === 'notRunning') : undefined;
-  const received = b.received.filter(t => t >= press);
-  // idle: the state back at notRunning, or (never seen running: DONE) the run's last message
-  const idle = back ? back[0] : received[received.length - 1];
+  const b = window.__bench, press = b.press, idle = window.__idle();
   // painted: the frame after the last change, or (a change after the last stamp) that change's time
   const drawn = Math.max(...window.__heatmaps(title).map(v => Math.max(v.__painted || 0, v.__drawn || 0)));
   const views = [...document.querySelectorAll('[data-testid=stMain] canvas, [data-testid=stMain] svg.marks')];
   const last = Math.max(press, ...views.map(v => Math.max(v.__painted || 0, v.__drawn || 0)));
-  const sent = b.sent.find(t => t >= press), replies = received.filter(t => t <= idle);
+  const sent = b.sent.find(t => t >= press), replies = b.received.filter(t => t >= press && t <= idle);
   return {drawn: drawn - press, idle: idle - press, charts: last - press, sent: sent - press,
           received: (replies.length ? replies[replies.length - 1] : idle) - press};
 }
