@@ -349,14 +349,20 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
 KV_LINK = "/kv?model=smollm2&page=kv&kv_tokens=64&layer=2&head=4"
 
 
-def _kv_page(browser, url: str, name: str, viewport: dict):
-    """What if it attended less? on SmolLM2 over 64 tokens of the EWT web text at ``viewport``: the sweep, the memory
-    table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
+def _kv_open(browser, url: str, viewport: dict):
+    """What if it attended less? opened by :data:`KV_LINK` at ``viewport``, down to the sidebar's head's kept tokens."""
     page = browser.new_page(viewport=viewport)
     page.goto(url + KV_LINK)
     settle(page)
     page.get_by_role("heading", name="What if it attended less?").wait_for(timeout=WAIT_MS)
     page.get_by_role("heading", name="What layer 2, head 4 kept under sinks:4+window:28").wait_for(timeout=WAIT_MS)
+    return page
+
+
+def _kv_page(browser, url: str, name: str, viewport: dict):
+    """What if it attended less? on SmolLM2 over 64 tokens of the EWT web text at ``viewport``: the sweep, the memory
+    table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
+    page = _kv_open(browser, url, viewport)
     _charts_drawn(page, 2, main=True)
     page.wait_for_timeout(1500)  # Vega draws in the browser
     assert page.locator("[data-testid=stException]").count() == 0
@@ -386,10 +392,7 @@ def test_the_heads_most_hurt_draw_and_a_click_opens_one_on_explore(app_url):
     SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = launch(p)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(app_url + KV_LINK)
-        settle(page)
-        page.get_by_role("heading", name="What layer 2, head 4 kept under sinks:4+window:28").wait_for(timeout=WAIT_MS)
+        page = _kv_open(browser, app_url, {"width": 1400, "height": 1000})
         page.get_by_role("button", name="Cut each of the 90 heads alone").click()
         settle(page)
         page.get_by_text("A click opens its first query head on Explore").wait_for(timeout=WAIT_MS)
