@@ -44,8 +44,9 @@ DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on 
 
 
 class Spec:
-    """A one-view chart written as the Vega-Lite dictionary itself, its table (``data``) beside it: what the charts
-    redrawn on every click on Explore return (the heatmap, the bars), because building them with Altair and
+    """A chart written as the Vega-Lite dictionary itself (one view, or layers over one table), its table (``data``)
+    beside it: what the charts redrawn on every click on Explore return (the heatmap, the bars, the small multiples,
+    the "Why this weight?" grid), because building them with Altair and
     converting them back to a dictionary (inferring each encoding, checking it against the schema) was most of a
     click's script time (a py-spy profile: 29 % inferring encodings, 21 % converting). It reads as an Altair chart
     where the app and the tests read one: ``data``, ``width``, ``usermeta``, ``properties(...)``, and ``to_dict()``
