@@ -41,6 +41,8 @@ MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this 
 GRID_CELL = 30  # px: a layers × heads grid's row height
 Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on every rerun (see Spec.streamed)
+MARKED = "marked"  # a Spec's column: the rows drawn in the highlight colour (the query's row, the other chart's bar)
+TITLE = "title"  # a Spec's column: its title, when the title is read from the table (see data_title)
 
 
 class Spec:
@@ -65,6 +67,20 @@ class Spec:
     @property
     def usermeta(self) -> Any:
         return self.spec.get("usermeta", alt.Undefined)
+
+    @property
+    def title(self) -> Any:
+        """The title as the chart draws it: the table's :data:`TITLE` where the spec reads it from there
+        (:func:`data_title`), else the spec's own."""
+        if TITLE in self.data and len(self.data):
+            return str(self.data[TITLE].iloc[0])
+        return self.spec.get("title", alt.Undefined)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The chart's numbers as a person reads them (its CSV): :attr:`data` less what only draws it (the
+        :data:`MARKED` and :data:`TITLE` columns)."""
+        return self.data.drop(columns=[name for name in (MARKED, TITLE) if name in self.data])
 
     def properties(self, **changes: Any) -> Spec:
         """A copy with these top-level properties (an Altair object among them as its dictionary)."""
@@ -91,6 +107,16 @@ class Spec:
         import json
 
         return json.dumps(self.to_dict(validate=False), **kwargs)
+
+
+def data_title(frame: pd.DataFrame, text: str) -> tuple[pd.DataFrame, Any]:
+    """A title that changes from click to click (Explore's "Layer 3, head 4") read from the table: ``frame`` with
+    the column :data:`TITLE`, and the title's spec, an expression over the table, so the spec stays as it was and
+    the browser swaps the table in place. A title too long for one line of a phone's chart is written in the spec
+    (:func:`titled`: it wraps)."""
+    if not isinstance(titled(text), str):
+        return frame, _title(text)
+    return frame.assign(**{TITLE: text}), {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}
 
 
 def _title(text: str) -> Any:
@@ -306,16 +332,16 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
         "tooltip": [{"field": "query", "type": "nominal"}, {"field": "key", "type": "nominal"},
                     {"field": value, "type": "quantitative", "format": ".6f", "title": said(value)}, *extra],
     }
-    if query is not None:
-        encoding["stroke"] = {"condition": {"test": f"(datum.query_pos === {int(query)})", "value": HIGHLIGHT},
-                              "value": None}
+    if query is not None:  # (from the table: a query change leaves the spec as it was)
+        frame[MARKED] = frame["query_pos"].to_numpy() == int(query)
+        encoding["stroke"] = {"condition": {"test": f"datum.{MARKED}", "value": HIGHLIGHT}, "value": None}
     spec: dict[str, Any] = {
         "$schema": alt.SCHEMA_URL, "mark": {"type": "rect", "strokeWidth": 1.5, **_pointer(clickable)},
         "encoding": encoding, "width": "container", "height": {"step": _row(len(tokens))},
         "usermeta": {**CANVAS, MAX_WIDTH: HEATMAP_COLUMN * len(key_tokens) + HEATMAP_LABELS},
     }
     if title:
-        spec["title"] = _title(title)
+        frame, spec["title"] = data_title(frame, title)
     if clickable:
         spec["params"] = [_click("cell", ["query_pos", "key_pos"])]
     return Spec(spec, compact(frame))
@@ -385,10 +411,12 @@ def _bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: s
     """One bar per token (``field``: key or query, with its ``<field>_pos``), weights on a fixed 0..1 scale."""
     pos = f"{field}_pos"
     colour: dict[str, Any] = {"value": "#08519c"}
-    if marked is not None:
-        colour = {"condition": {"test": f"(datum['{pos}'] === {int(marked)})", "value": HIGHLIGHT}, **colour}
+    if marked is not None:  # (from the table, as the title: a click that moves it leaves the spec as it was)
+        frame = frame.assign(**{MARKED: frame[pos].to_numpy() == int(marked)})
+        colour = {"condition": {"test": f"datum.{MARKED}", "value": HIGHLIGHT}, **colour}
+    frame, shown = data_title(frame, title)
     spec: dict[str, Any] = {
-        "$schema": alt.SCHEMA_URL, "title": _title(title), "mark": {"type": "bar", **_pointer(clickable)},
+        "$schema": alt.SCHEMA_URL, "title": shown, "mark": {"type": "bar", **_pointer(clickable)},
         "encoding": {
             "x": {"field": field, "type": "nominal", "sort": order, "title": axis,
                   "axis": token_axis_spec(len(order))},
@@ -488,8 +516,9 @@ def layer_multiples(weights: np.ndarray, layer: int, causal: bool = False, start
         {"mark": {"type": "text", "fontSize": 12, "baseline": "bottom"},
          "encoding": {"x": px("middle"), "y": px("label"), "text": {"field": "head", "type": "nominal"}}},
     ]
-    if selected is not None:  # one rectangle along the edge of the selected head's picture
-        layers.append({"transform": [{"filter": f"(datum.head === '{names[selected]}')"}],
+    if selected is not None:  # one rectangle along the edge of the selected head's picture (marked in the table)
+        frame[MARKED] = np.arange(h) == selected
+        layers.append({"transform": [{"filter": f"datum.{MARKED}"}],
                        "mark": {"type": "rect", "fill": None, "stroke": HIGHLIGHT, "strokeWidth": 3, "xOffset": 1.5,
                                 "yOffset": 1.5, "x2Offset": -1.5, "y2Offset": -1.5},
                        "encoding": corners})

@@ -36,8 +36,23 @@ def rerun(at: AppTest) -> AppTest:
 
 
 def specs(at: AppTest) -> list[dict]:
-    """The vega-lite specs of every chart on the page, in order."""
-    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    """The vega-lite specs of every chart on the page, in order, each title as the browser draws it."""
+    return [drawn(c) for c in at.get("vega_lite_chart")]
+
+
+def drawn(chart) -> dict:
+    """A chart element's spec with its title as the browser draws it: a title the spec reads from its table
+    (``charts.data_title``: an expression) is the table's title column."""
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    from dashboard.charts import DATA, TITLE
+
+    spec = json.loads(chart.proto.spec)
+    title = spec.get("title")
+    if isinstance(title, dict) and isinstance(title.get("text"), dict) and f"data('{DATA}')" in str(title["text"]):
+        (table,) = [d for d in chart.proto.datasets if d.name == DATA]
+        spec["title"] = str(convert_arrow_bytes_to_pandas_df(table.data.data)[TITLE].iloc[0])
+    return spec
 
 
 def _lines(part) -> list[str]:
@@ -65,12 +80,13 @@ def rows(at: AppTest, title: str) -> list[dict]:
 
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    def read(spec: str) -> str:  # the title and subtitle as a reader reads them (lines joined)
-        t = json.loads(spec).get("title")
+    def read(spec: dict) -> str:  # the title and subtitle as a reader reads them (lines joined)
+        t = spec.get("title")
         return " ".join(_lines(t) if isinstance(t, str) or t is None
                         else _lines(t.get("text")) + _lines(t.get("subtitle")))
 
-    charts = [c for c in at.get("vega_lite_chart") if title in c.proto.spec or title in read(c.proto.spec)]
+    charts = [c for c in at.get("vega_lite_chart") if title in json.dumps(drawn(c), ensure_ascii=False)
+              or title in read(drawn(c))]
     assert charts, f"no chart titled {title!r}"
     main = charts[0].proto.datasets[0]  # the first layer's data (a highlight layer has its own)
     return convert_arrow_bytes_to_pandas_df(main.data.data).to_dict("records")

@@ -278,7 +278,7 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
     elif colour != "weights":
         chart, note = _shaded(ctx, colour, lo, hi, query)
         st.caption(note + " The bars and the small multiples below are attention weights.")
-        frame = chart.data
+        frame = chart.table
     elif hide:
         rescaled, true, first = charts.without_first(data.head(ctx.inp, v.layer, v.head, (lo, hi)), lo, hi)
         chart = charts.attention_heatmap(info.tokens[lo:hi], rescaled, title + ", first token hidden (rows rescaled)",
@@ -291,12 +291,12 @@ def _heatmap_and_bars(ctx: ui.Context, lo: int, hi: int) -> None:
                    "“Hide the first token” off to see them in the heatmap.")
         if info.causal:  # the sink's effect: a decoder's cache that keeps it, or not
             ui.page_link("kv", "What happens without the sink: What if it attended less?")
-        frame = chart.data
+        frame = chart.table
     else:
         weights = data.head(ctx.inp, v.layer, v.head, (lo, hi))[:, lo:hi]
         chart = charts.attention_heatmap(info.tokens[lo:hi], weights, title, causal=info.causal, start=lo, query=query,
                                          clickable=True)
-        frame = chart.data  # the heatmap's own long table: its numbers, as shown
+        frame = chart.table  # the heatmap's own long table: its numbers, as shown
     ui.chart(chart, on_select="rerun", selection_mode="cell", key=_key("cell"))
     suffix = "" if colour == "weights" or word_level else f"-{colour}"
     suffix += "-first-hidden" if hide and colour == "weights" and not word_level else ""

@@ -31,8 +31,9 @@ def _said(spec: dict) -> str:
 def test_heatmap_spec_carries_exact_weights_and_order():
     tokens = ["[CLS]", "she", "she", "[SEP]"]
     w = np.eye(4) * 0.75 + 0.0625
-    spec = charts.attention_heatmap(tokens, w, "L0 H0").to_dict()
-    assert spec["title"] == "L0 H0" and spec["mark"]["type"] == "rect"
+    chart = charts.attention_heatmap(tokens, w, "L0 H0")
+    spec = chart.to_dict()
+    assert chart.title == "L0 H0" and spec["mark"]["type"] == "rect"
     assert spec["encoding"]["x"]["sort"] == ["0: [CLS]", "1: she", "2: she", "3: [SEP]"]
     rows = _rows(spec)
     assert len(rows) == 16
@@ -45,8 +46,11 @@ def test_heatmap_outlines_the_query_row_and_windows_keep_positions():
     w = np.full((3, 3), 1 / 3)
     spec = charts.attention_heatmap(["c", "d", "e"], w, "window", start=10, query=11).to_dict()
     stroke = spec["encoding"]["stroke"]
-    assert stroke["condition"] == {"test": "(datum.query_pos === 11)", "value": "#e6550d"} and stroke["value"] is None
+    assert stroke["condition"] == {"test": "datum.marked", "value": "#e6550d"} and stroke["value"] is None
+    assert {r["query_pos"] for r in _rows(spec) if r["marked"]} == {11}  # the outlined row: in the table
     assert {r["query_pos"] for r in _rows(spec)} == {10, 11, 12}
+    other = charts.attention_heatmap(["c", "d", "e"], w, "window", start=10, query=12).to_dict()
+    assert {**other, "datasets": None} == {**spec, "datasets": None}  # another query: the same spec, other rows
     assert spec["encoding"]["y"]["sort"] == ["10: c", "11: d", "12: e"]
 
 
@@ -63,8 +67,9 @@ def test_shape_mismatch_is_an_error():
 
 
 def test_query_bars_show_one_row_in_text_order_and_hide_the_future():
-    spec = charts.query_bars(["a", "b", "c"], np.array([0.25, 0.75, 0.0]), query=1, causal=True).to_dict()
-    assert spec["title"] == "Where '1: b' looks"
+    bars = charts.query_bars(["a", "b", "c"], np.array([0.25, 0.75, 0.0]), query=1, causal=True)
+    spec = bars.to_dict()
+    assert bars.title == "Where '1: b' looks"
     assert [(r["key"], r["weight"]) for r in _rows(spec)] == [("0: a", 0.25), ("1: b", 0.75)]
     assert spec["encoding"]["x"]["sort"] == ["0: a", "1: b", "2: c"]
 
@@ -248,21 +253,25 @@ def test_a_clickable_heatmap_selects_a_cell_and_draws_on_a_canvas():
 def test_key_bars_are_the_heatmaps_column_and_hide_queries_before_the_key():
     w = np.tril(np.random.default_rng(2).random((4, 4)))
     w /= w.sum(1, keepdims=True)
-    spec = charts.key_bars(["a", "b", "c", "d"], w[:, 1], key=1, causal=True, query=3, clickable=True).to_dict()
-    assert spec["title"] == "Who attends to '1: b'"
+    bars = charts.key_bars(["a", "b", "c", "d"], w[:, 1], key=1, causal=True, query=3, clickable=True)
+    spec = bars.to_dict()
+    assert bars.title == "Who attends to '1: b'"
     assert [(r["query_pos"], r["weight"]) for r in _rows(spec)] == [(q, w[q, 1]) for q in (1, 2, 3)]  # exact
-    assert spec["encoding"]["color"]["condition"] == {"test": "(datum['query_pos'] === 3)", "value": "#e6550d"}
+    assert spec["encoding"]["color"]["condition"] == {"test": "datum.marked", "value": "#e6550d"}
+    assert [r["query_pos"] for r in _rows(spec) if r["marked"]] == [3]
     assert [p["name"] for p in spec["params"]] == ["query"]
     with pytest.raises(ValueError, match="3 weights for 2 tokens"):
         charts.key_bars(["a", "b"], np.ones(3), 0)
 
 
 def test_query_bars_of_a_window_keep_positions_and_the_querys_name():
-    spec = charts.query_bars(["x", "y"], np.array([0.4, 0.6]), query=30, start=10, name="30: she", key=11,
-                             clickable=True).to_dict()
-    assert spec["title"] == "Where '30: she' looks"
+    bars = charts.query_bars(["x", "y"], np.array([0.4, 0.6]), query=30, start=10, name="30: she", key=11,
+                             clickable=True)
+    spec = bars.to_dict()
+    assert bars.title == "Where '30: she' looks"
     assert [(r["key_pos"], r["key"]) for r in _rows(spec)] == [(10, "10: x"), (11, "11: y")]
-    assert spec["encoding"]["color"]["condition"]["test"] == "(datum['key_pos'] === 11)"
+    assert spec["encoding"]["color"]["condition"]["test"] == "datum.marked"
+    assert [r["key_pos"] for r in _rows(spec) if r["marked"]] == [11]
     assert [p["name"] for p in spec["params"]] == ["key"]
 
 
@@ -273,7 +282,8 @@ def test_layer_multiples_outline_the_selected_head_and_answer_clicks():
     assert spec["params"][0]["select"] == {"type": "point", "fields": ["head"], "on": "click", "clear": False}
     image, _, _, outline = spec["layer"]
     assert image["mark"]["type"] == "image" and spec["params"][0]["views"] == [image["name"]]  # a click on a picture
-    assert outline["transform"] == [{"filter": "(datum.head === '5.1')"}] and outline["mark"]["stroke"] == "#e6550d"
+    assert outline["transform"] == [{"filter": "datum.marked"}] and outline["mark"]["stroke"] == "#e6550d"
+    assert [r["head"] for r in _rows(spec) if r["marked"]] == ["5.1"]
     assert {r["tokens"] for r in _rows(spec)} == {"20–23"}
     assert len(charts.layer_multiples(w, layer=5).to_dict()["layer"]) == 3  # no head selected: no outline
 
@@ -427,7 +437,7 @@ def test_long_titles_are_a_short_title_and_a_subtitle_never_one_long_line():
         wrapped["text"]))
     for spec in (long, sink, wrapped):
         assert all(len(line) <= charts.SUBTITLE_MAX for line in _lines(spec.get("subtitle")))
-    assert charts.attention_heatmap(["a", "b"], np.eye(2), "Layer 1, head 2").to_dict()["title"] == "Layer 1, head 2"
+    assert charts.attention_heatmap(["a", "b"], np.eye(2), "Layer 1, head 2").title == "Layer 1, head 2"
 
 
 @pytest.mark.parametrize("width", [200, 250, 300, 400, 600, 740, 1200])

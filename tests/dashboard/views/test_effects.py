@@ -4,11 +4,9 @@ value-weighted norms or rollout holds those, and bad input is a message, never a
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from apptest import open_app, opening, texts, titles
+from apptest import drawn, open_app, opening, texts, titles
 from numeric import fp32
 
 import probes
@@ -26,7 +24,7 @@ def _rerun(at):
 
 
 def _specs(at) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    return [drawn(c) for c in at.get("vega_lite_chart")]
 
 
 def _title(spec: dict) -> str:
@@ -45,7 +43,7 @@ def _rows(at, title: str):
     """The data of the chart with this title (its first layer's: a highlight layer has its own)."""
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    charts = [c for c in at.get("vega_lite_chart") if title in _title(json.loads(c.proto.spec))]
+    charts = [c for c in at.get("vega_lite_chart") if title in _title(drawn(c))]
     assert charts, f"no chart titled {title!r}"
     return convert_arrow_bytes_to_pandas_df(charts[0].proto.datasets[0].data.data)
 
@@ -303,7 +301,7 @@ def _pair_heatmaps(at) -> tuple[list[str], list[str]]:
     pair = ("First text:", "Second text:")
     everywhere = [t for t in map(_title, _specs(at)) if t.startswith(pair)]
     in_columns = [t for col in at.columns for c in col.get("vega_lite_chart")
-                  if (t := _title(json.loads(c.proto.spec))).startswith(pair)]
+                  if (t := _title(drawn(c))).startswith(pair)]
     return everywhere, in_columns
 
 

@@ -13,6 +13,12 @@ from numeric import fp32
 import probes
 from dashboard import charts
 
+
+def _outlined(at, title: str) -> set[int]:
+    """The query rows the heatmap titled ``title`` outlines (its table's marked rows)."""
+    return {int(r["query_pos"]) for r in rows(at, title) if r["marked"]}
+
+
 LONG = "the cat sat on the mat " * 20  # 122 tokens on minilm
 
 
@@ -43,7 +49,8 @@ def test_a_cell_click_sets_the_query_and_draws_the_column_who_attends_to_its_key
     assert sorted(column) == list(range(len(tokens)))
     assert np.array_equal([column[q] for q in sorted(column)], reference[:, 5])  # the model's weights, exactly
     heatmap = [s for s in specs(at) if s.get("title") == "Layer 2, head 5"][0]
-    assert heatmap["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 7)"  # the row outlined
+    assert heatmap["encoding"]["stroke"]["condition"]["test"] == "datum.marked"  # the row outlined: in its table
+    assert _outlined(at, "Layer 2, head 5") == {7}
     assert [p["name"] for p in heatmap["params"]] == ["cell"]
 
 
@@ -92,11 +99,12 @@ def test_word_level_keeps_the_query_outlined_and_a_word_click_sets_its_first_tok
     rerun(at)
     spec = [s for s in specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
     assert spec["encoding"]["y"]["sort"] == ["0: Xiaohong (1)", "1: was (3)", "2: hungry (4)"]  # picker's numbers
-    assert spec["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 2)"
+    assert _outlined(at, "Layer 0, head 0 (words)") == {2}
     _click(at, "cell", "cell", query_pos=0, key_pos=1)  # the word "Xiaohong" (tokens 1, 2) on "was" (3)
     assert at.session_state["view"].query == 1 and "Who attends to '3: was'" in titles(at)
     spec = [s for s in specs(at) if s.get("title") == "Layer 0, head 0 (words)"][0]
-    assert spec["encoding"]["stroke"]["condition"]["test"] == "(datum.query_pos === 0)"
+    assert spec["encoding"]["stroke"]["condition"]["test"] == "datum.marked"
+    assert _outlined(at, "Layer 0, head 0 (words)") == {0}
 
 
 def test_a_decoder_column_leaves_out_the_queries_before_the_key():

@@ -4,11 +4,9 @@ an encoder gets instead of an error."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from apptest import open_app as _app, texts as _texts
+from apptest import drawn, open_app as _app, texts as _texts
 
 from dashboard.state import DEFAULT_PROMPT
 from probes.scratch import generate as g
@@ -17,7 +15,7 @@ from probes.scratch import generate as g
 def _bars(at) -> list[dict]:
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    chart = [c for c in at.get("vega_lite_chart") if "looks" in json.loads(c.proto.spec).get("title", "")][0]
+    chart = [c for c in at.get("vega_lite_chart") if "looks" in drawn(c).get("title", "")][0]
     return convert_arrow_bytes_to_pandas_df(chart.proto.datasets[0].data.data).to_dict("records")
 
 
