@@ -19,7 +19,9 @@ from probes import cluster as ray_cluster
 from probes.effects import ablation
 from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
 
-pytestmark = pytest.mark.xdist_group("ray")  # one local Ray at a time (make test's workers)
+# one local Ray at a time (make test's workers); bitwise: its numeric tests compare a served model with this process's,
+# exactly, so the numeric re-run (other CPU kernels: both sides change alike) leaves them out
+pytestmark = [pytest.mark.bitwise, pytest.mark.xdist_group("ray")]
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry"
