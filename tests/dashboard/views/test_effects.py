@@ -199,28 +199,14 @@ def test_does_it_matter_says_its_measures_in_words_not_their_identifiers():
 
 # -- Does it matter? on a decoder --------------------------------------------------------------------
 @pytest.mark.numeric
-def test_a_decoder_opens_on_the_query_token_and_gets_loss_and_the_logit_attribution_of_she_against_he(smollm2):
+@pytest.mark.xdist_group("effects_smollm2")  # (with the next test, which opens the same page: one grid for both)
+def test_a_decoder_opens_on_the_query_token_and_gets_the_logit_attribution_of_she_against_he(smollm2):
     at = open_app(page="effects", model="smollm2")
     # the grid answers the question beside it (the query token "she"), not the whole text's loss
     assert at.selectbox(key="w_effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
     assert smollm2.encode(DEFAULT_TEXT).tokens[0][query].text == " she"
     assert _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change").shape == (30, 9)
-    at.selectbox(key="w_effects_measure").set_value("loss")
-    _rerun(at)
-    got = _grid(_rows(at, "Loss on the text when one head is zeroed"), "loss")
-    assert got.shape == (30, 9)
-    top = np.unravel_index(int(got.argmax()), got.shape)
-    assert f"Taking out head {top[0]}.{top[1]} raises the loss the most" in texts(at.markdown)
-    # a few cells, each head ablated on its own (the page ablates all 270 in batches: the same function in
-    # another batch composition). A loss moves by at most twice the largest change of a logit, and two fp32
-    # passes' logits agree within parity's error model (TOLERANCES["logits"] of their scale)
-    scale = max(1.0, float(probes.run(smollm2, DEFAULT_TEXT, source="scratch").logits.abs().max()))
-    for layer, head in {top, (0, 0), (15, 4), (29, 8)}:
-        want = ablation.ablate(smollm2, DEFAULT_TEXT, [(layer, head)], position=query)["loss"]
-        assert got[layer, head] == pytest.approx(want, abs=2 * TOLERANCES["logits"] * scale, rel=0), (layer, head)
-    scale = _spec(at, "Loss on the text when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
-    assert scale["domainMid"] == 0  # a loss can fall: diverging
 
     # " she" against " he", predicted at "because" (the token before "she")
     assert (at.text_input(key="effects_target").value, at.text_input(key="effects_other").value) == (" she", " he")
@@ -236,6 +222,30 @@ def test_a_decoder_opens_on_the_query_token_and_gets_loss_and_the_logit_attribut
     _rerun(at)
     assert "is 4 tokens on smollm2" in texts(at.error)
     assert "Minimal pair: change a word, see which heads move" in [s.value for s in at.subheader]
+
+
+@pytest.mark.numeric
+@pytest.mark.xdist_group("effects_smollm2")  # on the worker of the test above: its first grid is in the app's cache
+def test_a_decoder_gets_the_loss_on_the_text_when_each_head_is_zeroed(smollm2):
+    """The loss grid, each cell a head ablated on its own (a test of its own: with the query token's grid above in
+    one test it ran past a minute under the numeric re-run's portable kernels, 69 s)."""
+    at = open_app(page="effects", model="smollm2")
+    query = at.selectbox(key="w_query").value
+    at.selectbox(key="w_effects_measure").set_value("loss")
+    _rerun(at)
+    got = _grid(_rows(at, "Loss on the text when one head is zeroed"), "loss")
+    assert got.shape == (30, 9)
+    top = np.unravel_index(int(got.argmax()), got.shape)
+    assert f"Taking out head {top[0]}.{top[1]} raises the loss the most" in texts(at.markdown)
+    # a few cells, each head ablated on its own (the page ablates all 270 in batches: the same function in
+    # another batch composition). A loss moves by at most twice the largest change of a logit, and two fp32
+    # passes' logits agree within parity's error model (TOLERANCES["logits"] of their scale)
+    scale = max(1.0, float(probes.run(smollm2, DEFAULT_TEXT, source="scratch").logits.abs().max()))
+    for layer, head in {top, (0, 0), (15, 4), (29, 8)}:
+        want = ablation.ablate(smollm2, DEFAULT_TEXT, [(layer, head)], position=query)["loss"]
+        assert got[layer, head] == pytest.approx(want, abs=2 * TOLERANCES["logits"] * scale, rel=0), (layer, head)
+    scale = _spec(at, "Loss on the text when one head is zeroed")["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domainMid"] == 0  # a loss can fall: diverging
 
 
 @pytest.mark.numeric
