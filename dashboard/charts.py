@@ -43,6 +43,7 @@ Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on every rerun (see Spec.streamed)
 MARKED = "marked"  # a Spec's column: the rows drawn in the highlight colour (the query's row, the other chart's bar)
 TITLE = "title"  # a Spec's column: its title, when the title is read from the table (see data_title)
+DATA_TITLE = {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}  # such a title's spec
 
 
 class Spec:
@@ -72,7 +73,7 @@ class Spec:
     def title(self) -> Any:
         """The title as the chart draws it: the table's :data:`TITLE` where the spec reads it from there
         (:func:`data_title`), else the spec's own."""
-        if TITLE in self.data and len(self.data):
+        if self.spec.get("title") == DATA_TITLE and len(self.data):
             return str(self.data[TITLE].iloc[0])
         return self.spec.get("title", alt.Undefined)
 
@@ -116,7 +117,7 @@ def data_title(frame: pd.DataFrame, text: str) -> tuple[pd.DataFrame, Any]:
     (:func:`titled`: it wraps)."""
     if not isinstance(titled(text), str):
         return frame, _title(text)
-    return frame.assign(**{TITLE: text}), {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}
+    return frame.assign(**{TITLE: text}), {"text": {**DATA_TITLE["text"]}}  # (a copy: the constant stays as it is)
 
 
 def _title(text: str) -> Any:

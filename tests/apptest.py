@@ -45,11 +45,10 @@ def drawn(chart) -> dict:
     (``charts.data_title``: an expression) is the table's title column."""
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    from dashboard.charts import DATA, TITLE
+    from dashboard.charts import DATA, DATA_TITLE, TITLE
 
     spec = json.loads(chart.proto.spec)
-    title = spec.get("title")
-    if isinstance(title, dict) and isinstance(title.get("text"), dict) and f"data('{DATA}')" in str(title["text"]):
+    if spec.get("title") == DATA_TITLE:
         (table,) = [d for d in chart.proto.datasets if d.name == DATA]
         spec["title"] = str(convert_arrow_bytes_to_pandas_df(table.data.data)[TITLE].iloc[0])
     return spec
