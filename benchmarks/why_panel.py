@@ -71,7 +71,7 @@ DRAWN = """
 """
 
 
-def measure(browser, url: str, clicks: int, warmup: int) -> list[float]:
+def measure(browser, url: str, clicks: int, warmup: int) -> tuple[list[float], ...]:
     context = browser.new_context(viewport={"width": 1400, "height": 2000})  # the whole 40-row heatmap in view
     context.add_init_script(PROBE)
     page = context.new_page()
@@ -83,7 +83,7 @@ def measure(browser, url: str, clicks: int, warmup: int) -> list[float]:
                            timeout=120_000)
     page.wait_for_timeout(1000)
     locate = Cells(page, TOKENS)
-    times, sent = [], []
+    times, sent, server, streamed, drawn = [], [], [], [], []
     for i in range(warmup + clicks):
         query, key = 20 + i % 15, 3 + (i * 7) % 15
         page.mouse.click(*locate.centre(query, key))
@@ -96,13 +96,18 @@ def measure(browser, url: str, clicks: int, warmup: int) -> list[float]:
             page.screenshot(path="/tmp/why_fail.png")
             print("click", i, query, key, page.url, page.evaluate("window.__why"), file=sys.stderr)
             raise
-        got = page.evaluate("[performance.now() - window.__why.down, window.__why.sent - window.__why.down]")
+        got = page.evaluate("[performance.now(), window.__why.down, window.__why.sent, window.__why.first, "
+                            "window.__why.last]")
+        now, down, sent_at, first, last = got
         if i >= warmup:
-            times.append(got[0])
-            sent.append(got[1])
+            times.append(now - down)
+            sent.append(sent_at - down)
+            server.append(first - sent_at)  # the click sent → the server's first message: the fragment's script
+            streamed.append(last - first)  # its first message → its last: the rest of the script, as it streams
+            drawn.append(now - last)  # its last message → the panel drawn and the app idle: the browser alone
         page.wait_for_timeout(400)
     context.close()
-    return times, sent
+    return times, sent, server, streamed, drawn
 
 
 def main() -> None:
@@ -117,7 +122,7 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium_path(), args=ARGS)
-            times, sent = measure(browser, url, args.clicks, args.warmup)
+            times, sent, server_ms, streamed, drawn = measure(browser, url, args.clicks, args.warmup)
             browser.close()
     finally:
         server.terminate()
@@ -127,7 +132,11 @@ def main() -> None:
              f"clicks: {len(times)}   median {median:.0f} ms   min {min(times):.0f} ms   max {max(times):.0f} ms   "
              f"goal < {GOAL_MS:.0f} ms: {'met' if median < GOAL_MS else 'NOT met'}",
              f"of which the browser holds the click before sending it to the server (Streamlit's chart selections): "
-             f"median {statistics.median(sent):.0f} ms"]
+             f"median {statistics.median(sent):.0f} ms",
+             f"then, medians: the server's first message {statistics.median(server_ms):.0f} ms after the click is "
+             "sent, "
+             f"its last {statistics.median(streamed):.0f} ms after its first, and the browser draws and goes idle "
+             f"{statistics.median(drawn):.0f} ms after the last"]
     publish("\n".join(lines), args.out, "why_panel.txt")
 
 

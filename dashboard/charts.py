@@ -44,6 +44,24 @@ DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on 
 MARKED = "marked"  # a Spec's column: the rows drawn in the highlight colour (the query's row, the other chart's bar)
 TITLE = "title"  # a Spec's column: its title, when the title is read from the table (see data_title)
 DATA_TITLE = {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}  # such a title's spec
+WRAP_COLUMNS = [f"{TITLE}_{chars}" for chars in WRAPS]  # a wrapping title's lines at each wrap (see data_title)
+LINE_BREAK = "\\u001f"  # between those lines in a cell (a Vega string's escape for a character no title holds)
+
+
+def _wrapping_data_title() -> dict[str, Any]:
+    """The spec of a title read from the table that wraps to the chart's width as :func:`wrapped` does: the lines
+    of the longest wrap that fits, each wrap's lines one cell of its :data:`WRAP_COLUMNS` column."""
+    first = f"data('{DATA}')[0]"
+    expr = f"split({first}.{WRAP_COLUMNS[-1]}, '{LINE_BREAK}')"
+    for chars, column in zip(reversed(WRAPS[1:]), reversed(WRAP_COLUMNS[:-1]), strict=True):
+        expr = f"width < {round(chars * TITLE_PX)} ? split({first}.{column}, '{LINE_BREAK}') : {expr}"
+    return {"text": {"expr": f"length(data('{DATA}')) ? {expr} : ''"}, "anchor": "start"}
+
+
+WRAPPING_DATA_TITLE = _wrapping_data_title()  # such a title's spec
+REACH = "reach"  # a Spec's column: the largest |value| its diverging colour scale reaches (each row the same)
+# a diverging scale's domain, [-reach, reach], read from the table: the spec stays as it was from click to click
+SYMMETRIC = {"expr": f"length(data('{DATA}')) ? [-data('{DATA}')[0].{REACH}, data('{DATA}')[0].{REACH}] : [-1, 1]"}
 
 
 class Spec:
@@ -73,15 +91,15 @@ class Spec:
     def title(self) -> Any:
         """The title as the chart draws it: the table's :data:`TITLE` where the spec reads it from there
         (:func:`data_title`), else the spec's own."""
-        if self.spec.get("title") == DATA_TITLE and len(self.data):
+        if read_from_table(self.spec.get("title")) and len(self.data):
             return str(self.data[TITLE].iloc[0])
         return self.spec.get("title", alt.Undefined)
 
     @property
     def table(self) -> pd.DataFrame:
         """The chart's numbers as a person reads them (its CSV): :attr:`data` less what only draws it (the
-        :data:`MARKED` and :data:`TITLE` columns)."""
-        return self.data.drop(columns=[name for name in (MARKED, TITLE) if name in self.data])
+        :data:`MARKED` and :data:`TITLE` columns, a wrapping title's lines)."""
+        return self.data.drop(columns=[name for name in (MARKED, TITLE, *WRAP_COLUMNS) if name in self.data])
 
     def properties(self, **changes: Any) -> Spec:
         """A copy with these top-level properties (an Altair object among them as its dictionary)."""
@@ -91,8 +109,12 @@ class Spec:
     def streamed(self) -> dict[str, Any]:
         """The spec as ``ui.chart`` hands it to Streamlit: the table (a frame, which Streamlit sends as Arrow) under
         one name, :data:`DATA`, on every rerun, so a click that changes only the numbers leaves the spec as it was
-        and the browser swaps the data in the chart it has instead of building the chart again."""
-        return {**self.spec, "data": {"name": DATA}, "datasets": {DATA: self.data}}
+        and the browser swaps the data in the chart it has instead of building the chart again. The usermeta's
+        :data:`MAX_WIDTH` is left out (the app gives it as the element's width: ``ui.chart``), so a grid with one
+        column more keeps its spec too."""
+        spec = {**self.spec, "data": {"name": DATA}, "datasets": {DATA: self.data}}
+        meta = {name: value for name, value in (spec.pop("usermeta", None) or {}).items() if name != MAX_WIDTH}
+        return {**spec, "usermeta": meta} if meta else spec
 
     def to_dict(self, validate: bool = True) -> dict[str, Any]:
         """As Altair writes a chart: the table's rows as records (categories as their labels, missing values as
@@ -110,14 +132,30 @@ class Spec:
         return json.dumps(self.to_dict(validate=False), **kwargs)
 
 
-def data_title(frame: pd.DataFrame, text: str) -> tuple[pd.DataFrame, Any]:
+def data_title(frame: pd.DataFrame, text: str, wraps: bool = False) -> tuple[pd.DataFrame, Any]:
     """A title that changes from click to click (Explore's "Layer 3, head 4") read from the table: ``frame`` with
     the column :data:`TITLE`, and the title's spec, an expression over the table, so the spec stays as it was and
     the browser swaps the table in place. A title too long for one line of a phone's chart is written in the spec
-    (:func:`titled`: it wraps)."""
-    if not isinstance(titled(text), str):
+    (:func:`titled`: it wraps), unless ``wraps``: then the title is always one that wraps to the chart's width, as
+    :func:`titled` would wrap it, anchored at the start, its lines at each wrap in the table too
+    (:data:`WRAP_COLUMNS`), so a click from a short title to a long one keeps the spec. A title :func:`titled` would
+    give a subtitle is written in the spec."""
+    import copy
+    import textwrap
+
+    drawn = titled(text)
+    if wraps and (isinstance(drawn, str) or drawn.subtitle is alt.Undefined):
+        lines = {column: pd.Categorical(["\x1f".join(textwrap.wrap(text, chars) or [text])] * len(frame))
+                 for chars, column in zip(WRAPS, WRAP_COLUMNS, strict=True)}  # (one category: a few bytes a row)
+        return frame.assign(**{TITLE: pd.Categorical([text] * len(frame))}, **lines), copy.deepcopy(WRAPPING_DATA_TITLE)
+    if not isinstance(drawn, str):
         return frame, _title(text)
     return frame.assign(**{TITLE: text}), {"text": {**DATA_TITLE["text"]}}  # (a copy: the constant stays as it is)
+
+
+def read_from_table(title: Any) -> bool:
+    """Whether a spec's title is read from its table's :data:`TITLE` (:func:`data_title`)."""
+    return title == DATA_TITLE or title == WRAPPING_DATA_TITLE
 
 
 def _title(text: str) -> Any:
@@ -884,17 +922,21 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> Spec:
     reach = float(rows["contribution"].abs().max()) if len(rows) else 0.0
     reach = reach if reach > 0 and np.isfinite(reach) else 1e-9
     rows["ink"] = np.where(rows["contribution"].abs() > 0.6 * reach, "white", "#222")  # legible on dark cells
-    order = {axis: list(dict.fromkeys(rows[f"{axis}_part"])) for axis in ("query", "key")}
+    rows[REACH] = reach
+    for axis in ("query", "key"):  # each axis in the order the grid was given (the order the stream is written)
+        order = {name: i for i, name in enumerate(dict.fromkeys(rows[f"{axis}_part"]))}
+        rows[f"{axis}_order"] = rows[f"{axis}_part"].map(order).astype(int)
     axes = {
-        "x": {"field": "key_part", "type": "nominal", "title": "what wrote the key", "sort": order["key"],
+        "x": {"field": "key_part", "type": "nominal", "title": "what wrote the key",
+              "sort": {"field": "key_order", "op": "min"},
               "axis": {"labelAngle": -40, "labelOverlap": False, "labelLimit": 180}},
-        "y": {"field": "query_part", "type": "nominal", "title": "what wrote the query", "sort": order["query"],
-              "axis": {"labelOverlap": False, "labelLimit": 180}},
+        "y": {"field": "query_part", "type": "nominal", "title": "what wrote the query",
+              "sort": {"field": "query_order", "op": "min"}, "axis": {"labelOverlap": False, "labelLimit": 180}},
     }
     rect = {"mark": {"type": "rect"}, "encoding": {
         **axes,
         "color": {"field": "contribution", "type": "quantitative", "title": "term",
-                  "scale": {"scheme": "redblue", "reverse": True, "domain": [-reach, reach], "domainMid": 0}},
+                  "scale": {"scheme": "redblue", "reverse": True, "domain": SYMMETRIC, "domainMid": 0}},
         "tooltip": [{"field": "query_part", "type": "nominal", "title": "query part"},
                     {"field": "key_part", "type": "nominal", "title": "key part"},
                     {"field": "contribution", "type": "quantitative", "format": "+.4f", "title": "term"},
@@ -905,9 +947,10 @@ def qk_grid(frame: pd.DataFrame, score: float, title: str = "") -> Spec:
     spec: dict[str, Any] = {
         "$schema": alt.SCHEMA_URL, "layer": [rect, text],
         "resolve": {"scale": {"color": "independent"}},  # the ink is not the term's
-        "width": "container", "height": {"step": 26}, "usermeta": {MAX_WIDTH: 90 * len(order["key"]) + 400}}
+        "width": "container", "height": {"step": 26},
+        "usermeta": {MAX_WIDTH: 90 * rows["key_order"].nunique() + 400}}
     if title:
-        spec["title"] = _title(title)
+        rows, spec["title"] = data_title(rows, title, wraps=True)
     return Spec(spec, rows)
 
 

@@ -45,10 +45,10 @@ def drawn(chart) -> dict:
     (``charts.data_title``: an expression) is the table's title column."""
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    from dashboard.charts import DATA, DATA_TITLE, TITLE
+    from dashboard.charts import DATA, TITLE, read_from_table
 
     spec = json.loads(chart.proto.spec)
-    if spec.get("title") == DATA_TITLE:
+    if read_from_table(spec.get("title")):
         (table,) = [d for d in chart.proto.datasets if d.name == DATA]
         spec["title"] = str(convert_arrow_bytes_to_pandas_df(table.data.data)[TITLE].iloc[0])
     return spec

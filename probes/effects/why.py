@@ -49,6 +49,7 @@ term's sign. ``frame()``'s ``share`` (and the CSV's) is blank (NaN) then.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -260,9 +261,11 @@ class QKAttribution:
         layers 8–15"). A bucket of one part is named after it."""
         depth = self.n_layers or max(self.layer, 1)
         width = max(1, math.ceil(depth / LAYER_BANDS))
-        size = np.maximum(self.side("query").abs(), self.side("key").abs())
-        layered = [name for name in self.parts if name.startswith(("head ", "MLP "))]
-        big = set(sorted((p for p in layered if size[p] >= BIG * abs(self.score)), key=lambda p: -size[p])[:n])
+        size = dict(zip(self.parts, np.maximum(np.abs(self.matrix.sum(axis=1)), np.abs(self.matrix.sum(axis=0))),
+                        strict=True))
+        layered = {name for name in self.parts if name.startswith(("head ", "MLP "))}
+        big = set(sorted((p for p in self.parts if p in layered and size[p] >= BIG * abs(self.score)),
+                         key=lambda p: -size[p])[:n])
         bucket = {}
         for name in self.parts:
             if name in ("biases", BIAS_QK):
@@ -274,31 +277,38 @@ class QKAttribution:
                 bucket[name] = f"heads of {layers}" if name.startswith("head ") else f"MLPs of {layers}"
             else:
                 bucket[name] = name
-        members = pd.Series(bucket).groupby(pd.Series(bucket)).size()
+        members = Counter(bucket.values())
         return {name: name if members[b] == 1 else b for name, b in bucket.items()}
+
+    def _grouping(self, n: int) -> tuple[list[str], np.ndarray]:
+        """The buckets in the order the stream is written, and each part's bucket (its index among them)."""
+        mapping = self._buckets(n)
+        names = list(dict.fromkeys(mapping[p] for p in self.parts))
+        at = {name: i for i, name in enumerate(names)}
+        return names, np.array([at[mapping[p]] for p in self.parts], dtype=np.int64)
 
     def buckets(self, n: int = 3) -> pd.DataFrame:
         """The grid's rows and columns (:meth:`grid`), in the order the stream is written: bucket, parts (how many
         it holds), query_total and key_total (its side totals: each column sums to the score), largest (its part
         with the largest |side total|), largest_total (that total, signed), holds (in words: "72 parts, none above
         4% of 4.83 on either side (the largest: head 9.3, +0.21 on the key side)")."""
-        mapping = self._buckets(n)
-        sides = {axis: self.side(axis) for axis in ("query", "key")}
+        names, of = self._grouping(n)
+        sides = {"query": self.matrix.sum(axis=1), "key": self.matrix.sum(axis=0)}
         rows = []
-        for bucket in dict.fromkeys(mapping[p] for p in self.parts):
-            names = [p for p in self.parts if mapping[p] == bucket]
-            q_side, k_side = sides["query"][names], sides["key"][names]
-            top_q, top_k = q_side.abs().idxmax(), k_side.abs().idxmax()
-            largest, axis = (top_q, "query") if abs(q_side[top_q]) >= abs(k_side[top_k]) else (top_k, "key")
-            value = float(sides[axis][largest])
-            if len(names) == 1:
+        for b, bucket in enumerate(names):
+            members = np.flatnonzero(of == b)
+            q_side, k_side = sides["query"][members], sides["key"][members]
+            top_q, top_k = int(np.argmax(np.abs(q_side))), int(np.argmax(np.abs(k_side)))  # (the first, on a tie)
+            top, axis = (top_q, "query") if abs(q_side[top_q]) >= abs(k_side[top_k]) else (top_k, "key")
+            largest, value = self.parts[members[top]], float(sides[axis][members[top]])
+            if len(members) == 1:
                 holds = "1 part"
             else:
                 bound = f"{percent(abs(value) / self.score)[1:]} of {self.score:.3g}" if self.score > 0 else \
                     f"{abs(value):.3g} (score {self.score:.3g})"
-                holds = (f"{len(names)} parts, none above {bound} on either side (the largest: {largest}, "
+                holds = (f"{len(members)} parts, none above {bound} on either side (the largest: {largest}, "
                          f"{value:+.3g} on the {axis} side)")
-            rows.append(dict(bucket=bucket, parts=len(names), query_total=float(q_side.sum()),
+            rows.append(dict(bucket=bucket, parts=len(members), query_total=float(q_side.sum()),
                              key_total=float(k_side.sum()), largest=largest, largest_total=value, holds=holds))
         return pd.DataFrame(rows)
 
@@ -307,21 +317,23 @@ class QKAttribution:
         MLPs big enough to be named, the other heads and MLPs in bands of layers) × the same buckets; it sums to
         the score. Tidy: query_part, key_part, contribution, query_parts and key_parts (how many parts each side's
         bucket holds: 1 for a part named on its own)."""
-        mapping = self._buckets(n)
-        names = list(dict.fromkeys(mapping[p] for p in self.parts))
+        names, of = self._grouping(n)
         groups = np.zeros((len(names), len(self.parts)))
-        for p, part in enumerate(self.parts):
-            groups[names.index(mapping[part]), p] = 1.0
+        groups[of, np.arange(len(self.parts))] = 1.0
         small = groups @ self.matrix @ groups.T
         counts = groups.sum(1).astype(int)
-        return pd.DataFrame([(q, k, small[a, b], counts[a], counts[b]) for a, q in enumerate(names)
-                             for b, k in enumerate(names)],
-                            columns=["query_part", "key_part", "contribution", "query_parts", "key_parts"])
+        rows, cols = np.divmod(np.arange(len(names) ** 2), len(names))  # row by row, as the stream is written
+        return pd.DataFrame({"query_part": [names[a] for a in rows], "key_part": [names[b] for b in cols],
+                             "contribution": small[rows, cols], "query_parts": counts[rows],
+                             "key_parts": counts[cols]})
+
+    @staticmethod
+    def _named(grid: pd.DataFrame) -> float:
+        return float(grid.contribution[(grid.query_parts == 1) & (grid.key_parts == 1)].sum())
 
     def named_total(self, n: int = 3) -> float:
         """What the grid's cells of one part × one part sum to (the rest is in cells with a bucket of several)."""
-        grid = self.grid(n)
-        return float(grid.contribution[(grid.query_parts == 1) & (grid.key_parts == 1)].sum())
+        return self._named(self.grid(n))
 
     def grid_caption(self, n: int = 3) -> str:
         """The grid in words: what its cells of one named part × one named part explain, its largest cell, and what
@@ -329,7 +341,7 @@ class QKAttribution:
         (the largest: head 1.7, -0.151 on the query side)")."""
         grid = self.grid(n)
         big = grid.loc[grid.contribution.abs().idxmax()]
-        line = (f"The cells of one named part × one named part, together: {self.effect(self.named_total(n))}; the "
+        line = (f"The cells of one named part × one named part, together: {self.effect(self._named(grid))}; the "
                 f"largest cell, {big.query_part} × {big.key_part}: {self.effect(big.contribution)}")
         several = self.buckets(n)
         several = several[several.parts > 1]

@@ -369,19 +369,60 @@ def test_lens_grid_colours_direct_logits_from_zero_and_refuses_a_missing_column(
     assert charts.visible("\xa0") == "␣"  # a no-break space shows too
 
 
+def _scene(spec: dict) -> dict[str, list[dict]]:
+    """The chart as Vega draws it (vl-convert's scene graph): each kind of mark's items ("rect mark",
+    "text axis-label", "text legend-label", "text title-text", …), in the order drawn."""
+    import json
+
+    import vl_convert
+
+    found: dict[str, list[dict]] = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("marktype"):
+                found.setdefault(f"{node['marktype']} {node.get('role')}", []).extend(node.get("items", []))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(vl_convert.vegalite_to_scenegraph(json.dumps(spec)))
+    return found
+
+
 def test_qk_grid_is_diverging_around_zero_and_keeps_the_parts_order():
+    """The grid's scale, order and title are read from its table (so its spec is one from click to click) and
+    drawn as before: symmetric around 0, reaching the largest |term|, the parts in the order given."""
     frame = pd.DataFrame({"query_part": ["token embedding", "token embedding", "head 0.1", "head 0.1"],
                           "key_part": ["head 0.0", "biases", "head 0.0", "biases"],
                           "contribution": [3.0, -0.5, 0.25, -1.0]})
     spec = charts.qk_grid(frame, 1.75, "why").to_dict()
-    rect = spec["layer"][0]
-    scale = rect["encoding"]["color"]["scale"]
-    assert scale["domain"] == [-3.0, 3.0] and scale["domainMid"] == 0  # white is a term of 0, whatever the range
-    assert rect["encoding"]["y"]["sort"] == ["token embedding", "head 0.1"]  # the order the grid was given
-    assert rect["encoding"]["x"]["sort"] == ["head 0.0", "biases"]
-    data = spec["datasets"][spec["data"]["name"]] if "datasets" in spec else None
-    shares = sorted(row["share"] for row in data) if data else []
+    drawn = _scene(spec)
+    gradient = drawn["rect legend-gradient"][0]
+    top = gradient["fill"]["stops"][-1]["color"]
+    assert [cell["fill"] == top for cell in drawn["rect mark"]] == [True, False, False, False]  # +3 reaches the end
+    legend = {item["text"]: item["y"] for item in drawn["text legend-label"]}
+    assert legend["0"] == pytest.approx(gradient["height"] / 2)  # white is a term of 0: the domain is [-3, 3]
+    assert legend["−2"] - legend["0"] == pytest.approx(legend["0"] - legend["2"])
+    labels = [item["text"] for item in drawn["text axis-label"]]
+    assert labels == ["head 0.0", "biases", "token embedding", "head 0.1"]  # the order the grid was given
+    assert [item["text"] for item in drawn["text title-text"]] == [["why"]]
+    long = "Head 1.2: “hungry” (12) → “gave” (3), score -0.732"  # wraps on a phone, as every long title does
+    for width, lines in ((250, ["Head 1.2: “hungry” (12) →", "“gave” (3), score -0.732"]), (900, [long])):
+        chart = charts.qk_grid(frame, 1.75, long).properties(width=width)
+        assert [item["text"] for item in _scene(chart.to_dict())["text title-text"]] == [lines]
+        assert chart.title == long and list(chart.table.columns) == list(charts.qk_grid(frame, 1.75).table.columns)
+    data = spec["datasets"][spec["data"]["name"]]
+    shares = sorted(row["share"] for row in data)
     assert shares == sorted(c / 1.75 for c in frame.contribution)  # each term's share of the score, in the tooltip
+    small = charts.qk_grid(frame.assign(contribution=frame.contribution / 100), 1.75, "why").to_dict()
+    assert {"−0.02", "0.00", "0.02"} <= {item["text"] for item in _scene(small)["text legend-label"]}  # ±0.03 here
+    reordered = charts.qk_grid(frame.iloc[::-1], 1.75, "why (other order)")
+    assert reordered.streamed()["layer"] == charts.qk_grid(frame, 1.75, "why").streamed()["layer"]  # one spec
+    assert [item["text"] for item in _scene(reordered.to_dict())["text axis-label"]] == \
+        ["biases", "head 0.0", "head 0.1", "token embedding"]
 
 
 # -- layout: charts take the page's width, titles are never cut, deep models' grids fit one screen -----------------

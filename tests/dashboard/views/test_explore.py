@@ -29,6 +29,12 @@ def _click(at, chart: str, selection: str, **point):
     return rerun(at)
 
 
+def _grid_spec(at) -> str:
+    """The "Why this weight?" grid's spec as the browser gets it (its table aside)."""
+    (grid,) = [c.proto.spec for c in at.get("vega_lite_chart") if "what wrote the key" in c.proto.spec]
+    return grid
+
+
 def _link(at, name: str) -> str:
     value = at.query_params[name]
     return value[0] if isinstance(value, list) else value
@@ -181,6 +187,11 @@ def test_a_cell_click_opens_why_this_weight_and_the_link_reopens_it(minilm):
     assert sum(r["contribution"] for r in cells) == pytest.approx(expected.total, abs=fp32(36, expected.bound),
                                                                    rel=0)
     assert "Sum of the parts" in texts(at.caption) and expected.grid_caption(3) in texts(at.caption)
+    grid = _grid_spec(at)
+    _click(at, "cell", "cell", query_pos=12, key_pos=3)  # another cell: its grid has other buckets and another scale
+    other = qk_attribution(minilm, DEFAULT_TEXT, 1, 2, 12, 3)
+    assert f"Head 1.2: “hungry” (12) → “gave” (3), score {other.score:.3g}" in titles(at)
+    assert _grid_spec(at) == grid  # the same spec (the browser swaps the table in the grid it has)
     reopened = open_app(layer=1, head=2, query=10, key=7)  # the link opens on the same panel
     assert title in titles(reopened)
 
