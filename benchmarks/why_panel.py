@@ -96,9 +96,8 @@ def measure(browser, url: str, clicks: int, warmup: int) -> tuple[list[float], .
             page.screenshot(path="/tmp/why_fail.png")
             print("click", i, query, key, page.url, page.evaluate("window.__why"), file=sys.stderr)
             raise
-        got = page.evaluate("[performance.now(), window.__why.down, window.__why.sent, window.__why.first, "
-                            "window.__why.last]")
-        now, down, sent_at, first, last = got
+        now, down, sent_at, first, last = page.evaluate("[performance.now(), window.__why.down, window.__why.sent, "
+                                                        "window.__why.first, window.__why.last]")
         if i >= warmup:
             times.append(now - down)
             sent.append(sent_at - down)

@@ -45,16 +45,27 @@ MARKED = "marked"  # a Spec's column: the rows drawn in the highlight colour (th
 TITLE = "title"  # a Spec's column: its title, when the title is read from the table (see data_title)
 DATA_TITLE = {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}  # such a title's spec
 WRAP_COLUMNS = [f"{TITLE}_{chars}" for chars in WRAPS]  # a wrapping title's lines at each wrap (see data_title)
-LINE_BREAK = "\\u001f"  # between those lines in a cell (a Vega string's escape for a character no title holds)
+LINE_BREAK = "\x1f"  # between those lines in a cell: a character no title holds
+
+
+def _by_width(variants: list[tuple[int, str]], px: float) -> str:
+    """A Vega expression that picks, from the chart's ``width``, the last of ``variants`` (``(chars, expression)``,
+    narrowest first) whose ``chars`` characters a line fit (``px`` pixels a character): the first always fits."""
+    expr = variants[-1][1]
+    for (chars, _), (_, narrower) in zip(reversed(variants[1:]), reversed(variants[:-1]), strict=True):
+        expr = f"width < {round(chars * px)} ? {narrower} : {expr}"
+    return expr
 
 
 def _wrapping_data_title() -> dict[str, Any]:
     """The spec of a title read from the table that wraps to the chart's width as :func:`wrapped` does: the lines
     of the longest wrap that fits, each wrap's lines one cell of its :data:`WRAP_COLUMNS` column."""
-    first = f"data('{DATA}')[0]"
-    expr = f"split({first}.{WRAP_COLUMNS[-1]}, '{LINE_BREAK}')"
-    for chars, column in zip(reversed(WRAPS[1:]), reversed(WRAP_COLUMNS[:-1]), strict=True):
-        expr = f"width < {round(chars * TITLE_PX)} ? split({first}.{column}, '{LINE_BREAK}') : {expr}"
+    import json
+
+    first, escaped = f"data('{DATA}')[0]", json.dumps(LINE_BREAK)[1:-1]  # (the escape, in the expression's string)
+    expr = _by_width([(chars, f"split({first}.{column}, '{escaped}')") for chars, column in zip(WRAPS, WRAP_COLUMNS,
+                                                                                                 strict=True)],
+                     TITLE_PX)
     return {"text": {"expr": f"length(data('{DATA}')) ? {expr} : ''"}, "anchor": "start"}
 
 
@@ -141,11 +152,10 @@ def data_title(frame: pd.DataFrame, text: str, wraps: bool = False) -> tuple[pd.
     (:data:`WRAP_COLUMNS`), so a click from a short title to a long one keeps the spec. A title :func:`titled` would
     give a subtitle is written in the spec."""
     import copy
-    import textwrap
 
     drawn = titled(text)
     if wraps and (isinstance(drawn, str) or drawn.subtitle is alt.Undefined):
-        lines = {column: pd.Categorical(["\x1f".join(textwrap.wrap(text, chars) or [text])] * len(frame))
+        lines = {column: pd.Categorical([LINE_BREAK.join(_wrap([text], chars))] * len(frame))
                  for chars, column in zip(WRAPS, WRAP_COLUMNS, strict=True)}  # (one category: a few bytes a row)
         return frame.assign(**{TITLE: pd.Categorical([text] * len(frame))}, **lines), copy.deepcopy(WRAPPING_DATA_TITLE)
     if not isinstance(drawn, str):
@@ -170,20 +180,22 @@ def wrapped(parts: list[str], px: float) -> list[str] | Any:
     ``width``, the lines of the longest wrap whose lines fit it (``px`` pixels a character), the last wrap (the
     widest chart's) written last."""
     import json
-    import textwrap
 
     variants: list[tuple[int, list[str]]] = []
     for chars in WRAPS:
-        lines = [line for part in parts for line in textwrap.wrap(part, chars)] or parts
+        lines = _wrap(parts, chars)
         if not variants or lines != variants[-1][1]:
             variants.append((chars, lines))
     if len(variants) == 1:
         return variants[0][1]
-    said = [json.dumps(lines, ensure_ascii=False) for _, lines in variants]
-    expr = said[-1]
-    for (chars, _), narrower in zip(reversed(variants[1:]), reversed(said[:-1]), strict=True):
-        expr = f"width < {round(chars * px)} ? {narrower} : {expr}"
-    return alt.expr(expr)
+    return alt.expr(_by_width([(chars, json.dumps(lines, ensure_ascii=False)) for chars, lines in variants], px))
+
+
+def _wrap(parts: list[str], chars: int) -> list[str]:
+    """``parts`` (paragraphs) as lines of at most ``chars`` characters (``parts`` as they are if that leaves none)."""
+    import textwrap
+
+    return [line for part in parts for line in textwrap.wrap(part, chars)] or parts
 
 
 def title_lines(part: Any) -> list[str]:
