@@ -14,11 +14,18 @@ app: $(STAMP)
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
 # then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors), then the
 # docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a temporary
-# folder, removed after), then the
-# suite on TEST_JOBS processes (pytest-xdist), each on one thread (OpenMP's threads busy-wait: two workers of two
+# folder, removed after), then the suite in two runs, each test once:
+# - every test but those that compare floating results with a tolerance, on this CPU's own kernels;
+# - those (marker `numeric`, not `bitwise`: `make test-numeric`) under another CPU's kernels, the portable ones (no
+#   AVX, ATEN_CPU_CAPABILITY=default) and one thread: another reduction order and vector width than the machine
+#   they were written on, where a tolerance too tight for the arithmetic shows. The `bitwise` ones (a Ray run
+#   against one process, bit for bit) stay in the first run: both sides change alike under other kernels.
+# Both on TEST_JOBS processes (pytest-xdist), each on one thread (OpenMP's threads busy-wait: two workers of two
 # threads on two cores spend more time waiting than computing); the tests that start a local Ray run on one worker,
-# one after the other (the "ray" group). TEST_JOBS=0: one process.
+# one after the other (the "ray" group), as do those that start the app for Chromium (the "browser" group).
+# TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
+NUMERIC := numeric and not bitwise
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
@@ -26,15 +33,13 @@ test: $(STAMP)
 	$(BIN)/mypy
 	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"; \
 		status=$$?; rm -rf "$$site"; exit $$status
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not ($(NUMERIC))" -n $(TEST_JOBS) --dist loadgroup --durations=15
+	$(MAKE) --no-print-directory test-numeric
 
-# The tests that compare floating results (marker `numeric`) again under another CPU's kernels: the portable
-# ones (no AVX) and one thread, another reduction order and vector width. CI runs it after `make test`. Not the
-# `bitwise` ones (a Ray run against one process, bit for bit: both runs change alike under other kernels; they were
-# half of this run's time, one Ray cluster after another).
+# The tests that compare floating results with a tolerance, alone, as `make test` runs them (its second run).
 test-numeric: $(STAMP)
-	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 PROBES_THREADS=1 $(BIN)/python -m pytest -m "numeric and not bitwise" \
-		-n $(TEST_JOBS) --dist loadgroup --durations=5
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 PROBES_THREADS=1 $(BIN)/python -m pytest -m "$(NUMERIC)" \
+		-n $(TEST_JOBS) --dist loadgroup --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import pytest
 from apptest import opening
-from browser import WAIT_MS, Cells, app_server, launch, settle, sync_playwright
+from browser import WAIT_MS, Cells, launch, settle, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
-        yield url
 
 
 def _charts_drawn(page, count: int = 3, timeout: int = WAIT_MS, main: bool = False) -> None:

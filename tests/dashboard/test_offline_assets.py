@@ -10,19 +10,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import IDLE, WAIT_MS, app_server, launch, sync_playwright
+from browser import IDLE, WAIT_MS, launch, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 LOCAL_SCHEMES = {"data", "blob", "about"}  # inline images and fonts, never a request on the network
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
-        yield url
 
 
 def outside(urls: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import WAIT_MS, app_server, launch, settle, sync_playwright
+from browser import WAIT_MS, launch, settle, sync_playwright
 
 from dashboard.state import PAGES
 
@@ -38,12 +38,6 @@ OVERFLOW = """() => {
     + ' px of ' + Math.round(edge - 1));
   return {over, widest: said};
 }"""
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
-        yield url
 
 
 def _settled(page) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import WAIT_MS, app_server, launch, settle, sync_playwright
+from browser import WAIT_MS, launch, settle, sync_playwright
 from PIL import Image
 
 from dashboard.state import PAGES
@@ -57,12 +57,6 @@ def _ink(png: bytes, left: int = 0) -> float:
     or a chart Vega never drew, has none."""
     rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))[:, left:]
     return float((rgb.min(axis=2) < 225).mean())
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with app_server(tmp_path_factory.mktemp("streamlit")) as url:
-        yield url
 
 
 def test_every_page_has_an_entry():
