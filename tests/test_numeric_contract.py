@@ -4,12 +4,12 @@
   tolerance, and states it with a name from ``tests/numeric.py`` (or 0), never a bare number: each tolerance
   has its reason written there once;
 * an assertion that a value is below a small number (``x <= 1e-6``) is a tolerance too: the same rule;
-* every test that compares floats carries the ``numeric`` marker, so CI runs it again under another CPU's
-  kernels (``ATEN_CPU_CAPABILITY=default``, one thread);
+* every test that compares floats carries the ``numeric`` marker, so ``make test`` runs it under another CPU's
+  kernels than the machine's own (``ATEN_CPU_CAPABILITY=default``, one thread: its second run, ``make test-numeric``);
 * a module marked ``bitwise`` as well (a Ray run against one process, a served model against a local one: two runs
-  of one computation, in one order) compares exactly, with no tolerance at all: that is why ``make test-numeric``
-  leaves it out (equal bit for bit under one CPU's kernels, the two runs are equal under any, since both change
-  alike), so a tolerance there would go unchecked under the other kernels.
+  of one computation, in one order) compares exactly, with no tolerance at all: that is why ``make test`` runs it
+  with the rest, on the machine's own kernels, not in its numeric run (equal bit for bit under one CPU's kernels, the two runs are equal under any, since both change
+  alike), so a tolerance there would go unchecked under the portable kernels.
 """
 
 from __future__ import annotations
