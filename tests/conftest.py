@@ -64,6 +64,16 @@ from checkpoints import (  # noqa: E402
 )
 
 
+@pytest.fixture()
+def one_thread():
+    """This process sums as a Ray worker or a served model of one CPU does (one torch thread): a matrix product's
+    rounding may depend on how it is split between threads, so a comparison with one of them is exact only on one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def ckpt_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("checkpoints")

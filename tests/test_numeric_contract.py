@@ -8,8 +8,9 @@
   kernels than the machine's own (``ATEN_CPU_CAPABILITY=default``, one thread: its second run, ``make test-numeric``);
 * a module marked ``bitwise`` as well (a Ray run against one process, a served model against a local one: two runs
   of one computation, in one order) compares exactly, with no tolerance at all: that is why ``make test`` runs it
-  with the rest, on the machine's own kernels, not in its numeric run (equal bit for bit under one CPU's kernels, the two runs are equal under any, since both change
-  alike), so a tolerance there would go unchecked under the portable kernels.
+  with the rest, on the machine's own kernels, not in its numeric run (equal bit for bit under one CPU's kernels,
+  the two runs are equal under any, since both change alike), so a tolerance there would go unchecked under the
+  portable kernels.
 """
 
 from __future__ import annotations

@@ -35,16 +35,6 @@ def cluster():
         ray.shutdown()
 
 
-@pytest.fixture()
-def one_thread():
-    """This process sums like the server (one torch thread, what `serve` gives a server of one CPU): a matrix
-    product's rounding may depend on how it is split between threads."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def served_minilm(cluster):
     model = remote.serve("minilm", cluster, detached=False)

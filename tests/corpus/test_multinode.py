@@ -11,7 +11,6 @@ import time
 import pandas as pd
 import pytest
 import ray
-import torch
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
@@ -48,14 +47,6 @@ def cluster():
 @pytest.fixture(scope="module")
 def gpt2(gpt2_dir):
     return probes.load(str(gpt2_dir))  # a worker loads it by this name (the folder): the same weights
-
-
-@pytest.fixture()
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each Ray worker (--cpus-per-worker 1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture()

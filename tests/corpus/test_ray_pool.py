@@ -119,59 +119,54 @@ def test_a_killed_worker_is_replaced_and_no_chunk_is_lost_or_counted_twice(local
 
 
 def test_a_probe_run_begun_on_one_process_finishes_on_ray_and_the_other_way_round(local_ray, tmp_path, gpt2_dir,
-                                                                                   monkeypatch):
-    import torch
-
+                                                                                   monkeypatch, one_thread):
+    # one_thread: as each Ray worker, so the same sums in the same order, so the same numbers
     import probes
     from probes.heads import profile as heads_profile
 
     model = probes.load(str(gpt2_dir))  # a worker loads it by this name (the folder): the same weights
     data = tmp_path / "s.txt"
     data.write_text("".join(f"The cat {i} sat on the mat, and the dog watched it.\n" for i in range(12)))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each Ray worker: the same sums in the same order, so the same numbers
-    try:
-        def run(out, **kw):
-            return heads_profile.profile(model, ["positional"], str(data), None, out, batch_size=1, checkpoint_every=2,
-                                         **kw)
 
-        fresh = run(tmp_path / "fresh.csv")
-        pool, ran, notes = ray_pool.executor(2), [], []
+    def run(out, **kw):
+        return heads_profile.profile(model, ["positional"], str(data), None, out, batch_size=1, checkpoint_every=2,
+                                     **kw)
 
-        def counting(model, jobs):
-            ran.extend(job.index for job in jobs)
-            yield from pool(model, jobs)
+    fresh = run(tmp_path / "fresh.csv")
+    pool, ran, notes = ray_pool.executor(2), [], []
 
-        # begun here: the third chunk is interrupted; finished on Ray, which runs only the four chunks left
-        chunk, calls = heads_profile.run_chunk, []
+    def counting(model, jobs):
+        ran.extend(job.index for job in jobs)
+        yield from pool(model, jobs)
 
-        def two_then_stop(*args, **kwargs):
-            calls.append(1)
-            if len(calls) > 2:
+    # begun here: the third chunk is interrupted; finished on Ray, which runs only the four chunks left
+    chunk, calls = heads_profile.run_chunk, []
+
+    def two_then_stop(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:
+            raise KeyboardInterrupt
+        return chunk(*args, **kwargs)
+
+    monkeypatch.setattr(heads_profile, "run_chunk", two_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "a.csv")
+    monkeypatch.setattr(heads_profile, "run_chunk", chunk)
+    finished_on_ray = run(tmp_path / "a.csv", executor=counting, notify=notes.append)
+    assert sorted(ran) == [2, 3, 4, 5]
+    assert any("positional: resuming from" in n and "2 of 6 chunks done already" in n for n in notes)
+    pd.testing.assert_frame_equal(finished_on_ray, fresh, check_exact=True)  # max |Δ| = 0
+
+    # begun on Ray: interrupted after three chunks; finished here
+    def three(model, jobs):
+        done = 0
+        for index, part in pool(model, jobs):
+            yield index, part
+            done += 1
+            if done == 3:
                 raise KeyboardInterrupt
-            return chunk(*args, **kwargs)
 
-        monkeypatch.setattr(heads_profile, "run_chunk", two_then_stop)
-        with pytest.raises(KeyboardInterrupt):
-            run(tmp_path / "a.csv")
-        monkeypatch.setattr(heads_profile, "run_chunk", chunk)
-        finished_on_ray = run(tmp_path / "a.csv", executor=counting, notify=notes.append)
-        assert sorted(ran) == [2, 3, 4, 5]
-        assert any("positional: resuming from" in n and "2 of 6 chunks done already" in n for n in notes)
-        pd.testing.assert_frame_equal(finished_on_ray, fresh, check_exact=True)  # max |Δ| = 0
-
-        # begun on Ray: interrupted after three chunks; finished here
-        def three(model, jobs):
-            done = 0
-            for index, part in pool(model, jobs):
-                yield index, part
-                done += 1
-                if done == 3:
-                    raise KeyboardInterrupt
-
-        with pytest.raises(KeyboardInterrupt):
-            run(tmp_path / "b.csv", executor=three)
-        assert len(list(tmp_path.glob("b.csv.partial/*/chunk-*.csv"))) == 3
-        pd.testing.assert_frame_equal(run(tmp_path / "b.csv"), fresh, check_exact=True)
-    finally:
-        torch.set_num_threads(threads)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b.csv", executor=three)
+    assert len(list(tmp_path.glob("b.csv.partial/*/chunk-*.csv"))) == 3
+    pd.testing.assert_frame_equal(run(tmp_path / "b.csv"), fresh, check_exact=True)

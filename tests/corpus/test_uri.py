@@ -8,7 +8,6 @@ import json
 import pandas as pd
 import pytest
 import ray  # the [ray] extra, which the README's install includes: missing, this fails rather than skips
-import torch
 
 from probes.cli import main
 from probes.cli import profile as profile_cli
@@ -64,19 +63,13 @@ class DeleteOnStart:
 @pytest.mark.parametrize("suffix, bad, said", [(".jsonl", b"{broken", "not JSON"),
                                                (".txt", b"caf\xff", "not UTF-8 text")])
 def test_a_uri_corpus_gives_the_local_path_table_and_no_worker_opens_it(local_ray, gpt2_model, tmp_path, suffix, bad,
-                                                                     said):
+                                                                     said, one_thread):
     path = _write(tmp_path / f"c{suffix}", bad)
     options = dict(window=16, chunk_size=3)
-    # the path, read here chunk by chunk on one process and one thread, as each Ray worker (one CPU) computes: the
-    # same chunks in the same batches, so the same sums in the same order (tests/corpus/test_multinode.py proves a
-    # path's run on Ray equal to it, exactly; a third pool of Ray workers here was a third of this test's time)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        by_path, ex_path = corpus_run.profile_corpus([gpt2_model], Corpus(str(path)), tmp_path / "path.csv",
-                                                     **options)
-    finally:
-        torch.set_num_threads(threads)
+    # the path, read here chunk by chunk on one process and one thread (one_thread), as each Ray worker (one CPU)
+    # computes: the same chunks in the same batches, so the same sums in the same order (tests/corpus/test_multinode.py
+    # proves a path's run on Ray equal to it, exactly; a third pool of Ray workers here was a third of this test's time)
+    by_path, ex_path = corpus_run.profile_corpus([gpt2_model], Corpus(str(path)), tmp_path / "path.csv", **options)
     saved = path.read_bytes()
     local = [("local", DatasetCorpus(str(path)))] if suffix == ".jsonl" else []  # --ray with a path: read here
     for name, corpus in [("uri", DatasetCorpus(path.as_uri())), *local]:
