@@ -6,11 +6,11 @@
 * an assertion that a value is below a small number (``x <= 1e-6``) is a tolerance too: the same rule;
 * every test that compares floats carries the ``numeric`` marker, so ``make test`` runs it under another CPU's
   kernels than the machine's own (``ATEN_CPU_CAPABILITY=default``, one thread: its second run, ``make test-numeric``);
-* a module marked ``bitwise`` as well (a Ray run against one process, a served model against a local one: two runs
-  of one computation, in one order) compares exactly, with no tolerance at all: that is why ``make test`` runs it
-  with the rest, on the machine's own kernels, not in its numeric run (equal bit for bit under one CPU's kernels,
-  the two runs are equal under any, since both change alike), so a tolerance there would go unchecked under the
-  portable kernels.
+* a test marked ``bitwise`` as well, or in a module so marked (a Ray run against one process, a served model against
+  a local one: two runs of one computation, in one order) compares exactly, with no tolerance at all: that is why
+  ``make test`` runs it with the rest, on the machine's own kernels, not in its numeric run (equal bit for bit under
+  one CPU's kernels, the two runs are equal under any, since both change alike), so a tolerance there would go
+  unchecked under the portable kernels.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def problems(path: Path) -> list[str]:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         compares = False
+        exact = bitwise or any("bitwise" in ast.unparse(d) for d in fn.decorator_list)  # the module's, or its own
         for node in ast.walk(fn):
             where = f"{path.relative_to(TESTS.parent)}:{getattr(node, 'lineno', fn.lineno)}"
             if isinstance(node, ast.Call) and _name(node) in CLOSE:
@@ -65,10 +66,10 @@ def problems(path: Path) -> list[str]:
                 given = {k.arg: k.value for k in node.keywords}
                 if "check_exact" in given and ast.unparse(given["check_exact"]) == "True":
                     continue  # exact: no tolerance to give a reason for
-                if bitwise and not all(ast.unparse(given.get(arg, ast.Constant(1))) == "0"
+                if exact and not all(ast.unparse(given.get(arg, ast.Constant(1))) == "0"
                                        for arg in CLOSE[_name(node)]):
-                    found.append(f"{where}: {_name(node)} with a tolerance in a module marked bitwise (left out of "
-                                 "the numeric re-run): compare exactly, or drop the bitwise marker")
+                    found.append(f"{where}: {_name(node)} with a tolerance in a test marked bitwise (not run on "
+                                 "the portable kernels): compare exactly, or drop the bitwise marker")
                     continue
                 for arg in CLOSE[_name(node)]:
                     if arg not in given:
@@ -87,9 +88,9 @@ def problems(path: Path) -> list[str]:
                                      "it from tests/numeric.py")
             elif isinstance(node, ast.Name) and node.id in tolerances:
                 compares = True
-                if bitwise:
-                    found.append(f"{where}: the tolerance {node.id} in a module marked bitwise (left out of the "
-                                 "numeric re-run): compare exactly, or drop the bitwise marker")
+                if exact:
+                    found.append(f"{where}: the tolerance {node.id} in a test marked bitwise (not run on the "
+                                 "portable kernels): compare exactly, or drop the bitwise marker")
         if compares and fn.name.startswith("test") and not (module_marked or _marked(fn.decorator_list)):
             found.append(f"{path.relative_to(TESTS.parent)}:{fn.lineno}: {fn.name} compares floats without the "
                          "numeric marker")
@@ -132,3 +133,14 @@ def test_the_contract_catches_what_it_says(tmp_path):
     finally:
         TESTS = saved
     assert len(found) == 2 and all("marked bitwise" in f for f in found), found  # the allclose with F64, and F64
+    one = tmp_path / "test_one.py"  # a test marked bitwise on its own, in a module that is not
+    one.write_text("import pytest\nfrom numeric import F64\n\n@pytest.mark.numeric\n@pytest.mark.bitwise\n"
+                   "def test_b(a, b):\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n\n"
+                   "@pytest.mark.numeric\ndef test_c(a, b):\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
+    TESTS = tmp_path
+    try:
+        found = problems(one)
+    finally:
+        TESTS = saved
+    # test_b's allclose and its F64 (line 7); test_c, not bitwise, may take F64
+    assert len(found) == 2 and all("marked bitwise" in f and ":7:" in f for f in found), found

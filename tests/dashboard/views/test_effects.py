@@ -249,19 +249,33 @@ def test_a_decoder_gets_the_loss_on_the_text_when_each_head_is_zeroed(smollm2):
 
 
 @pytest.mark.numeric
-def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2):
+def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2, monkeypatch):
     """小明把苹果给了小红，因为她很饿 on smollm2: the ablation grid is the change of the query token 她 (the library's
-    numbers for that one measure), and the logit attribution's target is the raw text of one token that the text
-    predicts (为, predicted at 因's second piece), never a token's label such as 饿(3/3), which is 8 tokens."""
+    numbers for that one measure, as the library returned them to the page), and the logit attribution's target is
+    the raw text of one token that the text predicts (为, predicted at 因's second piece), never a token's label such
+    as 饿(3/3), which is 8 tokens."""
+    from dashboard import data
+
     text = "小明把苹果给了小红，因为她很饿"
+    calls = []  # the page's own call of the library, and what it returned (not a second grid of 270 passes here)
+    each = ablation.ablate_each
+
+    def recorded(*args, **kw):
+        calls.append((args, kw, each(*args, **kw)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(ablation, "ablate_each", recorded)
+    data._ablation_kept.clear()  # a grid another test left in the cache would be drawn without a call
     at = open_app(page="effects", model="smollm2", text=text)
     assert not at.error, texts(at.error)
     assert at.selectbox(key="w_effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
     assert smollm2.encode(text).tokens[0][query].text.startswith("她")
-    expected = ablation.ablate_each(smollm2, text, position=query, measures=["token_change"])
+    [(args, kw, expected)] = calls
+    assert args[0].name == "smollm2" and args[1] == text and kw["position"] == query
+    assert kw["measures"] == ["token_change"] and kw.get("how", "zero") == "zero"
     got = _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change")
-    assert np.array_equal(got, _grid(expected, "token_change"))  # the same call: the same numbers
+    assert np.array_equal(got, _grid(expected, "token_change"))  # the library's numbers, drawn as they are
 
     target, position = at.text_input(key="effects_target").value, at.selectbox(key="effects_at").value
     ids = smollm2.encode(text).input_ids[0].tolist()
