@@ -61,8 +61,24 @@ def warm() -> None:
         _done.set()
 
 
+class _ExpectedNoContext(logging.Filter):
+    """The warm start calls the app's cached functions outside any browser's script run, on purpose; Streamlit notes
+    each such call in the server's log ("Thread 'warm-start': missing ScriptRunContext! This warning can be
+    ignored…"), which only alarms whoever reads it. This drops that note for the warm start's threads alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        warm_start = (record.threadName or "").startswith("warm-start")
+        return not (warm_start and "missing ScriptRunContext" in record.getMessage())
+
+
+NO_CONTEXT_LOGGER = "streamlit.runtime.scriptrunner_utils.script_run_context"  # where Streamlit writes that note
+
+
 def start() -> threading.Thread:
     _started.set()
+    noted = logging.getLogger(NO_CONTEXT_LOGGER)
+    if not any(isinstance(f, _ExpectedNoContext) for f in noted.filters):
+        noted.addFilter(_ExpectedNoContext())
     thread = threading.Thread(target=warm, name="warm-start", daemon=True)
     thread.start()
     return thread

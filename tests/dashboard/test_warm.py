@@ -25,6 +25,18 @@ def _count_forward(monkeypatch) -> list[str]:
     return calls
 
 
+STREAMLIT_NOTES = "streamlit.runtime.scriptrunner_utils.script_run_context"  # its "missing ScriptRunContext!"
+
+
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeypatch):
     expected = opening_header()  # (the library's evidence, computed here before the passes are counted)
     monkeypatch.setattr(warm, "_started", threading.Event())
@@ -32,7 +44,13 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
     st.cache_data.clear()
     st.cache_resource.clear()
     calls = _count_forward(monkeypatch)
-    warm.start().join(timeout=300)
+    notes = _Kept()  # what Streamlit writes to the server's log meanwhile
+    logging.getLogger(STREAMLIT_NOTES).addHandler(notes)
+    try:
+        warm.start().join(timeout=300)
+    finally:
+        logging.getLogger(STREAMLIT_NOTES).removeHandler(notes)
+    assert not notes.records, [r.getMessage() for r in notes.records]  # no "missing ScriptRunContext!" note
     # the default view: the offline default, Hugging Face's pass of the default sentence; then the answer box's
     # evidence (its controls and the sentence, through the pass "auto" picks; none when this process has it already)
     assert calls[0] == "hf" and calls.count("hf") == 1 and set(calls[1:]) <= {"auto"}
@@ -75,7 +93,13 @@ def test_a_deployment_that_does_not_offer_the_default_model_warms_nothing(monkey
     monkeypatch.setattr(warm, "_done", threading.Event())
     monkeypatch.setenv("PROBES_MODELS", "smollm2")
     calls = _count_forward(monkeypatch)
-    warm.start().join(timeout=300)
+    notes = _Kept()  # what Streamlit writes to the server's log meanwhile
+    logging.getLogger(STREAMLIT_NOTES).addHandler(notes)
+    try:
+        warm.start().join(timeout=300)
+    finally:
+        logging.getLogger(STREAMLIT_NOTES).removeHandler(notes)
+    assert not notes.records, [r.getMessage() for r in notes.records]  # no "missing ScriptRunContext!" note
     assert calls == [] and warm._done.is_set()
 
 
