@@ -54,7 +54,7 @@ def test_a_decoder_scores_only_the_pairs_it_can_attend_against_past_offsets():
 def test_smollm2_leaves_out_the_directions_it_cannot_attend_and_says_so(smollm2, capsys, tmp_path):
     from probes.cli import main
 
-    assert main(["profile", "--model", "smollm2", "--probe", "syntactic", "--limit", "60", "--out",
+    assert main(["profile", "--model", "smollm2", "--probe", "syntactic", "--limit", "12", "--out",
                  str(tmp_path / "s.csv")]) == 0
     err = capsys.readouterr().err
     assert "syntactic:" in err and "label(s) left out: a decoder's query cannot attend to a later word" in err
