@@ -37,6 +37,18 @@ class _Kept(logging.Handler):
         self.records.append(record)
 
 
+def _start_and_finish_with_a_clean_log() -> None:
+    """The warm start, to its end; Streamlit writes nothing to the server's log meanwhile (its "missing
+    ScriptRunContext! This warning can be ignored…" for each cached call outside a browser's run, before)."""
+    notes = _Kept()
+    logging.getLogger(STREAMLIT_NOTES).addHandler(notes)
+    try:
+        warm.start().join(timeout=300)
+    finally:
+        logging.getLogger(STREAMLIT_NOTES).removeHandler(notes)
+    assert not notes.records, [r.getMessage() for r in notes.records]
+
+
 def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeypatch):
     expected = opening_header()  # (the library's evidence, computed here before the passes are counted)
     monkeypatch.setattr(warm, "_started", threading.Event())
@@ -44,13 +56,7 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
     st.cache_data.clear()
     st.cache_resource.clear()
     calls = _count_forward(monkeypatch)
-    notes = _Kept()  # what Streamlit writes to the server's log meanwhile
-    logging.getLogger(STREAMLIT_NOTES).addHandler(notes)
-    try:
-        warm.start().join(timeout=300)
-    finally:
-        logging.getLogger(STREAMLIT_NOTES).removeHandler(notes)
-    assert not notes.records, [r.getMessage() for r in notes.records]  # no "missing ScriptRunContext!" note
+    _start_and_finish_with_a_clean_log()
     # the default view: the offline default, Hugging Face's pass of the default sentence; then the answer box's
     # evidence (its controls and the sentence, through the pass "auto" picks; none when this process has it already)
     assert calls[0] == "hf" and calls.count("hf") == 1 and set(calls[1:]) <= {"auto"}
@@ -93,13 +99,7 @@ def test_a_deployment_that_does_not_offer_the_default_model_warms_nothing(monkey
     monkeypatch.setattr(warm, "_done", threading.Event())
     monkeypatch.setenv("PROBES_MODELS", "smollm2")
     calls = _count_forward(monkeypatch)
-    notes = _Kept()  # what Streamlit writes to the server's log meanwhile
-    logging.getLogger(STREAMLIT_NOTES).addHandler(notes)
-    try:
-        warm.start().join(timeout=300)
-    finally:
-        logging.getLogger(STREAMLIT_NOTES).removeHandler(notes)
-    assert not notes.records, [r.getMessage() for r in notes.records]  # no "missing ScriptRunContext!" note
+    _start_and_finish_with_a_clean_log()
     assert calls == [] and warm._done.is_set()
 
 
