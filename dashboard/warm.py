@@ -72,13 +72,12 @@ class _ExpectedNoContext(logging.Filter):
 
 
 NO_CONTEXT_LOGGER = "streamlit.runtime.scriptrunner_utils.script_run_context"  # where Streamlit writes that note
+_NO_CONTEXT = _ExpectedNoContext()  # one instance: logging adds a filter already on the logger only once
 
 
 def start() -> threading.Thread:
     _started.set()
-    noted = logging.getLogger(NO_CONTEXT_LOGGER)
-    if not any(isinstance(f, _ExpectedNoContext) for f in noted.filters):
-        noted.addFilter(_ExpectedNoContext())
+    logging.getLogger(NO_CONTEXT_LOGGER).addFilter(_NO_CONTEXT)
     thread = threading.Thread(target=warm, name="warm-start", daemon=True)
     thread.start()
     return thread

@@ -102,45 +102,38 @@ def test_every_tolerance_has_its_reason_and_every_float_comparison_its_marker():
     assert not found, f"{len(found)} numeric assertions break the contract:\n" + "\n".join(found)
 
 
+def _problems_in(folder: Path, path: Path) -> list[str]:
+    """:func:`problems` of a file written under ``folder`` (its paths said relative to that folder's parent)."""
+    global TESTS
+    saved, TESTS = TESTS, folder
+    try:
+        return problems(path)
+    finally:
+        TESTS = saved
+
+
 def test_the_contract_catches_what_it_says(tmp_path):
     bad = tmp_path / "test_bad.py"
     bad.write_text("import pytest\n\ndef test_a(x):\n    assert x == pytest.approx(1.0)\n    assert x < 1e-6\n"
                    "    assert torch.allclose(x, x, atol=1e-5, rtol=0)\n\ndef test_effect(x):\n    assert x > 1e-3\n")
-    global TESTS
-    saved, TESTS = TESTS, tmp_path
-    try:
-        found = problems(bad)
-    finally:
-        TESTS = saved
+    found = _problems_in(tmp_path, bad)
     assert len(found) == 5, found  # approx's abs= and rel=, the bare 1e-6, atol=1e-5, and the missing marker
     frames = tmp_path / "test_frames.py"
     frames.write_text("import pytest\n\n@pytest.mark.numeric\ndef test_f(a, b):\n    assert_frame_equal(a, b)\n"
                       "    assert_frame_equal(a, b, check_exact=True)\n")
-    TESTS = tmp_path
-    try:
-        found = problems(frames)
-    finally:
-        TESTS = saved
+    found = _problems_in(tmp_path, frames)
     assert len(found) == 2, found  # pandas' own rtol=1e-5 and atol=1e-8, unless exact
     assert all("test_effect" not in f for f in found)
     exact = tmp_path / "test_exact.py"
     exact.write_text("import pytest\nfrom numeric import F64\n\n"
                      "pytestmark = [pytest.mark.numeric, pytest.mark.bitwise]\n\ndef test_b(a, b):\n    assert_frame_equal(a, b, check_exact=True)\n"
                      "    assert torch.allclose(a, b, atol=0, rtol=0)\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
-    TESTS = tmp_path
-    try:
-        found = problems(exact)
-    finally:
-        TESTS = saved
+    found = _problems_in(tmp_path, exact)
     assert len(found) == 2 and all("marked bitwise" in f for f in found), found  # the allclose with F64, and F64
     one = tmp_path / "test_one.py"  # a test marked bitwise on its own, in a module that is not
     one.write_text("import pytest\nfrom numeric import F64\n\n@pytest.mark.numeric\n@pytest.mark.bitwise\n"
                    "def test_b(a, b):\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n\n"
                    "@pytest.mark.numeric\ndef test_c(a, b):\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
-    TESTS = tmp_path
-    try:
-        found = problems(one)
-    finally:
-        TESTS = saved
+    found = _problems_in(tmp_path, one)
     # test_b's allclose and its F64 (line 7); test_c, not bitwise, may take F64
     assert len(found) == 2 and all("marked bitwise" in f and ":7:" in f for f in found), found
