@@ -4,7 +4,6 @@ process, a worker node killed mid-run, and a driver killed and rerun."""
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -15,6 +14,7 @@ from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 import probes
+from probes import cli
 from processes import killed_after_chunks
 from probes import cluster as ray_cluster
 from probes.corpus import ray_pool
@@ -30,10 +30,16 @@ pytestmark = [pytest.mark.numeric, pytest.mark.bitwise, pytest.mark.xdist_group(
 SENTENCES = [f"The cat {i} sat on the mat, and the dog watched it from the door." for i in range(30)]
 
 
+# a node is declared dead after this many missed health checks this far apart: 1 s instead of Ray's 15 s (3 s x 5),
+# which the node-kill test spent waiting before Ray restarted the lost worker (a setting of the cluster, not of this
+# code: what is proven is that no chunk is lost or counted twice whenever the loss is seen)
+NODE_DEATH_SEEN = {"health_check_period_ms": 250, "health_check_failure_threshold": 4}
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A head (no CPU: it schedules, the workers work) and two worker nodes; this module's driver joins it."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": NODE_DEATH_SEEN})
     try:
         nodes = [made.add_node(num_cpus=1) for _ in range(2)]
         made.wait_for_nodes()
@@ -96,7 +102,8 @@ def _probe_run(model, data, out, every=5, **kw):
     return profile(model, ["positional"], str(data), None, out, batch_size=1, checkpoint_every=every, **kw)
 
 
-def test_corpus_and_probe_runs_over_two_nodes_equal_one_process(cluster, gpt2, data, tmp_path, one_thread):
+def test_a_corpus_run_over_two_nodes_equals_one_process(cluster, gpt2, data, tmp_path, one_thread):
+    """(A probe run over two nodes: the node-kill test below, whose run is the same table as one process's.)"""
     _, nodes = cluster
     corpus = Corpus(str(data))
     single, ex_single = corpus_run.profile_corpus([gpt2], corpus, tmp_path / "one.csv", window=32, chunk_size=5)
@@ -109,14 +116,8 @@ def test_corpus_and_probe_runs_over_two_nodes_equal_one_process(cluster, gpt2, d
     pd.testing.assert_frame_equal(on_ray, single, check_exact=True)  # max |Δ| = 0
     pd.testing.assert_frame_equal(ex_ray, ex_single, check_exact=True)
 
-    probe_single = _probe_run(gpt2, data, tmp_path / "p-one.csv")
-    stats.clear()
-    probe_ray = _probe_run(gpt2, data, tmp_path / "p-ray.csv", executor=ray_pool.executor(2, stats=stats))
-    assert set(stats["node"].values()) == {n.node_id for n in nodes}
-    pd.testing.assert_frame_equal(probe_ray, probe_single, check_exact=True)
 
-
-def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, data, tmp_path, one_thread):
+def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, data, tmp_path, one_thread, capsys):
     made, _ = cluster
     data.write_text("\n".join(SENTENCES[:FEW]) + "\n")
     out = tmp_path / "t.csv"
@@ -126,10 +127,14 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
     # and each worker starts torch and the model, which on a busy 2-core machine was 67 s of this test against 54 s
     done = killed_after_chunks(args, out, 3, timeout=600)
     assert 3 <= done < FEW and not out.exists()
-    rerun = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
-    assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in rerun.stderr
-    assert f"of {FEW // 2} chunks done already" in rerun.stderr  # (each half of the texts is checkpointed on its own)
+    capsys.readouterr()
+    # the same command again, here: a new driver of this module's cluster (one that joined already: the command
+    # neither joins nor shuts it down), reading only what the killed one left on disk; a process of its own would
+    # add its imports (~7 s of CPU) and prove nothing more
+    assert cli.main(args[3:]) == 0
+    said = capsys.readouterr().err
+    assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in said
+    assert f"of {FEW // 2} chunks done already" in said  # (each half of the texts is checkpointed on its own)
     single = judged_profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1,
                             checkpoint_every=1)  # what the command writes: the table with held-out verdicts
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(tmp_path / "one.csv"), check_exact=True)
@@ -160,7 +165,7 @@ def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(clust
     on_ray = _probe_run(gpt2, data, out, every=3, notify=notes.append,
                         executor=slowly(ray_pool.executor(2, stats=stats, notify=notes.append)),
                         progress_factory=lambda total, name: bars.append(Bar(total, kill_a_node)) or bars[-1])
-    assert killed
+    assert killed and len(set(stats["node"].values())) >= 2  # the probe's chunks ran on more than one node
     assert (bars[0].total, bars[0].done) == (30, 30)  # every item counted once
     chunks = sorted(name for name in written if name.startswith("chunk-"))
     assert chunks == [f"chunk-{i:05d}.csv" for i in range(10)]  # each chunk's file written once
