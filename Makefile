@@ -12,7 +12,8 @@ app: $(STAMP)
 	$(BIN)/streamlit run dashboard/serve.py --server.port $(PORT)
 
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
-# then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors), then the
+# then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors; mypy on two
+# processes: 33 s to 22 s from a fresh clone, which has no cache), then the
 # docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a temporary
 # folder, removed after), then the suite in two runs, each test once:
 # - every test but those that compare floating results with a tolerance, on this CPU's own kernels;
@@ -30,7 +31,7 @@ NUMERIC := numeric and not bitwise
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check probes dashboard
-	$(BIN)/mypy
+	$(BIN)/mypy --num-workers 2
 	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"; \
 		status=$$?; rm -rf "$$site"; exit $$status
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not ($(NUMERIC))" -n $(TEST_JOBS) --dist loadgroup --durations=15
