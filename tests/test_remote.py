@@ -15,6 +15,7 @@ import torch
 
 import probes
 from probes import generation, parity, remote
+from probes.cli import main
 from probes import cluster as ray_cluster
 from probes.effects import ablation
 from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
@@ -169,34 +170,41 @@ def test_a_server_stopped_and_started_again_is_found_by_its_name(cluster):
     remote.stop("minilm", cluster)
 
 
-def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path):
+def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path, capsys):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cli = [sys.executable, "-m", "probes", "serve", "--model", "minilm", "--ray", cluster]
-    # each command's timeout guards against a hang, not a speed: on a busy machine an import alone takes minutes
+    # the command's timeout guards against a hang, not a speed: on a busy machine an import alone takes minutes
     if "minilm" in remote.served(cluster):
         remote.stop("minilm", cluster)
+    # started by a process of its own, which returns: the server outlives it
     up = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert up.returncode == 0, up.stderr
     assert "serving minilm (6 layers × 12 heads" in up.stdout and f"PROBES_RAY_ADDRESS={cluster}" in up.stdout
+
+    def command(*args: str) -> tuple[int, str, str]:
+        """The command run here, a driver of the same cluster as any other process is (a process of its own for
+        each of the refusals below was its imports again, about 5 s of CPU each, and nothing more proven)."""
+        capsys.readouterr()
+        code = main(["serve", "--model", *args])
+        said = capsys.readouterr()
+        return code, said.out, said.err
+
     try:
         assert "minilm" in remote.served(cluster)
-        gpu = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--gpus-per-replica", "1"], capture_output=True,
-                             text=True, timeout=600, cwd=ROOT, env=env)
-        assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1] == (
+        code, _, err = command("gpt2", "--ray", cluster, "--gpus-per-replica", "1")
+        assert code == 2 and err.strip().splitlines()[-1] == (
             f"error: the Ray cluster at {cluster} has 0 GPU(s), fewer than the 1 asked for: ask for fewer, or add a "
             "node that has them")
-        absent = subprocess.run(cli[:5] + ["gpt2", "--ray", cluster, "--detach"], capture_output=True, text=True,
-                                timeout=600, cwd=ROOT, env=env)  # the hub is offline here: the server cannot load it
-        assert absent.returncode == 2 and absent.stderr.strip().splitlines()[-1].startswith("error: ")
-        assert "Traceback" not in absent.stderr and "gpt2" not in remote.served(cluster)  # no server left behind
-        again = subprocess.run(cli + ["--detach"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-        assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith(
-            "error: minilm is served on the Ray cluster") and "Traceback" not in again.stderr
+        code, _, err = command("gpt2", "--ray", cluster, "--detach")  # the hub is offline: the server cannot load it
+        assert code == 2 and err.strip().splitlines()[-1].startswith("error: ")
+        assert "Traceback" not in err and "gpt2" not in remote.served(cluster)  # no server left behind
+        code, _, err = command("minilm", "--ray", cluster, "--detach")
+        assert code == 2 and err.strip().splitlines()[-1].startswith("error: minilm is served on the Ray cluster")
         model = probes.load("minilm", ray=cluster)  # the detached server outlives the command that started it
         assert probes.run(model, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     finally:
-        down = subprocess.run(cli + ["--stop"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-    assert down.returncode == 0 and "stopped the server of minilm" in down.stdout
+        code, out, _ = command("minilm", "--ray", cluster, "--stop")
+    assert code == 0 and "stopped the server of minilm" in out
     assert "minilm" not in remote.served(cluster)
     with pytest.raises(ProbesError):
         probes.load("minilm", ray=cluster)
