@@ -249,6 +249,7 @@ def test_a_decoder_gets_the_loss_on_the_text_when_each_head_is_zeroed(smollm2):
 
 
 @pytest.mark.numeric
+@pytest.mark.bitwise  # the page's numbers against what the library returned it, and one reader's two calls: exactly
 def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2, monkeypatch):
     """小明把苹果给了小红，因为她很饿 on smollm2: the ablation grid is the change of the query token 她 (the library's
     numbers for that one measure, as the library returned them to the page), and the logit attribution's target is
