@@ -351,13 +351,13 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         browser.close()
 
 
-KV_LINK = "/kv?model=smollm2&page=kv&layer=2&head=4"  # the default text: 256 tokens (test_screenshots.py too)
+KV_LINK = "/kv?model=smollm2&page=kv&kv_tokens=64&layer=2&head=4"
 
 
 KV_HEADS_LINK = "/kv?model=smollm2&page=kv&kv_tokens=28&kv_policies=sinks&kv_budgets=8,16&kv_budget=8&layer=2&head=4"
 
 
-def _kv_open(browser, url: str, viewport: dict, link: str = KV_LINK, policy: str = "sinks:4+window:60"):
+def _kv_open(browser, url: str, viewport: dict, link: str = KV_LINK, policy: str = "sinks:4+window:28"):
     """What if it attended less? opened by ``link`` at ``viewport``, down to the sidebar's head's kept tokens under
     ``policy``."""
     page = browser.new_page(viewport=viewport)
@@ -369,7 +369,7 @@ def _kv_open(browser, url: str, viewport: dict, link: str = KV_LINK, policy: str
 
 
 def _kv_page(browser, url: str, name: str, viewport: dict):
-    """What if it attended less? on SmolLM2 over 256 tokens of the EWT web text at ``viewport``: the sweep, the memory
+    """What if it attended less? on SmolLM2 over 64 tokens of the EWT web text at ``viewport``: the sweep, the memory
     table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
     page = _kv_open(browser, url, viewport)
     _charts_drawn(page, 2, main=True)
