@@ -133,6 +133,7 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
     # add its imports (~7 s of CPU) and prove nothing more
     assert cli.main(args[3:]) == 0
     said = capsys.readouterr().err
+    assert "Traceback" not in said, said
     assert f"positional: resuming from {tmp_path / 't.csv.partial'}" in said
     assert f"of {FEW // 2} chunks done already" in said  # (each half of the texts is checkpointed on its own)
     single = judged_profile(gpt2, ["positional"], str(data), None, tmp_path / "one.csv", batch_size=1,
