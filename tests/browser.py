@@ -81,6 +81,36 @@ def settle(page) -> None:
     page.wait_for_selector(IDLE, timeout=WAIT_MS)
 
 
+# The main area's layout once the page is whole, else null: the script has finished, no element is still a
+# placeholder (Streamlit shows a skeleton while a chart's code loads, after the script has finished) and every Vega
+# chart has drawn (its canvas or svg); then the document's size and each chart's drawn size.
+LAYOUT = """() => {
+  const main = '[data-testid=stMain] ';
+  if (!document.querySelector('[data-testid=stApp][data-test-script-state=notRunning]')
+      || document.querySelector(main + '[data-testid=stSkeleton]')) return null;
+  const charts = [...document.querySelectorAll(main + '[data-testid=stVegaLiteChart]')]
+    .map(e => e.querySelector('canvas, svg.marks'));
+  if (charts.some(m => !m)) return null;
+  const box = m => { const r = m.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; };
+  return JSON.stringify([document.scrollingElement.scrollWidth, document.scrollingElement.scrollHeight,
+                         ...charts.map(box)]);
+}"""
+STILL_MS = 500  # how long the layout must stay the same: Vega's passes (its width, then its labels) come within 200 ms
+
+
+def laid_out(page, still_ms: int = STILL_MS) -> None:
+    """Wait until the page is whole (:data:`LAYOUT`) and its layout has stayed the same for ``still_ms`` (checked
+    every 50 ms): Vega draws after the script has finished, then sizes each chart to its column and lays its labels
+    out. Instead of a fixed sleep, too short on a busy machine and idle time on a quiet one."""
+    page.wait_for_function(
+        f"""([still]) => {{
+          const now = performance.now(), seen = ({LAYOUT})(), s = window.__laidOut;
+          if (seen === null || !s || s.seen !== seen) {{ window.__laidOut = {{seen, since: now}}; return false; }}
+          return now - s.since >= still;
+        }}""", arg=[still_ms], polling=50, timeout=WAIT_MS)
+    page.evaluate("window.__laidOut = null")
+
+
 def started_server(log_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """``streamlit run dashboard/serve.py`` (what ``make app`` runs) on a free loopback port, offline: the process
     and its URL, once the health check answers (its output in ``log_dir/server.log``). ``env``: more environment

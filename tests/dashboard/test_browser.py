@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from apptest import opening
-from browser import WAIT_MS, Cells, launch, settle, sync_playwright
+from browser import WAIT_MS, Cells, laid_out, launch, settle, sync_playwright
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
@@ -174,13 +174,13 @@ def test_the_logit_lens_reads_every_layer(app_url):
         page.get_by_role("heading", name="Logit lens: what each layer would predict").wait_for(timeout=WAIT_MS)
         page.get_by_text("its logits, exactly").wait_for(timeout=WAIT_MS)
         _charts_drawn(page, 1, main=True)
-        page.wait_for_timeout(1000)  # Vega draws in the browser
+        laid_out(page)
         page.screenshot(path=SHOTS / "app_lens.png", full_page=True)
 
         page.get_by_text("Heads: direct effect").click()
         settle(page)
         page.get_by_text("not a probability (no softmax)").wait_for(timeout=WAIT_MS)
-        page.wait_for_timeout(1000)
+        laid_out(page)
         page.screenshot(path=SHOTS / "app_lens_heads.png", full_page=True)
 
         page.goto(f"{app_url}/lens?page=lens")  # the offline default, a BERT encoder
@@ -204,7 +204,7 @@ def test_a_click_on_a_cell_says_why_this_weight(app_url):
         settle(page)
         page.get_by_role("heading", name="minilm: layer 1, head 2").wait_for(timeout=WAIT_MS)
         _charts_drawn(page)
-        page.wait_for_timeout(500)
+        laid_out(page)
         page.mouse.click(*Cells(page, 15).centre(10, 7))
         settle(page)
         page.wait_for_function("() => location.search.includes('key=7')", timeout=WAIT_MS)
@@ -231,7 +231,7 @@ def test_the_circuit_page_draws_who_a_head_reads_from(app_url):
         page.get_by_role("button", name="Run path patching").click()
         settle(page)
         _charts_drawn(page, timeout=WAIT_MS, main=True)
-        page.wait_for_timeout(1000)  # Vega draws in the browser
+        laid_out(page)
         assert page.locator("[data-testid=stException]").count() == 0
         page.screenshot(path=SHOTS / "app_circuit.png")
         browser.close()
@@ -297,7 +297,7 @@ def test_chinese_is_drawn_without_cjk_system_fonts(app_url):
             settle(page)
             page.get_by_role("heading", name=heading).first.wait_for(timeout=WAIT_MS)
             _charts_drawn(page, 1, timeout=WAIT_MS, main=True)
-            page.wait_for_timeout(1000)  # Vega draws in the browser
+            laid_out(page)
             page.screenshot(path=SHOTS / f"{key}_smollm2_zh.png", full_page=True)
             assert page.locator("[data-testid=stException]").count() == 0
             sidebar = page.evaluate(TEXT_FONT, "[data-testid=stSidebar] textarea")
@@ -328,7 +328,7 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
         page.goto(app_url)
         settle(page)
         _charts_drawn(page, 4, main=True)
-        page.wait_for_timeout(1000)
+        laid_out(page)
         main = page.locator("[data-testid=stMainBlockContainer]").bounding_box()["width"]
         heatmap = page.locator('[class*="st-key-explore_cell_"]')
         assert heatmap.bounding_box()["width"] > main / 2
@@ -373,14 +373,14 @@ def _kv_page(browser, url: str, name: str, viewport: dict):
     table and the sidebar's head's kept tokens drawn, no error, every chart within its column; screenshots."""
     page = _kv_open(browser, url, viewport)
     _charts_drawn(page, 2, main=True)
-    page.wait_for_timeout(1500)  # Vega draws in the browser
+    laid_out(page)
     assert page.locator("[data-testid=stException]").count() == 0
     assert page.locator("[data-testid=stAlertContentError]").count() == 0
     widths = page.evaluate(WIDTHS)
     assert widths and all(w["chart"] <= w["column"] + 1 for w in widths), widths
     page.screenshot(path=SHOTS / f"app_kv_{name}.png", full_page=True)
     page.set_viewport_size({**viewport, "height": 3600 if name == "desk" else 5200})  # the whole page
-    page.wait_for_timeout(1500)
+    laid_out(page)
     page.screenshot(path=SHOTS / f"app_kv_{name}_whole.png")
     page.set_viewport_size(viewport)
     return page
@@ -408,7 +408,7 @@ def test_the_heads_most_hurt_draw_and_a_click_opens_one_on_explore(app_url):
         settle(page)
         page.get_by_text("A click opens its first query head on Explore").wait_for(timeout=WAIT_MS)
         _charts_drawn(page, 3, main=True)
-        page.wait_for_timeout(1500)
+        laid_out(page)
         assert page.locator("[data-testid=stAlertContentError]").count() == 0
         page.screenshot(path=SHOTS / "app_kv_heads.png", full_page=True)
         bars = page.locator("[data-testid=stVegaLiteChart]").nth(2)  # the heads most hurt, after sweep and picture

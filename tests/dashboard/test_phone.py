@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import WAIT_MS, launch, settle, sync_playwright
+from browser import WAIT_MS, laid_out, launch, settle, sync_playwright
 
 from dashboard.state import PAGES
 
@@ -16,9 +16,6 @@ pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's s
 
 SHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 PHONE = {"width": 390, "height": 844}
-# every chart drawn by Vega (a canvas or an svg in it) and every iframe loaded: what decides the page's width
-DRAWN = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stVegaLiteChart]')]
-  .every(e => e.querySelector('canvas, svg.marks'))"""
 # the main area's and the document's overflow and, when there is some, the element it comes from (the first that
 # reaches past the main area's right edge with no box between them that clips or scrolls it): its test id, tag,
 # classes and first words
@@ -42,8 +39,7 @@ OVERFLOW = """() => {
 
 def _settled(page) -> None:
     settle(page)
-    page.wait_for_function(DRAWN, timeout=WAIT_MS)
-    page.wait_for_timeout(1500)  # Vega lays a chart out after drawing it (its width, then its labels)
+    laid_out(page)  # every chart drawn and laid out (Vega sizes it, then its labels, after the script)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import WAIT_MS, launch, settle, sync_playwright
+from browser import WAIT_MS, laid_out, launch, settle, sync_playwright
 from PIL import Image
 
 from dashboard.state import PAGES
@@ -90,7 +90,7 @@ def test_every_page_draws_and_its_screenshot_is_not_blank(app_url, desk, key, tm
         page.get_by_role("button", name="Run").click()
         settle(page)
     page.wait_for_function(f"document.querySelectorAll('{CHARTS}').length >= {charts}", timeout=WAIT_MS)
-    page.wait_for_timeout(1000)  # Vega draws in the browser, after the script
+    laid_out(page)  # Vega draws in the browser, after the script
     title = PAGES[key][0]
     assert page.locator("[data-testid=stException]").count() == 0, f"{title}: an error box"
     assert page.locator("[data-testid=stMain] :is(h1, h2)").first.inner_text().strip(), f"{title}: no heading"
