@@ -76,7 +76,7 @@ class CpuSampler:
             try:
                 times = proc.cpu_times()
                 title = proc.cmdline()[0] if proc.cmdline() else proc.name()
-                # a pooled worker is titled ray::IDLE, then by what it runs (ray::MapWorker), then IDLE again: keep the work
+                # a pooled worker is titled ray::IDLE, then by what it runs (ray::ChunkWorker), then IDLE again: keep the work
                 if proc.pid not in self.kinds or self.kinds[proc.pid] in ("ray::IDLE", "python default_worker.py") \
                         or not self.kinds[proc.pid].startswith("ray::"):
                     kind = ("the driver" if proc.pid == me.pid else
@@ -161,9 +161,9 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
     load, busy = max(stats["load_seconds"].values()), sum(stats["busy_seconds"].values())
     to_first = first[0] - start
     kinds = cpu.by_kind()
-    worker = sum(t for k, (n, t) in kinds.items() if k.startswith("ray::MapWorker"))  # Ray Data's actor: ChunkWorker
+    worker = sum(t for k, (n, t) in kinds.items() if k.startswith("ray::ChunkWorker"))
     driver = kinds.get("the driver", (1, 0.0))[1]
-    ray_own = {k: v for k, v in kinds.items() if k != "the driver" and not k.startswith("ray::MapWorker") and v[1] >= 0.05}
+    ray_own = {k: v for k, v in kinds.items() if k != "the driver" and not k.startswith("ray::ChunkWorker") and v[1] >= 0.05}
     one, on_ray = cli["one process"], cli["Ray, 1 worker × 2 CPUs"]
     lines = ["## Where the Ray run's time goes (1 worker × 2 CPUs, against one process)", "",
              "| part | one process, s | Ray, s | Ray − one process, s |", "|---|---|---|---|",
@@ -175,7 +175,7 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
              f"{wall - here:+.1f} |",
              f"| … the worker's start-up (its imports and model load, in the actor) | – | {load:.1f} | {load:+.1f} |",
              f"| … the chunks (the worker's busy seconds) | {here:.1f} | {busy:.1f} | {busy - here:+.1f} |",
-             f"| … the rest of the pipeline: starting the actor's process, Ray Data's scheduling, moving jobs and "
+             f"| … the rest: starting the actor's process, Ray's scheduling, moving jobs and "
              f"results, waiting | – | {wall - load - busy:.1f} | {wall - load - busy:+.1f} |", "",
              f"First result {to_first:.1f} s after the pipeline started (the worker's start-up {load:.1f} s and "
              f"one chunk). Pickling: {sent / 1e3:,.0f} kB of jobs out and {back_bytes / 1e3:,.0f} kB of results back "

@@ -64,6 +64,16 @@ from checkpoints import (  # noqa: E402
 )
 
 
+@pytest.fixture(autouse=True)
+def _ray_workers_stopped():
+    """After each test, the Ray workers of every executor it made are stopped (``ray_pool.close_all``): an executor
+    keeps its workers from one call to the next, and one that a failed test's traceback still holds would keep
+    their CPUs from the next test on the module's Ray."""
+    yield
+    if (pool := sys.modules.get("probes.corpus.ray_pool")) is not None:
+        pool.close_all()
+
+
 @pytest.fixture()
 def one_thread():
     """This process sums as a Ray worker or a served model of one CPU does (one torch thread): a matrix product's

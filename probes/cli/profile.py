@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
                         executor=executor,
                         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
     finally:
+        close = getattr(executor, "close", None)
+        if close is not None:  # the Ray workers, whose CPUs a cluster this run joined has back at once
+            close()
         if started:
             from .. import cluster
 
@@ -159,6 +162,9 @@ def run_corpus(args: argparse.Namespace) -> int:
             notify=lambda message: print(f"note: {message}", file=sys.stderr),
             progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="chunk", file=sys.stderr))
     finally:
+        close = getattr(executor, "close", None)
+        if close is not None:  # the Ray workers, whose CPUs a cluster this run joined has back at once
+            close()
         if started:
             from .. import cluster
 

@@ -3,5 +3,5 @@
 * :mod:`.reader`: a .txt / .jsonl / .parquet corpus, streamed, cut into chunks and model-sized windows;
 * :mod:`.examples`: each head's strongest (query, key) entries, kept sparsely, with their text;
 * :mod:`.run`: the chunks scored and checkpointed, combined into one table (all models) and one examples file;
-* :mod:`.ray_pool`: the same chunks as a Ray Data pipeline over an actor pool (each actor loads the model once).
+* :mod:`.ray_pool`: the same chunks on a pool of Ray actors (each loads the model once and keeps it for the run).
 """

@@ -7,7 +7,7 @@ family has one) and reads the Traces twice over, in one pass: the positional sta
 (:func:`probes.heads.positional.positional_scores`: entropy, distance, sink share, previous, self,
 special, punctuation, Voita's fixed offset, each with the uniform baseline) and the top examples
 (:mod:`probes.corpus.examples`). Jobs run where an *executor* says: :func:`in_process`, or
-:func:`probes.corpus.ray_pool.executor` (a Ray Data actor pool). Either way this module writes each finished
+:func:`probes.corpus.ray_pool.executor` (a pool of Ray actors). Either way this module writes each finished
 chunk to the checkpoint (examples first, then the statistics, which mark it done), so a rerun skips the
 chunks already there, whoever computed them, and the combined result is the same: statistics by
 ``n``-weighted means and summed offset histograms, examples by one fixed ranking.

@@ -170,3 +170,65 @@ def test_a_probe_run_begun_on_one_process_finishes_on_ray_and_the_other_way_roun
         run(tmp_path / "b.csv", executor=three)
     assert len(list(tmp_path.glob("b.csv.partial/*/chunk-*.csv"))) == 3
     pd.testing.assert_frame_equal(run(tmp_path / "b.csv"), fresh, check_exact=True)
+
+
+def _jobs():
+    """Two small chunks of a probe (a job class the workers import: the package's own)."""
+    from probes.heads.profile import ProbeJob
+
+    return [ProbeJob("positional", i, [["The", "cat", str(i), "sat."]]) for i in range(2)]
+
+
+def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, minilm):
+    """An evidence run scores its two halves one after the other (the second watches the heads the first chose),
+    and --probe all each probe: one executor's calls run on the same workers, which load the model once (a Ray
+    Data pipeline a call started and loaded them again: `--workers 1` reported 2 worker processes)."""
+    from probes.evidence.probes import profile as judged_profile
+
+    data = tmp_path / "s.txt"
+    data.write_text("".join(f"The cat {i} sat on the mat, and the dog watched it.\n" for i in range(8)))
+    stats, calls = {}, []
+    pool = ray_pool.executor(1, stats=stats)
+
+    def counting(model, jobs):
+        calls.append(len(jobs))
+        yield from pool(model, jobs)
+
+    on_ray = judged_profile(minilm, ["positional", "patterns"], str(data), None, tmp_path / "ray.csv", batch_size=2,
+                            checkpoint_every=2, executor=counting)
+    here = judged_profile(minilm, ["positional", "patterns"], str(data), None, tmp_path / "one.csv", batch_size=2,
+                          checkpoint_every=2)
+    assert calls == [2, 2, 2, 2]  # two probes, two halves each
+    assert len(stats["load_seconds"]) == 1  # one worker process did every chunk
+    keys = ["label", "layer", "head"]
+    a, b = on_ray.set_index(keys).sort_index(), here.set_index(keys).sort_index()
+    assert a.index.equals(b.index)
+    assert ((a["score"] - b["score"]).abs().fillna(0) <= TOLERANCE * (1 + a["score"].abs())).all()
+
+
+def test_a_model_the_workers_cannot_load_is_its_own_error_and_frees_them(local_ray, tmp_path, minilm):
+    """A model the driver loaded that a worker cannot (a folder the worker's node lacks, a hub name offline): the
+    load's own error, not an actor that died; the pool's CPUs are free again for the next run."""
+    from probes.errors import ModelUnavailable
+
+    missing = tmp_path / "gone"
+    missing.mkdir()
+    elsewhere = type("Named", (), {"name": str(missing)})()  # what the executor reads of the driver's model
+    with pytest.raises(ModelUnavailable, match="gone"):
+        list(ray_pool.executor(2)(elsewhere, _jobs()))
+    done = list(ray_pool.executor(2)(minilm, _jobs()))  # both CPUs free: two workers start
+    assert sorted(index for index, _ in done) == [0, 1]
+
+
+def test_workers_a_cluster_cannot_place_are_one_line_after_the_wait(local_ray, monkeypatch, minilm):
+    """More CPUs a worker than the cluster has: refused with what to ask for once the wait for workers is over (600 s;
+    1 s here), and no worker is left waiting for a place."""
+    from probes.errors import RayUnavailable
+
+    with monkeypatch.context() as patched, pytest.raises(
+            RayUnavailable, match=r"could not start 1 worker\(s\) of 3 CPU\(s\) each in 1 s \(the cluster has 2 "
+                                  r"CPU\(s\)\): ask for fewer"):
+        patched.setattr(ray_pool, "WAIT_FOR_WORKERS_S", 1)
+        list(ray_pool.executor(1, cpus_per_worker=3)(minilm, _jobs()))
+    done = list(ray_pool.executor(2)(minilm, _jobs()))
+    assert sorted(index for index, _ in done) == [0, 1]
