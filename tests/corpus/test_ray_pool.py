@@ -206,7 +206,18 @@ def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, m
     assert ((a["score"] - b["score"]).abs().fillna(0) <= TOLERANCE * (1 + a["score"].abs())).all()
 
 
-def test_a_model_the_workers_cannot_load_is_its_own_error_and_frees_them(local_ray, tmp_path, minilm):
+def _cpus_free(expected: float = 2) -> float:
+    """The module's Ray's free CPUs once they are back to ``expected`` (a killed actor's CPUs come back within a
+    moment; 30 s at most)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while (free := ray.available_resources().get("CPU", 0)) < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return free
+
+
+def test_a_model_the_workers_cannot_load_is_its_own_error_and_frees_them(local_ray, tmp_path):
     """A model the driver loaded that a worker cannot (a folder the worker's node lacks, a hub name offline): the
     load's own error, not an actor that died; the pool's CPUs are free again for the next run."""
     from probes.errors import ModelUnavailable
@@ -216,8 +227,7 @@ def test_a_model_the_workers_cannot_load_is_its_own_error_and_frees_them(local_r
     elsewhere = type("Named", (), {"name": str(missing)})()  # what the executor reads of the driver's model
     with pytest.raises(ModelUnavailable, match="gone"):
         list(ray_pool.executor(2)(elsewhere, _jobs()))
-    done = list(ray_pool.executor(2)(minilm, _jobs()))  # both CPUs free: two workers start
-    assert sorted(index for index, _ in done) == [0, 1]
+    assert _cpus_free() == 2
 
 
 def test_workers_a_cluster_cannot_place_are_one_line_after_the_wait(local_ray, monkeypatch, minilm):
@@ -225,10 +235,8 @@ def test_workers_a_cluster_cannot_place_are_one_line_after_the_wait(local_ray, m
     1 s here), and no worker is left waiting for a place."""
     from probes.errors import RayUnavailable
 
-    with monkeypatch.context() as patched, pytest.raises(
-            RayUnavailable, match=r"could not start 1 worker\(s\) of 3 CPU\(s\) each in 1 s \(the cluster has 2 "
-                                  r"CPU\(s\)\): ask for fewer"):
-        patched.setattr(ray_pool, "WAIT_FOR_WORKERS_S", 1)
-        list(ray_pool.executor(1, cpus_per_worker=3)(minilm, _jobs()))
-    done = list(ray_pool.executor(2)(minilm, _jobs()))
-    assert sorted(index for index, _ in done) == [0, 1]
+    monkeypatch.setattr(ray_pool, "WAIT_FOR_WORKERS_S", 1)
+    with pytest.raises(RayUnavailable, match=r"could not start 2 worker\(s\) of 2 CPU\(s\) each in 1 s \(the "
+                                             r"cluster has 2 CPU\(s\)\): ask for fewer"):
+        list(ray_pool.executor(2, cpus_per_worker=2)(minilm, _jobs()))
+    assert _cpus_free() == 2  # the one placed is stopped, the other no longer waits for a place
