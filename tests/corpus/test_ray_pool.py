@@ -10,8 +10,7 @@ import pytest
 import ray  # the [ray] extra, which the README's install includes: missing, this fails rather than skips
 
 from probes import cluster
-from probes.corpus import ray_pool
-from probes.corpus import run as corpus_run
+from probes.corpus import ray_pool, run as corpus_run
 from probes.corpus.reader import Corpus
 from probes.parity import attention_tolerance
 
