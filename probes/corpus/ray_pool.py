@@ -33,15 +33,16 @@ WAIT_FOR_WORKERS_S = 600
 
 
 class Attempts:
-    """A Ray actor (no CPU, on the driver's node): how many times each chunk has been started. A chunk started
-    a second time ran again because the worker running it was lost."""
+    """A Ray actor (no CPU, on the driver's node): how many times each chunk has been started, by the executor's
+    call and the chunk's index (each call numbers its chunks from 0: an evidence run's second half is a call of its
+    own). A chunk started a second time ran again because the worker running it was lost."""
 
     def __init__(self):
-        self.started: dict[int, int] = {}
+        self.started: dict[tuple[int, int], int] = {}
 
-    def start(self, index: int) -> int:
-        self.started[index] = self.started.get(index, 0) + 1
-        return self.started[index]
+    def start(self, key: tuple[int, int]) -> int:
+        self.started[key] = self.started.get(key, 0) + 1
+        return self.started[key]
 
 
 class ChunkWorker:
@@ -74,26 +75,28 @@ class ChunkWorker:
             raise self.error
         return os.getpid()
 
-    def attempt(self, index: int) -> int:
-        """Which start of chunk ``index`` this is (1: the first); 0 when no :class:`Attempts` answers."""
+    def attempt(self, call: int, index: int) -> int:
+        """Which start of the executor's call ``call``'s chunk ``index`` this is (1: the first); 0 when no
+        :class:`Attempts` answers."""
         import ray
 
         if self.attempts is None:
             return 0
         try:
-            return ray.get(self.attempts.start.remote(index), timeout=30)
+            return ray.get(self.attempts.start.remote((call, index)), timeout=30)
         except ray.exceptions.RayError:  # the counter is lost (its node with it): nothing is claimed
             return 0
 
-    def run(self, job) -> dict:
-        """One job on the model: its result, with what the driver's ``stats`` and notes are made of."""
+    def run(self, job, call: int = 0) -> dict:
+        """One job (of the executor's call ``call``) on the model: its result, with what the driver's ``stats`` and
+        notes are made of."""
         import resource
         import time
 
         import ray
 
         start = time.perf_counter()
-        attempt = self.attempt(job.index)
+        attempt = self.attempt(call, job.index)
         result = job(self.model)
         return {"index": job.index, "result": result, "attempt": attempt, "pid": os.getpid(),
                 "busy_seconds": time.perf_counter() - start, "load_seconds": self.load_seconds,
@@ -122,6 +125,7 @@ class _Pool:
         self.actors: list = []
         self.attempts: Any = None
         self.job: Any = None  # the Ray driver they were started by: after a new ray.init, they are gone
+        self.calls = 0  # the executor's calls so far: each call's chunks are counted apart (Attempts)
         _POOLS.add(self)
 
     def workers(self, model: str, wanted: int) -> tuple[list, Any]:
@@ -199,12 +203,14 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
         import ray
 
         actors, _ = pool.workers(model.name, min(workers, len(jobs)))
+        pool.calls += 1
+        call = pool.calls
         labels = {job.index: getattr(job, "label", "") for job in jobs}
         waiting, held = deque(jobs), {}  # held: a chunk's result (its object ref) -> the worker running it
 
         def send(actor) -> None:
             if waiting:
-                held[actor.run.remote(waiting.popleft())] = actor
+                held[actor.run.remote(waiting.popleft(), call)] = actor
 
         for _ in range(IN_HAND):
             for actor in actors:

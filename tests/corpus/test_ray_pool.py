@@ -186,8 +186,8 @@ def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, m
 
     data = tmp_path / "s.txt"
     data.write_text("".join(f"The cat {i} sat on the mat, and the dog watched it.\n" for i in range(8)))
-    stats, calls = {}, []
-    pool = ray_pool.executor(1, stats=stats)
+    stats, calls, notes = {}, [], []
+    pool = ray_pool.executor(1, stats=stats, notify=notes.append)
 
     def counting(model, jobs):
         calls.append(len(jobs))
@@ -199,6 +199,8 @@ def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, m
                           checkpoint_every=2)
     assert calls == [2, 2, 2, 2]  # two probes, two halves each
     assert len(stats["load_seconds"]) == 1  # one worker process did every chunk
+    # each call numbers its chunks from 0: a chunk of the second half is not a second start of the first's
+    assert notes == [] and set(stats["attempts"].values()) == {1}
     keys = ["label", "layer", "head"]
     a, b = on_ray.set_index(keys).sort_index(), here.set_index(keys).sort_index()
     assert a.index.equals(b.index)
