@@ -66,13 +66,7 @@ def run(args: argparse.Namespace) -> int:
                         executor=executor,
                         progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="item", file=sys.stderr))
     finally:
-        close = getattr(executor, "close", None)
-        if close is not None:  # the Ray workers, whose CPUs a cluster this run joined has back at once
-            close()
-        if started:
-            from .. import cluster
-
-            cluster.shutdown()
+        off_ray(executor, started)
     print_top(frame, args.top)
     where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
     print(f"wrote {len(frame)} rows to {args.out} ({where})", file=sys.stderr)
@@ -99,6 +93,18 @@ def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
     print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
           + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
     return executor, started
+
+
+def off_ray(executor, started: bool) -> None:
+    """The end of a run: the executor's Ray workers stopped (a cluster this run joined has their CPUs back at once;
+    the one-process executor has none), and the local Ray stopped if this run started it."""
+    close = getattr(executor, "close", None)
+    if close is not None:
+        close()
+    if started:
+        from .. import cluster
+
+        cluster.shutdown()
 
 
 def run_corpus(args: argparse.Namespace) -> int:
@@ -162,13 +168,7 @@ def run_corpus(args: argparse.Namespace) -> int:
             notify=lambda message: print(f"note: {message}", file=sys.stderr),
             progress_factory=lambda total, name: tqdm(total=total, desc=name, unit="chunk", file=sys.stderr))
     finally:
-        close = getattr(executor, "close", None)
-        if close is not None:  # the Ray workers, whose CPUs a cluster this run joined has back at once
-            close()
-        if started:
-            from .. import cluster
-
-            cluster.shutdown()
+        off_ray(executor, started)
     print_top(table, args.top)
     where = threads.describe() if threads else "on Ray: " + ray_summary(pool_stats)
     print(f"wrote {len(table)} rows to {out} and {len(found)} top examples to {examples} ({where})", file=sys.stderr)

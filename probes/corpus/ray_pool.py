@@ -87,7 +87,7 @@ class ChunkWorker:
         except ray.exceptions.RayError:  # the counter is lost (its node with it): nothing is claimed
             return 0
 
-    def run(self, job, call: int = 0) -> dict:
+    def run(self, job, call: int) -> dict:
         """One job (of the executor's call ``call``) on the model: its result, with what the driver's ``stats`` and
         notes are made of."""
         import resource
@@ -128,9 +128,9 @@ class _Pool:
         self.calls = 0  # the executor's calls so far: each call's chunks are counted apart (Attempts)
         _POOLS.add(self)
 
-    def workers(self, model: str, wanted: int) -> tuple[list, Any]:
+    def workers(self, model: str, wanted: int) -> list:
         """At least ``wanted`` workers holding ``model``, each loaded (every one up before any chunk is sent, so the
-        chunks are spread over all of them), and the :class:`Attempts` counter."""
+        chunks are spread over all of them)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -169,7 +169,7 @@ class _Pool:
                     + f" each in {WAIT_FOR_WORKERS_S} s (the cluster has {total.get('CPU', 0):g} CPU(s)"
                     + (f", {total.get('GPU', 0):g} GPU(s)" if self.gpus else "")
                     + "): ask for fewer (--workers, --cpus-per-worker, --gpus-per-worker) or add nodes")
-        return self.actors, self.attempts
+        return self.actors
 
     def close(self) -> None:
         """Stop the workers and the counter (their CPUs are free again)."""
@@ -202,7 +202,7 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
             return
         import ray
 
-        actors, _ = pool.workers(model.name, min(workers, len(jobs)))
+        actors = pool.workers(model.name, min(workers, len(jobs)))
         pool.calls += 1
         call = pool.calls
         labels = {job.index: getattr(job, "label", "") for job in jobs}

@@ -201,10 +201,7 @@ def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, m
     assert len(stats["load_seconds"]) == 1  # one worker process did every chunk
     # each call numbers its chunks from 0: a chunk of the second half is not a second start of the first's
     assert notes == [] and set(stats["attempts"].values()) == {1}
-    keys = ["label", "layer", "head"]
-    a, b = on_ray.set_index(keys).sort_index(), here.set_index(keys).sort_index()
-    assert a.index.equals(b.index)
-    assert ((a["score"] - b["score"]).abs().fillna(0) <= TOLERANCE * (1 + a["score"].abs())).all()
+    _same(on_ray, here)
 
 
 def _cpus_free(expected: float = 2) -> float:
