@@ -138,8 +138,8 @@ class LocalBackend:
                           truncate=request.truncate, logits=request.logits,
                           attention_budget=request.attention_budget)
 
-    def call(self, name: str, fn, args: tuple, kwargs: dict):
-        return fn(*args, **kwargs)
+    def call(self, name: str, fn, args: tuple, kwargs: dict, progress=None):
+        return fn(*args, **kwargs) if progress is None else fn(*args, **kwargs, progress=progress)
 
     def __repr__(self) -> str:
         return "LocalBackend()"

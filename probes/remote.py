@@ -9,7 +9,9 @@ weights (or one layer's rows, one head's q, k and v, a head summary) and nothing
 crosses the wire. Work that needs the model itself (parity, generation, ablation grids, attributions) runs on
 the server: a reader (:func:`probes.seam.reader`) called with a :class:`RemoteModel` or :class:`RemoteTrace` goes
 to the model's :class:`RayBackend`, which sends the reader's registered name and its plain arguments; the server
-runs only registered readers (:func:`probes.seam.registered`).
+runs only registered readers (:func:`probes.seam.registered`). A reader's progress callback stays here; the server
+sends back each call the reader makes of it as it happens (:meth:`ModelServer.watched`), so a bar counts a served
+model's work as it counts a local one's, and a callback that raises (a page nobody watches) stops the work there.
 
 A trace on the server is keyed by its :class:`Request` (text, pair, source, backend, truncation, logits,
 budget), never by an opaque id: a restarted actor, which has lost its traces, recomputes the one asked for,
@@ -26,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -128,12 +131,56 @@ class ModelServer:
 
         return fn(*[held(a) for a in args], **{k: held(v) for k, v in kwargs.items()})
 
+    def watched(self, name: str, args: tuple, kwargs: dict):
+        """:meth:`compute`, with the reader's progress sent back as it goes (a Ray streaming generator): each call
+        the reader makes of its ``progress`` callback is yielded as ``("progress", arguments)``, then its answer as
+        ``("result", answer)``. The reader runs in a thread of its own while this yields; when the client stops
+        listening (its own callback raised: a page that nobody watches any more), the generator is closed and the
+        reader's next progress call raises :class:`Unwatched`, so the work stops a step later, as a local run's
+        would."""
+        import queue
+        import threading
+
+        said: queue.SimpleQueue = queue.SimpleQueue()
+        unwatched = threading.Event()
+        outcome: dict = {}
+
+        def progress(*args) -> None:
+            if unwatched.is_set():
+                raise Unwatched("the client stopped listening")
+            said.put(("progress", args))
+
+        def work() -> None:
+            try:
+                outcome["result"] = self.compute(name, args, {**kwargs, "progress": progress})
+            except BaseException as exc:  # noqa: BLE001 - raised by the generator below, which Ray sends the client
+                outcome["error"] = exc
+            finally:
+                said.put(None)
+
+        thread = threading.Thread(target=work, name=f"reader {name}", daemon=True)
+        thread.start()
+        try:
+            while (item := said.get()) is not None:
+                yield item
+        finally:  # GeneratorExit when the client cancelled: the reader stops at its next step
+            unwatched.set()
+            thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        yield "result", outcome["result"]
+
     def pid(self) -> int:
         return os.getpid()
 
 
 READS = ("attention", "qkv", "layer_qkv", "head_summary", "all_attention", "layer_attention")
 FIELDS = ("hidden_states", "logits", "rotary", "lse")
+
+
+class Unwatched(Exception):
+    """Raised on a server, in a reader's progress callback, once the client that asked for the progress has stopped
+    listening: the reader's work stops there."""
 
 
 @dataclass(frozen=True)
@@ -155,10 +202,13 @@ class Wire:
     sent: int = 0
     received: int = 0
 
-    def count(self, sent: object, received: object) -> None:
+    def count(self, sent: object, received: object, progress: Sequence = ()) -> None:
+        """One call: its arguments, its answer, and the progress items that came before the answer (each sent
+        alone)."""
         from ray import cloudpickle  # what Ray serialises with (functions of records by value, tensors as buffers)
 
-        out, back = len(cloudpickle.dumps(sent, protocol=5)), len(cloudpickle.dumps(received, protocol=5))
+        out = len(cloudpickle.dumps(sent, protocol=5))
+        back = sum(len(cloudpickle.dumps(x, protocol=5)) for x in [received, *progress])
         self.calls += 1
         self.sent += out
         self.received += back
@@ -179,15 +229,22 @@ class RayBackend:
     wire: Wire = field(default_factory=Wire, repr=False)
     local = False
 
-    def ask(self, method: str, *args):
+    def ask(self, method: str, *args, progress=None):
         """Call the server; a dead actor is one line (:class:`ServerLost`), and Ray restarts it for the next call.
-        A server stopped and started again (a new actor under the same name) is found again by its name."""
+        A server stopped and started again (a new actor under the same name) is found again by its name.
+        ``progress``: ``method`` is a generator of progress and then the answer (:meth:`ModelServer.watched`); each
+        progress item is a call of ``progress`` here, as it comes. A call that reported progress is not retried (its
+        progress would be counted twice); where ``progress`` raises, the server's work is cancelled."""
         import ray
         from ray import exceptions
 
+        told: list = []  # the progress items passed on
         for attempt in (0, 1):
             try:
-                result = ray.get(getattr(self.handle, method).remote(*args))
+                if progress is None:
+                    result = ray.get(getattr(self.handle, method).remote(*args))
+                else:
+                    result = self._listen(getattr(self.handle, method).remote(*args), progress, told)
                 break
             except exceptions.ActorUnavailableError:  # restarting: its new process loads the model
                 raise self._restarting() from None
@@ -198,12 +255,32 @@ class RayBackend:
                     raise ServerLost(f"the server of {self.name} on the Ray cluster at {self.address} was stopped: "
                                      f"start it again (python -m probes serve --model {self.name} --ray "
                                      f"{self.address})") from None
-                if attempt:
+                if attempt or told:
                     raise self._restarting() from None
             except exceptions.RayTaskError as exc:  # the server's own error, e.g. an InputTooLong: raised as itself
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else None
                 raise (cause or ProbesError(str(exc).splitlines()[-1])) from None
-        self.wire.count(args, result)
+        self.wire.count(args, result, told)
+        return result
+
+    def _listen(self, stream, progress, told: list):
+        """The answer at the end of ``stream`` (a :meth:`ModelServer.watched` call), each progress item before it
+        passed to ``progress`` and kept in ``told``. ``stream`` is cancelled where ``progress`` raises."""
+        import ray
+
+        result = None
+        for ref in stream:
+            item = ray.get(ref)
+            kind, value = item
+            if kind != "progress":
+                result = value
+                continue
+            told.append(item)
+            try:
+                progress(*value)
+            except BaseException:
+                ray.cancel(stream)  # closes the server's generator: its reader stops at its next step
+                raise
         return result
 
     def _restarting(self) -> ServerLost:
@@ -214,11 +291,14 @@ class RayBackend:
         facts = self.ask("trace", request)
         return RemoteTrace(model, request, **facts)
 
-    def call(self, name: str, fn, args: tuple, kwargs: dict):
+    def call(self, name: str, fn, args: tuple, kwargs: dict, progress=None):
         """The reader ``name`` on the server: a :class:`RemoteModel` argument stands for the server's model, a
-        :class:`RemoteTrace` for its trace (sent as its :class:`Request`). :func:`probes.seam.reader` has left a
-        ``progress`` callback here already."""
-        return self.ask("compute", name, tuple(_sent(a) for a in args), {k: _sent(v) for k, v in kwargs.items()})
+        :class:`RemoteTrace` for its trace (sent as its :class:`Request`). ``progress`` (the reader's callback, which
+        :func:`probes.seam.reader` has kept here) is called here as the reader calls its own there."""
+        sent = (name, tuple(_sent(a) for a in args), {k: _sent(v) for k, v in kwargs.items()})
+        if progress is None:
+            return self.ask("compute", *sent)
+        return self.ask("watched", *sent, progress=progress)
 
 
 def _sent(value):

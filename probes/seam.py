@@ -59,8 +59,13 @@ class Backend(Protocol):
         """The trace of ``request`` on ``model`` (the model this backend holds: each backend takes its own kind)."""
         ...
 
-    def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """The registered reader ``name`` (``fn`` itself) on ``args`` and ``kwargs``, where the model is."""
+    def call(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict,
+             progress: Callable[..., None] | None = None) -> Any:
+        """The registered reader ``name`` (``fn`` itself) on ``args`` and ``kwargs``, where the model is.
+        ``progress``: the reader's own progress callback, which stays here (it draws a bar, or stops the work, in
+        this process): each call the reader makes of it where it runs is made of ``progress`` here, with the same
+        arguments, as it happens, so a bar counts a served model's work as it counts a local one's. An exception
+        ``progress`` raises ends the call here, as it would a local run."""
         ...
 
 
@@ -235,10 +240,11 @@ def reader(fn: Callable[..., R]) -> Callable[..., R]:
         backend = home(args) or home(tuple(kwargs.values()))
         if backend is None:
             return fn(*args, **kwargs)
-        # a progress callback stays here (it draws a bar in this process): it is not sent, however it was passed
+        # a progress callback stays here (it draws a bar in this process): not sent, however it was passed, but
+        # handed to the backend, which makes here the calls the reader makes of it there
         bound = signature.bind_partial(*args, **kwargs)
-        bound.arguments.pop("progress", None)
-        return backend.call(name, fn, bound.args, bound.kwargs)
+        progress = bound.arguments.pop("progress", None)
+        return backend.call(name, fn, bound.args, bound.kwargs, progress)
 
     where_the_model_is.reader_name = name  # type: ignore[attr-defined]
     return where_the_model_is

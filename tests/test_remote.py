@@ -17,7 +17,7 @@ import probes
 from probes import generation, parity, remote
 from probes.cli import main
 from probes import cluster as ray_cluster
-from probes.effects import ablation
+from probes.effects import ablation, importance
 from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
 
 # one local Ray at a time (make test's workers); bitwise: its numeric tests compare a served model with this process's,
@@ -103,9 +103,64 @@ def test_work_that_needs_the_weights_runs_on_the_server(served_minilm, minilm, o
     here = parity.compare(probes.run(minilm, TEXT), probes.run(minilm, TEXT, source="scratch"))
     there = parity.compare(probes.run(served_minilm, TEXT), probes.run(served_minilm, TEXT, source="scratch"))
     assert there.passed and there.attention_max_abs_diff == here.attention_max_abs_diff
-    grid = ablation.ablate_each(served_minilm, "the cat sat", how="zero", position=1,
-                                progress=lambda *a: None)  # the progress callback stays here
+    grid = ablation.ablate_each(served_minilm, "the cat sat", how="zero", position=1)
     assert grid.equals(ablation.ablate_each(minilm, "the cat sat", how="zero", position=1))
+
+
+class Bar:
+    """A tqdm-like bar that keeps what it was told."""
+
+    def __init__(self, total: int, name: str):
+        self.total, self.counts, self.closed = total, [], 0
+
+    def update(self, n: int) -> None:
+        self.counts.append(n)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class Stop(Exception):
+    """What a page's progress callback raises to stop the work (nobody watches it any more)."""
+
+
+@pytest.mark.numeric  # the server's floats against this process's, exactly
+def test_the_progress_of_work_on_the_server_is_counted_here_as_it_goes_once(served_minilm, minilm, one_thread,
+                                                                              tmp_path):
+    data = tmp_path / "texts.txt"
+    data.write_text("The cat sat on the mat.\nShe said that he would come back.\nThe dog ran.\nIt rained.\n"
+                    "Birds sing.\n")
+    tables, bars = [], []
+    for i, model in enumerate((served_minilm, minilm)):
+        tables.append(importance.profile_importance(
+            model, str(data), None, tmp_path / f"importance-{i}.csv", batch_size=2,
+            checkpoint_every=3, ablation=False, progress_factory=lambda total, name: bars.append(Bar(total, name))
+            or bars[-1]))
+    # the command's bar: each batch as the server finishes it (chunks of 3: batches of 2 and 1), as a local run
+    # counts, and no chunk counted again once it returns
+    assert [(b.total, b.counts, b.closed) for b in bars] == [(5, [0, 2, 1, 2], 1)] * 2
+    assert tables[0]["score"].equals(tables[1]["score"])
+    # a page's progress(done, total): every call the reader makes there, here, in order
+    there, here = [], []
+    grid = ablation.ablate_each(served_minilm, "the cat sat", how="zero", position=1,
+                                progress=lambda *a: there.append(a))
+    assert grid.equals(ablation.ablate_each(minilm, "the cat sat", how="zero", position=1,
+                                            progress=lambda *a: here.append(a)))
+    assert there == here and there[-1] == (72, 72) and len(there) == len(set(there))
+
+
+def test_a_progress_callback_that_raises_stops_the_work_on_the_server(served_minilm):
+    told = []
+
+    def stop_at_3(done, total):
+        told.append(done)
+        if done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        ablation.ablate_each(served_minilm, "the cat sat", how="zero", position=1, progress=stop_at_3)
+    assert told[-1] == 3  # raised here as in a local run; the server's work cancelled, and the server still answers
+    assert probes.run(served_minilm, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
 
 
 def test_a_server_runs_only_the_library_readers(served_minilm):

@@ -13,7 +13,8 @@ from probes.seam import READERS, ModelLike, Request, TraceLike, reader, register
 
 @dataclass
 class Elsewhere:
-    """A backend that is not this process: it records what it was asked to call."""
+    """A backend that is not this process: it records what it was asked to call, and reports the progress the
+    reader would have made there (its values' count)."""
 
     calls: list = field(default_factory=list)
     local = False
@@ -21,8 +22,10 @@ class Elsewhere:
     def run(self, model, request):
         raise AssertionError("not asked")
 
-    def call(self, name, fn, args, kwargs):
+    def call(self, name, fn, args, kwargs, progress=None):
         self.calls.append((name, args, kwargs))
+        if progress is not None:
+            progress(len(args[1]))
         return "ran there"
 
 
@@ -45,9 +48,14 @@ def test_a_reader_runs_here_on_local_arguments_and_there_on_remote_ones(minilm):
     assert summed(minilm, [1, 2], 3, told.append) == 9 and told == [2]  # local: the function itself
     away = Elsewhere()
     assert summed(Held(away), [1, 2], scale=3, progress=told.append) == "ran there"
-    # sent by its registered name; the progress callback stays here, passed by position or by name
-    assert away.calls == [("tests.test_seam:summed", (Held(away), [1, 2], 3), {})]
-    assert summed([1], [5], 2, told.append) == 10 and len(away.calls) == 1  # no model or trace: here
+    # sent by its registered name; the progress callback stays here, passed by name or by position, and the backend
+    # reports the progress made there to it
+    assert away.calls == [("tests.test_seam:summed", (Held(away), [1, 2], 3), {})] and told == [2, 2]
+    assert summed(Held(away), [1, 2, 3], 1, told.append) == "ran there" and told == [2, 2, 3]
+    assert away.calls[1] == ("tests.test_seam:summed", (Held(away), [1, 2, 3], 1), {})
+    assert summed([1], [5], 2, told.append) == 10 and len(away.calls) == 2  # no model or trace: here
+    assert minilm.backend.call("x", summed.__wrapped__, (minilm, [1, 2, 3]), {}, told.append) == 6  # a plain call
+    assert told == [2, 2, 3, 1, 3]
     assert summed("text", [1], 1) == 1 and summed(None, [4]) == 4  # a string, None: no home, here
 
 

@@ -161,11 +161,8 @@ def profile_importance(model, data: str, limit: int | None, out, batch_size: int
     folder = checkpoint(out.with_name(out.name + ".partial"), "importance", print_, notify)
     bar = progress_factory(len(texts), "importance") if progress_factory else None
 
-    def sums(chunk, step):
-        got = importance_sums(model, chunk, batch_size, projections, ablation, step)
-        if not model.backend.local:  # a served model's chunk ran on its server: counted here, whole
-            step(len(chunk))
-        return got
+    def sums(chunk, step):  # on a served model too: its server's progress comes back through the seam
+        return importance_sums(model, chunk, batch_size, projections, ablation, step)
 
     parts = checkpointed(folder, texts, checkpoint_every, sums, bar)
     frame = with_model(finish(parts), model)

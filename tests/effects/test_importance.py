@@ -66,3 +66,29 @@ def test_chunks_add_up_to_the_whole_and_layers_have_unit_length(minilm64):
     lengths = whole.groupby("layer")["score"].apply(lambda s: float(np.sqrt((s ** 2).sum())))
     assert np.allclose(lengths, 1.0, atol=F64, rtol=0)
     assert whole["label"].unique().tolist() == ["gradient: hidden"]
+
+
+class Bar:
+    """A tqdm-like bar that keeps what it was told."""
+
+    def __init__(self, total: int, name: str):
+        self.total, self.name, self.counts, self.closed = total, name, [], 0
+
+    def update(self, n: int) -> None:
+        self.counts.append(n)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_the_command_bar_counts_every_sentence_once(copy_model, tmp_path):
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join([*TEXTS, "the he the", "he he he"]) + "\n")
+    bars: list[Bar] = []
+    importance.profile_importance(copy_model, str(data), None, tmp_path / "imp.csv", batch_size=2, checkpoint_every=3,
+                                  ablation=False, progress_factory=lambda total, name: bars.append(Bar(total, name))
+                                  or bars[-1])
+    [bar] = bars
+    # first the chunks a resumed run found done (none), then each batch as it finishes (chunks of 3: batches of 2 and
+    # 1), never a chunk again once its batches are counted
+    assert (bar.total, bar.name, bar.counts, bar.closed) == (5, "importance", [0, 2, 1, 2], 1)
