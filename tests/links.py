@@ -119,7 +119,8 @@ def snapshot(at: Any) -> dict[str, Any]:
                 got.append(_words(child))
         return got
 
-    return {"sidebar": walk(at.sidebar), "main": walk(at.main), "link": dict(sorted((k, v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()))}
+    link = {k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()}
+    return {"sidebar": walk(at.sidebar), "main": walk(at.main), "link": dict(sorted(link.items()))}
 
 
 def normalised(view: Any) -> Any:
