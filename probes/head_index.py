@@ -7,7 +7,7 @@ It sits on the bottom floor: it knows sizes (``n_layers``, ``n_heads``), not mod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import BadOption, OutOfRange
 
@@ -59,12 +59,17 @@ def check_receiver(receiver: Head, n_layers: int, n_heads: int, where: str = "th
     return layer, head
 
 
+def _quoted(spec: str) -> str:
+    """What the user typed, quoted, and cut short when it is long (a refusal is one line)."""
+    return repr(spec if len(spec) <= 40 else spec[:37] + "...")
+
+
 def parse_head(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> Head:
     """``"1.2"`` -> (1, 2): one LAYER.HEAD, checked against the model's size (``what`` names it in a refusal,
     ``where`` the model). The one parser of a head every command and page uses."""
     numbers = head_numbers(spec)
     if numbers is None:
-        raise BadOption(f"{what} {spec!r}: write it as LAYER.HEAD (e.g. 1.2)")
+        raise BadOption(f"{what} {_quoted(spec)}: write it as LAYER.HEAD (e.g. 1.2)")
     return check_head(numbers, n_layers, n_heads, what, where)
 
 
@@ -77,12 +82,41 @@ def head_numbers(spec: str) -> Head | None:
     return int(parts[0]), int(parts[1])
 
 
-def parse_heads(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model") -> list[Head]:
-    """``"1.2,5.4"`` -> [(1, 2), (5, 4)], each checked (:func:`parse_head`)."""
-    parts = [p for p in (p.strip() for p in spec.split(",")) if p]
-    if not parts:
+ALL = "all"  # what a head list may say instead (read_heads_or_all): every head the reader considers
+
+
+def read_heads(spec: str, what: str = "head", notify: Callable[[str], None] | None = None) -> list[Head]:
+    """``"1.2,5.4"`` -> [(1, 2), (5, 4)], unchecked against any model's size (a command reads its options before it
+    loads the model; :func:`check_heads` once it has): each a LAYER.HEAD of two whole numbers (:func:`head_numbers`),
+    at least one; a head named twice is kept once, and ``notify`` told so."""
+    found: list[Head] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        pair = head_numbers(part)
+        if pair is None:
+            raise BadOption(f"{what} {_quoted(part)}: write each {what} as LAYER.HEAD, two whole numbers "
+                            "(e.g. 1.2,5.4)")
+        if pair in found:
+            if notify is not None:
+                notify(f"{what} {pair[0]}.{pair[1]} is named more than once: it is used once")
+            continue
+        found.append(pair)
+    if not found:
         raise BadOption(f"no {what}s given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
-    return [parse_head(part, n_layers, n_heads, what, where) for part in parts]
+    return found
+
+
+def read_heads_or_all(spec: str, what: str = "head", notify: Callable[[str], None] | None = None) -> list[Head] | None:
+    """:data:`ALL` (None: every head) or :func:`read_heads`."""
+    return None if spec.strip() == ALL else read_heads(spec, what, notify)
+
+
+def parse_heads(spec: str, n_layers: int, n_heads: int, what: str = "head", where: str = "the model",
+                notify: Callable[[str], None] | None = None) -> list[Head]:
+    """``"1.2,5.4"`` -> [(1, 2), (5, 4)] (:func:`read_heads`), each checked against the model's size
+    (:func:`check_heads`)."""
+    return check_heads(read_heads(spec, what, notify), n_layers, n_heads, what, where)
 
 
 def check_heads(heads: Sequence[Head], n_layers: int, n_heads: int, what: str = "head",

@@ -6,7 +6,7 @@ import probes
 from probes import hf
 from probes.errors import BadOption, OutOfRange
 from probes.head_index import (check_head, check_heads, check_layer, check_position, check_receiver, head_numbers,
-                               parse_head, parse_heads)
+                               parse_head, parse_heads, read_heads, read_heads_or_all)
 
 
 def test_a_head_is_two_ascii_whole_numbers_joined_by_a_dot():
@@ -18,6 +18,23 @@ def test_a_head_is_two_ascii_whole_numbers_joined_by_a_dot():
     assert parse_heads("1.2, 5.4,", 6, 12) == [(1, 2), (5, 4)]
     with pytest.raises(BadOption, match="no heads given"):
         parse_heads(" , ", 6, 12)
+    with pytest.raises(BadOption, match=r"^head '1\.x': write each head as LAYER\.HEAD, two whole numbers"):
+        parse_heads("1.2,1.x", 6, 12)
+    with pytest.raises(BadOption, match=r"^head '1{37}\.\.\.': write"):
+        read_heads("1" * 60)  # a refusal is one short line
+
+
+def test_a_head_list_is_read_before_the_model_and_checked_after():
+    told = []
+    # numbers only (a command reads its options before it loads the model): 99.0 is a head of some model
+    assert read_heads("0.1, 99.0,0.1", notify=told.append) == [(0, 1), (99, 0)]
+    assert told == ["head 0.1 is named more than once: it is used once"]
+    assert read_heads_or_all(" all ") is None and read_heads_or_all("2.3") == [(2, 3)]
+    with pytest.raises(BadOption, match="^no senders given"):
+        read_heads_or_all(",", "sender")
+    with pytest.raises(OutOfRange, match="head 99.0 is outside minilm: layers 0–5"):
+        check_heads(read_heads("0.1,99.0"), 6, 12, where="minilm")
+    assert parse_heads("1.2,1.2", 6, 12, notify=told.append) == [(1, 2)] and len(told) == 2
 
 
 def test_every_range_is_refused_with_one_type_naming_the_ranges():

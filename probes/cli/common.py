@@ -1,5 +1,6 @@
 """What every command shares: one way to quiet transformers, to load the model a command names, the types of its
-numbers and head lists (one vocabulary for every command), and to print the best heads of a table."""
+numbers and head lists (one vocabulary for every command; heads are read by :mod:`probes.head_index`), and to print
+the best heads of a table."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import math
 import os
 import sys
 
-from ..head_index import head_numbers
+from ..errors import BadOption
+from ..head_index import Head, read_heads, read_heads_or_all
 from ..models import OFFLINE_DEFAULT, load
 from ..seam import ModelLike
 
@@ -148,37 +150,26 @@ def text_arg(text: str) -> str:
     return text
 
 
-def head_list(text: str) -> list[tuple[int, int]]:
-    """argparse type: ``"1.2,5.4"`` -> [(1, 2), (5, 4)], each LAYER.HEAD two whole numbers, a head named twice kept
-    once with a note on stderr (its range is checked against the model by :func:`heads_of`)."""
-    found: list[tuple[int, int]] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        pair = head_numbers(part)
-        if pair is None:
-            raise argparse.ArgumentTypeError(f"head {_shown(part)}: write each head as LAYER.HEAD, two whole numbers "
-                                             "(e.g. 1.2,5.4)")
-        if pair in found:
-            print(f"note: head {pair[0]}.{pair[1]} is named more than once: it is used once", file=sys.stderr)
-            continue
-        found.append(pair)
-    if not found:
-        raise argparse.ArgumentTypeError("no heads given: write them as LAYER.HEAD, separated by commas (e.g. 1.2,5.4)")
-    return found
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
 
 
-def head_list_or_all(text: str) -> list[tuple[int, int]] | None:
-    """argparse type: ``all`` (None) or a :func:`head_list`."""
-    return None if text.strip() == "all" else head_list(text)
+def head_list(text: str) -> list[Head]:
+    """argparse type of a head list (``--heads 1.2,5.4``): :func:`probes.head_index.read_heads` (numbers only: the
+    ranges are checked once the model is loaded, :func:`probes.head_index.check_heads`), a head named twice noted on
+    stderr, a malformed list refused as argparse refuses (``argument --heads: ...``)."""
+    try:
+        return read_heads(text, notify=_note)
+    except BadOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def heads_of(model: ModelLike, heads: list[tuple[int, int]], what: str = "head") -> list[tuple[int, int]]:
-    """Heads from :func:`head_list`, each checked against the model's size (:func:`probes.head_index.check_heads`,
-    the check :func:`~probes.head_index.parse_head` makes)."""
-    from ..head_index import check_heads
-
-    return check_heads(heads, model.n_layers, model.n_heads, what, model.name)
+def head_list_or_all(text: str) -> list[Head] | None:
+    """argparse type: ``all`` (None) or a :func:`head_list` (:func:`probes.head_index.read_heads_or_all`)."""
+    try:
+        return read_heads_or_all(text, notify=_note)
+    except BadOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def print_top(frame, top: int) -> None:

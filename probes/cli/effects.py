@@ -10,7 +10,6 @@ from .common import (
     MODEL_HELP,
     batch_size,
     head_list,
-    heads_of,
     index,
     load_model,
     loading_options,
@@ -27,6 +26,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
     from ..errors import BadOption, EmptyInput
+    from ..head_index import check_heads
 
     if not args.text.strip():
         raise EmptyInput("the text is empty: give a sentence (--text)")
@@ -35,7 +35,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.other and args.how != "patch":
         raise BadOption("--other is the text patched from: it goes with --how patch")
     model = load_model(args)
-    heads = heads_of(model, args.heads)
+    heads = check_heads(args.heads, model.n_layers, model.n_heads, where=model.name)
     targets = None
     if args.target or args.versus:
         if not model.predicts_tokens:

@@ -12,7 +12,6 @@ from .common import (
     MODEL_HELP,
     Count,
     head_list_or_all,
-    heads_of,
     index,
     load_model,
     loading_options,
@@ -29,12 +28,14 @@ def run_patch(args: argparse.Namespace) -> int:
     from ..effects.path_patching import ABOUT, parse_head, path_patch
     from ..errors import BadOption, EmptyInput
     from ..evidence.edges import null_corruptions, patch_floors
+    from ..head_index import check_heads
 
     if not args.text.strip() or not args.corrupt.strip():
         raise EmptyInput("a text is empty: give the clean text (--text) and the corrupted one (--corrupt)")
     model = load_model(args)
     receiver = parse_head(args.receiver, model, "receiver")
-    senders = None if args.senders is None else heads_of(model, args.senders)
+    senders = None if args.senders is None else check_heads(args.senders, model.n_layers, model.n_heads,
+                                                            where=model.name)
     lm = model.predicts_tokens
     targets = None
     if args.target or args.versus:
