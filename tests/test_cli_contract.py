@@ -710,6 +710,10 @@ UNIMPLEMENTED = (b"\x00\x000\x01\x05\x00\x00\x00\x01"
                  b"\x88@\x0ccontent-type\x10application/grpc@\x0bgrpc-status\x0212")
 
 
+# the same from a head with token authentication on, to a call without its token: status 16 (UNAUTHENTICATED)
+UNAUTHENTICATED = UNIMPLEMENTED.replace(b"grpc-status\x0212", b"grpc-status\x0216")
+
+
 class GrpcPort:
     """A loopback port that opens as a gRPC server does (HTTP/2 settings at once), then answers every call with
     ``answer`` (b"": never a word): what a raylet's port or any other gRPC service looks like to a driver. Before
@@ -781,6 +785,13 @@ def test_a_grpc_port_that_is_not_a_ray_head_is_refused_in_one_line(tmp_path, ans
             line = ray_command(tmp_path, argv)
             assert line.startswith(f"error: --ray 127.0.0.1:{port.port}: 127.0.0.1:{port.port} accepts connections "
                                    "but is not a Ray head's GCS port: give the address of a running Ray head"), line
+
+
+def test_a_ray_head_that_wants_a_token_this_machine_lacks_is_refused_in_one_line(tmp_path):
+    with GrpcPort(UNAUTHENTICATED) as port:
+        line = ray_command(tmp_path, ray_commands(tmp_path, f"127.0.0.1:{port.port}")[0])
+    assert line.startswith(f"error: --ray 127.0.0.1:{port.port}: the Ray head at 127.0.0.1:{port.port} wants a token "
+                           "and this machine has none: copy the head's ~/.ray/auth_token to this machine"), line
 
 
 @pytest.mark.parametrize("address, says", [
