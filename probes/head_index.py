@@ -129,3 +129,19 @@ def check_position(position: int | None, n: int) -> None:
     """A token position of a text of ``n`` tokens (None: none asked for)."""
     if position is not None and not 0 <= position < n:
         raise OutOfRange(f"token {position} is outside the text's {n} tokens ({_span(n)})")
+
+
+def check_seen_key(key: int, query: int, seen: bool, head: Head, causal: bool, window: int | None) -> int:
+    """A key token that query token ``query`` of head ``head`` sees: ``seen`` is the layer's own mask there (the
+    caller's, which knows the family's rules); else :class:`OutOfRange` saying which rule hides the key (a causal
+    model's future, a sliding ``window``) and which keys to pick instead."""
+    if seen:
+        return key
+    layer, index = head
+    if causal and key > query:
+        why, pick = "is after the query: a causal model's query sees only the past", f"at or before token {query}"
+    else:  # a key the mask hides otherwise is outside the layer's sliding window (|i − j| < window are seen)
+        reach = (window or 1) - 1
+        why = f"is outside layer {layer}'s sliding window of {window} tokens"
+        pick = f"from token {max(query - reach, 0)} to {query}" if causal else f"within {reach} tokens of token {query}"
+    raise OutOfRange(f"key token {key} {why}, so head {layer}.{index} gives it no score: pick a key {pick}")

@@ -63,3 +63,19 @@ def test_traces_and_readers_refuse_with_the_same_type(minilm):
     with pytest.raises(OutOfRange, match="outside minilm: heads 0–11"):
         qk_attribution(minilm, "hello there", 0, 12, 1, 0)
     assert isinstance(probes.OutOfRange(""), probes.ProbesError)
+
+
+def test_a_key_the_mask_hides_is_refused_by_the_rule_that_hides_it():
+    from probes.head_index import check_seen_key
+
+    assert check_seen_key(3, 5, True, (1, 2), causal=True, window=None) == 3
+    with pytest.raises(OutOfRange, match=r"^key token 7 is after the query: a causal model's query sees only the "
+                                         r"past, so head 1\.2 gives it no score: pick a key at or before token 5$"):
+        check_seen_key(7, 5, False, (1, 2), causal=True, window=None)
+    with pytest.raises(OutOfRange, match=r"outside layer 1's sliding window of 4 tokens, so head 1\.2 gives it no "
+                                         r"score: pick a key from token 6 to 9$"):
+        check_seen_key(2, 9, False, (1, 2), causal=True, window=4)
+    # an encoder's window reaches both ways: a later key is outside it, not "after the query"
+    with pytest.raises(OutOfRange, match=r"key token 15 is outside layer 1's sliding window of 4 tokens, .*: pick a "
+                                         r"key within 3 tokens of token 9$"):
+        check_seen_key(15, 9, False, (1, 2), causal=False, window=4)

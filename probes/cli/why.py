@@ -1,4 +1,5 @@
-"""``python -m probes why``: why a head puts its weight where it does (QK attribution, :mod:`probes.effects.why`)."""
+"""``python -m probes why``: why a head puts its weight where it does (QK attribution: the numbers of
+:mod:`probes.effects.why`, said in the words of :mod:`probes.explain.why`)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def run_why(args: argparse.Namespace) -> int:
 
     from ..effects.why import qk_attribution
     from ..errors import EmptyInput
+    from ..explain import why as words
     from ..jobs import check_outputs, write_file
 
     if not args.text.strip():
@@ -71,7 +73,7 @@ def run_why(args: argparse.Namespace) -> int:
                   "embedding's terms are in --csv); --bands-csv is not written", file=sys.stderr)
         else:
             bands = why.band_table()
-            bands["label"] = bands.group.map(why.band_groups().set_index("group").label)
+            bands["label"] = bands.group.map(words.labelled_band_groups(why).set_index("group").label)
             write_file(Path(args.bands_csv), bands.to_csv(index=False).encode(), "--bands-csv")
             print(f"wrote {len(bands)} rotary bands to {args.bands_csv}", file=sys.stderr)
     content, position = why.position_split()
@@ -80,20 +82,21 @@ def run_why(args: argparse.Namespace) -> int:
                               query_token=why.tokens[query], key_token=why.tokens[key], score=why.score,
                               weight=why.weight, sum_of_parts=why.total, delta=why.delta, bound=why.bound,
                               top=records(top[["query_part", "key_part", "contribution", "share"]]),
-                              positions=why.positions, offset=why.offset, reading=why.reading(), content=content,
-                              position=position, band_groups=records(why.band_groups()) if why.bands is not None
-                              else None, bands=records(why.band_table()) if why.bands is not None else None,
-                              grid=records(why.grid(args.grid)), grid_caption=why.grid_caption(args.grid)),
+                              positions=why.positions, offset=why.offset, reading=words.reading(why),
+                              content=content, position=position,
+                              band_groups=records(words.labelled_band_groups(why)) if why.bands is not None else None,
+                              bands=records(why.band_table()) if why.bands is not None else None,
+                              grid=records(why.grid(args.grid)), grid_caption=words.grid_caption(why, args.grid)),
                          ensure_ascii=False))
         return 0
     print(f"{why.model}, head {why.layer}.{why.head}: query {why.tokens[query]!r} (token {query}) on key "
           f"{why.tokens[key]!r} (token {key}): score {why.score:.4g} (scale · q·k, before the softmax), weight "
           f"{why.weight:.3f}")
-    print(f"reading: {why.reading()}")
+    print(f"reading: {words.reading(why)}")
     if why.bands is not None:
         print(f"by rotary frequency band ({len(why.bands)} bands; grouped by how far each turns across the text's "
               f"{len(why.tokens)} tokens):")
-        for row in why.band_groups().itertuples():
+        for row in words.labelled_band_groups(why).itertuples():
             if row.group == "unrotated":
                 waves = "never turned"
             elif row.bands == 1:
@@ -101,14 +104,14 @@ def run_why(args: argparse.Namespace) -> int:
             else:
                 waves = f"wavelength {row.wavelength_min:.3g}–{row.wavelength_max:.3g} tokens"
             print(f"  {row.label}, {waves}: {row.contribution:+.4f} (content {row.content:+.4f}, "
-                  f"position {row.position:+.4f}), {why.effect(row.contribution, amount=False)}")
+                  f"position {row.position:+.4f}), {words.pushes(row.contribution, why.score, amount=False)}")
     print(f"the {len(top)} largest of {len(why.parts)} × {len(why.parts)} terms (what wrote the query × what wrote "
           "the key):")
     width = max(len(name) for name in why.parts)
     for rank, row in enumerate(top.itertuples(), start=1):
         print(f"  {rank:>2}. query: {row.query_part:<{width}}  × key: {row.key_part:<{width}}  "
-              f"{row.contribution:+10.4f}  {why.effect(row.contribution, amount=False)}")
-    print(f"in buckets: {why.grid_caption(args.grid)}")
+              f"{row.contribution:+10.4f}  {words.pushes(row.contribution, why.score, amount=False)}")
+    print(f"in buckets: {words.grid_caption(why, args.grid)}")
     print(f"sum of parts = score (|Δ| {why.delta:.2g}, {why.delta / why.bound if why.bound else 0.0:.1g} of the "
           f"score's scale {why.bound:.3g})")
     return 0

@@ -41,24 +41,29 @@ the farthest two of its n tokens are apart): *high-frequency* bands turn a full 
 of |q_b|·|k_b|: nearly position-free), the *middle* bands between them; dimensions that are never turned (θ = 0,
 partial rotary) are their own group.
 
-**Signs.** A term is read as what it does to the score ("raises the score by 1.47", "pushes the score down by
-0.5"), and as a share of the score only when the score is positive: a share of a negative score would flip the
-term's sign. ``frame()``'s ``share`` (and the CSV's) is blank (NaN) then.
+**Numbers, not words.** This module returns numbers and readings made of them (:class:`PositionReading`,
+:class:`BandGroup`, :class:`Bucket`, :class:`GridReading`); the sentences a person reads ("raises the score by
+1.47 (+30% of 4.83)") are made from those by :mod:`probes.explain.why`, for the CLI and the app alike. A share of
+the score is given only when the score is positive (a share of a negative score would flip the term's sign):
+``frame()``'s ``share`` (and the CSV's) is blank (NaN) then.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
 from ..attention_math import allowed_keys, soft_cap
-from ..errors import BadOption, OutOfRange, UnsupportedModel
-from ..head_index import check_layer_head, check_receiver
+from ..errors import BadOption, UnsupportedModel
+from ..head_index import check_index, check_layer_head, check_receiver, check_seen_key
 from ..models import Encoding
 from ..scratch import RotaryNetwork, SplitNetwork, build, point, run
 from ..seam import reader
@@ -69,37 +74,7 @@ NEARLY_STILL = 0.1  # radians: a band turning less than this across the whole te
 LAYER_BANDS = 4  # heads and MLPs are bucketed in about this many bands of layers (ceil(depth / 4) layers each)
 BIG = 0.2  # a head or MLP is named on its own in the grid when its total on either side is ≥ this share of |score|
 # (the largest few such; the others of its band of layers stay bucketed)
-GROUPS = {"high": "high-frequency bands {} (local position)", "middle": "middle bands {} (position across the text)",
-          "low": "low-frequency bands {} (nearly position-free)", "unrotated": "unrotated dimensions {} (no position)"}
-
-
-def pushes(value: float, score: float, amount: bool = True) -> str:
-    """What a term does to the score, in words that keep its sign: "raises the score by 1.47 (+30% of 4.83)",
-    "pushes the score down by 0.5 (-10% of 4.83)"; a share only of a positive score (of a negative one it would read
-    with the term's sign flipped): "pushes the score down by 1.47 (score -0.81)". ``amount=False``: without the
-    size ("raises the score (+30% of 4.83)"), for a line that prints the term beside it."""
-    verb = "raises the score" if value >= 0 else "pushes the score down"
-    size = f" by {abs(value):.3g}" if amount else ""
-    of = f"{percent(value / score)} of {score:.3g}" if score > 0 else f"score {score:.3g}"
-    return f"{verb}{size} ({of})"
-
-
-def percent(share: float) -> str:
-    """A signed share as a percentage, a small one with its first digit rather than as "+0%": "+62%", "-0.03%"."""
-    return f"{share:+.0%}" if abs(share) >= 0.005 or share == 0 else f"{share * 100:+.1g}%"
-
-
-def _ranges(indices) -> str:
-    """Band numbers as ranges: [0, 1, 2, 5] -> "0–2, 5"."""
-    out: list[list[int]] = []
-    run: list[int] = []
-    for i in sorted(indices):
-        if run and i != run[-1] + 1:
-            out.append(run)
-            run = []
-        run.append(i)
-    out += [run] if run else []
-    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in out)
+BAND_GROUPS = ("high", "middle", "low", "unrotated")  # the groups of rotary bands (:func:`band_group`), in this order
 
 
 def band_group(frequency: float, span: int) -> str:
@@ -110,6 +85,64 @@ def band_group(frequency: float, span: int) -> str:
     if 2 * math.pi / frequency <= span:
         return "high"
     return "low" if frequency * span <= NEARLY_STILL else "middle"
+
+
+@dataclass(frozen=True)
+class BandGroup:
+    """The rotary bands of one group (:func:`band_group`), read together: which bands, how far they turn, and what
+    they add to the score."""
+
+    group: str  # "high", "middle", "low" or "unrotated" (:data:`BAND_GROUPS`)
+    bands: tuple[int, ...]  # the bands' numbers, in order
+    wavelength_min: float  # tokens (inf: never turned)
+    wavelength_max: float
+    contribution: float  # the group's term at the real offset
+    content: float  # the same with no turn between q and k (offset 0)
+    position: float  # contribution − content: what the turn by the real offset adds
+
+
+@dataclass(frozen=True)
+class PositionReading:
+    """The score as position against content (:meth:`QKAttribution.position_reading`): the two halves, which one
+    leads, and where a rotary model's position comes from."""
+
+    content: float  # position_split()'s halves: they sum to the score
+    position: float
+    score: float
+    offset: int  # i − j: how many tokens the key is before the query
+    through: BandGroup | None  # rotary: the band group the position mostly comes through (None: a learned table,
+    # whose position is the position embedding's terms)
+
+    @property
+    def leads(self) -> str:
+        """"position" or "content": the larger in size (content on a tie)."""
+        return "position" if abs(self.position) > abs(self.content) else "content"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One row (and column) of the bucketed grid (:meth:`QKAttribution.grid`): the parts it holds and their side
+    totals."""
+
+    bucket: str  # "token embedding", "head 9.4", "heads of layers 0–7", "biases", …
+    parts: int  # how many parts it holds (1: a part named on its own)
+    query_total: float  # its side totals (each side's buckets sum to the score)
+    key_total: float
+    largest: str  # its part with the largest |side total|
+    largest_total: float  # that total, signed
+    largest_side: str  # the side it is on: "query" or "key"
+
+
+@dataclass(frozen=True)
+class GridReading:
+    """What the bucketed grid holds (:meth:`QKAttribution.grid_reading`): the cells of one part × one part together,
+    its largest cell, and its buckets."""
+
+    named_total: float  # the cells of one named part × one named part, summed
+    largest_query: str  # the cell of the largest |term|: its query bucket, its key bucket and its term
+    largest_key: str
+    largest_contribution: float
+    buckets: tuple[Bucket, ...]  # in the order the stream is written
 
 
 @dataclass
@@ -167,10 +200,6 @@ class QKAttribution:
         sums = self.matrix.sum(axis=1 if axis == "query" else 0)
         return pd.Series(sums, index=self.parts, name=f"{axis}_side")
 
-    def effect(self, value: float, amount: bool = True) -> str:
-        """What ``value`` (a term, a band, a bucket's cell) does to this score, in words (:func:`pushes`)."""
-        return pushes(value, self.score, amount)
-
     # -- position: rotary bands, or the position embedding's terms ------------------------------------------------
 
     @property
@@ -195,24 +224,32 @@ class QKAttribution:
                                          "share", "group"])
         return self.bands.copy()
 
-    def band_groups(self) -> pd.DataFrame:
-        """The bands in their groups (high-frequency, middle, low-frequency, unrotated; only those with a band):
-        group, label ("high-frequency bands 0–1 (local position)"), bands (how many), wavelength_min and
-        wavelength_max (tokens), contribution, content, position, share (NaN unless the score is positive). Empty
-        for a family with a learned position table."""
-        bands, rows = self.band_table(), []
-        for key, words in GROUPS.items():
+    def band_group_records(self) -> list[BandGroup]:
+        """The bands in their groups (:data:`BAND_GROUPS` order; only the groups with a band), one
+        :class:`BandGroup` each. Empty for a family with a learned position table."""
+        bands, groups = self.band_table(), []
+        for key in BAND_GROUPS:
             members = bands[bands.group == key]
             if members.empty:
                 continue
-            label = words.format(_ranges(members.band))
-            if len(members) == 1:
-                label = label.replace("bands ", "band ", 1).replace("dimensions ", "dimensions, band ", 1)
-            rows.append(dict(group=key, label=label, bands=len(members), wavelength_min=members.wavelength.min(),
-                             wavelength_max=members.wavelength.max(), contribution=members.contribution.sum(),
-                             content=members.content.sum(), position=members.position.sum()))
-        frame = pd.DataFrame(rows, columns=["group", "label", "bands", "wavelength_min", "wavelength_max",
-                                            "contribution", "content", "position"])
+            groups.append(BandGroup(key, tuple(int(b) for b in members.band), float(members.wavelength.min()),
+                                    float(members.wavelength.max()), float(members.contribution.sum()),
+                                    float(members.content.sum()), float(members.position.sum())))
+        return groups
+
+    def band_groups(self) -> pd.DataFrame:
+        """The band groups (:meth:`band_group_records`) as a table: group, bands (how many), wavelength_min and
+        wavelength_max (tokens), contribution, content, position, share (NaN unless the score is positive). Empty
+        for a family with a learned position table. Each group's words ("high-frequency bands 0–1 (local
+        position)") are :func:`probes.explain.why.band_label`'s."""
+        return self._groups_frame(self.band_group_records())
+
+    def _groups_frame(self, groups: list[BandGroup]) -> pd.DataFrame:
+        frame = pd.DataFrame([dict(group=g.group, bands=len(g.bands), wavelength_min=g.wavelength_min,
+                                   wavelength_max=g.wavelength_max, contribution=g.contribution, content=g.content,
+                                   position=g.position) for g in groups],
+                             columns=["group", "bands", "wavelength_min", "wavelength_max", "contribution", "content",
+                                      "position"])
         frame["share"] = frame["contribution"] / self.score if self.score > 0 else np.nan
         return frame
 
@@ -228,29 +265,19 @@ class QKAttribution:
         position = float(self.matrix[touched].sum())
         return float(self.matrix[~touched].sum()), position
 
-    def reading(self) -> str:
-        """Position against content in one line, the larger first: "position (the turn by the offset, 1 token back):
-        raises the score by 6.61 (+227% of 2.92), mostly through high-frequency bands 0–1 (local position): +6.16;
-        content (q·k with no turn between them, offset 0): pushes the score down by 3.69 (-127% of 2.92)"."""
+    def position_reading(self) -> PositionReading:
+        """Position against content (:meth:`position_split`), and on a rotary model the band group the position
+        mostly comes through: the one with the largest |position| among those whose position has the sign of the
+        whole (among them all when none has)."""
         content, position = self.position_split()
+        through = None
         if self.bands is not None:
-            groups = self.band_groups()
+            records = self.band_group_records()
+            groups = self._groups_frame(records)
             same = groups[np.sign(groups.position) == np.sign(position)]
             top = (same if len(same) else groups).sort_values("position", key=abs, ascending=False).iloc[0]
-            back = abs(self.offset)
-            gap = "none: the key is the query" if back == 0 else \
-                f"{back} token{'s' if back > 1 else ''} {'back' if self.offset > 0 else 'ahead'}"
-            said = {"position": f"position (the turn by the offset, {gap}): {pushes(position, self.score)}, mostly "
-                                f"through {top.label}: {top.position:+.3g}",
-                    "content": f"content (q·k with no turn between them, offset 0): {pushes(content, self.score)}"}
-            note = ""
-        else:
-            said = {"position": f"position (the position embedding's terms, with any part on either side): "
-                                f"{pushes(position, self.score)}",
-                    "content": f"content (every other term): {pushes(content, self.score)}"}
-            note = " (positions here are a learned table, a part of the stream: there are no rotary bands)"
-        order = ("position", "content") if abs(position) > abs(content) else ("content", "position")
-        return "; ".join(said[k] for k in order) + note
+            through = next(g for g in records if g.group == top.group)
+        return PositionReading(content, position, self.score, self.offset, through)
 
     # -- a grid a person reads: embeddings, big heads and MLPs by name, the rest in bands of layers --------------
 
@@ -287,30 +314,28 @@ class QKAttribution:
         at = {name: i for i, name in enumerate(names)}
         return names, np.array([at[mapping[p]] for p in self.parts], dtype=np.int64)
 
-    def buckets(self, n: int = 3) -> pd.DataFrame:
-        """The grid's rows and columns (:meth:`grid`), in the order the stream is written: bucket, parts (how many
-        it holds), query_total and key_total (its side totals: each column sums to the score), largest (its part
-        with the largest |side total|), largest_total (that total, signed), holds (in words: "72 parts, none above
-        4% of 4.83 on either side (the largest: head 9.3, +0.21 on the key side)")."""
+    def bucket_records(self, n: int = 3) -> list[Bucket]:
+        """The grid's rows and columns (:meth:`grid`), in the order the stream is written, one :class:`Bucket` each."""
         names, of = self._grouping(n)
         sides = {"query": self.matrix.sum(axis=1), "key": self.matrix.sum(axis=0)}
-        rows = []
+        found = []
         for b, bucket in enumerate(names):
             members = np.flatnonzero(of == b)
             q_side, k_side = sides["query"][members], sides["key"][members]
             top_q, top_k = int(np.argmax(np.abs(q_side))), int(np.argmax(np.abs(k_side)))  # (the first, on a tie)
             top, axis = (top_q, "query") if abs(q_side[top_q]) >= abs(k_side[top_k]) else (top_k, "key")
-            largest, value = self.parts[members[top]], float(sides[axis][members[top]])
-            if len(members) == 1:
-                holds = "1 part"
-            else:
-                bound = f"{percent(abs(value) / self.score)[1:]} of {self.score:.3g}" if self.score > 0 else \
-                    f"{abs(value):.3g} (score {self.score:.3g})"
-                holds = (f"{len(members)} parts, none above {bound} on either side (the largest: {largest}, "
-                         f"{value:+.3g} on the {axis} side)")
-            rows.append(dict(bucket=bucket, parts=len(members), query_total=float(q_side.sum()),
-                             key_total=float(k_side.sum()), largest=largest, largest_total=value, holds=holds))
-        return pd.DataFrame(rows)
+            found.append(Bucket(bucket, len(members), float(q_side.sum()), float(k_side.sum()),
+                                self.parts[members[top]], float(sides[axis][members[top]]), axis))
+        return found
+
+    def buckets(self, n: int = 3) -> pd.DataFrame:
+        """The grid's buckets (:meth:`bucket_records`) as a table: bucket, parts (how many it holds), query_total and
+        key_total (its side totals: each column sums to the score), largest (its part with the largest |side
+        total|), largest_total (that total, signed), largest_side ("query" or "key"). What a bucket holds in words
+        ("72 parts, none above 4% of 4.83 on either side …") is :func:`probes.explain.why.holds`'."""
+        return pd.DataFrame([vars(b) for b in self.bucket_records(n)],
+                            columns=["bucket", "parts", "query_total", "key_total", "largest", "largest_total",
+                                     "largest_side"])
 
     def grid(self, n: int = 3) -> pd.DataFrame:
         """The score as a small grid of buckets (:meth:`buckets`: the embeddings, the biases, the ``n`` heads or
@@ -335,39 +360,52 @@ class QKAttribution:
         """What the grid's cells of one part × one part sum to (the rest is in cells with a bucket of several)."""
         return self._named(self.grid(n))
 
-    def grid_caption(self, n: int = 3) -> str:
-        """The grid in words: what its cells of one named part × one named part explain, its largest cell, and what
-        each bucket of several parts holds ("heads of layers 0–7: 72 parts, none above 5% of 2.92 on either side
-        (the largest: head 1.7, -0.151 on the query side)")."""
+    def grid_reading(self, n: int = 3) -> GridReading:
+        """What the grid (:meth:`grid`) holds: its named cells' total (:meth:`named_total`), its largest cell and its
+        buckets (:meth:`bucket_records`)."""
         grid = self.grid(n)
         big = grid.loc[grid.contribution.abs().idxmax()]
-        line = (f"The cells of one named part × one named part, together: {self.effect(self._named(grid))}; the "
-                f"largest cell, {big.query_part} × {big.key_part}: {self.effect(big.contribution)}")
-        several = self.buckets(n)
-        several = several[several.parts > 1]
-        if several.empty:
-            return line + "; every cell is one part × one part."
-        return (line + ". Buckets of several parts: "
-                + "; ".join(f"{row.bucket}: {row.holds}" for row in several.itertuples()) + ".")
+        return GridReading(self._named(grid), big.query_part, big.key_part, float(big.contribution),
+                           tuple(self.bucket_records(n)))
+
+    # -- the words these numbers used to make here, kept for a release (deprecated) -------------------------------
+
+    def reading(self) -> str:
+        """Deprecated: :func:`probes.explain.why.reading`."""
+        return _deprecated("QKAttribution.reading()", "reading(why)").reading(self)
+
+    def effect(self, value: float, amount: bool = True) -> str:
+        """Deprecated: :func:`probes.explain.why.pushes` (``pushes(value, why.score, amount)``)."""
+        return _deprecated("QKAttribution.effect(value)", "pushes(value, why.score)").pushes(value, self.score, amount)
+
+    def grid_caption(self, n: int = 3) -> str:
+        """Deprecated: :func:`probes.explain.why.grid_caption`."""
+        return _deprecated("QKAttribution.grid_caption(n)", "grid_caption(why, n)").grid_caption(self, n)
 
     def sentence(self, row) -> str:
-        """One term in words: "key 'Xiaohong': the output of head 0.7 × query 'she': its token embedding, raises the
-        score by 2.1 (+49% of 4.3)" (never a share of a negative score: see :func:`pushes`)."""
-        return (f"key {self.tokens[self.key]!r}: {describe(row.key_part)} × query {self.tokens[self.query]!r}: "
-                f"{describe(row.query_part)}, {pushes(row.contribution, self.score)}")
+        """Deprecated: :func:`probes.explain.why.sentence`."""
+        return _deprecated("QKAttribution.sentence(row)", "sentence(why, row)").sentence(self, row)
 
 
-def describe(part: str) -> str:
-    """A part's name as words after "key 'x':"."""
-    if part.endswith("embedding"):
-        return f"its {part}"
-    if part.startswith(("head ", "MLP ")):
-        return f"the output of {part}"
-    if part == "biases":
-        return "the biases written into the residual stream"
-    if part == BIAS_QK:
-        return "the bias of its projection (and its norm's)"
-    return part
+_WORDS = "probes.explain.why"  # where this module's words went (the deprecated names below point there)
+_MOVED = ("GROUPS", "describe", "percent", "pushes")  # module names that were words, now _WORDS's
+
+
+def _deprecated(old: str, new: str) -> Any:
+    """Warn that ``old`` is deprecated for :mod:`probes.explain.why`'s ``new``, and return that module. It stands a
+    floor above this one, which imports nothing from it: only these deprecated names reach it, by name at call time
+    (which the floors contract does not see), and they go with the next release, and with them this one call up."""
+    warnings.warn(f"{old} is deprecated: use {_WORDS}.{new}; this module returns numbers, {_WORDS} says them in words",
+                  DeprecationWarning, stacklevel=3)
+    return importlib.import_module(_WORDS)
+
+
+def __getattr__(name: str) -> Any:
+    """The module's old words (``pushes``, ``percent``, ``describe``, ``GROUPS``), deprecated: now
+    :mod:`probes.explain.why`'s."""
+    if name in _MOVED:
+        return getattr(_deprecated(name, name), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -428,15 +466,9 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
     run = _head_pass(model, text, layer, head, pair, truncate)
     n = run.n
     for name, position in (("query", query), ("key", key)):
-        if not 0 <= position < n:
-            raise OutOfRange(f"{name} token {position} is outside the text's {n} tokens (0–{n - 1})")
+        check_index(position, n, f"{name} token", f"the text's {n} tokens")
     row = run.allowed[query]
-    if not bool(row[key]):
-        window = model.family.window(model.config, layer)
-        why = "is after the query: a causal model's query sees only the past" if key > query else \
-            f"is outside layer {layer}'s sliding window of {window} tokens"
-        raise BadOption(f"key token {key} {why}, so head {layer}.{head} gives it no score: pick a key at or before "
-                        f"token {query}")
+    check_seen_key(key, query, bool(row[key]), (layer, head), run.net.causal, model.family.window(model.config, layer))
     with torch.inference_mode():
         names, q, k = run.parts([query, key])
         q_i, k_j = q[:, 0], k[:, 1]  # [P + 1, d]: the query's parts at i, the key's at j

@@ -8,6 +8,7 @@ from numeric import F64
 
 from probes.cli import main
 from probes.effects import ablation, importance
+from probes.explain import why as words
 from tests.effects.conftest import ALTERNATING
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry"
@@ -119,9 +120,9 @@ def test_why_prints_the_top_terms_and_that_they_sum_to_the_score(minilm, capsys,
     content, position = expected.position_split()
     assert (data["positions"], data["bands"], data["band_groups"]) == ("absolute", None, None)
     assert (data["content"], data["position"], data["offset"]) == (content, position, 3)
-    assert data["reading"] == expected.reading() and data["reading"].startswith("position (the position embedding")
-    assert data["grid_caption"] == expected.grid_caption(3) and len(data["grid"]) == len(expected.grid(3))
-    assert lines[1] == f"reading: {expected.reading()}"
+    assert data["reading"] == words.reading(expected) and data["reading"].startswith("position (the position embedding")
+    assert data["grid_caption"] == words.grid_caption(expected, 3) and len(data["grid"]) == len(expected.grid(3))
+    assert lines[1] == f"reading: {words.reading(expected)}"
     assert any(line.startswith("in buckets: The cells of one named part") for line in lines)
 
 
@@ -169,9 +170,9 @@ def test_why_on_a_rotary_head_reads_its_bands(smollm2, monkeypatch, capsys, tmp_
     assert main([*args, "--json", "--bands-csv", str(tmp_path / "bands.csv")]) == 0
     data = _no_nan(capsys.readouterr().out)  # strict JSON (an unturned band's wavelength would be null, not inf)
     expected = qk_attribution(smollm2, TALKS, 16, 0, 5, 4)
-    assert data["positions"] == "rotary" and data["reading"] == expected.reading() and data["offset"] == 1
+    assert data["positions"] == "rotary" and data["reading"] == words.reading(expected) and data["offset"] == 1
     assert [row["contribution"] for row in data["bands"]] == list(expected.band_table().contribution)
-    assert [row["label"] for row in data["band_groups"]] == list(expected.band_groups().label)
+    assert [row["label"] for row in data["band_groups"]] == list(words.labelled_band_groups(expected).label)
     assert data["content"] + data["position"] == pytest.approx(data["score"], abs=F64 * data["bound"], rel=0)
     table = pd.read_csv(tmp_path / "bands.csv")
     assert list(table.columns) == ["band", "frequency", "wavelength", "contribution", "content", "position", "share",

@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import OutOfRange
-from .evidence import questions
-from .evidence.questions import SINK, counted  # the app reads them here too
-from .heads.engine import word_attention
-from .precision import upcast
-from .seam import reader
-from .tokens import align_to_words, covered_words, word_positions, word_spans
-from .trace import Trace
+from ..evidence import questions
+from ..evidence.questions import SINK, counted  # the app reads them here too (probes.explain re-exports them)
+from ..head_index import check_index
+from ..heads.engine import word_attention
+from ..precision import upcast
+from ..seam import reader
+from ..tokens import align_to_words, covered_words, word_positions, word_spans
+from ..trace import Trace
 
 if TYPE_CHECKING:
     import torch
 
-    from .seam import TraceLike
+    from ..seam import TraceLike
 
 
 @dataclass
@@ -65,8 +65,7 @@ def query_steps(trace: Trace, layer: int, head: int, query: int, item: int = 0) 
         raise ValueError(f"this trace ({trace.source}) does not carry its layers' score scales")
     q_all, k, v = (t.detach().cpu().double().numpy() for t in trace.qkv(layer, head, item))
     n = len(k)
-    if not 0 <= query < n:
-        raise OutOfRange(f"query {query} is outside the {n} real tokens 0..{n - 1}")
+    check_index(query, n, "query", f"the {n} real tokens")
     q = q_all[query]
     scale = trace.scales[layer]
     window = trace.window(layer)
@@ -283,8 +282,8 @@ class KeyWorked:
 
 def work_key(steps: QuerySteps, key: int) -> KeyWorked:
     """``key`` of the row in ``steps`` (:func:`query_steps`) worked through by hand, in float64."""
-    if not 0 <= key < len(steps.tokens):
-        raise OutOfRange(f"key {key} is outside 0..{len(steps.tokens) - 1}")
+    n = len(steps.tokens)
+    check_index(key, n, "key", f"the {n} real tokens")
     products = steps.q.astype(np.float64) * steps.k[key].astype(np.float64)
     dot = float(products.sum())
     scaled = dot * steps.scale

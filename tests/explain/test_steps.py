@@ -112,7 +112,7 @@ def test_the_scale_follows_the_config(models, models64):
 def test_out_of_range_is_refused_by_name(models):
     model = models["bert"]
     trace = probes.run(model, "the cat")  # [CLS] the cat [SEP]
-    with pytest.raises(IndexError, match="query 4 is outside the 4 real tokens 0..3"):
+    with pytest.raises(IndexError, match=r"query 4 is outside the 4 real tokens \(0–3\)"):
         query_steps(trace, 0, 0, 4)
     with pytest.raises(IndexError, match="query -1"):
         query_steps(trace, 0, 0, -1)
@@ -288,7 +288,8 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
 
 def _margins_by_hand(trace, query, answer, other):
     """(weight on the answer − weight on the other word, layer, head) of every head, from the full matrices."""
-    return [(float(trace.attention(layer, head)[query, answer].sum() - trace.attention(layer, head)[query, other].sum()),
+    return [(float(trace.attention(layer, head)[query, answer].sum()
+                   - trace.attention(layer, head)[query, other].sum()),
              layer, head) for layer in range(trace.n_layers) for head in range(trace.n_heads)]
 
 
@@ -334,8 +335,8 @@ def test_no_head_preferring_the_answer_is_said_not_crowned(gpt2_model):
 
 def test_the_sink_is_never_the_answer_nor_the_default_key(smollm2, minilm):
     """On smollm2 the first token of "Xiaoming gave…" is "X", a piece of Xiaoming and the sink: asked who "she" is,
-    Xiaoming's weight leaves that piece out, as the answer or as the distractor; the default key word of a query is never the
-    sink's, whatever the model."""
+    Xiaoming's weight leaves that piece out, as the answer or as the distractor; the default key word of a query is
+    never the sink's, whatever the model."""
     from probes import runner
 
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
@@ -369,5 +370,5 @@ def test_one_key_worked_through_by_hand_equals_the_row(gpt2_model):
         assert w.weight == pytest.approx(steps.weights[key], abs=F64, rel=0)
         total += w.weight
     assert total == pytest.approx(1.0, abs=F64, rel=0) and explain.work_key(steps, 5).weight == 0.0  # the future
-    with pytest.raises(IndexError, match="outside"):
+    with pytest.raises(IndexError, match=rf"key 99 is outside the {len(steps.tokens)} real tokens \(0–"):
         explain.work_key(steps, 99)
