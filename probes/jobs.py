@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .datasets.cache import write_atomic
-from .errors import BadData, CannotWrite, NothingToScore
+from .errors import BadData, CannotWrite, NothingToScore, OutOfRange
+from .head_index import check_index
 
 if TYPE_CHECKING:
     from .seam import ModelLike
@@ -117,9 +118,11 @@ def check_heads(frame: pd.DataFrame, name: str, n_layers: int | None = None, n_h
         values = frame[col]
         if (values < 0).any() or (values % 1).any():
             raise BadData(f"{name}: {col} must be whole numbers from 0")
-        if n is not None and (values >= n).any():
-            raise BadData(f"{name}: {col} {int(values.max())} does not exist in this model ({col}s 0–{n - 1}): "
-                          "upload a table written for the model selected in the sidebar")
+        if n is not None and len(values):
+            try:
+                check_index(int(values.max()), n, col, f"this model's {col}s")
+            except OutOfRange as exc:
+                raise BadData(f"{name}: {exc}: upload a table written for the model selected in the sidebar") from None
 
 
 FORMATS = (".csv", ".json", ".parquet")  # what a probe table is written as, by the extension of --out

@@ -79,3 +79,51 @@ def test_a_key_the_mask_hides_is_refused_by_the_rule_that_hides_it():
     with pytest.raises(OutOfRange, match=r"key token 15 is outside layer 1's sliding window of 4 tokens, .*: pick a "
                                          r"key within 3 tokens of token 9$"):
         check_seen_key(15, 9, False, (1, 2), causal=False, window=4)
+
+
+RANGE_WORDS = ("is outside", "out of range")  # how a range error reads: head_index alone writes them
+
+
+def range_messages(path) -> list[str]:
+    """The strings and f-strings of a module (docstrings aside) that say a range's words: a range message written
+    by hand, where it should come from :mod:`probes.head_index`."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    documented = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    pieces = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):  # f"{what} {i} is outside …": its literal pieces with {} between
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in documented | pieces:
+            text = node.value
+        else:
+            continue
+        if any(words in text.lower() for words in RANGE_WORDS):
+            found.append((node.lineno, f"{path.name}:{node.lineno}: {text}"))
+    return [hit for _, hit in sorted(found)]
+
+
+def test_every_range_message_comes_from_head_index():
+    from pathlib import Path
+
+    import probes.head_index
+
+    library = Path(probes.__file__).parent
+    modules = [p for p in library.rglob("*.py") if p != Path(probes.head_index.__file__)]
+    assert len(modules) > 50
+    assert [hit for module in modules for hit in range_messages(module)] == []
+    assert range_messages(Path(probes.head_index.__file__))  # (the walk reads head_index's own)
+
+
+def test_the_range_message_walk_sees_one(tmp_path):
+    sample = tmp_path / "reader.py"
+    sample.write_text('"""Refuses a query that is outside the text."""\n\n\ndef check(q, n):\n'
+                      '    """q is outside n: refused."""\n    if q >= n:\n'
+                      '        raise ValueError(f"query {q} is outside the text (0–{n - 1})")\n'
+                      '    return "Out of range" if q < 0 else q\n', encoding="utf-8")
+    assert range_messages(sample) == ["reader.py:7: query {} is outside the text (0–{})",
+                                      "reader.py:8: Out of range"]

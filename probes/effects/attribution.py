@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import BadOption
-from ..head_index import check_position
+from ..head_index import check_index, check_position
 from ..scratch import head_writes, point, refuse_final_softcap, run
 from ..seam import reader
 from .measures import lm_network
@@ -97,8 +97,8 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
     position = n - 1 if position is None else position
     vocab = unembedding.shape[0]
     for t in (target, other):
-        if t is not None and not 0 <= t < vocab:
-            raise BadOption(f"token id {t} is outside {model.name}'s vocabulary of {vocab}")
+        if t is not None:
+            check_index(t, vocab, "token id", f"{model.name}'s vocabulary")
     last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
     got = run(model, enc, keep=["attn.z", last])
     assert got.logits is not None  # a model that predicts tokens has a language-model head, and logits were asked

@@ -41,8 +41,8 @@ import pandas as pd
 import torch
 
 from ..attention_math import Spec, repeat_kv
-from ..errors import BadOption, OutOfRange
-from ..head_index import check_position, check_receiver, parse_head as parse_one
+from ..errors import BadOption
+from ..head_index import check_heads, check_index, check_position, check_receiver, parse_head as parse_one
 from ..scratch import BACKENDS, build, point, run, write_scale
 from ..seam import reader
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
@@ -93,15 +93,13 @@ def _check(model, receiver, into, senders, n, cells):
     layer, head = check_receiver(receiver, model.n_layers, model.n_heads, model.name)
     if into not in INTO:
         raise BadOption(f"unknown input {into!r}: patch into one of q, k, v")
-    for s_layer, s_head in senders:
-        if not 0 <= s_head < model.n_heads or not 0 <= s_layer < layer:
-            raise BadOption(f"sender {s_layer}.{s_head} does not write before receiver {layer}.{head}: senders are "
-                            f"heads of layers 0–{layer - 1}")
+    # a sender writes before the receiver reads: a head of the layers before the receiver's
+    check_heads(senders, layer, model.n_heads, "sender", f"the layers before receiver {layer}.{head}")
     if not senders:
         raise BadOption("no senders given")
     for q, k in cells or ():
-        if not (0 <= k < n and 0 <= q < n):
-            raise OutOfRange(f"cell ({q}, {k}) is outside the text's {n} tokens (0–{n - 1})")
+        check_index(q, n, "query token", f"the text's {n} tokens")
+        check_index(k, n, "key token", f"the text's {n} tokens")
 
 
 def fixed_bytes(model, length: int, lm: bool) -> int:

@@ -87,8 +87,8 @@ def test_only_the_rows_of_the_model_are_returned(run):
 
 
 @pytest.mark.parametrize("col, value, expected", [
-    ("layer", 6, "layer 6 does not exist in this model (layers 0–5)"),
-    ("head", 12, "head 12 does not exist in this model (heads 0–11)"),
+    ("layer", 6, "layer 6 is outside this model's layers (0–5)"),
+    ("head", 12, "head 12 is outside this model's heads (0–11)"),
     ("head", -1, "head must be whole numbers from 0"),
 ])
 def test_a_layer_or_head_outside_the_model_is_refused(run, col, value, expected):
@@ -126,7 +126,7 @@ def test_a_statistics_table_of_several_models_gives_the_selected_models_rows(run
         rb.for_model(both, "stats.csv", "smollm2", 30, 9)
     plain = stats.drop(columns="model")  # a table without a model column is the model's own, bounded by it
     assert len(rb.for_model(plain, "stats.csv", "minilm", 6, 12)) == len(stats)
-    with pytest.raises(BadData, match="layer 5 does not exist in this model"):
+    with pytest.raises(BadData, match="layer 5 is outside this model's layers"):
         rb.for_model(plain, "stats.csv", "minilm", 5, 12)
 
 

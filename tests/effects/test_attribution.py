@@ -52,7 +52,7 @@ def test_refused_with_advice(minilm, smollm2):
         logit_attribution(minilm, "she was hungry", 0)
     with pytest.raises(BadOption, match="is 2 tokens|tokens on smollm2"):
         target_id(smollm2, "Xiaohongxyz")
-    with pytest.raises(BadOption, match="outside"):
+    with pytest.raises(BadOption, match=r"token id 10000000 is outside smollm2's vocabulary \(0–49151\)"):
         logit_attribution(smollm2, TEXT, 10**7)
 
 

@@ -194,8 +194,8 @@ def test_a_masked_lm_encoder_has_pattern_changes_but_no_loss(fixture, request):
     (dict(receiver=(0, 1)), "layer 0"),
     (dict(receiver=(2, 9)), "outside"),
     (dict(into="x"), "q, k, v"),
-    (dict(senders=[(2, 0)]), "does not write before"),
-    (dict(cells=[(3, 99)]), "outside the text"),
+    (dict(senders=[(2, 0)]), r"sender 2\.0 is outside the layers before receiver 2\.1: layers 0–1"),
+    (dict(cells=[(3, 99)]), "key token 99 is outside the text's"),
 ])
 def test_bad_input_is_refused_in_words(gpt2_3, kwargs, message):
     args = dict(clean=CLEAN, corrupted=CORRUPT, receiver=(2, 1), into="k") | kwargs
@@ -241,7 +241,7 @@ def test_cli_on_an_encoder_ranks_by_the_pattern(capsys):
     (["--receiver", "0.1"], "layer 0"),
     (["--receiver", "2-1"], "LAYER.HEAD"),
     (["--receiver", "7.1"], "outside"),
-    (["--senders", "2.0"], "does not write before"),
+    (["--senders", "2.0"], "sender 2.0 is outside the layers before receiver 2.1: layers 0–1"),
     (["--target", " the"], "--versus"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(gpt2_3_dir, args, message, capsys):
