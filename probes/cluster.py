@@ -3,9 +3,10 @@ ray=)``, the corpus's actor pool, ``serve``, ``profile --ray``) gets onto Ray.
 
 An address is checked before Ray is imported (seconds) and before ``ray.init`` (which retries an address that
 does not answer for 20 s, printing a line of Ray's C++ warnings a second): its form (:func:`parse_address`), then
-a TCP connection and one gRPC call that only a Ray head's GCS answers (:func:`check_address`); a refusal is one
-line (:class:`~probes.errors.RayUnavailable`) that says what to do. :func:`start` joins (or starts a local Ray for
-this run); :func:`join` is the same for a process that may have joined already, and says the address joined.
+a TCP connection and one gRPC call (grpcio's client) that only a Ray head's GCS answers (:func:`check_address`); a
+refusal is one line (:class:`~probes.errors.RayUnavailable`) that says what to do. :func:`start` joins (or starts a
+local Ray for this run); :func:`join` is the same for a process that may have joined already, and says the address
+joined.
 
 It sits below both backends that use Ray (``probes.remote``, ``probes.corpus.ray_pool``) and imports nothing of
 the package but its errors. Only it and those two modules import Ray (an import contract in pyproject.toml).
@@ -23,11 +24,9 @@ from typing import Any
 from .errors import RayUnavailable
 
 CONNECT_TIMEOUT_S = 3.0  # a head's GCS port answers at once; more is a firewall or no cluster
-HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # preface, SETTINGS
 # the first call ray.init makes of a GCS (its cluster's id): only a GCS answers it; any other gRPC server (a raylet's
 # port, an agent's) says UNIMPLEMENTED, and ray.init would retry that for 20 s, a line of Ray's C++ warnings a second
-GCS_CALL = b"/ray.rpc.NodeInfoGcsService/GetClusterId"
-UNAUTHENTICATED = b"16"  # the gRPC status of a call without the token a cluster with token authentication wants
+GCS_CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 _OR_NOT = "give --ray alone to start a local Ray for this run, or leave --ray out to run on this process"
 _WHAT_TO_DO = f"give the address of a running Ray head (HOST:6379, which `ray start --head` prints), {_OR_NOT}"
 _FORM = "give the Ray head's address as HOST:PORT (its GCS port, 6379 unless changed), or auto on a node of the cluster"
@@ -70,10 +69,10 @@ def parse_address(address: str, source: str | None = None) -> tuple[str, int]:
     return host, int(port)
 
 
-def _token() -> bytes | None:
-    """The token this driver authenticates with, as an HTTP header's value (``Bearer TOKEN``): where
-    ``RAY_AUTH_MODE=token`` (:func:`use_token`), from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``
-    names, else ``~/.ray/auth_token``, as Ray reads it; None otherwise."""
+def _token() -> str | None:
+    """The token this driver authenticates with, as the value of gRPC's ``authorization`` metadata (``Bearer
+    TOKEN``): where ``RAY_AUTH_MODE=token`` (:func:`use_token`), from ``RAY_AUTH_TOKEN``, else the file
+    ``RAY_AUTH_TOKEN_PATH`` names, else ``~/.ray/auth_token``, as Ray reads it; None otherwise."""
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
         return None
     token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
@@ -83,94 +82,49 @@ def _token() -> bytes | None:
             token = Path(path).read_text().strip()
         except OSError:
             return None
-    return f"Bearer {token}".encode() if token else None
+    return f"Bearer {token}" if token else None
 
 
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    """An HTTP/2 frame: 3 bytes of length, its type, its flags, its stream, its payload."""
-    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+def _gcs_answer(authority: str) -> str:
+    """What the port at ``authority`` says to the GCS's first call (:data:`GCS_CALL`, an empty message, with this
+    machine's token where token authentication is on), asked by a gRPC client with a deadline of
+    :data:`CONNECT_TIMEOUT_S`: ``"gcs"`` (a reply: a Ray head's GCS), ``"token"`` (refused as UNAUTHENTICATED: a GCS
+    that wants another token, or one), ``"unavailable"`` (no HTTP/2 connection: nothing listens, or what does is not
+    HTTP/2) or ``"other"`` (another gRPC service, or a port that opened as one does and then stayed silent: not a
+    GCS). ``TimeoutError`` when the port said nothing at all."""
+    import queue
 
+    import grpc  # the [ray] extra's; here, not at import: only a command that joins a cluster by address asks
 
-def _hpack(n: int, bits: int = 7, first: int = 0) -> bytes:
-    """An HPACK integer in a ``bits``-bit prefix (RFC 7541, 5.1)."""
-    top = (1 << bits) - 1
-    if n < top:
-        return bytes([first | n])
-    out, n = [first | top], n - top
-    while n >= 128:
-        out, n = out + [n % 128 + 128], n // 128
-    return bytes(out + [n])
-
-
-def _header(name: bytes, value: bytes) -> bytes:
-    """A header as an HPACK literal, not indexed, with a new name and plain (not Huffman) strings."""
-    return b"\x00" + _hpack(len(name)) + name + _hpack(len(value)) + value
-
-
-def _gcs_answer(connection, authority: str) -> str:
-    """What a port that answered HTTP/2's opening says to the GCS's first call (:data:`GCS_CALL`, an empty gRPC
-    message on stream 1, with this machine's token where token authentication is on): ``"gcs"`` (a reply: a
-    Ray head's GCS), ``"token"`` (refused as UNAUTHENTICATED: a GCS that wants another token, or one) or
-    ``"other"`` (refused otherwise, reset, closed, or silent until :data:`CONNECT_TIMEOUT_S`: not a GCS). The
-    server's own settings, read first, are acknowledged; ``TimeoutError`` when even they do not come."""
-    import time
-
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    buffer = bytearray()
-
-    def frame(first: bool = False) -> tuple[int, int, int, bytes] | None:  # type, flags, stream, payload
-        while True:  # None: closed, or not HTTP/2
-            if len(buffer) >= 9:
-                n = 9 + int.from_bytes(buffer[:3], "big")
-                if n > 9 + 2**14 or (first and buffer[3] != 0x4):  # more than a peer may send unasked; no settings
-                    return None
-                if len(buffer) >= n:
-                    head, payload = bytes(buffer[:9]), bytes(buffer[9:n])
-                    del buffer[:n]
-                    return head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF, payload
-            connection.settimeout(max(0.01, deadline - time.monotonic()))
-            data = connection.recv(65536)
-            if not data:
-                return None
-            buffer.extend(data)
-
-    try:
-        if frame(first=True) is None:  # a GCS (a gRPC server) opens with its settings at once
-            return "other"
-    except TimeoutError:
-        if buffer:  # it said something, not HTTP/2
-            return "other"
-        raise
     token = _token()
-    headers = (b"\x83\x86" + b"\x04" + _hpack(len(GCS_CALL)) + GCS_CALL  # POST, http, :path
-               + b"\x01" + _hpack(len(authority)) + authority.encode()  # :authority
-               + _header(b"content-type", b"application/grpc") + _header(b"te", b"trailers")
-               + (_header(b"authorization", token) if token else b""))
-    connection.sendall(_frame(0x4, 0x1, 0)  # its settings acknowledged
-                       + _frame(0x1, 0x4, 1, headers)  # the call: END_HEADERS
-                       + _frame(0x0, 0x1, 1, b"\x00\x00\x00\x00\x00"))  # an empty message, uncompressed: END_STREAM
-    try:
-        while (got := frame()) is not None:
-            kind, flags, stream, payload = got
-            if kind == 0x7 or (stream == 1 and kind == 0x3):  # GOAWAY, RST_STREAM
-                return "other"
-            if stream == 1 and kind == 0x0 and payload:  # the reply's message: only a GCS has one to give
-                return "gcs"
-            if stream == 1 and kind == 0x1 and flags & 0x1:  # the call's end with no reply: its status says why
-                status = payload.partition(b"grpc-status")[2]  # a plain literal: the value's length, its digits
-                return "token" if status and status[1:1 + status[0]] == UNAUTHENTICATED else "other"
-    except TimeoutError:
-        pass
-    return "other"
+    with grpc.insecure_channel(authority) as channel:
+        try:  # bytes in, bytes out: the request is empty, and any reply at all is a GCS's
+            channel.unary_unary(GCS_CALL)(b"", timeout=CONNECT_TIMEOUT_S,
+                                          metadata=[("authorization", token)] if token else None)
+        except grpc.RpcError as e:
+            code = e.code()  # a failed unary call is also its grpc.Call
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                return "token"
+            if code == grpc.StatusCode.UNAVAILABLE:
+                return "unavailable"
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # silent: since it opened as HTTP/2 does, or from the start?
+                states: queue.SimpleQueue = queue.SimpleQueue()
+                channel.subscribe(states.put)  # told the channel's state now, first
+                ready = states.get(timeout=CONNECT_TIMEOUT_S) == grpc.ChannelConnectivity.READY
+                channel.unsubscribe(states.put)
+                if not ready:
+                    raise TimeoutError from None
+            return "other"
+    return "gcs"
 
 
 def check_address(address: str) -> str:
     """The GCS address (``host:port``) that ``address`` (``auto`` or ``host:port``; ``ray://`` is refused)
     names, once its form is right (:func:`parse_address`) and it has answered, within :data:`CONNECT_TIMEOUT_S`, a
-    TCP connect, HTTP/2's opening and the first call ray.init makes of a GCS (:func:`_gcs_answer`, where TLS is not
-    on); :class:`~probes.errors.RayUnavailable` (what was tried, what to do) otherwise. Ray itself would wait on an
-    address that does not answer until killed, and retry one that is another gRPC server for 20 s, printing its
-    C++ warnings."""
+    TCP connect and the first call ray.init makes of a GCS (:func:`_gcs_answer`, where TLS is not on);
+    :class:`~probes.errors.RayUnavailable` (what was tried, what to do) otherwise. Ray itself would wait on an address
+    that does not answer until killed, and retry one that is another gRPC server for 20 s, printing its C++
+    warnings."""
     import socket
 
     source, gcs = f"--ray {shown(address)}", address
@@ -197,20 +151,19 @@ def check_address(address: str) -> str:
     host, port = parse_address(gcs, source)  # its form, before any socket: one line for 'hé:1', ':1', 'h:99999'
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as connection:
-            if not os.environ.get("RAY_USE_TLS"):
-                # a GCS is a gRPC server: to HTTP/2's opening it answers with its settings at once, and to the call
-                # ray.init makes first with a reply (a port that accepts and stays silent, is not HTTP/2, or is
-                # another gRPC server, would keep ray.init retrying for 20 s or until killed)
-                connection.sendall(HTTP2_OPENING)
-                answer = _gcs_answer(connection, authority)
-                if answer == "token":
-                    have = "refused this machine's token" if _token() else "wants a token and this machine has none"
-                    raise RayUnavailable(f"{source}: the Ray head at {authority} {have}: copy the head's "
-                                         "~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN to it)")
-                if answer != "gcs":
-                    raise RayUnavailable(f"{source}: {authority} accepts connections but is not a Ray head's "
-                                         f"GCS port: {_WHAT_TO_DO}")
+        # a GCS is a gRPC server that answers the call ray.init makes first (a port that accepts and stays silent, is
+        # not HTTP/2, or is another gRPC server, would keep ray.init retrying for 20 s or until killed); with TLS on,
+        # only whether the port takes a connection is asked
+        answer = "tls" if os.environ.get("RAY_USE_TLS") else _gcs_answer(authority)
+        if answer in ("tls", "unavailable"):  # whether anything listens there (and if not, why): a plain connection
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        if answer == "token":
+            have = "refused this machine's token" if _token() else "wants a token and this machine has none"
+            raise RayUnavailable(f"{source}: the Ray head at {authority} {have}: copy the head's "
+                                 "~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN to it)")
+        if answer in ("unavailable", "other"):
+            raise RayUnavailable(f"{source}: {authority} accepts connections but is not a Ray head's GCS port: "
+                                 f"{_WHAT_TO_DO}")
     except (OSError, UnicodeError) as e:  # UnicodeError: a name the resolver will not encode (checked above)
         why = (f"no answer within {CONNECT_TIMEOUT_S:g} s" if isinstance(e, TimeoutError)
                else (getattr(e, "strerror", None) or str(e) or type(e).__name__).lower())
