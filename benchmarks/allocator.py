@@ -37,11 +37,11 @@ def case() -> dict:
 
     import psutil
     import torch
+    from public_memory import story
 
     from probes import memory, run
-    from probes.effects import paths
+    from probes.effects import path_patching
     from probes.models import load
-    from public_memory import story
 
     memory.steady()
     model = load("smollm2")
@@ -64,7 +64,7 @@ def case() -> dict:
     for _ in range(2):
         run(model, text, logits=False, attention_budget=64 * MIB)
     t1 = time.perf_counter()
-    paths.path_patch(model, text, corrupted, (18, 6), "k", senders=[(0, h) for h in range(6)], budget=96 * MIB)
+    path_patching.path_patch(model, text, corrupted, (18, 6), "k", senders=[(0, h) for h in range(6)], budget=96 * MIB)
     t2 = time.perf_counter()
     done.set()
     sampler.join()
