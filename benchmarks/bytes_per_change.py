@@ -17,8 +17,9 @@ own size (protobuf); a websocket compression extension, when one is negotiated (
 smaller. ``--detail`` prints what one head change sends, message by message.
 
 Writes ``bytes_per_change.txt`` under ``--out`` (default: a new temporary folder, printed): this measurement as
-its ``after:`` block, beside the ``before:`` block saved in ``--out``'s file (default: the committed one) (``--as-before`` saves this measurement as that block instead: run it so on the code you
-compare against), and the two side by side.
+its ``after:`` block, beside the ``before:`` block saved in ``--out``'s file (default: the committed one)
+(``--as-before`` saves this measurement as that block instead: run it so on the code you compare against), and the
+two side by side.
 
     .venv/bin/python benchmarks/bytes_per_change.py [--changes 10] [--out benchmarks/results] [--as-before] [--detail]
 """
@@ -37,9 +38,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))  # browser, whatever the imports' order (load_test puts it there too)
 
-from load_test import IDLE, TEXT as TEXT_40, start_server  # noqa: E402  (load_test puts tests/ on the path)
 from browser import ARGS, chromium_path  # noqa: E402
+from load_test import IDLE, TEXT as TEXT_40, start_server  # noqa: E402
 from report import RESULTS, publish, section  # noqa: E402
 
 TEXT_116 = TEXT_40 + (
@@ -59,7 +61,7 @@ class Frames:
 
         self._msg = ForwardMsg
         self.received = self.sent = self.finished = 0
-        self.messages: list[tuple[int, str]] = []  # (bytes, what) since the last reset
+        self.messages: list[tuple[int, str | None]] = []  # (bytes, what) since the last reset
         self.extensions: set[str] = set()
         cdp = page.context.new_cdp_session(page)
         cdp.on("Network.webSocketFrameReceived", self._received)
@@ -82,7 +84,7 @@ class Frames:
         except Exception:  # noqa: BLE001 - not a ForwardMsg: counted, not described
             self.messages.append((len(data), "?"))
             return
-        kind = msg.WhichOneof("type")
+        kind: str | None = msg.WhichOneof("type")
         if kind == "script_finished":
             self.finished += 1
         if kind == "delta":
@@ -122,7 +124,7 @@ def measure(browser, url: str, text: str, changes: int, detail: bool) -> tuple[d
     page = context.new_page()
     page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())  # loopback only
     frames = Frames(page)
-    out = {kind: [] for kind in KINDS}
+    out: dict[str, list[tuple[int, int]]] = {kind: [] for kind in KINDS}
 
     page.goto(f"{url}/?text={urllib.parse.quote(text)}")
     settle(page, frames, 0, None)
@@ -133,6 +135,7 @@ def measure(browser, url: str, text: str, changes: int, detail: bool) -> tuple[d
     # where the page opened (a text with a question opens on the head that answers it)
     title = page.get_by_role("heading", name=re.compile(r"^minilm: layer \d+, head \d+$")).first.inner_text()
     opened = re.fullmatch(r"minilm: layer (\d+), head (\d+)", title.strip())
+    assert opened, title  # the heading the locator matched
     layer, head = int(opened.group(1)), int(opened.group(2))
     for kind, steps in (("head change", changes), ("layer change", min(changes, 5))):
         slider = sidebar.filter(has_text=kind.split()[0].title()).get_by_role("slider")
@@ -171,7 +174,8 @@ def kb(n: float) -> str:
 
 
 def table(results: dict[int, dict]) -> list[str]:
-    lines = ["| tokens | change | n | received (median) | received (max) | sent (median) |", "|---|---|---|---|---|---|"]
+    lines = ["| tokens | change | n | received (median) | received (max) | sent (median) |",
+             "|---|---|---|---|---|---|"]
     for tokens, out in results.items():
         for kind in KINDS:
             got = out[kind]

@@ -2,8 +2,8 @@
 
 1. The induction probe (repeated random tokens) ranks SmolLM2's heads; the first is the receiver (18.6 so far).
 2. Its top-5 K-composition senders from the weights (``probes.effects.compose``, against random matrices).
-3. Its top-5 path-patching senders into its key (``probes.effects.path_patching``): 25 random tokens then the same 25 again
-   (clean), and the same with the first half drawn anew (corrupted); each earlier head's output on the corrupted
+3. Its top-5 path-patching senders into its key (``probes.effects.path_patching``): 25 random tokens then the same 25
+   again (clean), and the same with the first half drawn anew (corrupted); each earlier head's output on the corrupted
    text patched into only the receiver's key, ranked by how far its pattern moves (``pattern_shift``), with the mean
    weight on the induction cells (each repeated token's query on the token after its first occurrence).
 4. How many of those senders are among the positional probe's previous-token heads (its ``previous`` label, the 10
@@ -25,13 +25,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from report import publish  # noqa: E402
 
 import probes  # noqa: E402
 from probes.effects.compose import composition_scores  # noqa: E402
 from probes.effects.path_patching import path_patch  # noqa: E402
 from probes.heads.induction import repeated_tokens  # noqa: E402
 from probes.heads.profile import run_probe  # noqa: E402
-from report import publish  # noqa: E402
 
 LENGTH = 25  # random tokens, then the same again
 TOP = 5

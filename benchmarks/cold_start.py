@@ -31,15 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from report import publish  # noqa: E402  (benchmarks/, this script's folder)
-
 from browser import ARGS, chromium_path  # noqa: E402
 from load_test import start_server  # noqa: E402
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 GOAL = 1.25
 FIRST_CHART = "() => !!document.querySelector('[data-testid=stMain] [data-testid=stVegaLiteChart] canvas, " \
               "[data-testid=stMain] [data-testid=stVegaLiteChart] svg.marks')"
-BADGE = "() => [...document.querySelectorAll('[data-testid=stSidebar] *')].some(e => /Parity/.test(e.textContent || ''))"
+BADGE = ("() => [...document.querySelectorAll('[data-testid=stSidebar] *')]"
+         ".some(e => /Parity/.test(e.textContent || ''))")
 LIBRARY = ("import probes\n"
            "from dashboard.state import ViewState\n"
            "v = ViewState()\n"
@@ -89,7 +89,8 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    library, app = [], {script: [] for script in SCRIPTS}
+    library: list[float] = []
+    app: dict[str, list[dict]] = {script: [] for script in SCRIPTS}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=ARGS)
         library_once()  # warm the OS file cache for all (not counted)
@@ -117,7 +118,8 @@ def main() -> None:
                           ("chart", "**first heatmap drawn** (Chromium)"),
                           ("badge", "parity badge drawn (after the page)")]:
             values = [r[key] for r in app[script]]
-            lines.append(f"| {title} | {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+            lines.append(f"| {title} | {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
+                         f"{max(values):.2f} |")
     lines.append("")
     for script, title in SCRIPTS.items():
         ratio = statistics.median(r["chart"] for r in app[script]) / lib

@@ -31,9 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks.report import alternate, publish, ratios, summary  # noqa: E402
-
+from report import alternate, publish, ratios, summary  # noqa: E402  (benchmarks/, this script's folder)
 
 # TransformerLens's composition scores (TransformerLens 4: TransformerBridge + enable_compatibility_mode(), which is
 # HookedTransformer's fold_ln + center_writing_weights; float64 weights, though it folds them in float32), per receiver
@@ -66,9 +66,8 @@ def random_gpt2(path: Path) -> Path:
     """A GPT-2-small shape (12 layers × 12 heads, D = 768) with Hugging Face's own random initialisation (LayerNorm
     gains 1, matrices N(0, 0.02)), and the tests' small tokenizer, saved in ``path``."""
     import torch
+    from checkpoints import gpt2_tokenizer
     from transformers import GPT2Config, GPT2LMHeadModel
-
-    from tests.checkpoints import gpt2_tokenizer
 
     tok = gpt2_tokenizer()
     torch.manual_seed(0)

@@ -65,7 +65,9 @@ class CpuSampler:
     def __init__(self, every: float = 0.25):
         import threading
 
-        self.every, self.seen, self.kinds, self.stop = every, {}, {}, threading.Event()
+        self.every, self.stop = every, threading.Event()
+        self.seen: dict[int, float] = {}  # pid -> CPU seconds (user + system) at its last sample
+        self.kinds: dict[int, str] = {}  # pid -> what it is (its Ray title, or its program's name)
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self):
@@ -76,7 +78,8 @@ class CpuSampler:
             try:
                 times = proc.cpu_times()
                 title = proc.cmdline()[0] if proc.cmdline() else proc.name()
-                # a pooled worker is titled ray::IDLE, then by what it runs (ray::ChunkWorker), then IDLE again: keep the work
+                # a pooled worker is titled ray::IDLE, then by what it runs (ray::ChunkWorker), then IDLE again: keep
+                # the work
                 if proc.pid not in self.kinds or self.kinds[proc.pid] in ("ray::IDLE", "python default_worker.py") \
                         or not self.kinds[proc.pid].startswith("ray::"):
                     kind = ("the driver" if proc.pid == me.pid else
@@ -123,8 +126,6 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
 
     import ray
 
-    from probes import cluster
-
     from probes.corpus import ray_pool
     from probes.corpus.run import CorpusJob, in_process
 
@@ -163,7 +164,8 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
     kinds = cpu.by_kind()
     worker = sum(t for k, (n, t) in kinds.items() if k.startswith("ray::ChunkWorker"))
     driver = kinds.get("the driver", (1, 0.0))[1]
-    ray_own = {k: v for k, v in kinds.items() if k != "the driver" and not k.startswith("ray::ChunkWorker") and v[1] >= 0.05}
+    ray_own = {k: v for k, v in kinds.items()
+               if k != "the driver" and not k.startswith("ray::ChunkWorker") and v[1] >= 0.05}
     one, on_ray = cli["one process"], cli["Ray, 1 worker × 2 CPUs"]
     lines = ["## Where the Ray run's time goes (1 worker × 2 CPUs, against one process)", "",
              "| part | one process, s | Ray, s | Ray − one process, s |", "|---|---|---|---|",
@@ -190,7 +192,8 @@ def breakdown(model, corpus, tmp: Path, chunk: int, here: float, cli: dict, init
     return lines
 
 
-def timed(models, corpus, out: Path, window: int, executor, chunk_size: int) -> tuple[float, object, object]:
+def timed(models, corpus, out: Path, window: int, executor,
+          chunk_size: int) -> tuple[float, pd.DataFrame, pd.DataFrame]:
     from probes.corpus.run import profile_corpus
 
     start = time.perf_counter()
@@ -215,7 +218,6 @@ def main() -> None:
     import ray
 
     from probes import cluster
-
     from probes.corpus import ray_pool
     from probes.corpus.reader import Corpus
     from probes.models import load
@@ -264,7 +266,8 @@ def main() -> None:
               f"{args.rounds} round{'s' if args.rounds > 1 else ''}, the three runs taking turns (each round in an "
               "order rotated by one); seconds and sentences/s are medians over the rounds, the ratio is each "
               "round's own (one process's seconds ÷ this run's, same round): median (min–max: every round)", "",
-              "| run | seconds per round | seconds | sentences/s | vs one process, per round |", "|---|---|---|---|---|"]
+              "| run | seconds per round | seconds | sentences/s | vs one process, per round |",
+              "|---|---|---|---|---|"]
     for name, t in seconds.items():
         goal = {"Ray, 1 worker × 2 CPUs": f" (overhead {100 * (t / single - 1):+.0f} %; goal ≤ +15 %)",
                 "Ray, 2 workers × 1 CPU": " (goal ≥ 1.6×)"}.get(name, "")
@@ -325,10 +328,10 @@ def main() -> None:
             from probes.corpus.reader import cut
 
             n_windows = len(cut(model, [(i, d) for i, d in enumerate(docs[:need])], window))
-            stats: dict = {}
+            stats = {}
             name = f"{model.name}-{window}"
-            seconds, _, found_w = timed([model], docs_corpus, tmp / f"{name}.csv", window,
-                                        ray_pool.executor(1, cpus_per_worker=2, stats=stats), max(1, need // 4))
+            _, _, found_w = timed([model], docs_corpus, tmp / f"{name}.csv", window,
+                                  ray_pool.executor(1, cpus_per_worker=2, stats=stats), max(1, need // 4))
             peak = max(stats["peak_bytes"].values()) / 2**20
             spent = sum(stats["busy_seconds"].values())
             lines.append(f"| {model.name} | {window} | {n_windows} | {spent:.1f} | {n_windows / spent:.1f} | "

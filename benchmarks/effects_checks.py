@@ -46,7 +46,9 @@ def induction_check(lines: list[str]) -> None:
 
     def repeated_loss(heads) -> float:
         got = run(model, enc, hooks=ablation_hooks([heads] * n_seq, "mean", means=means.float())) if heads else clean
-        losses = torch.stack([token_losses(got.logits[i:i + 1], enc.input_ids[i], enc.input_ids.shape[1])[0]
+        logits = got.logits
+        assert logits is not None  # a decoder's trace: its logits
+        losses = torch.stack([token_losses(logits[i:i + 1], enc.input_ids[i], enc.input_ids.shape[1])[0]
                               for i in range(n_seq)])
         return float(losses[:, first:].mean())
 

@@ -18,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,8 @@ def main() -> None:
         query = word_positions(enc.tokens[0], text, word)[-1]  # the app's query token: the word's last piece
         # the three take turns round by round (report.alternate), so load drift hits them alike
         cpu: dict[str, list[float]] = {name: [] for name in ("before", "token_change", "loss")}
-        contenders = {"before": lambda text=text, query=query: ablate_each(model, text, position=query)}
+        contenders: dict[str, Callable[..., object]] = {
+            "before": lambda text=text, query=query: ablate_each(model, text, position=query)}
         for measure in ("token_change", "loss"):
             contenders[measure] = lambda text=text, query=query, measure=measure: ablate_each(
                 model, text, position=query, measures=[measure])

@@ -85,7 +85,7 @@ def main() -> None:
         per_round = ratios(timing.seconds, "one")["first"]
         inp = data.Input(name, TEXT, None, "hf", "eager", False)
         data.question_evidence(inp, data.Asked(*QUESTION))  # into the app's cache
-        again, _ = _timed(lambda: data.question_evidence(inp, data.Asked(*QUESTION)), args.repeats)
+        again, _ = _timed(lambda inp=inp: data.question_evidence(inp, data.Asked(*QUESTION)), args.repeats)
         head = f"{ev.head[0]}.{ev.head[1]}"
         rows.append((name, first))
         lines.append(f"{name:<9} {one:>10.2f} s   {first:>13.2f} s   {summary(per_round):>14}   "

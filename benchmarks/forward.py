@@ -24,15 +24,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report import alternate, ratios  # noqa: E402  (benchmarks/, this script's folder)
+from report import alternate, ratios  # benchmarks/, this script's folder
 
-from probes import scratch  # noqa: E402
-from probes.families import family_of  # noqa: E402
-from probes.models import Encoding, Model  # noqa: E402
+from probes import scratch
+from probes.families import family_of
+from probes.models import Encoding, Model
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -81,9 +82,9 @@ def gpt2_small() -> Model:
 
 
 def smollm2() -> Model:
-    import probes
+    from probes.models import load  # probes.load's model here (a LocalModel: its .hf), not a served one
 
-    return probes.load("smollm2")
+    return load("smollm2")
 
 
 MODELS = {"gpt2-small": gpt2_small, "smollm2": smollm2}
@@ -168,7 +169,7 @@ def main() -> None:
 def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
     model = MODELS[name]()
     scratch.build(model)
-    rows = []
+    rows: list[dict[str, Any]] = []
     print(f"\n{model.name}: {model.n_layers} layers × {model.n_heads} heads ({model.n_kv_heads} key/value heads), "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, median time of ≥ {repeats} rounds (and ≥ "
           f"{MIN_SECONDS:.0f} s of runs) per path, the two taking turns; time ratio: scratch ÷ HF, each round's "
@@ -182,7 +183,7 @@ def compare(name: str, lengths: list[int], repeats: int) -> list[dict]:
         enc = encoding(n, model.config.vocab_size)
         t, runs, per_round = measure_time(model, enc, repeats)
         hf, mine = run_hf(model, enc), run_scratch(model, enc)
-        attn_diff = max(float((a - b).abs().max()) for a, b in zip(hf.attentions, mine.attn))
+        attn_diff = max(float((a - b).abs().max()) for a, b in zip(hf.attentions, mine.attn, strict=True))
         logits_diff = float((hf.logits - mine.logits).abs().max())
         del hf, mine
         row = dict(model=name, tokens=n, runs=runs, hf_ms=t["hf"] * 1e3, scratch_ms=t["scratch"] * 1e3,

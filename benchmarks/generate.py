@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report import out_folder, publish, summary  # noqa: E402  (benchmarks/, this script's folder)
+from report import out_folder, publish, summary  # benchmarks/, this script's folder
 
-import probes  # noqa: E402
-from probes import cost  # noqa: E402
+import probes
+from probes import cost
 
 
 def rounds(model, contexts: list[int], steps: int, count: int):

@@ -74,10 +74,11 @@ def same(a, b) -> bool:
 
 def compute() -> dict:
     torch.set_num_threads(1)
+    from checkpoints import make_bert, make_gpt2, make_llama
+
     import probes
     from probes import generation, parity, scratch
     from probes.effects import ablation, attribution, importance, lens, path_patching, why
-    from checkpoints import make_bert, make_gpt2, make_llama
 
     out: dict = {}
     tmp = Path(tempfile.gettempdir()) / "hook-identity-checkpoints"  # one path: the models' names hold it
@@ -112,9 +113,9 @@ def compute() -> dict:
 
         last = model.n_layers - 1
         for into in ("q", "k", "v"):
-            got = path_patching.path_patch(model, TEXT, CORRUPT, (last, 1), into=into, cells=[(5, 2), (6, 1)],
-                                           keep_patterns=True)
-            flatten(got, f"{name}.path_patch[{into}]", out)
+            patched = path_patching.path_patch(model, TEXT, CORRUPT, (last, 1), into=into, cells=[(5, 2), (6, 1)],
+                                               keep_patterns=True)
+            flatten(patched, f"{name}.path_patch[{into}]", out)
 
         n = int(model.encode(TEXT).attention_mask.sum())
         got = why.qk_attribution(model, TEXT, last, 1, n - 2, n - 4 if name == "mistral" else 1)  # inside the window

@@ -31,6 +31,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -118,9 +119,9 @@ def main() -> None:
                 print(f"  {name}: {done}/{total} tokens, {time.perf_counter() - t0:.0f} s, {load_text()}", flush=True)
 
         s = stream(model, text, policy, progress=tick)
-        row = dict(policy=policy.name, tokens=s.tokens, ppl=s.perplexity, ppl_past=past(s.losses, args.budget),
-                   kv=s.kv_bytes, full_kv=s.full_kv_bytes, seen=s.seen_fraction, seconds=s.seconds,
-                   load=f"{before} → {load_text()}")
+        row: dict[str, Any] = dict(policy=policy.name, tokens=s.tokens, ppl=s.perplexity,
+                                   ppl_past=past(s.losses, args.budget), kv=s.kv_bytes, full_kv=s.full_kv_bytes,
+                                   seen=s.seen_fraction, seconds=s.seconds, load=f"{before} → {load_text()}")
         rows.append(row)
         print(f"{policy.name}: perplexity {row['ppl']:.3f} (past the budget {row['ppl_past']:.3f}), "
               f"{row['kv'] / MIB:.1f} of {row['full_kv'] / MIB:.1f} MiB, {row['seconds']:.0f} s, {row['load']}",

@@ -50,6 +50,7 @@ import os
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -109,7 +110,8 @@ def baseline_prefill(model, input_ids: torch.Tensor) -> dict:
 def run_press(model, press, input_ids: torch.Tensor) -> dict:
     """Prefill under ``press`` the way kvpress's pipeline does; record what ScorerPress.compress keeps."""
     cls = type(press)
-    rec = {"topk": {}, "scores": {}, "gathered": {}, "out_keys": {}, "hidden": {}, "attn": {}, "had_attentions": set()}
+    rec: dict[str, Any] = {"topk": {}, "scores": {}, "gathered": {}, "out_keys": {}, "hidden": {}, "attn": {},
+                           "had_attentions": set()}
 
     def score(module, hidden_states, keys, values, attentions, kwargs):
         scores = cls.score(press, module, hidden_states, keys, values, attentions, kwargs)

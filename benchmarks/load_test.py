@@ -33,9 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from report import publish  # noqa: E402  (benchmarks/, this script's folder)
-
 from browser import ARGS, chromium_path  # noqa: E402
+from report import publish  # noqa: E402  (benchmarks/, this script's folder)
 
 TEXT = ("Xiaoming gave the apple to Xiaohong because she was hungry, and then the two friends walked "
         "home together along the quiet river while the sun went down behind the old mill at long last.")  # 40 tokens
@@ -102,7 +101,8 @@ async def open_session(browser, url: str):
 
 
 async def change_heads(page, changes: int, times: list, missed: list) -> None:
-    slider = page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head").get_by_role("slider")
+    slider = (page.locator("[data-testid=stSidebar] [data-testid=stSlider]").filter(has_text="Head")
+              .get_by_role("slider"))
     head = 0
     for _ in range(changes):
         await page.wait_for_timeout(THINK_MS)  # not timed
@@ -129,7 +129,8 @@ async def measure(url: str, users: int, changes: int) -> dict:
         cpu0 = cpu_seconds("streamlit run"), cpu_seconds("chrom")
         opened = await asyncio.gather(*(open_session(browser, url) for _ in range(users)))
         cpu1 = cpu_seconds("streamlit run"), cpu_seconds("chrom")
-        times, missed = [], []
+        times: list[float] = []
+        missed: list[int] = []
         await asyncio.gather(*(change_heads(page, changes, times, missed) for page, _ in opened))
         cpu2 = cpu_seconds("streamlit run"), cpu_seconds("chrom")
         await browser.close()
@@ -158,7 +159,8 @@ def main() -> None:
         raise SystemExit("keep it bounded: 1–16 users, 1–20 changes each")
     lines = [f"{args.users} people at once on one 2-core machine (server and browsers), minilm, 40 tokens, "
              f"Explore, {args.changes} head changes each",
-             "| server setting | phase | n | median | p90 | server CPU | browsers' CPU |", "|---|---|---|---|---|---|---|"]
+             "| server setting | phase | n | median | p90 | server CPU | browsers' CPU |",
+             "|---|---|---|---|---|---|---|"]
     notes = []
     for setting, extra in SETTINGS.items():
         server, url = start_server(extra)

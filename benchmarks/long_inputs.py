@@ -33,17 +33,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from forward import PeakRSS  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from report import out_folder  # noqa: E402
+from forward import PeakRSS  # benchmarks/ is on sys.path when run as a script
+from report import out_folder
 
-from probes import scratch  # noqa: E402
-from probes.families import family_of  # noqa: E402
-from probes.models import Encoding, Model  # noqa: E402
+from probes import scratch
+from probes.families import family_of
+from probes.models import Encoding, Model
 
 LAYER, HEAD = 5, 3  # the head recovered in both paths
 GIB = 2**30
@@ -62,9 +63,9 @@ def gpt2_small() -> Model:
 
 
 def smollm2() -> Model:
-    import probes
+    from probes.models import load  # probes.load's model here (a LocalModel: its .hf), not a served one
 
-    return probes.load("smollm2")
+    return load("smollm2")
 
 
 MODELS = {"gpt2-small": (gpt2_small, [512, 1024, 2048, 4096, 8192], "long_inputs"),
@@ -134,7 +135,8 @@ def plot(rows: list[dict], out: Path, stem: str = "long_inputs", model: str = "G
     chart = (
         alt.Chart(pd.DataFrame(data), title=title)
         .mark_line(point=True)
-        .encode(x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[r["tokens"] for r in rows])),
+        .encode(x=alt.X("tokens:Q", scale=alt.Scale(type="log", base=2),
+                        axis=alt.Axis(values=[r["tokens"] for r in rows])),
                 y=alt.Y("GiB:Q", scale=alt.Scale(type="log"), title="GiB (log scale)"),
                 color=alt.Color("path:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical")))
         .properties(width=520, height=320)
@@ -153,7 +155,8 @@ def replot(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=list(MODELS), default="gpt2-small")
-    parser.add_argument("--lengths", type=int, nargs="+", help="default: 512 … 8192 (gpt2-small), 2048 … 8192 (smollm2)")
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        help="default: 512 … 8192 (gpt2-small), 2048 … 8192 (smollm2)")
     parser.add_argument("--out", type=Path, help="folder for the JSON and the plot (default: a new temporary folder)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -178,7 +181,7 @@ def main() -> None:
     rows = []
     for n in lengths:
         attention_bytes = 4 * layers * heads * n * n
-        row = dict(tokens=n, attention_bytes=attention_bytes, hf_peak=None, hf_seconds=None)
+        row: dict[str, Any] = dict(tokens=n, attention_bytes=attention_bytes, hf_peak=None, hf_seconds=None)
         if attention_bytes * 1.3 < budget:
             hf = run_child(args.model, "hf", n)
             if "error" in hf:

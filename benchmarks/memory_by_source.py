@@ -53,17 +53,18 @@ def text_ids(model, n: int) -> torch.Tensor:
 
 
 def child(name: str, n: int) -> None:
+    from forward import PeakRSS
+
     import probes
     from dashboard.data import ATTENTION_BUDGET
-    from forward import PeakRSS
     from probes import runner
     from probes.models import Encoding
 
-    source, backend, budget = SOURCES[name]
-    budget = ATTENTION_BUDGET if budget == "app" else budget
+    source, backend, asked = SOURCES[name]
+    budget = ATTENTION_BUDGET if asked == "app" else None  # SOURCES: None or "app"
     model = probes.load("smollm2")
 
-    def view(n_tokens: int) -> torch.Tensor:
+    def view(n_tokens: int) -> tuple[torch.Tensor, bool]:
         ids = text_ids(model, n_tokens)
         enc = Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
         trace = runner.forward(model, enc, source, backend, logits=True, attention_budget=budget)  # as the app

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from report import alternate, publish, ratios, summary  # noqa: E402  (benchmarks/, this script's folder)
+from report import alternate, publish, ratios, summary  # benchmarks/, this script's folder
 
-import probes  # noqa: E402
-from probes import parity, scratch  # noqa: E402
+import probes
+from probes import parity, scratch
 
 SENTENCE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 STORY = ("Xiaoming gave the apple to Xiaohong because she was hungry, and then the two friends walked home "

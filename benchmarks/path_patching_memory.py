@@ -3,13 +3,14 @@
 The issue's reference is TransformerLens: the same patch with hooks (the senders' outputs on the corrupted text
 added to the receiver's key input, one batch of senders per pass) peaks at 1.9 GB resident on smollm2 (given in
 issue 40; TransformerLens cannot load the offline GGUF checkpoint here, so it is quoted, not measured). This runs
-``probes.effects.path_patching.path_patch`` exactly as ``python -m probes patch --model smollm2 --receiver 18.6 --senders
-all`` does (glibc's mmap threshold fixed first, :func:`probes.memory.steady`), each case in a fresh process (so one case's freed memory does not hide the next one's), sampling the
-process's resident memory every millisecond, and prints: the level once the model is loaded, the peak while
-patching, and the peak above the loaded level. The cases:
+``probes.effects.path_patching.path_patch`` exactly as ``python -m probes patch --model smollm2 --receiver 18.6
+--senders all`` does (glibc's mmap threshold fixed first, :func:`probes.memory.steady`), each case in a fresh process
+(so one case's freed memory does not hide the next one's), sampling the process's resident memory every millisecond,
+and prints: the level once the model is loaded, the peak while patching, and the peak above the loaded level. The
+cases:
 
-* **induction**: docs/head-effects.md's setup (Path patching), 25 random tokens then the same 25 again (clean), the first half drawn anew
-  (corrupted), the mean weight on the induction cells reported (``circuit_smollm2.py``);
+* **induction**: docs/head-effects.md's setup (Path patching), 25 random tokens then the same 25 again (clean), the
+  first half drawn anew (corrupted), the mean weight on the induction cells reported (``circuit_smollm2.py``);
 * **2,000 characters**: the public app's longest text, its pronouns she → he in the corrupted one.
 
 ``--budget MIB``: the bytes one pass may hold (``path_patch(budget=...)``; default the library's).
@@ -53,13 +54,12 @@ def case(name: str, budget: int | None) -> dict:
     from dataclasses import replace
 
     import torch
+    from forward import PeakRSS, rss
 
     import probes
-    from forward import PeakRSS, rss
+    from probes import memory
     from probes.effects.path_patching import path_patch
     from probes.heads.induction import repeated_tokens
-
-    from probes import memory
 
     memory.steady()  # as python -m probes does when it starts (PROBES_MMAP_THRESHOLD=0: glibc's own threshold)
     torch.set_num_threads(2)

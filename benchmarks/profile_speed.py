@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -112,7 +113,7 @@ def cell(args) -> dict:
     subset = ewt("dev")[: args.sentences]
     syntactic = get("syntactic")
     run_chunk(syntactic, model, subset[:16])  # warm: first calls allocate
-    out = dict(busy=busy, threads=torch.get_num_threads(), cpus=threads.usable_cpus())
+    out: dict[str, Any] = dict(busy=busy, threads=torch.get_num_threads(), cpus=threads.usable_cpus())
 
     names = list(registered())
     out["items"] = sum(len(get(name).items(None, args.items)) for name in names)

@@ -40,16 +40,18 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+from browser import ARGS, chromium_path  # noqa: E402
 from forward import PeakRSS  # noqa: E402  (benchmarks/, this script's folder)
 from load_test import IDLE, start_server  # noqa: E402
 from report import publish  # noqa: E402
 
-from browser import ARGS, chromium_path  # noqa: E402
 from dashboard.state import PAGES  # noqa: E402
 
 MIB = 2**20
@@ -163,8 +165,10 @@ async def every_button(url: str, read, log: list) -> None:
         await page.wait_for_selector(IDLE, timeout=600_000)
         await press(page, "Run path patching")
 
-    steps = [(f"open {PAGES[key][0]}", link(page=key, **({"prompt": text} if key == "generate" else {})), None)
-             for key in PAGES]
+    # (what, the address it opens, what is done on the page then, if anything)
+    steps: list[tuple[str, str, Callable[[Any], Awaitable[None]] | None]] = [
+        (f"open {PAGES[key][0]}", link(page=key, **({"prompt": text} if key == "generate" else {})), None)
+        for key in PAGES]
     steps += [("Parity: Prove in float64", link(page="parity"), lambda page: press(page, "Prove in float64")),
               ("Heads: Run, syntactic, 200 items", link(page="heads", probe="syntactic", items=200), None),
               ("Explore: the question's evidence (How sure is this?)", link(page="explore", **QUESTION), None),
@@ -235,12 +239,13 @@ def main() -> None:
         stub = Path(tempfile.mkdtemp()) / "triton"
         stub.mkdir()
         (stub / "__init__.py").write_text('raise ImportError("not installed on Streamlit Community Cloud")\n')
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(stub.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(stub.parent),
+                                                    os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if not 1 <= args.users <= 8:
         raise SystemExit("keep it bounded: 1–8 users")
     lines = [f"The public app (PROBES_PUBLIC=1), {args.users} browser sessions at once, each visiting all "
              f"{len(PAGES)} pages per model; the server's resident memory (MiB), "
-             f"{'with this machine' + chr(39) + 's Triton' if args.with_triton else 'without Triton, as the Cloud installs it'}",
+             + ("with this machine's Triton" if args.with_triton else "without Triton, as the Cloud installs it"),
              "| scenario | started | peak | end | goal | page visits | slowest visit | exceptions |",
              "|---|---|---|---|---|---|---|---|"]
     for name, (models, allowed, long) in SCENARIOS.items():
@@ -251,7 +256,7 @@ def main() -> None:
         server, url = start_server([], script="serve.py")
         try:
             time.sleep(5)  # the warm start's work (the default view) settles
-            with PeakRSS(lambda: tree_rss(server.pid), every=0.1) as mem:
+            with PeakRSS(lambda server=server: tree_rss(server.pid), every=0.1) as mem:
                 log = asyncio.run(scenario(url, args.users, models, long))
             started, end = mem.start, tree_rss(server.pid)
         finally:

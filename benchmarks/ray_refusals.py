@@ -135,6 +135,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         head = subprocess.Popen([sys.executable, "-c", HEAD], cwd=ROOT, env=env(tmp), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert head.stdin is not None and head.stdout is not None  # both piped
         try:
             facts = json.loads(head.stdout.readline())
             ports = {kind: Port(kind) for kind in ("silent", "http", "h2")}

@@ -44,6 +44,7 @@ def serve(model: str) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "probes", "serve", "--model", model], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None  # piped
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         line = proc.stdout.readline()

@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 PREFIX = "probes-bench-"
 RESULTS = Path(__file__).resolve().parent / "results"  # the committed results: read (a saved 'before:'), never default
+K = TypeVar("K")  # what names a contender: a string, or any key (compose.py times torch dtypes)
 
 
 def out_folder(out: Path | None) -> Path:
@@ -56,21 +58,24 @@ def section(text: str, label: str) -> list[str]:
 
 
 @dataclass
-class Rounds:
+class Rounds(Generic[K]):
     """What ``alternate`` measured: each contender's seconds, one per round in round order, the order each
-    round ran them in, and each contender's result from the last round."""
+    round ran them in, and each contender's result from the last round (whatever it returned)."""
 
-    seconds: dict[str, list[float]]
-    orders: list[list[str]] = field(default_factory=list)
-    results: dict[str, object] = field(default_factory=dict)
+    seconds: dict[K, list[float]]
+    orders: list[list[K]] = field(default_factory=list)
+    results: dict[K, Any] = field(default_factory=dict)
 
-    def median(self, name: str) -> float:
+    def median(self, name: K) -> float:
         """The median of ``name``'s seconds over the rounds."""
         return statistics.median(self.seconds[name])
 
 
-def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
-              clock: Callable[[], float] = time.perf_counter) -> Rounds:
+# Callable[..., object], not Callable[[], object]: a contender is called with no argument, but callers bind their loop
+# variables as lambda defaults (lambda model=model: ...), which mypy cannot check against a () -> object
+# (python/mypy#15459).
+def alternate(contenders: dict[K, Callable[..., object]], rounds: int,
+              clock: Callable[[], float] = time.perf_counter) -> Rounds[K]:
     """Run every contender once a round for ``rounds`` rounds, round ``r`` in the contenders' order rotated by
     ``r`` (A, B, C, then B, C, A, then C, A, B ...): each contender's wall seconds per round, never two rounds of
     one before every other's first, so that load drift on a shared machine hits them alike. Warm-ups are the
@@ -78,7 +83,7 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     names = list(contenders)
-    got = Rounds(seconds={name: [] for name in names})
+    got: Rounds[K] = Rounds(seconds={name: [] for name in names})
     for r in range(rounds):
         shift = r % len(names) if names else 0
         order = names[shift:] + names[:shift]
@@ -90,7 +95,7 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
     return got
 
 
-def ratios(seconds: dict[str, list[float]], reference: str) -> dict[str, list[float]]:
+def ratios(seconds: dict[K, list[float]], reference: K) -> dict[K, list[float]]:
     """Each contender's seconds over the reference contender's, round by round (the same round's pair: the
     two ran next to each other, under the same load)."""
     base = seconds[reference]

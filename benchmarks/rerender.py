@@ -70,7 +70,8 @@ def main() -> None:
               f"{ordered[-1]:>7.1f}")
     median = statistics.median(rows[2][1])
     verdict = "met" if median < GOAL_MS else "NOT met"
-    print(f"goal: a head change re-renders in < {GOAL_MS:.0f} ms (median of {args.repeats}): {verdict} ({median:.1f} ms)")
+    print(f"goal: a head change re-renders in < {GOAL_MS:.0f} ms (median of {args.repeats}): {verdict} "
+          f"({median:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def examples(rows: int, contexts: int, chars: int = 2000, dictionary: bool = Tru
     frame = pd.DataFrame({
         "layer": [heads[(i // 10) % len(heads)][0] for i in range(rows)],
         "head": [heads[(i // 10) % len(heads)][1] for i in range(rows)],
-        "rank": [i % 10 + 1 for i in range(rows)], "weight": [0.5] * rows, "text_id": [i % contexts for i in range(rows)],
+        "rank": [i % 10 + 1 for i in range(rows)], "weight": [0.5] * rows,
+        "text_id": [i % contexts for i in range(rows)],
         "window": [0] * rows, "query": [3] * rows, "key": [1] * rows, "query_token": ["the"] * rows,
         "key_token": ["river"] * rows, "snippet": ["⟦river⟧ … «the»"] * rows,
         "context": [texts[i % contexts] for i in range(rows)], "query_start": [10] * rows, "query_end": [13] * rows,
