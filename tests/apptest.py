@@ -67,8 +67,9 @@ def _lines(part) -> list[str]:
     return title_lines(part)
 
 
-def titles(at: AppTest) -> list[str]:
-    """Every chart's title as text (a title given as ``{"text": ...}`` too, its lines joined; not its subtitle)."""
+def titles(at: AppTest) -> list[str | None]:
+    """Every chart's title as text (a title given as ``{"text": ...}`` too, its lines joined; not its subtitle), or
+    None for a chart without one."""
     return [s.get("title") if isinstance(s.get("title"), str) else " ".join(_lines((s.get("title") or {}).get("text")))
             or None for s in specs(at)]
 
@@ -137,7 +138,9 @@ def _opening(model: str) -> tuple[int, int]:
     from dashboard.state import DEFAULT_TEXT, STORIES
     from probes.evidence.claims import question_evidence
 
-    return question_evidence(probes.load(model), DEFAULT_TEXT, *STORIES[DEFAULT_TEXT]).head
+    head = question_evidence(probes.load(model), DEFAULT_TEXT, *STORIES[DEFAULT_TEXT]).head
+    assert head is not None, f"no head answers the story's question on {model}"
+    return head
 
 
 def opening_header(model: str = "minilm") -> str:
@@ -155,7 +158,8 @@ def cancel_at_first_update(monkeypatch, work: str) -> list[float]:
     from dashboard import ui
 
     shown: list[float] = []
-    update, clicks = ui.Progress.progress, []
+    update = ui.Progress.progress
+    clicks: list[float] = []  # the update that clicked, once
 
     def clicked(self, value, text=None):
         if self.work != work:

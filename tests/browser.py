@@ -186,8 +186,8 @@ class Cells:
 
         self.page.mouse.move(x, y)
         text = self.page.evaluate(TIP)
-        found = re.search(r"query\s+(\d+):", text), re.search(r"key\s+(\d+):", text)
-        return (int(found[0][1]), int(found[1][1])) if all(found) else None
+        query, key = re.search(r"query\s+(\d+):", text), re.search(r"key\s+(\d+):", text)
+        return (int(query[1]), int(key[1])) if query and key else None
 
     def centre(self, query: int, key: int) -> tuple[float, float]:
         return self.x0 + (key + 0.5) * self.width, self.y0 + (query + 0.5) * self.height

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import torch  # noqa: E402
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test must never reach for the hub by accident
 # The tests' Rays are local clusters that the tests start and join themselves (and their subprocesses join): one

@@ -7,16 +7,17 @@ from numeric import EPS64
 import probes
 from probes.cost import HF, LAZY, load_benchmark, measure, quadratic_fit
 from probes.errors import BadData, InputTooLong
+from probes.models import load
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "long_inputs.json"
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_measure_reads_the_bytes_off_both_traces(family, gpt2_model, bert_dir):
-    model = gpt2_model if family == "gpt2" else probes.load(str(bert_dir))
+    model = gpt2_model if family == "gpt2" else load(str(bert_dir))  # measure times a model loaded here
     table = measure(model, [8, 16], repeats=2)
     assert list(table.columns) == ["tokens", "path", "seconds", "attention_bytes"]
-    assert sorted(zip(table.tokens, table.path)) == [(8, HF), (8, LAZY), (16, HF), (16, LAZY)]
+    assert sorted(zip(table.tokens, table.path, strict=True)) == [(8, HF), (8, LAZY), (16, HF), (16, LAZY)]
     assert (table.seconds > 0).all()
     heads = model.n_layers * model.n_heads  # 2 × 4
     for row in table.itertuples():
@@ -53,7 +54,8 @@ def test_load_benchmark_reads_the_committed_runs():
     assert (row.seconds, row.attention_bytes, row.peak_bytes) == (first["hf_seconds"], first["attention_bytes"],
                                                                   first["hf_peak"])
     assert lazy.iloc[0].attention_bytes == 12 * 12 * first["tokens"] * 4  # one fp32 logsumexp per row and head
-    assert quadratic_fit(hf.tokens, hf.attention_bytes) == pytest.approx(12 * 12 * 4, rel=8 * EPS64, abs=0)  # exact data
+    # exact data
+    assert quadratic_fit(hf.tokens, hf.attention_bytes) == pytest.approx(12 * 12 * 4, rel=8 * EPS64, abs=0)
 
 
 @pytest.mark.parametrize("content", ["[{\"tokens\": 512", "[{\"tokens\": 512}]", "{\"tokens\": 512}"])
@@ -68,6 +70,7 @@ def test_load_benchmark_names_a_malformed_file(tmp_path, content):
 
 def test_kv_cache_formula_matches_the_cache_and_counts_windows(gpt2_model, ckpt_dir):
     from checkpoints import make_llama
+
     from probes.cost import CACHED, RECOMPUTE, kv_cache_bytes, measure_decoding
 
     frame = measure_decoding(gpt2_model, [8, 16], steps=3, repeats=1)

@@ -57,7 +57,8 @@ def _index(root: Path, wheels: dict[str, list[Path]]) -> None:
     for project, paths in wheels.items():
         links = "".join(f'<a href="{p.name}">{p.name}</a>' for p in paths)
         (root / project / "index.html").write_text(f"<html><body>{links}</body></html>")
-    (root / "index.html").write_text("<html><body>" + "".join(f'<a href="{n}/">{n}</a>' for n in wheels) + "</body></html>")
+    projects = "".join(f'<a href="{n}/">{n}</a>' for n in wheels)
+    (root / "index.html").write_text(f"<html><body>{projects}</body></html>")
 
 
 def _stand_ins(tmp: Path, version: str) -> tuple[str, str]:

@@ -7,6 +7,7 @@ from numeric import EPS64, F64, fp32
 
 import probes
 from probes import hf, parity
+from probes.trace import Trace
 
 
 def test_reference_is_eager_only(gpt2_model):
@@ -21,6 +22,7 @@ def test_each_family_catches_q_k_v_of_every_layer(request, fixture):
     enc = model.encode("the cat sat on the mat")
     trace = hf.forward(model, enc)
     n = enc.input_ids.shape[1]
+    assert trace.q is not None and trace.k is not None  # caught on every pass
     assert len(trace.q) == model.n_layers and trace.rotary is None
     assert trace.q[0].shape == trace.k[0].shape == (1, model.n_heads, n, model.d_head)
     # d^-½ computed in one order of operations or another: a few float64 roundings
@@ -33,7 +35,9 @@ def test_grouped_rotary_model_keeps_its_fewer_key_value_heads(tmp_path):
     enc = model.encode("the cat sat on the mat")
     trace = hf.forward(model, enc, logits=False)
     n = enc.input_ids.shape[1]
+    assert trace.q is not None and trace.k is not None and trace.v is not None  # caught on every pass
     assert trace.q[1].shape == (1, 6, n, 8) and trace.k[1].shape == trace.v[1].shape == (1, 2, n, 8)
+    assert isinstance(trace.rotary, tuple)  # one (cos, sin) for every layer
     cos, sin = trace.rotary
     # fp32 cos² + sin²: three roundings of numbers ≤ 1
     assert cos.shape[-2:] == (n, 8) and torch.allclose(cos ** 2 + sin ** 2, torch.ones_like(cos), atol=fp32(3), rtol=0)
@@ -42,8 +46,9 @@ def test_grouped_rotary_model_keeps_its_fewer_key_value_heads(tmp_path):
 
 @pytest.mark.numeric
 def test_an_encoder_decoder_is_seen_through_its_encoder_and_the_probes_run(ckpt_dir, tmp_path):
-    import probes
     from checkpoints import make_t5
+
+    import probes
     from probes.heads import profile as prof
 
     model = probes.load(str(make_t5(ckpt_dir / "t5")))
@@ -121,13 +126,20 @@ def test_over_its_budget_the_scratch_eager_pass_computes_the_same_and_keeps_a_lo
         bounded = scratch.forward(model, enc, backend="eager", attention_budget=1024)
         assert bounded.lazy and bounded.backend == "eager" and "over the 0 MiB kept" in bounded.note
         # the same computation (so parity with Hugging Face stays exact), only less of it kept
-        assert all(torch.equal(a, b) for a, b in zip(eager.hidden_states, bounded.hidden_states))
+        assert all(torch.equal(a, b) for a, b in zip(eager.hidden_states, bounded.hidden_states, strict=True))
+        assert eager.logits is not None and bounded.logits is not None  # a decoder's pass: its logits
         assert torch.equal(eager.logits, bounded.logits)
         # recovered exp(s − lse) against the softmax, in fp32: parity's error model for a row of n keys
         assert (bounded.attention(1, 2) - eager.attention(1, 2)).abs().max() <= parity.attention_tolerance(
             enc.input_ids.shape[1])
         both_lazy = parity.compare(hf.forward(model, enc, attention_budget=0), bounded)
         assert both_lazy.passed and both_lazy.hidden_max_abs_diff == 0 and both_lazy.attention_max_abs_diff == 0
+
+
+def _qkv(trace: Trace) -> list[torch.Tensor]:
+    """A trace's q, k and v of every layer, in that order."""
+    assert trace.q is not None and trace.k is not None and trace.v is not None  # caught on every pass
+    return [*trace.q, *trace.k, *trace.v]
 
 
 def _first_layer(model) -> torch.nn.Module:
@@ -174,5 +186,5 @@ def test_two_threads_on_one_model_each_get_their_own_q_k_v(request, fixture):
         hold.remove()
     assert not failed
     for name in texts:
-        for mine, own in zip((*got[name].q, *got[name].k, *got[name].v), (*alone[name].q, *alone[name].k, *alone[name].v)):
+        for mine, own in zip(_qkv(got[name]), _qkv(alone[name]), strict=True):
             assert torch.equal(mine, own)

@@ -14,8 +14,8 @@ from numeric import fp32
 import probes
 from probes import hf, models, parity, scratch
 from probes.cli import main
-from probes.families import coverage
 from probes.errors import EmptyInput, InputTooLong, ModelUnavailable, UnsafeCheckpoint, UnsupportedModel
+from probes.families import coverage
 
 
 def test_local_gpt2_is_the_eager_fp32_reference(gpt2_model):
@@ -110,6 +110,8 @@ def test_plain_tensor_pickle_loads_with_weights_only(gpt2_dir, tmp_path):
 
 
 class _Payload:
+    marker: Path  # the file its unpickling would create: set by each test that saves one
+
     def __reduce__(self):
         return (os.system, (f"touch {_Payload.marker}",))
 
@@ -128,7 +130,7 @@ def test_pickle_that_runs_code_is_refused(gpt2_dir, tmp_path):
 def test_unsupported_architecture_keeps_the_hf_view(opt_dir):
     model = probes.load(str(opt_dir))
     assert model.family is None and model.family_name == "other" and model.is_causal
-    assert not model.scratch_supported and "'opt' model" in model.scratch_problem
+    assert not model.scratch_supported and "'opt' model" in (model.scratch_problem or "")
     trace = hf.forward(model, model.encode("hello world"))
     assert trace.n_layers == 2 and trace.q is None and trace.scales is None
     n = trace.attention(0).shape[-1]
@@ -251,7 +253,12 @@ def test_smollm2_is_rebuilt_when_damaged_and_its_fp32_copy_loads_exactly_as_the_
 
     read = []  # the GGUF, as the rebuild reads it
     load_gguf = models._load_gguf
-    monkeypatch.setattr(models, "_load_gguf", lambda name, path: read.append(load_gguf(name, path)) or read[-1])
+
+    def reading(name, path):
+        read.append(load_gguf(name, path))
+        return read[-1]
+
+    monkeypatch.setattr(models, "_load_gguf", reading)
     with open(saved / "model.safetensors", "r+b") as f:
         f.truncate(1000)
     assert sha256_of(Path(models._smollm2_path()) / "model.safetensors") == good_fp32  # saved again, the same bytes

@@ -79,7 +79,8 @@ def problems(path: Path) -> list[str]:
                         found.append(f"{where}: {arg}={ast.unparse(given[arg])} is a bare number: take it from "
                                      "tests/numeric.py")
             elif isinstance(node, ast.Compare):
-                pairs = zip([node.left, *node.comparators], node.ops, node.comparators)
+                # each operator between its two operands: the first list is one longer, so not strict
+                pairs = zip([node.left, *node.comparators], node.ops, node.comparators, strict=False)
                 for left, op, right in pairs:
                     if (isinstance(op, (ast.Lt, ast.LtE)) and _small_literal(right)) or (
                             isinstance(op, (ast.Gt, ast.GtE)) and _small_literal(left)):
@@ -126,8 +127,10 @@ def test_the_contract_catches_what_it_says(tmp_path):
     assert all("test_effect" not in f for f in found)
     exact = tmp_path / "test_exact.py"
     exact.write_text("import pytest\nfrom numeric import F64\n\n"
-                     "pytestmark = [pytest.mark.numeric, pytest.mark.bitwise]\n\ndef test_b(a, b):\n    assert_frame_equal(a, b, check_exact=True)\n"
-                     "    assert torch.allclose(a, b, atol=0, rtol=0)\n    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
+                     "pytestmark = [pytest.mark.numeric, pytest.mark.bitwise]\n\n"
+                     "def test_b(a, b):\n    assert_frame_equal(a, b, check_exact=True)\n"
+                     "    assert torch.allclose(a, b, atol=0, rtol=0)\n"
+                     "    assert torch.allclose(a, b, atol=F64, rtol=0)\n")
     found = _problems_in(tmp_path, exact)
     assert len(found) == 2 and all("marked bitwise" in f for f in found), found  # the allclose with F64, and F64
     one = tmp_path / "test_one.py"  # a test marked bitwise on its own, in a module that is not

@@ -35,6 +35,7 @@ def test_planted_difference_is_found_where_it_is(minilm):
     enc = minilm.encode(SENTENCE)
     reference = hf.forward(minilm, enc)
     candidate = scratch.forward(minilm, enc)
+    assert candidate.attn is not None  # the eager pass keeps every probability
     candidate.attn[4] = candidate.attn[4].clone()
     candidate.attn[4][0, 7, 3, 2] += 3e-5
     report = parity.compare(reference, candidate)
@@ -50,6 +51,7 @@ def test_padding_is_not_compared(minilm):
     enc = minilm.encode([SENTENCE, "short"])
     reference = hf.forward(minilm, enc)
     candidate = scratch.forward(minilm, enc)
+    assert candidate.attn is not None  # the eager pass keeps every probability
     candidate.attn[0] = candidate.attn[0].clone()
     candidate.attn[0][1, :, -1, :] = 0.5  # a padding query row of the short item
     assert parity.compare(reference, candidate).passed
@@ -119,9 +121,14 @@ def test_the_check_reports_each_step_and_stops_where_its_caller_stops_it(minilm,
     class Stop(Exception):
         pass
 
-    ran, forward = [], runner.forward
-    monkeypatch.setattr(runner, "forward", lambda model, enc, source, *a, **k: ran.append(source) or forward(
-        model, enc, source, *a, **k))
+    ran: list[str] = []  # the source of each pass
+    forward = runner.forward
+
+    def counted(model, enc, source, *a, **k):
+        ran.append(source)
+        return forward(model, enc, source, *a, **k)
+
+    monkeypatch.setattr(runner, "forward", counted)
 
     def stop_after_the_reference(done: int, total: int) -> None:
         if done == 2:
@@ -135,7 +142,7 @@ def test_the_check_reports_each_step_and_stops_where_its_caller_stops_it(minilm,
 def test_a_float64_copy_holds_exactly_the_models_weights(minilm):
     copy = minilm.cast(torch.float64)
     assert copy is not minilm and copy.dtype == torch.float64 and minilm.cast(torch.float32) is minilm
-    for (name, a), (_, b) in zip(minilm.hf.state_dict().items(), copy.hf.state_dict().items()):
+    for (name, a), (_, b) in zip(minilm.hf.state_dict().items(), copy.hf.state_dict().items(), strict=True):
         assert torch.equal(a.double(), b), name  # every fp32 value is exactly a float64 value
     assert copy.weight_bytes() == 2 * minilm.weight_bytes() == minilm.weight_bytes(torch.float64)
 
@@ -146,6 +153,7 @@ def test_one_fp32_rounding_fails_the_float64_proof(minilm):
     m = minilm.cast(torch.float64)
     enc = m.encode(SENTENCE)
     reference, candidate = hf.forward(m, enc), scratch.forward(m, enc)
+    assert candidate.attn is not None  # the eager pass keeps every probability
     candidate.attn = [a.float().double() for a in candidate.attn]
     report = parity.compare(reference, candidate)
     assert not report.passed and F64 < report.attention_max_abs_diff <= fp32(1)  # one rounding of a number ≤ 1
@@ -193,9 +201,11 @@ def test_massive_activations_find_a_planted_value_and_none_in_an_ordinary_model(
     import dataclasses
 
     import probes
+    from probes.trace import Trace
 
     model = probes.load(str(llama_dir))
     trace = probes.run(model, "the cat sat on the mat")
+    assert isinstance(trace, Trace)  # a model loaded here: its own Trace, which dataclasses.replace copies
     assert parity.massive_activations(trace).empty  # a tiny random model: nothing massive
     assert list(parity.massive_activations(trace).columns) == parity.MASSIVE_COLUMNS
     hidden = [h.clone() for h in trace.hidden_states]

@@ -28,7 +28,7 @@ def test_both_producers_give_the_same_trace_for_the_same_text(gpt2_model):
 
 
 def test_batches_cut_to_the_context_and_report_progress(gpt2_model):
-    done = []
+    done: list[int] = []
     texts = ["one two", "three", "cat " * 200, "four five six"]  # the third is longer than the 64-token context
     traces = list(runner.batches(gpt2_model, texts, batch_size=3, progress=done.append))
     assert [t.batch_size for t in traces] == [3, 1] and done == [3, 1]

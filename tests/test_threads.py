@@ -83,10 +83,15 @@ def test_this_machine_is_measured():
 
 def test_apply_sets_torch_and_watches_the_machine_once_per_process(monkeypatch):
     before = torch.get_num_threads()
-    watched = []
+    watched = []  # one entry a look at the machine's load
+
+    def busy_cpus():
+        watched.append(1)
+        return 1.0
+
     monkeypatch.setattr(threads, "_seen", {})
     monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(threads, "busy_cpus", lambda: watched.append(1) or 1.0)
+    monkeypatch.setattr(threads, "busy_cpus", busy_cpus)
     try:
         assert threads.apply("profile", env={"PROBES_THREADS": "2"}).threads == 2 and torch.get_num_threads() == 2
         assert watched == []  # an override needs no watching

@@ -60,13 +60,13 @@ def test_align_tokens_to_words(minilm):
     for tok in (minilm.tokenizer, gpt2_tokenizer()):
         tokens = _readable(tok, text)
         word_of = align_to_words(tokens, spans)
-        by_word = {}
-        for t, w in zip(tokens, word_of):
+        by_word: dict[int, list[str]] = {}
+        for t, w in zip(tokens, word_of, strict=True):
             if w >= 0:
                 by_word.setdefault(w, []).append(t.text)
         assert set(by_word) == set(range(len(words)))  # every word has at least one token
         assert "".join(by_word[0]).replace("##", "").lower() == "xiaoming"
-        assert all(w == -1 for t, w in zip(tokens, word_of) if t.special)
+        assert all(w == -1 for t, w in zip(tokens, word_of, strict=True) if t.special)
 
 
 def test_sentencepiece_byte_fallback_pieces():

@@ -34,7 +34,7 @@ def test_bad_indices_name_the_range(minilm):
 def test_hidden_states_follow_hf_convention(gpt2_model):
     trace = hf.forward(gpt2_model, gpt2_model.encode("the cat"))
     assert len(trace.hidden_states) == gpt2_model.n_layers + 1
-    assert trace.logits.shape[-1] == gpt2_model.config.vocab_size
+    assert trace.logits is not None and trace.logits.shape[-1] == gpt2_model.config.vocab_size
 
 
 def test_nbytes_counts_what_a_trace_holds_once_per_buffer(gpt2_model):
@@ -44,6 +44,9 @@ def test_nbytes_counts_what_a_trace_holds_once_per_buffer(gpt2_model):
 
     enc = gpt2_model.encode("the cat sat on the mat because it was warm")
     full = runner.forward(gpt2_model, enc, "hf", "eager", logits=True)
+    # every one asked for or kept by the Hugging Face pass
+    assert full.logits is not None and full.attn is not None and full.q is not None and full.k is not None
+    assert full.v is not None
     kept = [full.input_ids, full.attention_mask, *full.hidden_states, full.logits, *full.attn, *full.q, *full.k,
             *full.v, *(full.rotary or ())]
     assert full.nbytes == sum(t.nbytes for t in kept)  # nothing left out, and q, k, v (views of one buffer) once
@@ -51,4 +54,5 @@ def test_nbytes_counts_what_a_trace_holds_once_per_buffer(gpt2_model):
     assert twice.nbytes == full.nbytes - full.logits.nbytes
     lazy = runner.forward(gpt2_model, enc, "hf", "eager", logits=True, attention_budget=1)
     assert lazy.lazy and lazy.nbytes < full.nbytes
+    assert lazy.lse is not None  # a lazy trace's logsumexps
     assert full.nbytes - lazy.nbytes >= sum(a.nbytes for a in full.attn) - sum(s.nbytes for s in lazy.lse)

@@ -33,7 +33,8 @@ def test_on_a_sentence_the_controls_judge_it_and_the_text_is_reported_beside(pro
     got = json.loads(capsys.readouterr().out)
     assert got["n"] == 60 and got["seed"] is None  # a given head: every item judged, no split
     assert got["verdict"] == "baseline" and got["agreement"]["the most recent candidate"] > 0.9
-    assert got["text_margin"] > 0.5  # on the sentence itself the nearer name is the answer: one sentence decides nothing
+    # on the sentence itself the nearer name is the answer: one sentence decides nothing
+    assert got["text_margin"] > 0.5
     assert sum(got["controls"].values()) == 60 and "your sentence: verb flipped" in got["controls"]
 
 
@@ -41,7 +42,8 @@ def test_the_offline_default_gets_a_verdict_not_a_crown(capsys):
     assert main(["claim", "--text", STORY, "--query", "she", "--key", "Xiaohong", "--against", "Xiaoming"]) == 0
     out = capsys.readouterr().out
     assert "finds what 'she' refers to: chosen on 48 of 96 controls (seed 0;" in out
-    assert "verdict: " in out and "(on the text alone the largest margin is head 1.2's: one sentence, not evidence)" in out
+    assert "verdict: " in out
+    assert "(on the text alone the largest margin is head 1.2's: one sentence, not evidence)" in out
 
 
 @pytest.mark.parametrize("args, message", [

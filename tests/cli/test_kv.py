@@ -29,6 +29,7 @@ def run_json(capsys, *argv: str) -> dict:
 
 def refused(capsys, argv: list[str]) -> str:
     """Run the CLI in-process; assert exit 2 with one line on stderr and no traceback; return that line."""
+    code: str | int | None
     try:
         code = main(argv)
     except SystemExit as stop:  # argparse's refusals

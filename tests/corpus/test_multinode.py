@@ -10,15 +10,13 @@ import time
 import pandas as pd
 import pytest
 import ray
+from processes import killed_after_chunks
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 import probes
-from probes import cli
-from processes import killed_after_chunks
-from probes import cluster as ray_cluster
-from probes.corpus import ray_pool
-from probes.corpus import run as corpus_run
+from probes import cli, cluster as ray_cluster
+from probes.corpus import ray_pool, run as corpus_run
 from probes.corpus.reader import Corpus
 from probes.evidence.probes import profile as judged_profile
 from probes.heads.profile import profile
@@ -81,6 +79,16 @@ class Bar:
         pass
 
 
+def bars_into(bars: list[Bar], on_first=None):
+    """A ``progress_factory`` that makes each bar asked for (told ``on_first``) and keeps it in ``bars``."""
+
+    def make(total, name):
+        bars.append(Bar(total, on_first))
+        return bars[-1]
+
+    return make
+
+
 class Slow:
     """A job that takes half a second longer (sent by value: the workers do not import the tests), so that a node
     killed when the first chunk is back is in the middle of its next one."""
@@ -107,10 +115,11 @@ def test_a_corpus_run_over_two_nodes_equals_one_process(cluster, gpt2, data, tmp
     _, nodes = cluster
     corpus = Corpus(str(data))
     single, ex_single = corpus_run.profile_corpus([gpt2], corpus, tmp_path / "one.csv", window=32, chunk_size=5)
-    stats, bars = {}, []
+    stats: dict[str, dict] = {}
+    bars: list[Bar] = []
     on_ray, ex_ray = corpus_run.profile_corpus(
         [gpt2], corpus, tmp_path / "ray.csv", window=32, chunk_size=5, executor=ray_pool.executor(2, stats=stats),
-        progress_factory=lambda total, name: bars.append(Bar(total)) or bars[-1])
+        progress_factory=bars_into(bars))
     assert set(stats["node"].values()) == {n.node_id for n in nodes}  # both worker nodes did chunks
     assert (bars[0].total, bars[0].done) == (6, 6)
     pd.testing.assert_frame_equal(on_ray, single, check_exact=True)  # max |Δ| = 0
@@ -148,9 +157,18 @@ def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(clust
 
     made, nodes = cluster
     single = _probe_run(gpt2, data, tmp_path / "one.csv", every=3)
-    stats, notes, killed, bars, written = {}, [], [], [], []
+    stats: dict[str, dict] = {}
+    notes: list[str] = []
+    killed: list = []  # the worker node killed (its Node)
+    bars: list[Bar] = []
+    written: list[str] = []  # the name of each file written, once a write
     write = jobs.write_file
-    monkeypatch.setattr(jobs, "write_file", lambda path, data: written.append(path.name) or write(path, data))
+
+    def counted(path, data):
+        written.append(path.name)
+        return write(path, data)
+
+    monkeypatch.setattr(jobs, "write_file", counted)
 
     def kill_a_node():  # the node that sent the first chunk back, while it runs its next one
         node = next(iter(stats["node"].values()))
@@ -165,7 +183,7 @@ def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(clust
     out = tmp_path / "ray.csv"
     on_ray = _probe_run(gpt2, data, out, every=3, notify=notes.append,
                         executor=slowly(ray_pool.executor(2, stats=stats, notify=notes.append)),
-                        progress_factory=lambda total, name: bars.append(Bar(total, kill_a_node)) or bars[-1])
+                        progress_factory=bars_into(bars, kill_a_node))
     assert killed and len(set(stats["node"].values())) >= 2  # the probe's chunks ran on more than one node
     assert (bars[0].total, bars[0].done) == (30, 30)  # every item counted once
     chunks = sorted(name for name in written if name.startswith("chunk-"))

@@ -55,6 +55,16 @@ class Bar:
         pass
 
 
+def bars_into(bars: list[Bar], on_first=None):
+    """A ``progress_factory`` that makes each bar asked for (told ``on_first``) and keeps it in ``bars``."""
+
+    def make(total, name):
+        bars.append(Bar(total, name, on_first))
+        return bars[-1]
+
+    return make
+
+
 def _same(a: pd.DataFrame, b: pd.DataFrame):
     keys = ["model", "label", "layer", "head"]
     a, b = a.set_index(keys).sort_index(), b.set_index(keys).sort_index()
@@ -64,10 +74,11 @@ def _same(a: pd.DataFrame, b: pd.DataFrame):
 
 def test_ray_with_two_workers_gives_the_single_process_result(local_ray, corpus, tmp_path, minilm):
     single, ex_single = corpus_run.profile_corpus([minilm], corpus, tmp_path / "one.csv", window=32, chunk_size=4)
-    bars, stats = [], {}
+    bars: list[Bar] = []
+    stats: dict[str, dict] = {}
     on_ray, ex_ray = corpus_run.profile_corpus(
         [minilm], corpus, tmp_path / "ray.csv", window=32, chunk_size=4, executor=ray_pool.executor(2, stats=stats),
-        progress_factory=lambda total, name: bars.append(Bar(total, name)) or bars[-1])
+        progress_factory=bars_into(bars))
     _same(single, on_ray)
     assert ex_single.drop(columns="weight").equals(ex_ray.drop(columns="weight"))
     assert (ex_single["weight"] - ex_ray["weight"]).abs().max() <= TOLERANCE  # probabilities
@@ -85,7 +96,7 @@ def test_a_ray_run_resumes_from_the_chunks_already_written(local_ray, corpus, tm
 
     with pytest.raises(KeyboardInterrupt):
         corpus_run.profile_corpus([minilm], corpus, out, window=32, chunk_size=4, executor=first_two)
-    ran = []
+    ran: list[int] = []
     pool = ray_pool.executor(2)
 
     def counting(model, jobs):
@@ -99,17 +110,18 @@ def test_a_ray_run_resumes_from_the_chunks_already_written(local_ray, corpus, tm
 
 
 def test_a_killed_worker_is_replaced_and_no_chunk_is_lost_or_counted_twice(local_ray, corpus, tmp_path, minilm):
-    stats, killed = {}, []
+    stats: dict[str, dict] = {}
+    killed: list[int] = []
 
     def kill_one():
         pid = next(iter(stats["peak_bytes"]))
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
 
-    bars = []
+    bars: list[Bar] = []
     on_ray, _ = corpus_run.profile_corpus(
         [minilm], corpus, tmp_path / "t.csv", window=32, chunk_size=2, executor=ray_pool.executor(2, stats=stats),
-        progress_factory=lambda total, name: bars.append(Bar(total, name, kill_one)) or bars[-1])
+        progress_factory=bars_into(bars, kill_one))
     assert killed and (bars[0].total, bars[0].done) == (12, 12)
     single, _ = corpus_run.profile_corpus([minilm], corpus, tmp_path / "one.csv", window=32, chunk_size=2)
     _same(single, on_ray)
@@ -132,7 +144,9 @@ def test_a_probe_run_begun_on_one_process_finishes_on_ray_and_the_other_way_roun
                                      **kw)
 
     fresh = run(tmp_path / "fresh.csv")
-    pool, ran, notes = ray_pool.executor(2), [], []
+    pool = ray_pool.executor(2)
+    ran: list[int] = []
+    notes: list[str] = []
 
     def counting(model, jobs):
         ran.extend(job.index for job in jobs)
@@ -186,7 +200,9 @@ def test_one_executor_keeps_its_workers_from_call_to_call(local_ray, tmp_path, m
 
     data = tmp_path / "s.txt"
     data.write_text("".join(f"The cat {i} sat on the mat, and the dog watched it.\n" for i in range(8)))
-    stats, calls, notes = {}, [], []
+    stats: dict[str, dict] = {}
+    calls: list[int] = []
+    notes: list[str] = []
     pool = ray_pool.executor(1, stats=stats, notify=notes.append)
 
     def counting(model, jobs):

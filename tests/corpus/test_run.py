@@ -102,7 +102,7 @@ def test_an_interrupted_run_resumes_without_recomputing_done_chunks(tmp_path, mi
     with pytest.raises(KeyboardInterrupt):
         corpus_run.profile_corpus([minilm64], corpus, out, window=24, chunk_size=2, progress_factory=Stop)
     assert len(list((tmp_path / "t.csv.partial").glob("*/chunk-*.csv"))) == 2
-    ran = []
+    ran: list[int] = []
 
     def counting(model, jobs):
         ran.extend(job.index for job in jobs)
@@ -121,7 +121,7 @@ def test_a_checkpoint_from_another_corpus_or_window_is_not_reused(tmp_path, mini
     with pytest.raises(KeyboardInterrupt):
         corpus_run.profile_corpus([minilm], corpus, out, window=24, chunk_size=2,
                                   executor=lambda model, jobs: _stop_after_one(model, jobs))
-    notes = []
+    notes: list[str] = []
     corpus_run.profile_corpus([minilm], corpus, out, window=32, chunk_size=2, notify=notes.append)
     assert any("another options" in n for n in notes) and not partial.exists()
     with pytest.raises(KeyboardInterrupt):
@@ -147,18 +147,20 @@ def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(tmp_path, gpt2_d
     import torch
     from checkpoints import swap_tokens
 
+    from probes.models import load  # probes.load's model here, whose .cast the test needs
+
     folder = tmp_path / "gpt2"
     shutil.copytree(gpt2_dir, folder)
     corpus = _corpus(tmp_path, ["She said that he would come back tomorrow morning.",
                                 "He sat on the mat, and she watched him from the door."] * 3)
     out = tmp_path / "t.csv"
-    before = probes.load(str(folder)).cast(torch.float64)
+    before = load(str(folder)).cast(torch.float64)
     with pytest.raises(KeyboardInterrupt):
         corpus_run.profile_corpus([before], corpus, out, window=24, chunk_size=2,
                                   executor=lambda model, jobs: _stop_after_one(model, jobs))
     swap_tokens(folder, "Ġhe", "Ġshe")
-    after = probes.load(str(folder)).cast(torch.float64)
-    notes = []
+    after = load(str(folder)).cast(torch.float64)
+    notes: list[str] = []
     resumed, _ = corpus_run.profile_corpus([after], corpus, out, window=24, chunk_size=2, notify=notes.append)
     assert any("was computed with another tokenizer: starting afresh" in n for n in notes), notes
     fresh, _ = corpus_run.profile_corpus([after], corpus, tmp_path / "fresh.csv", window=24, chunk_size=2)
@@ -182,7 +184,7 @@ def test_several_models_make_one_table_and_one_examples_file(tmp_path, minilm, g
 def test_bad_rows_are_reported_with_their_line_and_strict_stops(tmp_path, minilm):
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join([json.dumps({"text": SENTENCES[0]}), "{oops", json.dumps({"text": SENTENCES[1]})]) + "\n")
-    notes = []
+    notes: list[str] = []
     table, _ = corpus_run.profile_corpus([minilm], Corpus(str(path)), tmp_path / "t.csv", notify=notes.append)
     assert "c.jsonl line 2: not JSON" in notes[0]
     assert "c.jsonl line 2: not JSON" in (tmp_path / "t.csv.bad.txt").read_text()

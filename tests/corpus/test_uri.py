@@ -9,11 +9,9 @@ import pandas as pd
 import pytest
 import ray  # the [ray] extra, which the README's install includes: missing, this fails rather than skips
 
-from probes.cli import main
-from probes.cli import profile as profile_cli
 from probes import cluster
-from probes.corpus import ray_pool
-from probes.corpus import run as corpus_run
+from probes.cli import main, profile as profile_cli
+from probes.corpus import ray_pool, run as corpus_run
 from probes.corpus.ray_data import DatasetCorpus
 from probes.corpus.reader import Corpus
 
@@ -65,21 +63,23 @@ class DeleteOnStart:
 def test_a_uri_corpus_gives_the_local_path_table_and_no_worker_opens_it(local_ray, gpt2_model, tmp_path, suffix, bad,
                                                                      said, one_thread):
     path = _write(tmp_path / f"c{suffix}", bad)
-    options = dict(window=16, chunk_size=3)
+    window, chunk_size = 16, 3  # every run's
     # the path, read here chunk by chunk on one process and one thread (one_thread), as each Ray worker (one CPU)
     # computes: the same chunks in the same batches, so the same sums in the same order (tests/corpus/test_multinode.py
     # proves a path's run on Ray equal to it, exactly; a third pool of Ray workers here was a third of this test's time)
-    by_path, ex_path = corpus_run.profile_corpus([gpt2_model], Corpus(str(path)), tmp_path / "path.csv", **options)
+    by_path, ex_path = corpus_run.profile_corpus([gpt2_model], Corpus(str(path)), tmp_path / "path.csv",
+                                                 window=window, chunk_size=chunk_size)
     saved = path.read_bytes()
     local = [("local", DatasetCorpus(str(path)))] if suffix == ".jsonl" else []  # --ray with a path: read here
     for name, corpus in [("uri", DatasetCorpus(path.as_uri())), *local]:
         scan = corpus.scan(3)
         assert scan.bad[0].startswith(f"{path.name} line 4: {said}") and scan.blank == 1  # the local reader's words
         assert scan.digest == Corpus(str(path)).scan(3).digest  # one content, one checkpoint fingerprint
-        notes, bar = [], DeleteOnStart(path)
+        notes: list[str] = []
+        bar = DeleteOnStart(path)
         table, found = corpus_run.profile_corpus([gpt2_model], corpus, tmp_path / f"{name}.csv",
                                                  executor=ray_pool.executor(1), notify=notes.append,
-                                                 progress_factory=bar, **options)
+                                                 progress_factory=bar, window=window, chunk_size=chunk_size)
         assert not path.exists() and (bar.total, bar.done) == (4, 4)  # gone before the chunks ran: none opened it
         assert any(f"{path.name} line 4: {said}" in note for note in notes)
         pd.testing.assert_frame_equal(table, by_path, check_exact=True)  # max |Δ| = 0
@@ -111,9 +111,17 @@ def _stop():
 def test_a_uri_that_cannot_be_read_exits_2_with_one_line_at_once(tmp_path, capsys, monkeypatch, corpus, ray_flag,
                                                                   message):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no wait on a cloud machine's metadata service
-    started = []  # refused before Ray starts or a model loads: either would be written down here (not timed)
+    started: list[str] = []  # refused before Ray starts or a model loads: either would be written down here (not timed)
+
+    def starts(name: str):
+        def start(*args, **kwargs):
+            started.append(name)
+            _stop()
+
+        return start
+
     for owner, name in ((ray, "init"), (profile_cli, "load_model")):
-        monkeypatch.setattr(owner, name, lambda *args, _name=name, **kwargs: started.append(_name) or _stop())
+        monkeypatch.setattr(owner, name, starts(name))
     assert main(["profile", "--corpus", corpus, "--out", str(tmp_path / "t.csv"), *ray_flag]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err

@@ -52,9 +52,14 @@ def test_a_derived_folder_is_read_again_only_when_a_file_of_it_changes(tmp_path,
     then trusts its size, inode and times until one changes; a file written within :data:`cache.RACY_NS` of the
     check is read on every check (its times could survive a second write within the clock's tick)."""
     monkeypatch.setenv("PROBES_CACHE", str(tmp_path / "cache"))
-    read = []
+    read: list[str] = []  # the name of each file hashed, once a read
     sha256_of = cache.sha256_of
-    monkeypatch.setattr(cache, "sha256_of", lambda path: read.append(path.name) or sha256_of(path))
+
+    def reading(path):
+        read.append(path.name)
+        return sha256_of(path)
+
+    monkeypatch.setattr(cache, "sha256_of", reading)
 
     def build(out):
         for name in ("a", "b"):

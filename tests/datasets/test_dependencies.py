@@ -72,7 +72,8 @@ def test_pinned_wheel_refuses_a_wrong_checksum(tmp_path, monkeypatch):
     monkeypatch.setenv("PROBES_CACHE", str(tmp_path))
     wrong = cache.PinnedWheel("decomp", "0.3.2", DECOMP.filename, "0" * 64, python_version="3.12")
     (tmp_path / DECOMP.filename).write_bytes(b"not the wheel")
-    monkeypatch.setattr(cache.subprocess, "run", lambda *a, **k: type("R", (), {"returncode": 1, "stderr": "offline"})())
+    monkeypatch.setattr(cache.subprocess, "run",
+                        lambda *a, **k: type("R", (), {"returncode": 1, "stderr": "offline"})())
     with pytest.raises(DataUnavailable, match="pip download --no-deps decomp==0.3.2"):
         wrong.fetch()
 

@@ -27,14 +27,18 @@ def test_a_head_that_follows_gender_is_supported_where_gender_decides(pronoun_mo
 def test_a_head_that_follows_the_nearer_name_is_no_better_than_the_most_recent_candidate(pronoun_model):
     on_gender = question_evidence(pronoun_model, questions=_gender(), head=(0, 0))
     assert on_gender.split is None and on_gender.n == 80  # a given head is judged on every item
+    assert on_gender.tracked is not None  # the baseline it follows
     assert on_gender.tracked.name == "the most recent candidate" and on_gender.tracked.agreement == 1.0
     assert on_gender.said.startswith("no better than the most recent candidate:")
     on_controls = question_evidence(pronoun_model, PRONOUN_TEXT, "she", "Xiaohong", "Xiaoming", head=(0, 0),
                                     winobias=False)
+    assert on_controls.tracked is not None and on_controls.tracked.agreement is not None  # the baseline it follows
     assert on_controls.verdict == "baseline" and on_controls.tracked.name == "the most recent candidate"
     assert on_controls.tracked.agreement > 0.9 and on_controls.low < 0.5 < on_controls.high
     assert box_sentence(on_controls).startswith("Head 0.0 follows the nearer candidate: on 96 controls it picks")
     # on the story sentence itself it looks right: that is why one sentence decides nothing
+    assert on_controls.on_key is not None and on_controls.on_against is not None
+    assert on_controls.text_margin is not None
     assert on_controls.on_key > on_controls.on_against and on_controls.text_margin > 0.5
 
 
@@ -55,6 +59,7 @@ def test_evidence_within_an_attention_budget_is_the_same_evidence(pronoun_model)
 def test_the_head_is_chosen_on_one_half_and_judged_on_the_other(pronoun_model):
     ev = question_evidence(pronoun_model, PRONOUN_TEXT, "she", "Xiaohong", "Xiaoming", winobias=False, seed=7)
     split, scored = ev.split, ev.scored
+    assert split is not None and scored is not None and ev.chosen_grid is not None and ev.head is not None
     assert split.seed == 7 and not set(split.chosen_on) & set(split.judged_on)
     assert len(split.chosen_on) + len(split.judged_on) == scored.n == 96
     correct = scored.correct()

@@ -12,7 +12,8 @@ STORY = "Xiaoming gave the apple to Xiaohong because she was hungry."
 def test_the_sentence_is_flipped_and_swapped_with_the_answer_following_the_meaning():
     made = {q.made: q for q in variants(STORY, "she", "Xiaohong", "Xiaoming")}
     flipped = made["your sentence: verb flipped"]
-    assert flipped.text == "Xiaoming took the apple from Xiaohong because she was hungry." and flipped.answer == "Xiaoming"
+    assert flipped.text == "Xiaoming took the apple from Xiaohong because she was hungry."
+    assert flipped.answer == "Xiaoming"
     swapped = made["your sentence: candidates swapped (pronoun he)"]
     assert swapped.text == "Xiaohong gave the apple to Xiaoming because he was hungry." and swapped.answer == "Xiaoming"
     both = made["your sentence: candidates swapped, verb flipped (pronoun he)"]
@@ -23,7 +24,8 @@ def test_passive_and_chinese_flips():
     (q,) = [q for q in variants("Anna thanked Mary because she had helped.", "she", "Mary", "Anna")
             if q.made.endswith("verb flipped")]
     assert q.text == "Anna was thanked by Mary because she had helped." and q.answer == "Anna"
-    (z,) = [q for q in variants("小明把苹果给了小红，因为她很饿", "她", "小红", "小明") if q.made.endswith("verb flipped")]
+    (z,) = [q for q in variants("小明把苹果给了小红，因为她很饿", "她", "小红", "小明")
+            if q.made.endswith("verb flipped")]
     assert z.text == "小明从小红那里拿了苹果，因为她很饿" and z.answer == "小明"
 
 

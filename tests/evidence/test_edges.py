@@ -9,15 +9,22 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from checkpoints import make_induction
 from numeric import F64, rounded
 
 import probes
 from probes.effects.compose import composition_scores
 from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
-from probes.evidence.edges import (COMPOSITION_RULE, FLOORED, PatchEvidence, composition_floors, null_corruptions,
-                                   patch_floors, patch_rule)
-from tests.checkpoints import make_induction
+from probes.evidence.edges import (
+    COMPOSITION_RULE,
+    FLOORED,
+    PatchEvidence,
+    composition_floors,
+    null_corruptions,
+    patch_floors,
+    patch_rule,
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +110,10 @@ def test_null_corruptions_change_as_many_tokens_elsewhere(bert_dir):
         assert int(null.input_ids[0, pos]) in own  # a token of the clean text's own
         assert null.tokens[0][pos].text == model.tokenizer.convert_ids_to_tokens(int(null.input_ids[0, pos]))
     again = null_corruptions(model, clean, corrupt, count=12, seed=3)
-    assert all((a.input_ids == b.input_ids).all() for a, b in zip(nulls, again))  # the same seed: the same nulls
+    # the same seed: the same nulls
+    assert all((a.input_ids == b.input_ids).all() for a, b in zip(nulls, again, strict=True))
     other = null_corruptions(model, clean, corrupt, count=12, seed=4)
-    assert any((a.input_ids != b.input_ids).any() for a, b in zip(nulls, other))
+    assert any((a.input_ids != b.input_ids).any() for a, b in zip(nulls, other, strict=True))
     # two tokens changed by the user: two changed in every null, never those two
     two = null_corruptions(model, clean, "the dog sat on the rug and the dog ran", count=8)
     for null in two:

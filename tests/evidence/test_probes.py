@@ -102,7 +102,7 @@ def test_profile_writes_the_verdicts_resumes_each_half_and_prints_them(minilm, t
     row = chosen.set_index("label").loc["det (dep→head)"]
     assert f"{int(row['layer'])}.{int(row['head'])}" in line and line.rstrip().endswith(row["verdict"])
     # a rerun after an interrupt in the judged half recomputes only what was not written
-    calls = []
+    calls: list[int] = []  # each chunk's items
     real = prof.run_chunk
 
     def counting(*args, **kwargs):
@@ -116,7 +116,12 @@ def test_profile_writes_the_verdicts_resumes_each_half_and_prints_them(minilm, t
     with pytest.raises(KeyboardInterrupt):
         judged.profile(minilm, ["syntactic"], None, 40, again, seed=3, checkpoint_every=8)
     calls.clear()
-    monkeypatch.setattr(prof, "run_chunk", lambda *a, **k: calls.append(len(a[2])) or real(*a, **k))
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prof, "run_chunk", counted)
     judged.profile(minilm, ["syntactic"], None, 40, again, seed=3, checkpoint_every=8)
     assert calls == [8, 8, 4]  # the chosen half's three chunks (20 items) were written before: only the judged half
     pd.testing.assert_frame_equal(pd.read_csv(again), pd.read_csv(out), check_exact=True)  # the same table

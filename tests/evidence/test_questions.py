@@ -4,6 +4,7 @@ answered by every head of a model."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from numeric import fp32
 from probes.errors import BadData
 from probes.evidence.questions import MAX_LINE, Question, parse_questions, read_questions, score_questions
 
-GOOD = {"text": "Mary gave the apple to John because he was hungry.", "pronoun": "he",
-        "candidates": ["Mary", "John"], "answer": "John"}
+GOOD: dict[str, Any] = {"text": "Mary gave the apple to John because he was hungry.", "pronoun": "he",
+                        "candidates": ["Mary", "John"], "answer": "John"}
 
 
 def _lines(*rows) -> str:
@@ -74,7 +75,9 @@ def test_a_file_with_nothing_in_it_and_a_missing_file_are_refused(tmp_path):
 
 def test_the_pronoun_is_placed_after_the_candidates():
     q = Question("She said that Mary met Anna because she was late.", "she", ("Mary", "Anna"), "Anna")
-    spans, at = q.place()
+    placed = q.place()
+    assert not isinstance(placed, str), placed  # placed, not refused
+    spans, at = placed
     assert q.text[at[0]:at[1]] == "she" and at[0] > q.text.index("Anna")  # not the first "She"
     assert [q.text[a:b] for a, b in spans] == ["Mary", "Anna"]
 
@@ -105,8 +108,8 @@ def test_every_head_answers_and_the_rules_pick_by_position(pronoun_model):
 
 
 def test_a_decoder_question_whose_answer_comes_after_the_pronoun_is_dropped_with_its_reason(pronoun_model):
-    qs = [Question("He said that Mary met John.", "He", ("Mary", "John"), "John"), Question(**{
-        "text": GOOD["text"], "query": "he", "candidates": ("Mary", "John"), "answer": "John"})]
+    qs = [Question("He said that Mary met John.", "He", ("Mary", "John"), "John"),
+          Question(text=GOOD["text"], query="he", candidates=("Mary", "John"), answer="John")]
     scored = score_questions(pronoun_model, qs)
     assert scored.n == 1 and len(scored.dropped) == 1
     assert "comes after the pronoun: a decoder's query cannot attend to a later word" in scored.dropped[0].reason

@@ -24,7 +24,8 @@ def _wilson_by_hand(k: int, n: int, z: float = 1.959963984540054) -> tuple[float
 def test_wilson_is_the_score_interval_of_the_formula(k, n):
     low, high = wilson(k, n)
     ref = _wilson_by_hand(k, n)
-    assert low == pytest.approx(max(ref[0], 0.0), abs=F64, rel=0) and high == pytest.approx(min(ref[1], 1.0), abs=F64, rel=0)
+    assert low == pytest.approx(max(ref[0], 0.0), abs=F64, rel=0)
+    assert high == pytest.approx(min(ref[1], 1.0), abs=F64, rel=0)
     assert 0.0 <= low <= k / n <= high <= 1.0
 
 

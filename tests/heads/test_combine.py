@@ -27,9 +27,17 @@ def test_weighted_mean_and_nan_stays_nan():
 
 
 def test_extra_only_with_several_chunks_and_finish_always():
-    calls = []
-    combine = mean(extra=lambda whole, frame: calls.append("extra") or frame,
-                   finish=lambda frame, items: calls.append(("finish", len(items))) or frame)
+    calls: list[str | tuple[str, int]] = []
+
+    def extra(whole, frame):
+        calls.append("extra")
+        return frame
+
+    def finish(frame, items):
+        calls.append(("finish", len(items)))
+        return frame
+
+    combine = mean(extra=extra, finish=finish)
     one = pd.DataFrame([_row("a", 1.0, 1)])
     combine([one], [1])
     assert calls == [("finish", 1)]

@@ -6,8 +6,15 @@ from numeric import F64
 
 from probes import runner
 from probes.datasets.catalog import texts
-from probes.heads.engine import (Pair, Sentence, pair_set_baseline, score_pairs, sentence_attention, top_heads,
-                                word_attention)
+from probes.heads.engine import (
+    Pair,
+    Sentence,
+    pair_set_baseline,
+    score_pairs,
+    sentence_attention,
+    top_heads,
+    word_attention,
+)
 
 
 @pytest.mark.numeric
@@ -73,6 +80,7 @@ def test_real_model_word_attention_rows_sum_to_one(minilm64):
     assert word_of[0] == -1 and word_of[1] == word_of[2] == 0  # [CLS], xiao, ##ming
     words = word_attention(layers, word_of, 6)
     special = layers[..., [0, -1]].sum(-1)  # what [CLS] and [SEP] receive is not in any word
-    special_rows = torch.stack([special[..., [t for t, w in enumerate(word_of) if w == i]].mean(-1) for i in range(6)], -1)
+    special_rows = torch.stack([special[..., [t for t, w in enumerate(word_of) if w == i]].mean(-1) for i in range(6)],
+                               -1)
     ones = torch.ones(6, 12, 6, dtype=torch.float64)
     assert layers.dtype == torch.float64 and torch.allclose(words.sum(-1) + special_rows, ones, atol=F64, rtol=0)

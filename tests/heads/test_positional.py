@@ -50,7 +50,7 @@ def test_real_offline_default_has_a_previous_token_head(minilm):
     # against a uniform baseline of 0.065; it is positional (argmax at offset -1 for 93% of tokens)
     assert best["score"] > 0.9 and best["score"] > 10 * best["baseline"], best
     positional = frame[(frame.label == "fixed offset") & frame.positional.astype(bool)]
-    assert (best["layer"], best["head"]) in set(zip(positional["layer"], positional["head"]))
+    assert (best["layer"], best["head"]) in set(zip(positional["layer"], positional["head"], strict=True))
     assert isinstance(frame, pd.DataFrame) and len(prev) == 6 * 12
 
 
@@ -153,9 +153,9 @@ def test_an_encoder_without_a_position_table_scores_the_same_from_every_trace(mo
     """ModernBERT has no position embedding (positions are turns of q and k) and local layers that see 2 positions
     either way: its positional scores read from Hugging Face's Trace, the eager and the lazy sdpa Trace agree in
     float64, and a local layer's best fixed offset lies inside its window."""
-    import probes
+    from probes.models import load  # probes.load's model here, whose .cast the test needs
 
-    model = probes.load(str(modernbert_mlm_dir)).cast(torch.float64)
+    model = load(str(modernbert_mlm_dir)).cast(torch.float64)
     texts = ["Xiaoming gave the apple to Xiaohong because she was hungry.", "小明把苹果给了小红，因为她饿了。"]
     frames = [positional_scores(runner.batches(model, texts, source=source, backend=backend))
               for source, backend in (("hf", "eager"), ("scratch", "eager"), ("scratch", "sdpa"))]

@@ -230,7 +230,7 @@ def test_resume_never_reuses_chunks_from_other_inputs(minilm64, gpt2_model, tmp_
         prof.profile(minilm64, ["positional"], str(data), None, out, checkpoint_every=4)
     monkeypatch.setattr(prof, "run_chunk", real)
     data.write_text("\n".join(["Completely different words , here ; and there !"] * 3 + lines[3:]) + "\n")
-    notes = []
+    notes: list[str] = []
     resumed = prof.profile(minilm64, ["positional"], str(data), None, out, checkpoint_every=4, notify=notes.append)
     assert len(notes) == 1 and "computed from another data: starting afresh" in notes[0]
     fresh = prof.profile(minilm64, ["positional"], str(data), None, tmp_path / "fresh.csv", checkpoint_every=4)
@@ -267,7 +267,7 @@ def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(gpt2_dir, tmp_pa
     import torch
     from checkpoints import swap_tokens
 
-    import probes
+    from probes.models import load  # probes.load's model here, whose .cast the test needs
 
     folder = tmp_path / "gpt2"
     shutil.copytree(gpt2_dir, folder)
@@ -282,16 +282,16 @@ def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(gpt2_dir, tmp_pa
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    before = probes.load(str(folder)).cast(torch.float64)
+    before = load(str(folder)).cast(torch.float64)
     monkeypatch.setattr(prof, "run_chunk", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prof.profile(before, ["positional"], str(data), None, out, checkpoint_every=2)
     monkeypatch.setattr(prof, "run_chunk", real)
     swap_tokens(folder, "Ġhe", "Ġshe")
-    after = probes.load(str(folder)).cast(torch.float64)
+    after = load(str(folder)).cast(torch.float64)
     assert after.fingerprint() == before.fingerprint()  # the same config and weights: only the tokenizer differs
     assert after.tokenizer_fingerprint() != before.tokenizer_fingerprint()
-    notes = []
+    notes: list[str] = []
     resumed = prof.profile(after, ["positional"], str(data), None, out, checkpoint_every=2, notify=notes.append)
     assert len(notes) == 1 and "was computed with another tokenizer: starting afresh" in notes[0], notes
     fresh = prof.profile(after, ["positional"], str(data), None, tmp_path / "fresh.csv", checkpoint_every=2)
@@ -302,8 +302,9 @@ def test_a_checkpoint_made_with_another_tokenizer_is_not_reused(gpt2_dir, tmp_pa
 
 
 def test_the_model_fingerprint_tells_checkpoints_apart(gpt2_model, gpt2_dir, ckpt_dir):
-    import probes
     from checkpoints import make_gpt2
+
+    import probes
 
     assert gpt2_model.fingerprint() == probes.load(str(gpt2_dir)).fingerprint()  # same weights, same print
     other = make_gpt2(ckpt_dir / "gpt2-other", std=0.31)
