@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..kv.policies import syntax
 from .common import Count, load_model, loading_options, positive, text_arg
 
 DEFAULT_POLICIES = "full,window:256,sinks:4+window:252,h2o:256,snapkv:256"
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from ..kv.texts import ewt_text
 
     policies = parse_list(args.policies)  # before loading a model: one line, at once
-    if args.per_head and all(p.kind == "full" for p in policies):
+    if args.per_head and not any(p.cuts for p in policies):
         raise BadOption("--per-head cuts each head with a policy: give one besides full (e.g. --policies "
                         "full,window:256)")
     text, source = _text(args)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         text, source = ewt_text(model, n), f"ewt-dev:{n}"
 
     n_tokens = model.encode(text, truncate=True).input_ids.shape[1]  # the bar's length (the runs refuse a long text)
-    cut = [p for p in policies if p.kind != "full"]
+    cut = [p for p in policies if p.cuts]
     bar = Bar(len(policies) * n_tokens + (n_tokens + len(cut) * model.n_layers * model.n_kv_heads
                                           if args.per_head else 0), "kv")
     try:
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
 
-    full = next((s for s, p in zip(streamed, policies, strict=True) if p.kind == "full"), None)
+    full = next((s for s, p in zip(streamed, policies, strict=True) if not p.cuts), None)
     by_policy = {p.name: _worst([r for r in effects.rows if r["policy"] == p.name]) for p in policies} \
         if effects is not None else {}
     if args.json:
@@ -180,8 +181,7 @@ def add_parser(sub) -> None:
     source.add_argument("--ewt", type=ewt_tokens, metavar="N", help="the shipped text (UD English-EWT's dev "
                         f"sentences, whole ones up to N tokens); the default when no text is given, with N = "
                         f"{DEFAULT_EWT} or the model's context if that is shorter")
-    p.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated: full, window:W, sinks:S+window:W, "
-                   "streaming:B, h2o:B[+recent:R], tova:B, snapkv:B[+observe:W], strided:C+window:W (default: "
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated: {syntax()} (default: "
                    f"{DEFAULT_POLICIES})")
     p.add_argument("--per-head", action="store_true", help="also cut each key/value head alone with each policy "
                    "(but full) and rank the heads by the loss change: one pass per head and policy")

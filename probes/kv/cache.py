@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
-from .policies import POOL, Policy
+from .policies import FAR, Policy, Step
 
-FAR = torch.iinfo(torch.long).max  # a position no slot holds, sorted last
+__all__ = ["FAR", "Keeper", "Slots"]
 
 
 class Keeper:
-    """One policy over ``heads`` (key/value head indices) of one layer, each read by ``group`` query heads."""
+    """One policy over ``heads`` (key/value head indices) of one layer, each read by ``group`` query heads: the
+    slots' bookkeeping; which keys a query reads and which one leaves are the policy's (:mod:`probes.kv.policies`)."""
 
     def __init__(self, policy: Policy, heads: Sequence[int], group: int, capacity: int, scale: float,
                  dtype: torch.dtype, device: torch.device | str):
@@ -36,24 +36,20 @@ class Keeper:
         self.query_heads = (self.heads[:, None] * group + torch.arange(group, device=device)).reshape(-1)
         self.group = group
         self.scale = scale
-        self.received = torch.zeros(len(heads), capacity, dtype=dtype, device=device)  # H2O: attention so far
-        self.queries: list[tuple[int, torch.Tensor]] = []  # SnapKV: the last `recent` queries, (position, q [h·g, d])
+        self.state = policy.start(len(heads), capacity, dtype, device)  # what its rule keeps between steps
         self.count = 0  # keys each of its heads holds: one arrives every step, one leaves each full head (all at once)
         self.every = False  # whether it keeps every head of its layer (then no head is picked out)
 
     def placed(self, slots: torch.Tensor) -> None:
-        """The newest token went into ``slots`` ``[h]`` of this keeper's heads: a fresh slot has received nothing."""
+        """The newest token went into ``slots`` ``[h]`` of this keeper's heads."""
         self.count += 1
-        if self.policy.kind == "h2o":
-            self.received[torch.arange(len(slots)), slots] = 0
+        self.policy.placed(self.state, slots)
 
     def visible(self, t: int, positions: torch.Tensor) -> torch.Tensor:
-        """Which held keys the query at step ``t`` reads ``[h, cap]``: every held one, or ``strided``'s pattern."""
+        """Which held keys the query at step ``t`` reads ``[h, cap]``: every held one, or the policy's pattern."""
         held = positions >= 0
-        if self.policy.kind != "strided":
-            return held
-        back = t - positions
-        return held & ((back < self.policy.recent) | (back % self.policy.stride == 0))
+        pattern = self.policy.reads(t, positions)
+        return held if pattern is None else held & pattern
 
     def choose(self, t: int, positions: torch.Tensor, probs: torch.Tensor, q: torch.Tensor,
                keys: torch.Tensor) -> torch.Tensor | None:
@@ -61,44 +57,12 @@ class Keeper:
         ``positions`` ``[h, cap]`` (−1: empty), ``probs`` ``[h·g, cap]``: the newest query's attention over the slots
         (0 where it did not look), ``q`` ``[h·g, d]`` that query, ``keys`` ``[h, cap, d]`` the slots' keys."""
         p = self.policy
-        if p.kind == "h2o":  # every step's attention accumulates, full or not
-            self.received += probs.view(len(self.heads), self.group, -1).sum(1)
-        if p.kind == "snapkv":
-            self.queries = [*self.queries[-(p.recent - 1):], (t, q)] if p.recent > 1 else [(t, q)]
+        step = Step(t, positions, probs, q, keys, self.group, self.scale, self.count)
+        p.observe(self.state, step)  # every step's attention, full or not
         if not p.evicts or self.count < (p.budget or 0):  # its heads fill up together, and empty together
             return None
         self.count -= 1
-        held = positions >= 0
-        far = torch.full_like(positions, FAR)
-        if p.kind in ("window", "sinks"):  # the oldest key past the sinks
-            victim = torch.where(held & (positions >= p.sinks), positions, far).argmin(-1)
-        elif p.kind == "h2o":  # the least attention received, of the keys older than the recent part
-            older = held & (positions <= t - p.recent)
-            victim = self.received.masked_fill(~older, float("inf")).argmin(-1)
-        elif p.kind == "tova":  # the least attention from the newest query, averaged over the head's query heads
-            score = probs.view(len(self.heads), self.group, -1).mean(1)
-            victim = score.masked_fill(~(held & (positions < t)), float("inf")).argmin(-1)
-        else:
-            victim = self._snapkv(t, positions, held, keys)
-        return victim
-
-    def _snapkv(self, t: int, positions: torch.Tensor, held: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """SnapKV's vote: the last queries' attention over the held keys (each query reads the held keys up to its
-        own position), averaged over the queries and the group's query heads, smoothed by a mean over
-        :data:`POOL` neighbours along the older keys in position order; the lowest such key is evicted."""
-        n_heads = len(self.heads)
-        n_held = self.count + 1  # every head of the keeper holds as many keys (one leaves after this vote)
-        order = torch.where(held, positions, torch.full_like(positions, FAR)).argsort(-1)[:, :n_held]  # by position
-        where = positions.gather(-1, order)  # [h, n]: the held positions, in order
-        k = keys.gather(1, order[..., None].expand(-1, -1, keys.shape[-1]))  # [h, n, d]
-        at = torch.tensor([s for s, _ in self.queries], device=positions.device)  # [w]
-        qs = torch.stack([q for _, q in self.queries], dim=1).view(n_heads, self.group, len(self.queries), -1)
-        scores = (qs @ k[:, None].transpose(-2, -1)) * self.scale  # [h, g, w, n]
-        scores = scores.masked_fill(where[:, None, None, :] > at[None, None, :, None], float("-inf"))
-        vote = torch.softmax(scores, dim=-1).mean(2).mean(1)  # [h, n]: over the queries, then the group
-        n_older = n_held - self.policy.recent  # the older keys come first (the recent ones are all held)
-        pooled = F.avg_pool1d(vote[:, None, :n_older], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
-        return order.gather(-1, pooled.argmin(-1, keepdim=True))[:, 0]
+        return p.victim(self.state, step)
 
 
 class Slots:

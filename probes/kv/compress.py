@@ -20,6 +20,9 @@ scores them (``benchmarks/kvpress_check.py`` compares the kept tokens with kvpre
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -27,7 +30,56 @@ from ..errors import BadOption
 from ..seam import reader
 from .policies import POOL
 
-PRESSES = ("streaming_llm", "snapkv", "tova", "observed_attention")
+
+@dataclass(frozen=True)
+class Press:
+    """One press: ``score(trace, layer, n, kv_heads, group, n_sink, window, ratio)`` one layer's scores ``[H_kv, n]``
+    (higher: kept), and ``refuse(n, n_sink, window)`` why a prompt of ``n`` tokens is too short for it (None: it is
+    not)."""
+
+    score: Callable[..., torch.Tensor]
+    refuse: Callable[[int, int, int], str | None] = lambda n, n_sink, window: None
+
+
+def _streaming_llm(trace, layer: int, n: int, kv_heads: int, group: int, n_sink: int, window: int,
+                   ratio: float) -> torch.Tensor:
+    pruned = n - int(n * (1 - ratio))
+    out = torch.ones(kv_heads, n, dtype=torch.float64)
+    out[:, n_sink:n_sink + pruned] = 0
+    return out
+
+
+def _snapkv(trace, layer: int, n: int, kv_heads: int, group: int, n_sink: int, window: int,
+            ratio: float) -> torch.Tensor:
+    a = trace.attention(layer, rows=slice(n - window, n)).double()[..., : n - window]  # [H, w, n − w]
+    pooled = F.avg_pool1d(a.mean(1)[:, None], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
+    per_kv = pooled.view(kv_heads, group, -1).mean(1)
+    return F.pad(per_kv, (0, window), value=float(per_kv.max()) + 1)
+
+
+def _tova(trace, layer: int, n: int, kv_heads: int, group: int, n_sink: int, window: int,
+          ratio: float) -> torch.Tensor:
+    a = trace.attention(layer, rows=slice(n - 1, n)).double()[:, 0, : n - 1]  # [H, n − 1]
+    per_layer = a.mean(0, keepdim=True).expand(kv_heads, -1)
+    return F.pad(per_layer, (0, 1), value=float(per_layer.max()) + 1)
+
+
+def _observed_attention(trace, layer: int, n: int, kv_heads: int, group: int, n_sink: int, window: int,
+                        ratio: float) -> torch.Tensor:
+    a = trace.attention(layer).double()  # [H, n, n]
+    received = a.sum(1) / torch.arange(n, 0, -1, dtype=torch.float64)
+    return received.view(kv_heads, group, n).mean(1)
+
+
+PRESSES = {  # name -> its press, in the order the module's table lists them
+    "streaming_llm": Press(_streaming_llm, lambda n, n_sink, window: None if n > n_sink else (
+        f"the prompt is {n} tokens: StreamingLLM needs more than its {n_sink} sinks")),
+    "snapkv": Press(_snapkv, lambda n, n_sink, window: None if n > window else (
+        f"SnapKV's observation window is {window} queries and the prompt is {n} tokens: give a longer prompt or a "
+        "smaller window")),
+    "tova": Press(_tova),
+    "observed_attention": Press(_observed_attention),
+}
 
 
 def n_kept(n: int, ratio: float) -> int:
@@ -37,28 +89,11 @@ def n_kept(n: int, ratio: float) -> int:
 
 def scores(trace, layer: int, press: str, *, n_sink: int = 4, window: int = 64, ratio: float = 0.5) -> torch.Tensor:
     """One layer's press scores ``[H_kv, n]`` over the ``n`` real tokens of item 0 (higher: kept)."""
+    if press not in PRESSES:
+        raise BadOption(f"unknown press {press!r}: choose one of {', '.join(PRESSES)}")
     n = len(trace.valid(0))
     kv_heads = trace.n_kv_heads or trace.n_heads
-    group = trace.n_heads // kv_heads
-    if press == "streaming_llm":
-        pruned = n - int(n * (1 - ratio))
-        out = torch.ones(kv_heads, n, dtype=torch.float64)
-        out[:, n_sink:n_sink + pruned] = 0
-        return out
-    if press == "snapkv":
-        a = trace.attention(layer, rows=slice(n - window, n)).double()[..., : n - window]  # [H, w, n − w]
-        pooled = F.avg_pool1d(a.mean(1)[:, None], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
-        per_kv = pooled.view(kv_heads, group, -1).mean(1)
-        return F.pad(per_kv, (0, window), value=float(per_kv.max()) + 1)
-    if press == "tova":
-        a = trace.attention(layer, rows=slice(n - 1, n)).double()[:, 0, : n - 1]  # [H, n − 1]
-        per_layer = a.mean(0, keepdim=True).expand(kv_heads, -1)
-        return F.pad(per_layer, (0, 1), value=float(per_layer.max()) + 1)
-    if press == "observed_attention":
-        a = trace.attention(layer).double()  # [H, n, n]
-        received = a.sum(1) / torch.arange(n, 0, -1, dtype=torch.float64)
-        return received.view(kv_heads, group, n).mean(1)
-    raise BadOption(f"unknown press {press!r}: choose one of {', '.join(PRESSES)}")
+    return PRESSES[press].score(trace, layer, n, kv_heads, trace.n_heads // kv_heads, n_sink, window, ratio)
 
 
 @reader
@@ -71,11 +106,9 @@ def compress(trace, press: str, ratio: float, *, n_sink: int = 4, window: int = 
     if not trace.is_causal:
         raise BadOption("prompt compression keeps a decoder's KV cache: this trace is an encoder's")
     n = len(trace.valid(0))
-    if press == "snapkv" and n <= window:
-        raise BadOption(f"SnapKV's observation window is {window} queries and the prompt is {n} tokens: give a "
-                        "longer prompt or a smaller window")
-    if press == "streaming_llm" and n <= n_sink:
-        raise BadOption(f"the prompt is {n} tokens: StreamingLLM needs more than its {n_sink} sinks")
+    refused = PRESSES[press].refuse(n, n_sink, window) if press in PRESSES else None
+    if refused is not None:
+        raise BadOption(refused)
     keep = n_kept(n, ratio)
     out = []
     for layer in range(trace.n_layers):

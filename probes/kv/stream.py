@@ -31,7 +31,7 @@ from ..head_index import check_head
 from ..scratch import DecoderNetwork, Pass, eager_attention, net_logits
 from ..seam import reader
 from .cache import Slots
-from .policies import Policy
+from .policies import Full, Policy
 
 Plan = Sequence[Sequence[Policy]]  # the policy of each key/value head of each layer: plan[layer][head]
 MIN_TOKENS = 2  # a perplexity needs one predicted token
@@ -50,7 +50,7 @@ def one_head(policy: Policy, layer: int, head: int, n_layers: int, kv_heads: int
 def only(policy: Policy, heads: Sequence[tuple[int, int]], n_layers: int, kv_heads: int) -> list[list[Policy]]:
     """The plan that applies ``policy`` to the key/value heads ``(layer, head)`` listed, the full cache elsewhere;
     a head the model does not have is refused by name."""
-    plan = everywhere(Policy("full"), n_layers, kv_heads)
+    plan = everywhere(Full(), n_layers, kv_heads)
     for layer, head in heads:
         check_head((layer, head), n_layers, kv_heads, "key/value head", "the model's key/value heads")
         plan[layer][head] = policy
@@ -175,7 +175,7 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
     """Read ``ids`` ``[1, T]`` one token at a time through ``net`` (a :class:`DecoderNetwork`, in its own dtype),
     each layer's cache following ``plan``; with ``shadow`` policies, ``plan`` must be full and each of them watches
     every head (:class:`Watched`). ``progress(done, total)`` after each step."""
-    if shadow and any(p.kind != "full" for heads in plan for p in heads):
+    if shadow and any(p.cuts for heads in plan for p in heads):
         raise ValueError("shadow policies watch a full cache: give a full plan")
     n_tokens, n_layers = ids.shape[1], len(net.layers)
     lm_head = net.lm_head
@@ -247,13 +247,11 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
 
 
 def static_evictions(policy: Policy, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """When each key leaves a head under a policy that reads no scores ``[n]`` (n: kept to the end): the window's
-    keys leave W steps after they came, the sinks never."""
-    steps = torch.arange(n, device=device)
-    if policy.kind not in ("window", "sinks"):
-        return torch.full((n,), n, dtype=torch.int32, device=device)
-    leave = (steps + policy.recent).clamp(max=n)
-    return torch.where(steps < policy.sinks, n, leave).to(torch.int32)
+    """When each key leaves a head under a policy that reads no scores ``[n]`` (n: kept to the end), as the policy
+    says (:meth:`~probes.kv.policies.Policy.evictions`: the window's keys leave W steps after they came, the sinks
+    never); n everywhere for a policy whose rule reads scores."""
+    left = policy.evictions(n, device)
+    return torch.full((n,), n, dtype=torch.int32, device=device) if left is None else left
 
 
 def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
@@ -273,10 +271,11 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
     def attend(i, q, k, v, spec, via: Pass):
         heads = plan[i]
         group = q.shape[1] // k.shape[1]
-        if any(p.scored for p in heads):  # replay the policy over the layer's own attention, in a cache its size
-            slots = Slots(heads, capacity_of(heads, n), group, spec.scale, n, dtype, device)
+        static = [left for left in (p.evictions(n, device) for p in heads) if left is not None]  # from positions
+        if len(static) < len(heads):  # a rule reads scores: replay the policies over the layer's own attention, in a
+            slots = Slots(heads, capacity_of(heads, n), group, spec.scale, n, dtype, device)  # cache its size
             scores = (q[0] @ repeat_kv(k, group)[0].transpose(-2, -1)) * spec.scale  # [H, T, T]
-            votes = any(p.kind == "snapkv" for p in heads)
+            votes = any(p.reads_keys for p in heads)
             for t in range(n):
                 slots.place(t)
                 held = slots.positions.clamp(min=0)  # [H_kv, cap]: the position in each slot
@@ -287,7 +286,7 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
                 slots.after(t, row, q[0, :, t], keys)
             left = slots.evicted_at
         else:
-            left = torch.stack([static_evictions(p, n, device) for p in heads])
+            left = torch.stack(static)
         seen = torch.stack([seen_by(p, left[h]) for h, p in enumerate(heads)])  # [H_kv, T, T]
         evicted.append(left.cpu())
         if progress is not None:
@@ -338,13 +337,14 @@ def stream(model, text: str, policy: Policy, *, method: str = "streamed",
 
 def seen_by(policy: Policy, evicted_at: torch.Tensor) -> torch.Tensor:
     """Which keys each query of one key/value head read under ``policy`` ``[T, T]``, from when each key left it
-    (``evicted_at`` ``[T]``): the past, not yet evicted, and ``strided``'s pattern."""
+    (``evicted_at`` ``[T]``): the past, not yet evicted, and the policy's pattern (``strided``'s)."""
     n = evicted_at.shape[-1]
     steps = torch.arange(n, device=evicted_at.device)
     back = steps[:, None] - steps[None, :]
     seen = (back >= 0) & (steps[:, None] < evicted_at[None, :].long())
-    if policy.kind == "strided":
-        seen &= (back < policy.recent) | (back % policy.stride == 0)
+    pattern = policy.reads(steps[:, None], steps[None, :])
+    if pattern is not None:
+        seen &= pattern
     return seen
 
 
@@ -407,7 +407,7 @@ def head_effects(model, text: str, policies: Sequence[Policy], *,
     net = decoder_network(model)
     ids = token_ids(model, text)
     check_windows(model, net, ids.shape[1])
-    policies = [p for p in policies if p.kind != "full"]
+    policies = [p for p in policies if p.cuts]
     n_layers, kv_heads, n = model.n_layers, model.n_kv_heads, ids.shape[1]
     group = model.n_heads // kv_heads
     total = n + len(policies) * n_layers * kv_heads
@@ -420,7 +420,7 @@ def head_effects(model, text: str, policies: Sequence[Policy], *,
             progress(done, total)
 
     with torch.inference_mode():
-        watch = run_stream(net, ids, everywhere(Policy("full"), n_layers, kv_heads), shadow=policies,
+        watch = run_stream(net, ids, everywhere(Full(), n_layers, kv_heads), shadow=policies,
                            progress=None if progress is None else lambda d, _n: progress(d, total))
         done = n
         inputs: list[torch.Tensor] = []

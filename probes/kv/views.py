@@ -1,10 +1,11 @@
-"""The KV lab as tables people read: which policy a kind and a budget name, a budget sweep's perplexity and bytes,
-what one head kept at every step (binned to a picture's size), and each head cut alone, most hurt first.
+"""The KV lab's budget sweeps as tables people read: which policy a kind and a budget name, a sweep's perplexity and
+bytes, what one head kept at every step (binned to a picture's size), and each head cut alone, most hurt first.
 
 Pure functions of the runs :mod:`probes.kv.stream` returns (no model, no Streamlit): the app's page "What if it
 attended less?" draws them, and a report can print them.
 
-A *budget* B is the number of keys a query reads at most, the newest included. Each kind reads it its own way:
+A *budget* B is the number of keys a query reads at most, the newest included. Each kind reads it its own way (its
+class's :meth:`~probes.kv.policies.Policy.at_budget`; the menu lists every registered policy with ``words``):
 
     window     window:B                      the last B keys
     sinks      sinks:S+window:(B − S)        the first S keys (the attention sinks) and the last B − S
@@ -27,34 +28,23 @@ import pandas as pd
 import torch
 
 from ..errors import BadOption
-from .policies import Policy, parse
+from .policies import MENU, POLICIES, Policy
 from .stream import seen_by
 
-# the kinds a budget sweep offers, in the order a menu lists them: kind -> its name in words
-KINDS = {"window": "window", "sinks": "sinks + window", "h2o": "H2O", "tova": "TOVA", "snapkv": "SnapKV",
-         "strided": "strided"}
+KINDS = MENU  # the kinds a budget sweep offers, in the order a menu lists them: kind -> its name in words (live)
 SINKS = 4  # the first tokens sinks + window keeps (StreamingLLM's choice)
 BINS = 120  # a kept-token picture has at most this many rows and columns
 
 
 def policy_at(kind: str, budget: int, sinks: int = SINKS) -> Policy:
-    """The policy of ``kind`` (:data:`KINDS`) that reads at most ``budget`` keys (see the module's table), or
-    :class:`BadOption` saying why there is none (an unknown kind, a budget too small for it)."""
+    """The policy of ``kind`` (:data:`KINDS`) that reads at most ``budget`` keys (see the module's table; each
+    policy's :meth:`~probes.kv.policies.Policy.at_budget`), or :class:`BadOption` saying why there is none (an
+    unknown kind, a budget too small for it)."""
     if kind not in KINDS:
         raise BadOption(f"unknown policy kind {kind!r}: choose from {', '.join(KINDS)}")
     if budget < 1:
         raise BadOption(f"a budget of {budget} keys: a query reads at least 1 key (its own)")
-    if kind == "window":
-        return parse(f"window:{budget}")
-    if kind == "sinks":
-        if budget <= sinks:
-            raise BadOption(f"a budget of {budget} keys leaves no room for a window after {sinks} sinks")
-        return parse(f"sinks:{sinks}+window:{budget - sinks}")
-    if kind == "strided":
-        return parse(f"strided:{budget}+window:{budget}")
-    if budget < 2 and kind != "tova":
-        raise BadOption(f"{KINDS[kind]} splits its budget between recent and chosen keys: give it 2 keys or more")
-    return parse(f"{kind}:{budget}")
+    return POLICIES[kind].at_budget(budget, sinks)
 
 
 @dataclass(frozen=True)
@@ -112,7 +102,7 @@ def sweep_frame(planned: Sequence[Planned], runs: Sequence[Mapping]) -> pd.DataF
     held) and ``seen_fraction`` (the share of past keys a query read, averaged over steps, heads and layers)."""
     if len(planned) != len(runs):
         raise ValueError(f"{len(runs)} runs for {len(planned)} planned")
-    rows = [dict(kind=p.kind, policy=KINDS[p.kind], name=p.policy.name, budget=p.budget,
+    rows = [dict(kind=p.kind, policy=p.policy.words, name=p.policy.name, budget=p.budget,
                  perplexity=r["perplexity"], kv_bytes=r["kv_bytes"], full_kv_bytes=r["full_kv_bytes"],
                  saved=1 - r["kv_bytes"] / r["full_kv_bytes"], seen_fraction=r["seen_fraction"])
             for p, r in zip(planned, runs, strict=True)]

@@ -26,9 +26,9 @@ def test_h2o_evicts_the_least_attended_of_the_older_keys():
 
 def test_h2o_forgets_what_a_reused_slot_received():
     k = keeper("h2o:4+recent:1", capacity=4)
-    k.received[0] = torch.tensor([5.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    k.state[0] = torch.tensor([5.0, 0.0, 1.0, 1.0], dtype=torch.float64)
     k.placed(torch.tensor([0]))
-    assert k.received[0, 0] == 0
+    assert k.state[0, 0] == 0
 
 
 def test_tova_evicts_the_key_the_newest_query_looks_at_least():
