@@ -156,7 +156,7 @@ def test_a_new_policy_is_one_class(oldest, llama_dir, capsys):
     from probes.cli import main
     from probes.kv import policies
     from probes.kv.stream import stream
-    from probes.kv.views import KINDS, policy_at, sweep_plan
+    from probes.kv.sweep import KINDS, policy_at, sweep_plan
 
     policy = parse("oldest:6")
     assert type(policy) is oldest and policy.kind == "oldest" and policy.name == "oldest:6" and policy.budget == 6

@@ -1,4 +1,4 @@
-"""probes.kv.views: the KV lab's tables. The policy a kind and a budget name, the runs a sweep needs (a budget that
+"""probes.kv.sweep: the KV lab's tables. The policy a kind and a budget name, the runs a sweep needs (a budget that
 covers the text is full attention), the sweep's table from real runs on a tiny decoder, the kept-token picture
 (exactly seen_by when it is one token a cell, the same counts when binned) and the heads table, most hurt first."""
 
@@ -7,14 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from tests.numeric import F64
 import torch
 
 from probes.errors import BadOption
 from probes.kv import parse
 from probes.kv.stream import head_effects, seen_by, static_evictions, stream
-from probes.kv.views import (
+from probes.kv.sweep import (
     BINS,
     KINDS,
     heads_frame,
@@ -26,6 +24,7 @@ from probes.kv.views import (
     sweep_frame,
     sweep_plan,
 )
+from tests.numeric import F64
 
 TEXT = "The cat sat on the mat, and the dog watched it from the door. She said that he would come back."
 
@@ -140,3 +139,16 @@ def test_the_memory_table_names_together_the_policies_that_hold_the_same_bytes()
     assert list(memory["policies"]) == ["window, sinks + window", "strided", "window, sinks + window", "strided"]
     assert list(memory["saved"]) == [1 - 16 / 256, 0.0, 1 - 64 / 256, 0.0]
     assert list(memory.columns) == ["budget", "policies", "kv_bytes", "full_kv_bytes", "saved", "seen_fraction"]
+
+
+def test_the_old_module_name_still_imports_the_same_names_with_a_warning():
+    import importlib
+    import sys
+
+    from probes.kv import sweep
+
+    sys.modules.pop("probes.kv.views", None)  # imported before by another test: its warning is said once an import
+    with pytest.warns(DeprecationWarning, match="probes.kv.views is now probes.kv.sweep"):
+        views = importlib.import_module("probes.kv.views")
+    assert views.__all__ and all(getattr(views, name) is getattr(sweep, name) for name in views.__all__)
+    assert {"KINDS", "policy_at", "sweep_plan", "sweep_frame", "kept_picture", "heads_frame"} <= set(views.__all__)
