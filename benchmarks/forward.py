@@ -33,7 +33,7 @@ from report import alternate, ratios  # benchmarks/, this script's folder
 
 from probes import scratch
 from probes.families import family_of
-from probes.models import Encoding, Model
+from probes.models import Encoding, LocalModel
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -69,7 +69,7 @@ class PeakRSS:
         self.extra = self.peak - self.start
 
 
-def gpt2_small() -> Model:
+def gpt2_small() -> LocalModel:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -77,12 +77,12 @@ def gpt2_small() -> Model:
     config._attn_implementation = "eager"
     hf = GPT2LMHeadModel(config).eval()
     hf.requires_grad_(False)
-    return Model(name="gpt2-small (random init)", location="random init, in memory", family=family_of(config),
-                 hf=hf, tokenizer=None, config=hf.config)
+    return LocalModel(name="gpt2-small (random init)", location="random init, in memory", family=family_of(config),
+                      hf=hf, tokenizer=None, config=hf.config)
 
 
-def smollm2() -> Model:
-    from probes.models import load  # probes.load's model here (a LocalModel: its .hf), not a served one
+def smollm2() -> LocalModel:
+    from probes.models import load  # probes.load's model here (its .hf), not a served one
 
     return load("smollm2")
 
@@ -95,7 +95,7 @@ def encoding(n: int, vocab: int) -> Encoding:
     return Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
 
 
-def run_hf(model: Model, enc: Encoding):
+def run_hf(model: LocalModel, enc: Encoding):
     """What a Trace needs from Hugging Face, as ``probes.hf.forward`` asks for it: every layer's attention,
     every hidden state and the logits (the scratch Trace holds the same)."""
     with torch.inference_mode():
@@ -105,7 +105,7 @@ def run_hf(model: Model, enc: Encoding):
     return out
 
 
-def run_scratch(model: Model, enc: Encoding):
+def run_scratch(model: LocalModel, enc: Encoding):
     return scratch.forward(model, enc)
 
 
@@ -115,7 +115,7 @@ PATHS = {"hf": run_hf, "scratch": run_scratch}
 MIN_SECONDS = 10.0  # short inputs repeat until each path has run this long: their medians are noisier
 
 
-def measure_time(model: Model, enc: Encoding, repeats: int) -> tuple[dict[str, float], int, list[float]]:
+def measure_time(model: LocalModel, enc: Encoding, repeats: int) -> tuple[dict[str, float], int, list[float]]:
     """Median wall time of each path, how many rounds it took: at least ``repeats``, and at least ``MIN_SECONDS``
     of runs per path (at most 60), and each round's scratch ÷ Hugging Face ratio. The paths take turns round by
     round (``report.alternate``) so that a drift in machine load hits them alike."""

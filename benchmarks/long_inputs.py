@@ -44,13 +44,13 @@ from report import out_folder
 
 from probes import scratch
 from probes.families import family_of
-from probes.models import Encoding, Model
+from probes.models import Encoding, LocalModel
 
 LAYER, HEAD = 5, 3  # the head recovered in both paths
 GIB = 2**30
 
 
-def gpt2_small() -> Model:
+def gpt2_small() -> LocalModel:
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(0)
@@ -58,12 +58,12 @@ def gpt2_small() -> Model:
     config._attn_implementation = "eager"
     hf = GPT2Model(config).eval()  # no LM head on either side: logits are not attention
     hf.requires_grad_(False)
-    return Model(name="gpt2-small shapes", location="random init, in memory", family=family_of(config),
-                 hf=hf, tokenizer=None, config=hf.config)
+    return LocalModel(name="gpt2-small shapes", location="random init, in memory", family=family_of(config),
+                      hf=hf, tokenizer=None, config=hf.config)
 
 
-def smollm2() -> Model:
-    from probes.models import load  # probes.load's model here (a LocalModel: its .hf), not a served one
+def smollm2() -> LocalModel:
+    from probes.models import load  # probes.load's model here (its .hf), not a served one
 
     return load("smollm2")
 
@@ -72,18 +72,18 @@ MODELS = {"gpt2-small": (gpt2_small, [512, 1024, 2048, 4096, 8192], "long_inputs
           "smollm2": (smollm2, [2048, 4096, 8192], "long_inputs_smollm2")}
 
 
-def encoding(m: Model, n: int) -> Encoding:
+def encoding(m: LocalModel, n: int) -> Encoding:
     ids = torch.randint(0, m.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
     return Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
 
 
-def hf_head(m: Model, enc: Encoding) -> torch.Tensor:
+def hf_head(m: LocalModel, enc: Encoding) -> torch.Tensor:
     with torch.inference_mode():  # the base model: no LM head on either side, logits are not attention
         out = m.hf.base_model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, output_attentions=True)
     return out.attentions[LAYER][0, HEAD]
 
 
-def lazy_head(m: Model, enc: Encoding) -> torch.Tensor:
+def lazy_head(m: LocalModel, enc: Encoding) -> torch.Tensor:
     trace = scratch.forward(m, enc, backend="sdpa", logits=False)
     return trace.attention(LAYER, HEAD)
 
