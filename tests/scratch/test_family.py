@@ -1,18 +1,17 @@
 """Every registered family's from-scratch network keeps the contract the library calls it through: the
 Protocols of ``probes/scratch/family.py`` (:class:`Network`, and :class:`DecoderNetwork` / :class:`RotaryNetwork`
-where they apply), member by member and parameter by parameter, on a tiny random checkpoint of each family."""
+where they apply), member by member and parameter by parameter, on a tiny random checkpoint of each family (its
+conformance spec's ``sample``, with the Protocols it names: ``conformance.SPECS``)."""
 
 import inspect
 import types
 import typing
-from collections.abc import Callable
 from typing import Protocol
 
 import pytest
 import torch
-from checkpoints import make_gemma, make_llama, make_neox
+from scratch.conformance import SPECS
 
-import probes
 from probes import families, hf
 from probes.attention_math import additive_mask, allowed_keys
 from probes.scratch.attention import attention
@@ -20,62 +19,6 @@ from probes.scratch.family import DecoderNetwork, Network, RotaryNetwork
 from probes.scratch.hooks import LAYER_POINTS, Pass, point
 
 TEXTS = ["the cat sat on the mat", "a dog"]  # a padded batch
-
-
-def _mistral(_request, tmp_path_factory):
-    return make_llama(tmp_path_factory.mktemp("mistral") / "m", family="mistral", sliding_window=3)
-
-
-def _qwen2(_request, tmp_path_factory):
-    return make_llama(tmp_path_factory.mktemp("qwen2") / "m", family="qwen2", use_sliding_window=True,
-                      sliding_window=3, max_window_layers=1)
-
-
-def _qwen3(_request, tmp_path_factory):
-    return make_llama(tmp_path_factory.mktemp("qwen3") / "m", family="qwen3", use_sliding_window=True,
-                      sliding_window=3, max_window_layers=1)
-
-
-def _phi3(_request, tmp_path_factory):
-    return make_llama(tmp_path_factory.mktemp("phi3") / "m", family="phi3", sliding_window=3,
-                      partial_rotary_factor=0.5)
-
-
-def _gemma2(_request, tmp_path_factory):
-    return make_gemma(tmp_path_factory.mktemp("gemma2") / "m")
-
-
-def _gemma3(_request, tmp_path_factory):
-    return make_gemma(tmp_path_factory.mktemp("gemma3") / "m", family="gemma3")
-
-
-def _olmo2(_request, tmp_path_factory):
-    return make_llama(tmp_path_factory.mktemp("olmo2") / "m", family="olmo2", attention_bias=True)
-
-
-def _neox(_request, tmp_path_factory):
-    return make_neox(tmp_path_factory.mktemp("neox") / "m", use_parallel_residual=False)
-
-
-# every registered family: a tiny random checkpoint (a conftest fixture where there is one), and the Protocols its
-# network keeps besides Network (RotaryNetwork is also required by the record: Family.positions == "rotary")
-# (each maker takes pytest's request and tmp_path_factory and returns the checkpoint's folder)
-CHECKPOINTS: dict[str, tuple[Callable, tuple[type, ...]]] = {
-    "bert": (lambda request, _tmp: request.getfixturevalue("bert_mlm_dir"), ()),
-    "gpt2": (lambda request, _tmp: request.getfixturevalue("gpt2_dir"), (DecoderNetwork,)),
-    "llama": (lambda request, _tmp: request.getfixturevalue("llama_dir"), (DecoderNetwork, RotaryNetwork)),
-    "mistral": (_mistral, (DecoderNetwork, RotaryNetwork)),
-    "qwen2": (_qwen2, (DecoderNetwork, RotaryNetwork)),
-    "roberta": (lambda request, _tmp: request.getfixturevalue("roberta_mlm_dir"), ()),
-    "distilbert": (lambda request, _tmp: request.getfixturevalue("distilbert_mlm_dir"), ()),
-    "modernbert": (lambda request, _tmp: request.getfixturevalue("modernbert_mlm_dir"), (RotaryNetwork,)),
-    "qwen3": (_qwen3, (DecoderNetwork, RotaryNetwork)),
-    "phi3": (_phi3, (DecoderNetwork, RotaryNetwork)),
-    "gemma2": (_gemma2, (DecoderNetwork, RotaryNetwork)),
-    "gemma3": (_gemma3, (DecoderNetwork, RotaryNetwork)),
-    "gpt_neox": (_neox, (DecoderNetwork, RotaryNetwork)),
-    "olmo2": (_olmo2, (DecoderNetwork, RotaryNetwork)),
-}
 
 
 def members(protocol: type) -> dict[str, object]:
@@ -147,23 +90,19 @@ def contract_problems(net, protocol: type) -> list[str]:
     return problems
 
 
-@pytest.fixture(scope="module", params=[f.name for f in families.families()])
-def built(request, tmp_path_factory):
+@pytest.fixture(params=[f.name for f in families.families()])
+def built(request, family_model):
     """(family, its loaded tiny checkpoint, its network built by the record's ``network``)."""
     family = next(f for f in families.families() if f.name == request.param)
-    assert family.name in CHECKPOINTS, f"add a tiny {family.title} checkpoint to CHECKPOINTS"
-    model = probes.load(str(CHECKPOINTS[family.name][0](request, tmp_path_factory)))
+    assert family.name in SPECS, f"add a tiny {family.title} checkpoint to conformance.SPECS"
+    model = family_model(family.name, SPECS[family.name].sample)
     assert model.family is family
     return family, model, family.network(model.hf.state_dict(), model.config, model.name)
 
 
-def test_every_registered_family_is_checked():
-    assert set(CHECKPOINTS) == {f.name for f in families.families()}
-
-
 def test_the_network_keeps_its_protocols(built):
     family, _model, net = built
-    expected = CHECKPOINTS[family.name][1]
+    expected = SPECS[family.name].protocols
     assert (RotaryNetwork in expected) == (family.positions == "rotary")
     for protocol in (Network, *expected):
         assert contract_problems(net, protocol) == [], protocol.__name__

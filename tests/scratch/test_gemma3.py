@@ -1,129 +1,30 @@
-"""Gemma 3 (text) from scratch against Hugging Face, option by option, on tiny random checkpoints: bit-identical in
-eager, the lazy backends within their tolerance, the float64 proof refused by name (Hugging Face's RMSNorm computes in
-fp32) and made instead against Hugging Face's own code with that norm computing in the input's dtype; QK-norm and the
-rotary table of each layer type left out are caught; each layer's own table reaches the Trace, the layer loop and
-generation; what is not implemented is refused by name, the multimodal ``gemma3`` type left to the Hugging Face
-view."""
-
-import random
+"""What is Gemma 3's own (text; its parity against Hugging Face, option by option, bit-identical in eager, the lazy
+backends, the float64 proof refused by name and made against Hugging Face's own code with its norm in the input's
+dtype, and the refusals are the conformance suite's: ``test_conformance.py``): each layer type turns by its own table,
+QK-norm and the rotary table of each layer type left out are caught, the layers alternate local and global, QK-norm
+bounds each head's q and k, a partial rotary is refused, a score cap is refused at load because Hugging Face ignores
+it, the multimodal ``gemma3`` type is left to the Hugging Face view, the head probes read the same scores from either
+path."""
 
 import pytest
 import torch
-from checkpoints import GEMMA3_ROPE, gemma_norm_in_input_dtype, gpt2_tokenizer, make_gemma
-from numeric import F64, fp32
+from checkpoints import GEMMA3_ROPE, gpt2_tokenizer, make_gemma
+from numeric import fp32
+from scratch.conformance import ENGLISH, gemma3_rope, load, parity_of
 
 import probes
 from probes import hf, parity, scratch
 from probes.errors import UnsupportedModel
-from probes.parity import FLOAT64_TOLERANCES
 from probes.scratch import build, gemma3, llama
 
 pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
 
-TEXTS = ["the cat sat on the mat because it was warm and the dog was not", "小明把苹果给了小红"]  # a padded batch
-ENGLISH = "Xiaoming gave the apple to Xiaohong because she was hungry."
-CHINESE = "小明把苹果给了小红，因为她很饿"
 
-
-def _rope(local: float = 10_000.0, glob: float = 1_000_000.0, factor: float | None = 8.0) -> dict:
-    linear = {"rope_type": "linear", "factor": factor} if factor else {"rope_type": "default"}
-    return {"sliding_attention": {"rope_type": "default", "rope_theta": local},
-            "full_attention": {**linear, "rope_theta": glob}}
-
-
-OPTIONS = {  # every tiny Gemma 3: 3 layers (local, global, local), head width 16 ≠ hidden / heads = 8
-    "default": dict(),  # 4 query heads reading 2 key/value heads, window 3, no caps, the releases' rotary parameters
-    "group-1": dict(num_key_value_heads=4),
-    "multi-query": dict(num_key_value_heads=1),
-    "final-softcap": dict(final_logit_softcapping=3.0),  # Gemma 2's logit cap, honoured if set
-    "head-8": dict(head_dim=8, query_pre_attn_scalar=8),
-    "both-default-rope": dict(rope_parameters=_rope(factor=None)),
-    "slow-local": dict(rope_parameters=_rope(local=100.0, glob=10.0, factor=2.0)),  # local turns slower than global
-    "untied": dict(tie_word_embeddings=False),
-    "all-global": dict(layer_types=["full_attention"] * 3),
-    "all-local": dict(layer_types=["sliding_attention"] * 3),
-}
-
-
-def _random_options(seed: int) -> dict:
-    """Window sizes, logit soft-caps, head widths, grouped-query ratios and rotary bases drawn at random (seeded; no
-    score cap: Hugging Face's Gemma 3 ignores it, and it is refused at load)."""
-    r = random.Random(seed)
-    heads = r.choice([2, 4, 8])
-    return dict(num_attention_heads=heads, num_key_value_heads=r.choice([k for k in (1, 2, 4, 8) if heads % k == 0]),
-                head_dim=r.choice([4, 8, 12, 16]), sliding_window=r.randint(1, 8),
-                final_logit_softcapping=r.choice([None, 0.5, 5.0]), query_pre_attn_scalar=r.choice([4, 16, 64]),
-                layer_types=[r.choice(["sliding_attention", "full_attention"]) for _ in range(3)],
-                rope_parameters=_rope(local=r.choice([10.0, 10_000.0]), glob=r.choice([100.0, 1_000_000.0]),
-                                      factor=r.choice([None, 2.0, 8.0])))
-
-
-OPTIONS.update({f"random-{seed}": _random_options(seed) for seed in range(4)})
-
-
-def _load(tmp_path, **options):
-    return probes.load(str(make_gemma(tmp_path / "m", family="gemma3", **options)))
-
-
-def _compare(model, backend="eager", texts=TEXTS):
-    enc = model.encode(texts)
-    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc, backend=backend))
-
-
-@pytest.mark.parametrize("option", list(OPTIONS))
-def test_every_option_is_bit_identical_to_hugging_face(tmp_path, option):
-    model = _load(tmp_path, **OPTIONS[option])
-    assert model.family_name == "gemma3" and model.scratch_supported
-    for texts in (TEXTS, [ENGLISH], [CHINESE]):
-        report = _compare(model, texts=texts)
-        assert report.passed, report.to_text()
-        assert report.attention_max_abs_diff == 0 and report.hidden_max_abs_diff == 0, report.to_text()
-        assert report.logits_max_abs_diff == 0 and report.qkv_max_abs_diff == 0
-
-
-@pytest.mark.parametrize("option", ["default", "final-softcap", "random-1", "random-3"])
-@pytest.mark.parametrize("backend", ["sdpa", "flash"])
-def test_the_lazy_backends_recover_the_same_attention(tmp_path, option, backend):
-    model = _load(tmp_path, **OPTIONS[option])
-    for texts in (TEXTS, [ENGLISH], [CHINESE]):
-        enc = model.encode(texts)
-        trace = scratch.forward(model, enc, backend=backend)
-        report = parity.compare(hf.forward(model, enc), trace)
-        assert report.passed, report.to_text()
-        assert report.candidate == f"scratch/{trace.backend.split(':')[0]}"
-        assert report.attention_max_abs_diff <= report.tolerance["attention"]
-
-
-def test_the_float64_proof_is_refused_by_name(tmp_path):
-    model = _load(tmp_path)
-    with pytest.raises(UnsupportedModel, match=r"Gemma RMSNorm computes in fp32"):
-        parity.check(model, ENGLISH, dtype="float64")
-
-
-@pytest.fixture
-def float64_norm():
-    """Hugging Face's Gemma 3 with its RMSNorm (the layers', the final one and QK-norm) computing in the input's dtype
-    (its one fixed-fp32 step): the same code otherwise, the reference a float64 proof needs."""
-    with gemma_norm_in_input_dtype():
-        yield
-
-
-@pytest.mark.parametrize("option", ["default", "multi-query", "final-softcap", "slow-local", "random-0", "random-2"])
-def test_every_option_is_proven_in_float64_against_hf_with_its_norm_in_float64(tmp_path, option, float64_norm):
-    model = _load(tmp_path, **OPTIONS[option]).cast(torch.float64)
-    for backend in ("eager", "sdpa"):
-        for texts in (TEXTS, [CHINESE]):
-            report = _compare(model, backend, texts)
-            assert report.attention_max_abs_diff <= F64, (backend, report.to_text())
-            assert report.qkv_max_abs_diff <= F64, (backend, report.to_text())
-            assert report.hidden_max_rel_diff <= F64 and report.logits_max_rel_diff <= FLOAT64_TOLERANCES["logits"]
-
-
-def test_each_layer_type_turns_by_its_own_table(tmp_path):
+def test_each_layer_type_turns_by_its_own_table(family_model):
     """Either path's Trace keeps a list of each layer's tables: the local layers' equal Hugging Face's local table, the
     global layer's its global one (θ 1,000,000 and positions ÷ 8), and they differ; the network's (``rotary(length,
     device, layer)``) agree with Hugging Face's."""
-    model = _load(tmp_path)
+    model = family_model("gemma3", "default")
     enc = model.encode(ENGLISH)
     theirs, ours = hf.forward(model, enc).rotary, scratch.forward(model, enc).rotary
     assert theirs is not None and ours is not None and len(theirs) == len(ours) == 3
@@ -145,7 +46,7 @@ def test_each_layer_type_turns_by_its_own_table(tmp_path):
 @pytest.mark.parametrize("leave_out", ["qk-norm", "one table", "linear factor", "post-attention norm"])
 def test_each_new_part_left_out_is_caught(tmp_path, leave_out):
     """Parity fails far beyond rounding when the scratch pass forgets one of Gemma 3's parts: not vacuous."""
-    model = _load(tmp_path)
+    model = load("gemma3", tmp_path)
     net = gemma3.Gemma3(model.hf.state_dict(), model.config, model.name)
     if leave_out == "qk-norm":
         for layer in net.layers:
@@ -158,28 +59,25 @@ def test_each_new_part_left_out_is_caught(tmp_path, leave_out):
         for layer in net.layers:
             layer.post_attn = torch.zeros_like(layer.post_attn)
     model._scratch = net
-    report = _compare(model)
+    report = parity_of(model)
     assert not report.passed, report.to_text()
     if leave_out != "post-attention norm":  # a wrong q or k: caught at the very vectors
         assert report.qkv_max_abs_diff > 1e-3, report.to_text()
 
 
-def test_the_layers_alternate_local_and_global(tmp_path):
-    model = _load(tmp_path)
+def test_the_layers_alternate_local_and_global(family_model):
+    """What the record says of the tiny checkpoint's layers (the conformance suite's lazy check sees each local layer
+    give nothing past its window, the global one reach past it)."""
+    model = family_model("gemma3", "default")
     assert [model.family.window(model.config, layer) for layer in range(3)] == [3, None, 3]
     assert [model.family.softcap(model.config, layer) for layer in range(3)] == [None] * 3
     assert model.family.scale(model.config, 0) == 10 ** -0.5
-    trace = scratch.forward(model, model.encode(ENGLISH), backend="sdpa")
-    a = trace.attention(0, 1)
-    n = a.shape[-1]
-    far = torch.arange(n)[None, :] <= torch.arange(n)[:, None] - 3
-    assert (a[far] == 0).all() and (trace.attention(1, 1)[far] > 0).any()
 
 
 def test_qk_norm_bounds_each_heads_q_and_k(tmp_path):
     """QK-norm: every head's q and k before the rotation has an rms of its gain's (gain 1 + w: with w zeroed, rms 1),
     and a rotation keeps the norm, so the rotated ones too."""
-    model = _load(tmp_path)
+    model = load("gemma3", tmp_path)
     net = build(model)
     for layer in net.layers:
         layer.q_norm = layer.k_norm = torch.ones_like(layer.q_norm)
@@ -190,29 +88,11 @@ def test_qk_norm_bounds_each_heads_q_and_k(tmp_path):
         assert torch.allclose(t.pow(2).mean(-1), torch.ones(()), atol=fp32(4 * 16), rtol=0)
 
 
-@pytest.mark.parametrize("options, says", [
-    (dict(rope_parameters={**_rope(), "full_attention": {"rope_type": "yarn", "factor": 8.0,
-                                                          "rope_theta": 1_000_000.0}}), "rope_type='yarn'"),
-    (dict(rope_parameters={**_rope(), "sliding_attention": {"rope_type": "dynamic", "factor": 2.0,
-                                                             "rope_theta": 10_000.0}}), "rope_type='dynamic'"),
-    (dict(hidden_activation="relu6"), "hidden_activation='relu6'"),
-    (dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
-    (dict(attention_bias=True), "attention_bias"),
-])
-def test_unimplemented_options_are_refused_by_name_and_the_hf_view_works(tmp_path, options, says):
-    model = _load(tmp_path, **options)
-    assert not model.scratch_supported and says in model.scratch_problem and "Gemma 3" in model.scratch_problem
-    with pytest.raises(UnsupportedModel, match=says.replace("(", r"\(")):
-        parity.check(model, ENGLISH)
-    trace = hf.forward(model, model.encode(ENGLISH))
-    assert trace.q is not None and trace.n_heads == 4
-
-
 def test_a_partial_rotary_is_refused_by_name(tmp_path):
     """``partial_rotary_factor`` < 1 on a layer type: refused by name (Hugging Face's own Gemma 3 cannot run it
     either: its q and k stay d wide while the tables shrink)."""
-    rope = {kind: {**p, "partial_rotary_factor": 0.5} for kind, p in _rope().items()}
-    model = _load(tmp_path, rope_parameters=rope)
+    rope = {kind: {**p, "partial_rotary_factor": 0.5} for kind, p in gemma3_rope().items()}
+    model = load("gemma3", tmp_path, rope_parameters=rope)
     assert not model.scratch_supported and "partial_rotary_factor" in model.scratch_problem
     with pytest.raises(UnsupportedModel, match="partial_rotary_factor"):
         parity.check(model, ENGLISH)
@@ -263,7 +143,7 @@ def test_rotary_tables_take_one_layer_types_parameters():
     """llama.rotary_tables with explicit parameters: the linear type divides every frequency by its factor."""
     import transformers
 
-    config = transformers.Gemma3TextConfig(head_dim=8, rope_parameters=_rope())
+    config = transformers.Gemma3TextConfig(head_dim=8, rope_parameters=gemma3_rope())
     cos_local, _ = llama.rotary_tables(config, 5, params=config.rope_parameters["sliding_attention"])
     cos_global, _ = llama.rotary_tables(config, 5, params=config.rope_parameters["full_attention"])
     omega = 1.0 / 1_000_000.0 ** (torch.arange(0, 8, 2).float() / 8) / 8.0
@@ -271,13 +151,13 @@ def test_rotary_tables_take_one_layer_types_parameters():
     assert not torch.equal(cos_local, cos_global)
 
 
-def test_the_head_probes_read_the_same_scores_from_either_path(tmp_path):
+def test_the_head_probes_read_the_same_scores_from_either_path(family_model):
     """The induction probes on Gemma 3's Traces (repeated random tokens, the local layers' window 3 included): the
     lazy from-scratch Trace gives Hugging Face's scores, to the attention's fp32 parity tolerance."""
     from probes import runner
     from probes.heads.induction import induction_scores, repeated_tokens
 
-    model = _load(tmp_path)
+    model = family_model("gemma3", "default")
     enc = repeated_tokens(model, 3, 8)
     ours = induction_scores([runner.forward(model, enc, source="scratch", backend="sdpa", logits=False)])
     theirs = induction_scores([runner.forward(model, enc, source="hf", logits=False)])

@@ -1,5 +1,8 @@
-"""The Llama family from scratch (Mistral and Qwen2 as records on it) against Hugging Face, option by
-option, on tiny random checkpoints, and on the real offline SmolLM2."""
+"""What is the Llama family's own (Mistral and Qwen2 as records on its network; their parity against Hugging Face,
+option by option, the lazy backends, the float64 proof and the refusals are the conformance suite's:
+``test_conformance.py``): grouped-query heads share their key and value, the Hugging Face view's q and k are the
+rotated ones, the rotary variants stretch the frequencies, the windows of Mistral and Qwen2, the real offline SmolLM2,
+and the float32 steps of Hugging Face's code that the float64 proof keeps in float64."""
 
 import contextlib
 import json
@@ -7,66 +10,19 @@ import json
 import pytest
 import torch
 from numeric import F64, fp32
-from checkpoints import make_llama
+from scratch.conformance import CHINESE, ENGLISH, LLAMA3, load, parity_of
 
 import probes
 from probes import hf, parity, scratch
 from probes.cli import main
-from probes.errors import UnsupportedModel
 from probes.parity import FLOAT64_TOLERANCES, TOLERANCES
 from probes.scratch import llama
 
 pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
 
-TEXTS = ["the cat sat on the mat because it was warm and the dog was not", "小明把苹果给了小红"]  # a padded batch
-ENGLISH = "Xiaoming gave the apple to Xiaohong because she was hungry."
-CHINESE = "小明把苹果给了小红，因为她很饿"
 
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 16, "rope_theta": 10000.0}
-OPTIONS = {
-    "group-1": dict(num_attention_heads=9, num_key_value_heads=9, hidden_size=72),
-    "group-3": dict(num_attention_heads=9, num_key_value_heads=3, hidden_size=72),
-    "group-9": dict(num_attention_heads=9, num_key_value_heads=1, hidden_size=72),  # multi-query
-    "rope-theta": dict(rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
-    "rope-linear": dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
-    "rope-dynamic": dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),
-    "rope-llama3": dict(rope_parameters=LLAMA3),
-    "tied": dict(tie_word_embeddings=True),
-    "biases": dict(attention_bias=True, mlp_bias=True),
-    "head-dim": dict(head_dim=12),  # not hidden_size / heads (48 / 6 = 8)
-    "gelu-tanh": dict(hidden_act="gelu_pytorch_tanh"),
-}
-
-
-def _load(tmp_path, family="llama", **options):
-    return probes.load(str(make_llama(tmp_path / "m", family=family, **options)))
-
-
-def _compare(model, backend="eager", texts=TEXTS):
-    enc = model.encode(texts)
-    return parity.compare(hf.forward(model, enc), scratch.forward(model, enc, backend=backend))
-
-
-@pytest.mark.parametrize("option", list(OPTIONS))
-def test_every_option_is_bit_identical_to_hugging_face(tmp_path, option):
-    model = _load(tmp_path, **OPTIONS[option])
-    report = _compare(model)
-    assert report.passed, report.to_text()
-    assert report.attention_max_abs_diff == 0 and report.hidden_max_abs_diff == 0, report.to_text()
-    assert report.logits_max_abs_diff == 0 and report.qkv_max_abs_diff == 0
-
-
-@pytest.mark.parametrize("option", ["group-3", "group-9", "rope-llama3", "head-dim"])
-@pytest.mark.parametrize("backend", ["sdpa", "flash"])
-def test_the_lazy_backends_recover_the_same_attention(tmp_path, option, backend):
-    report = _compare(_load(tmp_path, **OPTIONS[option]), backend)
-    assert report.passed, report.to_text()
-    assert report.candidate == f"scratch/{backend}" and 0 < report.attention_max_abs_diff <= report.tolerance["attention"]
-
-
-def test_grouped_query_heads_share_their_key_and_value(tmp_path):
-    model = _load(tmp_path, **OPTIONS["group-3"])
+def test_grouped_query_heads_share_their_key_and_value(family_model):
+    model = family_model("llama", "group-3")
     assert (model.n_heads, model.n_kv_heads, model.d_head) == (9, 3, 8)
     enc = model.encode(ENGLISH)
     for trace in (hf.forward(model, enc), scratch.forward(model, enc), scratch.forward(model, enc, backend="sdpa")):
@@ -77,10 +33,10 @@ def test_grouped_query_heads_share_their_key_and_value(tmp_path):
         assert torch.equal(k7, k[0, 2]) and torch.equal(v7, v[0, 2])  # query head 7 reads key/value head 2
 
 
-def test_hf_view_q_and_k_are_the_rotated_ones(tmp_path):
+def test_hf_view_q_and_k_are_the_rotated_ones(family_model):
     """The scores are made of rotated q and k: softmax(q·kᵀ·scale) from the Hugging Face trace's own q, k
     is its attention; with the unrotated projections it is not."""
-    model = _load(tmp_path).cast(torch.float64)  # float64: the softmax of the trace's q, k is its row to 1e-10
+    model = family_model("llama", "default").cast(torch.float64)  # float64: softmax(its q, k) is its row to 1e-10
     trace = hf.forward(model, model.encode(ENGLISH))
     n = len(trace.token_strings())
     causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -98,7 +54,7 @@ def test_hf_view_q_and_k_are_the_rotated_ones(tmp_path):
 
 
 def test_rope_variants_stretch_the_frequencies():
-    """Each variant really changes ω (so its bit-identical parity above is not vacuous)."""
+    """Each variant really changes ω (so its bit-identical parity, the conformance suite's, is not vacuous)."""
     from transformers import LlamaConfig
 
     def omega(**rope):
@@ -119,12 +75,9 @@ def test_rope_variants_stretch_the_frequencies():
     assert ((base / 8 <= stretched * (1 + fp32(4))) & (stretched <= base)).all()
 
 
-def test_mistral_window_shorter_than_the_input(tmp_path):
-    model = _load(tmp_path, family="mistral", sliding_window=3)
+def test_mistral_window_shorter_than_the_input(family_model):
+    model = family_model("mistral", "window-3")
     assert [model.family.window(model.config, layer) for layer in range(2)] == [3, 3]
-    for backend in ("eager", "sdpa", "flash"):
-        report = _compare(model, backend)
-        assert report.passed, (backend, report.to_text())
     trace = scratch.forward(model.cast(torch.float64), model.encode(ENGLISH), backend="sdpa")
     a = trace.attention(1, 4)
     n = a.shape[-1]
@@ -135,34 +88,17 @@ def test_mistral_window_shorter_than_the_input(tmp_path):
 
 def test_a_window_left_out_is_caught(tmp_path, monkeypatch):
     """Parity fails when the scratch pass forgets the window: the window test above is not vacuous."""
-    model = _load(tmp_path, family="mistral", sliding_window=3)
+    model = load("mistral", tmp_path, sliding_window=3)
     monkeypatch.setattr(llama, "mistral_window", lambda config, layer: None)
     model._scratch = llama.Llama(model.hf.state_dict(), model.config, model.name)  # built without the window
-    report = _compare(model)
+    report = parity_of(model)
     assert not report.passed and report.attention_max_abs_diff > 0.01
 
 
-def test_qwen2_biases_and_window_on_some_layers(tmp_path):
-    model = _load(tmp_path, family="qwen2", use_sliding_window=True, sliding_window=3, max_window_layers=1)
+def test_qwen2_biases_and_window_on_some_layers(family_model):
+    model = family_model("qwen2", "window-3-on-layer-1")
     assert [model.family.window(model.config, layer) for layer in range(2)] == [None, 3]
     assert model.hf.model.layers[0].self_attn.q_proj.bias is not None
-    for backend in ("eager", "sdpa", "flash"):
-        report = _compare(model, backend)
-        assert report.passed, (backend, report.to_text())
-    assert _compare(model).attention_max_abs_diff == 0
-
-
-@pytest.mark.parametrize("rope, says", [
-    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}, "rope_type='yarn'"),
-    ({"rope_type": "default", "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
-])
-def test_unimplemented_options_are_refused_by_name_and_the_hf_view_works(tmp_path, rope, says):
-    model = _load(tmp_path, rope_parameters={"rope_theta": 10000.0, **rope})
-    assert not model.scratch_supported and says in model.scratch_problem
-    with pytest.raises(UnsupportedModel, match=says.replace("(", r"\(")):
-        parity.check(model, ENGLISH)
-    trace = hf.forward(model, model.encode(ENGLISH))
-    assert trace.q is not None and trace.n_heads == 6
 
 
 def test_smollm2_parity_on_real_weights(smollm2):
@@ -189,26 +125,12 @@ def test_smollm2_parity_from_the_cli(smollm2, monkeypatch, capsys):
     assert data["attention_max_abs_diff"] <= F64 and data["logits_max_rel_diff"] <= FLOAT64_TOLERANCES["logits"]
 
 
-FLOAT64_CASES = {**OPTIONS, "mistral": dict(family="mistral", sliding_window=3),
-                 "qwen2": dict(family="qwen2", use_sliding_window=True, sliding_window=3, max_window_layers=1)}
-
-
-@pytest.mark.parametrize("option", list(FLOAT64_CASES))
-def test_every_option_is_proven_in_float64_on_both_backends(tmp_path, option):
-    """The machine-independent verdict: Hugging Face's model cast to float64 and ours agree to ≤ 1e-10."""
-    model = _load(tmp_path, **FLOAT64_CASES[option]).cast(torch.float64)
-    for backend in ("eager", "sdpa"):
-        report = _compare(model, backend)
-        assert report.proven and report.attention_max_abs_diff <= F64, (backend, report.to_text())
-        assert report.hidden_max_rel_diff <= F64 and report.logits_max_rel_diff <= FLOAT64_TOLERANCES["logits"]
-
-
-def test_hugging_faces_float32_steps_would_hide_below_the_float64_proof(tmp_path, monkeypatch):
+def test_hugging_faces_float32_steps_would_hide_below_the_float64_proof(family_model, monkeypatch):
     """Hugging Face's Llama computes RMSNorm's variance, the rotary angles and the softmax in float32 whatever
     the model's dtype: cast to float64 as it is, it differs from a float64 pass by fp32 rounding (1e-7), and the
     proof could not tell a correct pass from one rounding error. hf.KeepFloat64 keeps those steps float64."""
-    model = _load(tmp_path, **OPTIONS["group-3"]).cast(torch.float64)
-    assert _compare(model).proven
+    model = family_model("llama", "group-3").cast(torch.float64)
+    assert parity_of(model).proven
     monkeypatch.setattr(hf, "KeepFloat64", lambda: contextlib.nullcontext())
-    report = _compare(model)
+    report = parity_of(model)
     assert not report.passed and F64 < report.attention_max_abs_diff <= parity.attention_tolerance(len(report.tokens))
