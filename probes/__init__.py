@@ -1,6 +1,9 @@
 """probes: load GPT-2, BERT and Llama-style models beside our own from-scratch forward pass, and compare
 their attention."""
 
+import warnings
+from typing import TYPE_CHECKING
+
 from . import models
 from .errors import (
     EmptyInput,
@@ -11,12 +14,12 @@ from .errors import (
     UnsafeCheckpoint,
     UnsupportedModel,
 )
-from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, LocalModel, Model, check_name
+from .models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT, Encoding, LocalModel, check_name
 from .seam import ModelLike, Request, TraceLike, reader
 from .trace import Trace
 
 __all__ = [
-    "EmptyInput", "Encoding", "InputTooLong", "KNOWN_HUB_MODELS", "LocalModel", "Model", "ModelLike",
+    "EmptyInput", "Encoding", "InputTooLong", "KNOWN_HUB_MODELS", "LocalModel", "ModelLike",
     "ModelUnavailable", "OFFLINE_DEFAULT", "OutOfRange", "ProbesError", "Request", "Trace", "TraceLike",
     "UnsafeCheckpoint", "UnsupportedModel", "check_name", "load", "reader", "run",
 ]
@@ -45,3 +48,14 @@ def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device:
 
         return connect(name, ray)
     return models.load(name, allow_local_paths=allow_local_paths, device=device)
+
+
+if not TYPE_CHECKING:  # the type checker does not know the old name: code that still uses it is an error there
+    def __getattr__(name: str):
+        """``probes.Model``, deprecated: :class:`LocalModel` (the same class)."""
+        if name == "Model":
+            warnings.warn("probes.Model is deprecated: use probes.LocalModel (the same class: a model whose weights "
+                          "are in this process), or probes.ModelLike where a served model does as well",
+                          DeprecationWarning, stacklevel=2)
+            return LocalModel
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ import torch
 
 from . import runner
 from .errors import BadData, InputTooLong
-from .models import Encoding, Model
+from .models import Encoding, LocalModel
 from .scratch import generate as g
 from .trace import Trace
 
@@ -36,14 +36,14 @@ LAZY = "lazy (sdpa + logsumexp)"
 SEED = 0
 
 
-def _random_encoding(model: Model, n: int) -> Encoding:
+def _random_encoding(model: LocalModel, n: int) -> Encoding:
     """One sequence of ``n`` random token ids from the model's vocabulary (a fixed seed)."""
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(SEED))
     return Encoding(ids, torch.ones_like(ids), None, [[]], ["random"], [None], [None])
 
 
-def _median_seconds(model: Model, fn: Callable[[], Trace], repeats: int) -> tuple[float, Trace]:
+def _median_seconds(model: LocalModel, fn: Callable[[], Trace], repeats: int) -> tuple[float, Trace]:
     """Median wall time of ``fn`` over ``repeats`` runs after one warm-up, and the last Trace."""
     trace = fn()  # warm-up: first-call set-up of the kernels is not what we measure
     times = []
@@ -56,7 +56,7 @@ def _median_seconds(model: Model, fn: Callable[[], Trace], repeats: int) -> tupl
     return statistics.median(times), trace
 
 
-def measure(model: Model, lengths: Sequence[int], repeats: int = 3) -> pd.DataFrame:
+def measure(model: LocalModel, lengths: Sequence[int], repeats: int = 3) -> pd.DataFrame:
     """Time both paths on random inputs of each length and read the bytes their attention takes:
 
     * ``Hugging Face eager``: the forward pass with every attention probability
@@ -131,7 +131,7 @@ def kv_cache_bytes(model: ModelLike, tokens: int, grouped: bool = True) -> int:
     return sum(g.cache_bytes(1, heads, model.d_head, min(tokens, w) if w else tokens) for w in g.windows_of(model))
 
 
-def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, repeats: int = 3) -> pd.DataFrame:
+def measure_decoding(model: LocalModel, contexts: Sequence[int], steps: int = 16, repeats: int = 3) -> pd.DataFrame:
     """Time per new token at each context length, on random tokens, both ways a decoder can write:
 
     * ``KV cache``: after a prefill of ``context`` tokens, ``steps`` steps of one token each (median);
@@ -156,7 +156,6 @@ def measure_decoding(model: Model, contexts: Sequence[int], steps: int = 16, rep
                 t0 = time.perf_counter()
                 g.cached_pass(net, cache, token.view(1, 1))
                 times.append(time.perf_counter() - t0)
-            # (the ignore: Model is no ModelLike yet, having no backend or home; mypy says when it is)
             rows.append(dict(tokens=n, path=CACHED, seconds_per_token=statistics.median(times), cache_bytes=measured,
                              formula_bytes=kv_cache_bytes(model, n)))
             times = []

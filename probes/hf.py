@@ -15,7 +15,7 @@ back as exp(q·kᵀ·scale − lse) from Hugging Face's q and k: the same number
 few 1e-6 at most in the tests, under the parity tolerance of 1e-5; the Trace's note says so). Without a
 budget (the default) every probability is kept, as before.
 
-**float64.** A model cast to float64 (:meth:`probes.models.Model.cast`) is the proof that our pass is the
+**float64.** A model cast to float64 (:meth:`probes.models.LocalModel.cast`) is the proof that our pass is the
 same function as Hugging Face's. Some of Hugging Face's code pins a step to float32 whatever the model's
 dtype (Llama's RMSNorm variance, its rotary angles, its eager softmax): those steps would round a float64
 pass to float32 and hide any difference below ~1e-7. :class:`KeepFloat64` runs the same code with a float64

@@ -129,14 +129,14 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2", "own
 
 
 class LocalBackend:
-    """This process: a trace runs here (:func:`probes.runner.run`), a reader is a plain call."""
+    """This process: a trace runs here (:func:`probes.runner.trace`), a reader is a plain call."""
 
     local = True
 
     def run(self, model: LocalModel, request: Request) -> Trace:
-        return runner.run(model, request.text, request.pair, source=request.source, backend=request.backend,
-                          truncate=request.truncate, logits=request.logits,
-                          attention_budget=request.attention_budget)
+        return runner.trace(model, request.text, request.pair, source=request.source, backend=request.backend,
+                            truncate=request.truncate, logits=request.logits,
+                            attention_budget=request.attention_budget)
 
     def call(self, name: str, fn, args: tuple, kwargs: dict, progress=None):
         return fn(*args, **kwargs) if progress is None else fn(*args, **kwargs, progress=progress)
@@ -395,7 +395,7 @@ class LocalModel(ModelBase):
         """What the weights take in ``dtype`` (default: as held)."""
         return sum(p.numel() for p in self.hf.parameters()) * (dtype or self.dtype).itemsize
 
-    def cast(self, dtype: torch.dtype) -> Model:
+    def cast(self, dtype: torch.dtype) -> LocalModel:
         """A copy of this model whose weights (and both passes) are in ``dtype``: ``torch.float64`` is the proof
         that two computations are the same function (:func:`probes.parity.check`). The weights are this
         model's own values, so exactly the same numbers; the copy is not kept (a float64 SmolLM2 is 1 GiB)."""
@@ -432,12 +432,21 @@ class LocalModel(ModelBase):
         return self._scratch
 
 
-Model = LocalModel  # the name most code knows it by: a model loaded here
+if not TYPE_CHECKING:  # the type checker does not know the old name: code that still uses it is an error there
+    def __getattr__(name: str):
+        """``Model``, deprecated: :class:`LocalModel` (the same class), beside :class:`probes.remote.RemoteModel`;
+        a reader takes either as :class:`probes.seam.ModelLike`."""
+        if name == "Model":
+            warnings.warn(f"{__name__}.Model is deprecated: use LocalModel (the same class: a model whose weights "
+                          "are in this process), or probes.ModelLike where a served model does as well",
+                          DeprecationWarning, stacklevel=2)
+            return LocalModel
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- loading ---------------------------------------------------------------------------------------
 
-def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device: str | None = None) -> Model:
+def load(name: str = OFFLINE_DEFAULT, *, allow_local_paths: bool = True, device: str | None = None) -> LocalModel:
     """Load a model by short name (``minilm``), hub id (``gpt2``, ``bert-base-uncased``, ...) or local
     directory. ``allow_local_paths=False`` (public deployments) accepts only short names and hub ids.
     ``device``: where the weights go (default CPU); ``"auto"`` picks CUDA when there is one."""
@@ -498,7 +507,7 @@ def looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or os.path.isdir(name) or name.count("/") > 1 or "\\" in name
 
 
-def _load(name: str, allow_local_paths: bool) -> Model:
+def _load(name: str, allow_local_paths: bool) -> LocalModel:
     name = check_name(name, allow_local_paths=allow_local_paths)
     if name in SHORT_NAMES:
         path = SHORT_NAMES[name]()
@@ -519,7 +528,7 @@ def _load(name: str, allow_local_paths: bool) -> Model:
     return _load_hub(name)
 
 
-def _load_dir(name: str, path: str) -> Model:
+def _load_dir(name: str, path: str) -> LocalModel:
     p = Path(path)
     if not (p / "config.json").is_file():
         raise ModelUnavailable(f"{name!r} has no config.json: is it a Hugging Face model directory?")
@@ -546,7 +555,7 @@ def refuse_multimodal(config, name: str) -> None:
                                + (f" (model_type {text!r})" if text else ""))
 
 
-def _load_gguf(name: str, path: Path) -> Model:
+def _load_gguf(name: str, path: Path) -> LocalModel:
     """A GGUF file (quantised weights are dequantised to fp32 by transformers; it needs the ``gguf``
     package). The from-scratch path runs on it too when its family has a record (SmolLM2 is a Llama)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -621,7 +630,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _load_hub(name: str) -> Model:
+def _load_hub(name: str) -> LocalModel:
     try:  # already in the local cache: no network at all
         return _build(name, name, local_files_only=True)
     except ModelUnavailable:
@@ -637,7 +646,7 @@ def _load_hub(name: str) -> Model:
     return _build(name, name, local_files_only=False)
 
 
-def _build(name: str, location: str, *, local_files_only: bool) -> Model:
+def _build(name: str, location: str, *, local_files_only: bool) -> LocalModel:
     import transformers
     from huggingface_hub.errors import RepositoryNotFoundError
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
@@ -688,7 +697,7 @@ def _build(name: str, location: str, *, local_files_only: bool) -> Model:
     return _ready(name, location, family, hf, tokenizer)
 
 
-def _ready(name: str, location: str, family: Family | None, hf, tokenizer) -> Model:
+def _ready(name: str, location: str, family: Family | None, hf, tokenizer) -> LocalModel:
     """The checks and settings every loaded model gets: a fast tokenizer (character offsets), a pad
     token for batches (a decoder's end-of-text token where it has none), eval mode without gradients,
     eager attention (the reference)."""
@@ -700,7 +709,7 @@ def _ready(name: str, location: str, family: Family | None, hf, tokenizer) -> Mo
     hf.requires_grad_(False)
     if hf.config._attn_implementation != "eager":
         raise RuntimeError(f"{name!r} did not load with eager attention")
-    return Model(name=name, location=location, family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
+    return LocalModel(name=name, location=location, family=family, hf=hf, tokenizer=tokenizer, config=hf.config)
 
 
 def _first_line(exc: Exception) -> str:

@@ -37,7 +37,7 @@ from .seam import reader
 from .trace import Trace
 
 if TYPE_CHECKING:
-    from .models import Model
+    from .models import LocalModel
     from .seam import TraceLike
 
 EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7: one fp32 rounding, relative
@@ -231,8 +231,8 @@ def compare(reference: Trace, candidate: Trace, tolerance: dict[str, float] | No
     )
 
 
-def in_dtype(model: Model, dtype: str | torch.dtype = "float32", backend: str = "eager",
-             float64_limit: int | None = None) -> Model:
+def in_dtype(model: LocalModel, dtype: str | torch.dtype = "float32", backend: str = "eager",
+             float64_limit: int | None = None) -> LocalModel:
     """``model`` ready for a parity check in ``dtype``: itself for float32; for float64 a float64 copy (refused,
     with the reason, for a backend that cannot compute in float64 or a copy over ``float64_limit`` bytes)."""
     dtype = dtype_of(dtype)
@@ -249,7 +249,7 @@ def in_dtype(model: Model, dtype: str | torch.dtype = "float32", backend: str = 
 
 
 @reader
-def check(model: Model, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
+def check(model: LocalModel, text: str, pair: str | None = None, truncate: bool = False, backend: str = "eager",
           dtype: str | torch.dtype = "float32", float64_limit: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> ParityReport:
     """Encode ``text``, run both paths, compare: the one-call parity check. ``dtype="float64"`` runs both on a

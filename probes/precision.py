@@ -2,7 +2,7 @@
 
 Readers (the Trace's recovered probabilities, the probes, the effects) compute in at least fp32: half
 precision is widened, fp32 stays fp32, and a float64 pass (the proof that two computations are the same
-function, :meth:`probes.models.Model.cast`) stays float64 all the way, so its figures are not rounded
+function, :meth:`probes.models.LocalModel.cast`) stays float64 all the way, so its figures are not rounded
 back to fp32's 1e-7 on the way out.
 """
 

@@ -94,9 +94,9 @@ class ModelServer:
 
         t = self.traces.get(request)
         if t is None:
-            t = runner.run(self.loaded(), request.text, request.pair, source=request.source, backend=request.backend,
-                           truncate=request.truncate, logits=request.logits,
-                           attention_budget=request.attention_budget)
+            t = runner.trace(self.loaded(), request.text, request.pair, source=request.source,
+                             backend=request.backend, truncate=request.truncate, logits=request.logits,
+                             attention_budget=request.attention_budget)
             self.traces[request] = t
         self.traces.move_to_end(request)
         while len(self.traces) > 1 and (len(self.traces) > SERVER_TRACES or

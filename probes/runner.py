@@ -1,5 +1,9 @@
 """Texts in, Traces out: the one runner every reader goes through (``probes.run``, parity, the head
-probes, the app).
+probes, the app), where the model's weights are.
+
+Its words: :func:`forward` is one forward pass of an encoded batch, :func:`trace` the Trace of texts (encoded, then
+one forward pass), :func:`batches` the Traces of many texts, a batch at a time. (``probes.run(model, text)`` is the
+user's verb, on a local or a served model: a local model's backend calls :func:`trace`.)
 
 Two producers stand side by side with one signature, ``forward(model, enc, backend, logits)``:
 ``"hf"`` (:func:`probes.hf.forward`, the reference) and ``"scratch"`` (:func:`probes.scratch.forward`).
@@ -8,12 +12,13 @@ which is what the probes read.
 
 "Source" means this one thing everywhere: the producer that computes attention, ``hf`` or ``scratch``
 (``runner.SOURCES``; the CLI's and the app's source switch; ``Trace.source`` names it with the backend that
-ran, e.g. ``scratch/sdpa``). Where weights were read from is ``Model.location``; who set the thread count is
+ran, e.g. ``scratch/sdpa``). Where weights were read from is ``model.location``; who set the thread count is
 ``threads.Choice.set_by``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 
 from . import hf, scratch
@@ -42,11 +47,20 @@ def forward(model, enc, source: str = "hf", backend: str = "eager", logits: bool
                              attention_budget=attention_budget)
 
 
+def trace(model, texts: str | list[str], pairs: str | list[str | None] | None = None, source: str = "hf",
+          backend: str = "eager", truncate: bool = False, logits: bool = True,
+          attention_budget: int | None = None) -> Trace:
+    """Encode one text (or a batch, with optional second sentences) and return its Trace."""
+    return forward(model, model.encode(texts, pairs, truncate=truncate), source, backend, logits, attention_budget)
+
+
 def run(model, texts: str | list[str], pairs: str | list[str | None] | None = None, source: str = "hf",
         backend: str = "eager", truncate: bool = False, logits: bool = True,
         attention_budget: int | None = None) -> Trace:
-    """Encode one text (or a batch, with optional second sentences) and return its Trace."""
-    return forward(model, model.encode(texts, pairs, truncate=truncate), source, backend, logits, attention_budget)
+    """Deprecated: :func:`trace` (the same arguments, the same Trace); ``run`` is :func:`probes.run`'s word."""
+    warnings.warn("probes.runner.run is deprecated: use probes.runner.trace (the same arguments), or probes.run for "
+                  "one text on a local or a served model", DeprecationWarning, stacklevel=2)
+    return trace(model, texts, pairs, source, backend, truncate, logits, attention_budget)
 
 
 def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "auto", backend: str = "eager",
@@ -54,12 +68,12 @@ def batches(model, texts: Iterable[str], batch_size: int = 16, source: str = "au
             attention_budget: int | None = None) -> Iterator[Trace]:
     """Traces of ``texts`` in batches of ``batch_size``, each text cut to the context window (what the
     probes read). ``progress(n)`` is called with the number of texts done after each batch; ``attention_budget``
-    as in :func:`run` (a batch whose probabilities would take more gives a lazy Trace)."""
+    as in :func:`trace` (a batch whose probabilities would take more gives a lazy Trace)."""
     texts = list(texts)
     for start in range(0, len(texts), batch_size):
         batch = texts[start:start + batch_size]
-        yield run(model, batch, source=source, backend=backend, truncate=True, logits=logits,
-                  attention_budget=attention_budget)
+        yield trace(model, batch, source=source, backend=backend, truncate=True, logits=logits,
+                    attention_budget=attention_budget)
         if progress is not None:
             progress(len(batch))
 

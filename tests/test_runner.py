@@ -18,8 +18,8 @@ def test_auto_reads_the_scratch_pass_where_the_family_has_one(gpt2_model, opt_di
 @pytest.mark.numeric
 def test_both_producers_give_the_same_trace_for_the_same_text(gpt2_model):
     model = gpt2_model.cast(torch.float64)  # float64: the two producers' rows agree to float64 rounding
-    a = runner.run(model, "the cat sat on the mat", source="hf")
-    b = runner.run(model, "the cat sat on the mat", source="scratch", backend="sdpa")
+    a = runner.trace(model, "the cat sat on the mat", source="hf")
+    b = runner.trace(model, "the cat sat on the mat", source="scratch", backend="sdpa")
     assert (a.source, b.source) == ("hf", "scratch/sdpa") and b.lazy
     assert torch.allclose(a.attention(1, 2), b.attention(1, 2), atol=F64, rtol=0)
     assert a.scales == b.scales and a.windows == b.windows == [None, None]  # both from the family record

@@ -171,7 +171,7 @@ def profile_corpus(models: Sequence[ModelLike], corpus: Corpus, out: Path, examp
                    executor: Executor = in_process, progress_factory=None,
                    notify: Callable[[str], None] | None = None,
                    strict: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Profile every head of each model (loaded :class:`~probes.models.Model` s) over ``corpus``: one table of
+    """Profile every head of each model (loaded :class:`~probes.models.LocalModel` s) over ``corpus``: one table of
     statistics for all of them (written to ``out``: CSV, JSON or Parquet) and the top ``k`` examples per head
     (``examples_out``, Parquet; default :func:`examples_path`). Chunks of ``chunk_size`` texts are checkpointed
     under ``OUT.partial/``; ``executor`` runs them (here, or on Ray). Bad rows are reported like ``profile``'s

@@ -68,7 +68,7 @@ from ..scratch import DecoderNetwork, build, head_writer
 from ..seam import reader
 
 if TYPE_CHECKING:
-    from ..models import Model
+    from ..models import LocalModel
     from ..scratch import Network
 
 KINDS = ("q", "k", "v")
@@ -114,8 +114,8 @@ def parse_convention(convention: str) -> str:
     return name
 
 
-def network(model: Model | Network) -> Network:
-    """The from-scratch network of ``model`` (a loaded :class:`~probes.models.Model`), or ``model`` itself if it is
+def network(model: LocalModel | Network) -> Network:
+    """The from-scratch network of ``model`` (a loaded :class:`~probes.models.LocalModel`), or ``model`` itself if it is
     one."""
     if hasattr(model, "head_weights"):
         return cast("Network", model)
@@ -142,7 +142,7 @@ SAME = "RMSNorm does not centre: the raw and transformerlens conventions give th
 
 
 @reader
-def conventions(model: Model | Network) -> dict[str, str]:
+def conventions(model: LocalModel | Network) -> dict[str, str]:
     """The conventions that apply to ``model`` (a loaded model or its network), each in words for it: both on a
     LayerNorm decoder (GPT-2); both, with the same numbers, on an RMSNorm one (Llama, SmolLM2); ``raw`` alone on a
     post-norm model (BERT) or a pre-norm encoder (ModernBERT, whose network says ``pre_norm``)."""
@@ -169,7 +169,7 @@ def centring(net, convention: str) -> bool:
 
 
 @reader
-def convention_said(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> str:
+def convention_said(model: LocalModel | Network, convention: str = DEFAULT_CONVENTION) -> str:
     """The convention in words for this model: ``"raw (…)"`` or ``"transformerlens (…)"``, saying where both give
     the same numbers (RMSNorm) or where only raw applies (post-norm; ``"transformerlens"`` there: BadOption)."""
     name, net = parse_convention(convention), network(model)
@@ -270,13 +270,13 @@ def random_baseline(width: int, d: int, draws: int = 20, seed: int = 0,
 
 
 @reader
-def composition_scores(model: Model | Network, kind: str | Iterable[str] = KINDS,
+def composition_scores(model: LocalModel | Network, kind: str | Iterable[str] = KINDS,
                        receivers: Iterable[tuple[int, int]] | None = None, draws: int = 20, seed: int = 0,
                        dtype: torch.dtype = torch.float64,
                        convention: str = DEFAULT_CONVENTION) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every earlier head (sender) onto each receiver (default: every head from
-    layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.Model` or a from-scratch network). One row
-    per (sender, receiver, kind): ``sender_layer, sender_head, receiver_layer, receiver_head, kind, score,
+    layer 1), from the weights of ``model`` (a loaded :class:`~probes.models.LocalModel` or a from-scratch network).
+    One row per (sender, receiver, kind): ``sender_layer, sender_head, receiver_layer, receiver_head, kind, score,
     baseline_mean, baseline_sd, convention`` (the random baseline over ``draws`` draws; see the module docstring for
     the conventions and what is left out). ``dtype``: the arithmetic (float64 by default; float32 is about twice as
     fast). ``convention``: ``"raw"`` (the default: LayerNorm's centring left out) or ``"transformerlens"`` (folded in,
@@ -300,7 +300,7 @@ def composition_scores(model: Model | Network, kind: str | Iterable[str] = KINDS
 
 
 @reader
-def notes(model: Model | Network, convention: str = DEFAULT_CONVENTION) -> list[str]:
+def notes(model: LocalModel | Network, convention: str = DEFAULT_CONVENTION) -> list[str]:
     """What a reader of the scores should know about this model's in ``convention`` (for the CLI and the app)."""
     rotary = getattr(getattr(model, "family", None), "positions", "absolute") == "rotary"
     centred = parse_convention(convention) != "raw" and centring(network(model), convention)  # raw reads no weights

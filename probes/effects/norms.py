@@ -21,11 +21,11 @@ from ..scratch import build
 from ..seam import reader
 
 if TYPE_CHECKING:
-    from ..models import Model
+    from ..models import LocalModel
     from ..trace import Trace
 
 
-def value_lengths(trace: Trace, model: Model, layer: int, item: int = 0) -> torch.Tensor:
+def value_lengths(trace: Trace, model: LocalModel, layer: int, item: int = 0) -> torch.Tensor:
     """‖f(x_j)‖ = ‖v_j·W_O[h]‖ for every head h and real token j of one item: ``[H, n]`` (fp32, float64 for a
     float64 model)."""
     if model.family is None:
@@ -41,7 +41,7 @@ def value_lengths(trace: Trace, model: Model, layer: int, item: int = 0) -> torc
 
 
 @reader
-def value_norms(trace: Trace, model: Model, layer: int, head: int | None = None, item: int = 0,
+def value_norms(trace: Trace, model: LocalModel, layer: int, head: int | None = None, item: int = 0,
                 rows: slice | list[int] | None = None) -> torch.Tensor:
     """‖α_ij·f(x_j)‖ of one head ``[r, n]`` (or every head ``[H, r, n]``), rows and columns as
     :meth:`Trace.attention` gives them."""
@@ -53,7 +53,7 @@ def value_norms(trace: Trace, model: Model, layer: int, head: int | None = None,
 
 
 @reader
-def query_norms(trace: Trace, model: Model, query: int, keys: list[int], item: int = 0):
+def query_norms(trace: Trace, model: LocalModel, query: int, keys: list[int], item: int = 0):
     """Every layer × head's value-weighted norm from one query token on some key tokens (a word's pieces: the
     vectors α_ij·f(x_j) summed over them before the length is taken), ``[layers, heads]`` numpy float64."""
     import numpy as np

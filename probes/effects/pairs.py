@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .. import runner
 from ..errors import BadOption
-from ..runner import run
 from ..seam import reader
 from ..tokens import covered_words
 
@@ -76,8 +76,8 @@ def minimal_pair(model: ModelLike, text_a: str, text_b: str, query_word: str, ke
     ``source``: hf, scratch or auto; ``truncate``: each cut to the context window)."""
     if text_a.strip() == text_b.strip():
         raise BadOption("the two texts are the same: change a few words in the second one")
-    trace_a = run(model, text_a, source=source, truncate=truncate)
-    trace_b = run(model, text_b, source=source, truncate=truncate)
+    trace_a = runner.trace(model, text_a, source=source, truncate=truncate)
+    trace_b = runner.trace(model, text_b, source=source, truncate=truncate)
     found_a, found_b = covered_words(trace_a.real_tokens(0), text_a), covered_words(trace_b.real_tokens(0), text_b)
     words_a, words_b = [w for w, _ in found_a], [w for w, _ in found_b]
     pairs = align(words_a, words_b)

@@ -40,7 +40,7 @@ def _close(a: pd.DataFrame, b: pd.DataFrame):
 def test_one_text_scores_exactly_as_the_positional_probe_reads_its_trace(tmp_path, minilm64):
     text = SENTENCES[0]
     table, _ = corpus_run.profile_corpus([minilm64], _corpus(tmp_path, [text]), tmp_path / "t.csv", window=64)
-    direct = positional_scores([runner.run(minilm64, text, source="auto")], probe="corpus")
+    direct = positional_scores([runner.trace(minilm64, text, source="auto")], probe="corpus")
     got = table.set_index(["label", "layer", "head"]).sort_index()
     want = direct.set_index(["label", "layer", "head"]).sort_index()
     assert (got["score"] - want["score"]).abs().max() <= F64 * max(1.0, want["score"].abs().max())  # float64
@@ -74,7 +74,7 @@ def test_top_examples_point_at_their_text_and_are_the_heads_strongest(tmp_path, 
         assert row.context[row.query_start:row.query_end].lower().startswith(row.query_token.lstrip("#")[:1].lower())
     # a head's first example is its strongest non-special attention anywhere in the corpus (in float64: the
     # text alone here, batched with another there)
-    trace = runner.run(minilm64, SENTENCES[0], source="auto")
+    trace = runner.trace(minilm64, SENTENCES[0], source="auto")
     best = found[(found.layer == 0) & (found["head"] == 2)].iloc[0]
     attn = trace.attention(0, 2)[:, 1:-1]  # without [CLS]/[SEP] as keys
     if best.text_id == 1:

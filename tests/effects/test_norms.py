@@ -15,7 +15,7 @@ pytestmark = pytest.mark.numeric  # float64 copies: the hand computations agree 
 def test_gpt2_norms_by_hand(gpt2_model64):
     gpt2_model = gpt2_model64
     text = "Xiaoming gave the apple to Xiaohong"
-    trace = runner.run(gpt2_model, text, source="hf")
+    trace = runner.trace(gpt2_model, text, source="hf")
     enc = gpt2_model.encode(text)
     layer, head = 1, 2
     block = gpt2_model.hf.transformer.h[layer]
@@ -37,7 +37,7 @@ def test_llama_grouped_query_norms_by_hand(llama_dir):
 
     model = probes.load(str(llama_dir)).cast(torch.float64)
     text = "Researchers probe every layer"
-    trace = runner.run(model, text, source="scratch")
+    trace = runner.trace(model, text, source="scratch")
     layer, head = 1, 5  # head 5 of 6 reads key/value head 1 of 2
     attn = model.hf.model.layers[layer].self_attn
     enc = model.encode(text)
@@ -55,7 +55,7 @@ def test_llama_grouped_query_norms_by_hand(llama_dir):
 def test_a_query_on_one_key_token_equals_the_heads_norm(minilm64):
     minilm = minilm64  # ‖(α·v)·W_O‖ and α·‖v·W_O‖ round differently: float64 rounding only
     text = "Xiaoming gave the apple to Xiaohong because she was hungry"
-    trace = runner.run(minilm, text, source="scratch")
+    trace = runner.trace(minilm, text, source="scratch")
     got = norms.query_norms(trace, minilm, 10, [7])
     for layer, head in [(1, 2), (5, 5)]:
         expected = float(norms.value_norms(trace, minilm, layer, head)[10, 7])

@@ -37,6 +37,6 @@ def test_two_layers_by_hand():
 
 def test_every_row_sums_to_one(minilm, smollm2):
     for model in (minilm, smollm2):
-        got = rollout.rollout(runner.run(model, "Xiaoming gave the apple to Xiaohong because she was hungry"))
+        got = rollout.rollout(runner.trace(model, "Xiaoming gave the apple to Xiaohong because she was hungry"))
         assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1], dtype=torch.float64), atol=F64, rtol=0)
         assert got.shape[0] == model.n_layers

@@ -268,7 +268,7 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     from probes import runner
 
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
-    trace = runner.run(minilm, text)
+    trace = runner.trace(minilm, text)
     answer = explain.answering_head(trace, text, "she", "Xiaohong", "Xiaoming")
     assert (answer.layer, answer.head, answer.query) == (1, 2, 10)
     assert [trace.token_strings()[i] for i in answer.answer] == ["xiao", "##hong"]
@@ -279,7 +279,7 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     assert answer.weight == pytest.approx(0.36, abs=rounded(0.01), rel=0)
     assert answer.other_weight == pytest.approx(0.011, abs=rounded(0.001), rel=0)
     chinese = "小明把苹果给了小红，因为她很饿"
-    on_smol = runner.run(smollm2, chinese)
+    on_smol = runner.trace(smollm2, chinese)
     found = explain.answering_head(on_smol, chinese, "她", "小红", "小明")
     assert on_smol.token_strings()[found.query] == "她(2/2)"  # a decoder asks with the word's last piece
     assert explain.answering_head(trace, text, "he", "Xiaohong") is None  # "he" is not a word of it ("she" is)
@@ -303,7 +303,7 @@ def test_the_answer_is_the_head_with_the_largest_margin_over_the_distractor(mini
     from probes import runner
 
     for model in (minilm, smollm2):
-        trace = runner.run(model, text)
+        trace = runner.trace(model, text)
         found = explain.answering_head(trace, text, *words)
         query = explain.word_tokens(trace, text, words[0])
         answer, other = explain.word_tokens(trace, text, words[1]), explain.word_tokens(trace, text, words[2])
@@ -315,7 +315,7 @@ def test_the_answer_is_the_head_with_the_largest_margin_over_the_distractor(mini
         assert found.prefers and found.weight > found.other_weight
         assert found.sink == pytest.approx(float(trace.attention(found.layer, found.head)[found.query, 0]),
                                            abs=fp32(1), rel=0)
-    smol = runner.run(smollm2, "小明把苹果给了小红，因为她很饿")
+    smol = runner.trace(smollm2, "小明把苹果给了小红，因为她很饿")
     by_weight = explain.margins(smol, 22, explain.word_tokens(smol, "小明把苹果给了小红，因为她很饿", "小红"))
     assert by_weight.on_key.max() > 0  # (the ranking by weight alone is what crowned 9.2 before)
 
@@ -326,7 +326,7 @@ def test_no_head_preferring_the_answer_is_said_not_crowned(gpt2_model):
     from probes import runner
 
     text = "the cat sat on the mat"
-    trace = runner.run(gpt2_model, text)
+    trace = runner.trace(gpt2_model, text)
     found = explain.answering_head(trace, text, "cat", "mat", "sat")
     assert not found.prefers and found.weight == 0.0 and found.margin <= 0
     assert found.margin == pytest.approx(max(_margins_by_hand(trace, found.query, found.answer, found.other))[0],
@@ -340,7 +340,7 @@ def test_the_sink_is_never_the_answer_nor_the_default_key(smollm2, minilm):
     from probes import runner
 
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
-    trace = runner.run(smollm2, text)
+    trace = runner.trace(smollm2, text)
     found = explain.answering_head(trace, text, "she", "Xiaoming", "Xiaohong")
     assert 0 not in found.answer and found.answer == explain.word_tokens(trace, text, "Xiaoming")[1:]
     other = explain.answering_head(trace, text, "she", "Xiaohong", "Xiaoming")
@@ -349,7 +349,7 @@ def test_the_sink_is_never_the_answer_nor_the_default_key(smollm2, minilm):
     assert explain.counted([0, 1, 2]) == [1, 2] and explain.counted([0]) == [0]
     assert explain.counted([0, 1], sink=True) == [0, 1]
     for model in (smollm2, minilm):
-        trace = runner.run(model, text)
+        trace = runner.trace(model, text)
         words = explain.words(trace, text)
         for query in range(1, len(trace.token_strings())):
             key = explain.likely_key(trace, text, query)
@@ -359,7 +359,7 @@ def test_the_sink_is_never_the_answer_nor_the_default_key(smollm2, minilm):
 def test_one_key_worked_through_by_hand_equals_the_row(gpt2_model):
     from probes import runner
 
-    trace = runner.run(gpt2_model, "The cat sat on the mat")
+    trace = runner.trace(gpt2_model, "The cat sat on the mat")
     steps = query_steps(trace, 1, 0, 3)
     total = 0.0
     for key in range(len(steps.tokens)):

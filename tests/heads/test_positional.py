@@ -124,7 +124,7 @@ def test_the_sink_share_is_registered_as_a_plain_share():
 @pytest.mark.numeric
 def test_real_decoder_heads_park_their_weight_on_the_first_token(smollm2):
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
-    trace = runner.run(smollm2, text)
+    trace = runner.trace(smollm2, text)
     frame = positional_scores([trace]).set_index(["label", "layer", "head"]).sort_index()
     attention = trace.attention(29, 0).double()
     # head 29.0 of SmolLM2: 0.68 of " was"'s weight on the first token "X", 0.57 over every query after it
