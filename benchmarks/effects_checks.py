@@ -31,7 +31,7 @@ def induction_check(lines: list[str]) -> None:
     from probes.heads.induction import repeated_tokens
     from probes.heads.profile import run_probe
     from probes.models import load
-    from probes.scratch import run
+    from probes.scratch import run_with_hooks
 
     model = load("smollm2")
     table = run_probe(model, "induction", limit=20)
@@ -39,13 +39,14 @@ def induction_check(lines: list[str]) -> None:
     top = (int(ranked.iloc[0]["layer"]), int(ranked.iloc[0]["head"]))
     length, n_seq = 25, 20
     enc = repeated_tokens(model, n_sequences=n_seq, length=length, seed=1)  # other sequences than the probe's
-    clean = run(model, enc, keep=("attn.z",))
+    clean = run_with_hooks(model, enc, keep=("attn.z",))
     means = torch.stack([z.transpose(1, 2).reshape(-1, z.shape[1], z.shape[-1]).double().mean(0)
                          for z in clean.each("attn.z")])
     first = enc.input_ids.shape[1] - length - 1  # predictions of the second copy: positions first .. end − 2
 
     def repeated_loss(heads) -> float:
-        got = run(model, enc, hooks=ablation_hooks([heads] * n_seq, "mean", means=means.float())) if heads else clean
+        got = (run_with_hooks(model, enc, hooks=ablation_hooks([heads] * n_seq, "mean", means=means.float())) if heads
+               else clean)
         logits = got.logits
         assert logits is not None  # a decoder's trace: its logits
         losses = torch.stack([token_losses(logits[i:i + 1], enc.input_ids[i], enc.input_ids.shape[1])[0]

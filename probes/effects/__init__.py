@@ -19,6 +19,6 @@
   head's query, key or value on the clean text (batched: one copy per sender), and what moved: the receiver's
   attention pattern and the loss.
 
-The interventions run the from-scratch network (:func:`probes.scratch.run` with hook points, eager attention, the same
-numbers as the Trace's); norms and rollout only read a Trace and the output projection's weights.
+The interventions run the from-scratch network (:func:`probes.scratch.run_with_hooks` with hook points, eager
+attention, the same numbers as the Trace's); norms and rollout only read a Trace and the output projection's weights.
 """

@@ -11,7 +11,7 @@ every position and lets the rest of the network run on:
 Every single-head ablation of a text runs as batched passes: row b of a batch is a copy of the text with
 head b ablated (:func:`ablate_each`), which is many times faster than one pass per head
 (``benchmarks/ablation.py``). An ablation is an edit hook on each layer's ``attn.z`` (:func:`ablation_hooks`, on
-the from-scratch pass :func:`probes.scratch.run`).
+the from-scratch pass :func:`probes.scratch.run_with_hooks`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
 from ..models import Encoding
 from ..precision import working_dtype
-from ..scratch import Ran, build, point, run
+from ..scratch import Ran, build, point, run_with_hooks
 from ..seam import reader
 from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_network, lm_stats
 
@@ -47,7 +47,7 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
     count = 0
     for start in range(0, len(texts), batch_size):
         enc = model.encode(texts[start:start + batch_size], truncate=True)
-        zs = run(model, enc, logits=False, keep=["attn.z"]).each("attn.z")
+        zs = run_with_hooks(model, enc, logits=False, keep=["attn.z"]).each("attn.z")
         real = enc.attention_mask.to(zs[0].device).bool()  # [B, L]
         sums = torch.stack([z.transpose(1, 2)[real].double().sum(0) for z in zs])  # [layers, H, d]
         total = sums if total is None else total + sums
@@ -58,9 +58,9 @@ def head_means(model, texts: Sequence[str], batch_size: int = 16) -> torch.Tenso
 
 def ablation_hooks(rows: Sequence[Sequence[tuple[int, int]]], how: str = "zero", means: torch.Tensor | None = None,
                    patch: list[torch.Tensor] | None = None) -> dict:
-    """The hooks (:func:`probes.scratch.run`) for a batch whose row b ablates the heads ``rows[b]`` (a row may ablate
-    none: the clean copy): an edit of ``attn.z`` in each layer with an ablated head. ``means``: :func:`head_means`;
-    ``patch``: the other input's z of every layer (``[1, H, L, d]``)."""
+    """The hooks (:func:`probes.scratch.run_with_hooks`) for a batch whose row b ablates the heads ``rows[b]`` (a row
+    may ablate none: the clean copy): an edit of ``attn.z`` in each layer with an ablated head. ``means``:
+    :func:`head_means`; ``patch``: the other input's z of every layer (``[1, H, L, d]``)."""
     if how not in HOWS:
         raise BadOption(f"unknown ablation {how!r}: choose one of {', '.join(HOWS)}")
     if how == "mean" and means is None or how == "patch" and patch is None:
@@ -107,7 +107,7 @@ def clean_pass(model, text: str, truncate: bool = False, logits: bool = True, up
         cut = lambda t: None if t is None else t[:, :upto]  # noqa: E731 (one text: no padding)
         enc = replace(enc, input_ids=cut(enc.input_ids), attention_mask=cut(enc.attention_mask),
                       token_type_ids=cut(enc.token_type_ids), tokens=[row[:upto] for row in enc.tokens])
-    return Clean(enc, int(enc.attention_mask.sum()), run(model, enc, logits=False, keep=["resid_pre"]),
+    return Clean(enc, int(enc.attention_mask.sum()), run_with_hooks(model, enc, logits=False, keep=["resid_pre"]),
                  logits and model.predicts_tokens)
 
 
@@ -147,7 +147,7 @@ def replacements(model, how: str, clean: Clean, other: str | None = None,
             raise BadOption(f"patching needs two texts of the same length in tokens: this one has "
                             f"{clean.enc.input_ids.shape[1]}, the other {enc.input_ids.shape[1]} on {model.name} "
                             "(change words for words of one token each)")
-        return {"patch": run(model, enc, logits=False, keep=["attn.z"]).each("attn.z")}
+        return {"patch": run_with_hooks(model, enc, logits=False, keep=["attn.z"]).each("attn.z")}
     if how != "zero":
         raise BadOption(f"unknown ablation {how!r}: choose one of zero, mean, patch")
     return {}
@@ -208,7 +208,7 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
         resume = None
         if share and 0 < first < model.n_layers:
             resume = (first, clean.out[point(first, "resid_pre")].expand(len(chunk), -1, -1))
-        got = run(model, copies, ablation_hooks(chunk, how, **writes), logits=False, resume=resume)
+        got = run_with_hooks(model, copies, ablation_hooks(chunk, how, **writes), logits=False, resume=resume)
         assert got.final is not None  # no stop_after: the pass reaches its final point
         measured = compare(clean.out.final[0], got.final, clean.n, clean_lm, stats(got.final), position, measures)
         for key, value in measured.items():

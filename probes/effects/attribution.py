@@ -19,7 +19,7 @@ import torch
 
 from ..errors import BadOption
 from ..head_index import check_index, check_position
-from ..scratch import head_writes, point, refuse_final_softcap, run
+from ..scratch import head_writes, point, refuse_final_softcap, run_with_hooks
 from ..seam import reader
 from .measures import lm_network
 
@@ -100,7 +100,7 @@ def logit_attribution(model, text: str, target: int, other: int | None = None,
         if t is not None:
             check_index(t, vocab, "token id", f"{model.name}'s vocabulary")
     last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
-    got = run(model, enc, keep=["attn.z", last])
+    got = run_with_hooks(model, enc, keep=["attn.z", last])
     assert got.logits is not None  # a model that predicts tokens has a language-model head, and logits were asked
     residual = got[last][0, position]
     with torch.inference_mode():

@@ -33,7 +33,7 @@ from ..datasets.catalog import read_items, texts as texts_of
 from ..jobs import check_format, checkpoint, checkpointed, digest, report_bad, with_model, write_table
 from ..precision import working_dtype
 from ..runner import note_cuts
-from ..scratch import layer_of, run
+from ..scratch import layer_of, run_with_hooks
 from ..seam import reader
 from .ablation import ablate_each
 
@@ -59,7 +59,8 @@ def gate_gradients(model, texts: Sequence[str], projections: int = PROJECTIONS) 
     gates = torch.ones(enc.input_ids.shape[0], model.n_layers, model.n_heads, device=model.device,
                        dtype=working_dtype(model.dtype), requires_grad=True)
     # each layer's head outputs times their gates: an edit hook on every layer's attn.z
-    got = run(model, enc, {"attn.z": lambda z, name: z * gates[:, layer_of(name), :, None, None]}, logits=lm, grad=True)
+    got = run_with_hooks(model, enc, {"attn.z": lambda z, name: z * gates[:, layer_of(name), :, None, None]},
+                         logits=lm, grad=True)
     assert got.final is not None  # no stop_after: the pass reaches its final point
     mask = enc.attention_mask.to(got.final.device).bool()
     if lm:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ..errors import BadOption, EmptyInput, InputTooLong
 from ..head_index import check_layer, check_position
 from ..models import Piece
-from ..scratch import head_writes, net_logits, point, run
+from ..scratch import head_writes, net_logits, point, run_with_hooks
 from ..seam import reader
 from ..tokens import readable_tokens
 from .measures import lm_network
@@ -106,7 +106,7 @@ def logit_lens(model, text: str | None = None, *, ids: Sequence[int] | None = No
         check_layer(layer, model.n_layers, model.name)
     last = point(model.n_layers - 1, "resid_post")  # the residual before the final norm
     # each layer read alone, not the logits; each head's output where its writes are read
-    got = run(model, enc, logits=False, keep=["resid_pre", last, *(["attn.z"] if heads else [])])
+    got = run_with_hooks(model, enc, logits=False, keep=["resid_pre", last, *(["attn.z"] if heads else [])])
     inputs, residual, zs = got.each("resid_pre"), got[last], got.each("attn.z")
     at = torch.tensor(positions, dtype=torch.long, device=residual.device)
     vocab = unembedding.shape[0]

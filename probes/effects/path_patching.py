@@ -19,8 +19,8 @@ language-model head; hidden-state changes for every model).
 
 Batched like :func:`.ablation.ablate_each`: copy b of a pass patches sender b, and the pass starts at the receiver's
 layer from the clean pass's input there (``resume``), the receiver's q, k or v replaced by edit hooks on the receiver
-layer's ``attn.q``, ``attn.k`` and ``attn.v`` (:func:`receiver_hooks`, on :func:`probes.scratch.run`). A pass holds
-``batch`` copies' logits and activations, so its size comes from a byte budget (``budget``, default
+layer's ``attn.q``, ``attn.k`` and ``attn.v`` (:func:`receiver_hooks`, on :func:`probes.scratch.run_with_hooks`). A
+pass holds ``batch`` copies' logits and activations, so its size comes from a byte budget (``budget``, default
 :data:`~probes.effects.ablation.WORK_BUDGET`; :func:`~probes.effects.ablation.copy_bytes` is one sender's share,
 :func:`fixed_bytes` what a pass holds whatever its size): the peak stays near the clean pass's own, whatever the number
 of senders (smollm2, 162 senders into 18.6: ``benchmarks/path_patching_memory.py``). In a post-norm model (BERT) a
@@ -43,7 +43,7 @@ import torch
 from ..attention_math import Spec, repeat_kv
 from ..errors import BadOption
 from ..head_index import check_heads, check_index, check_position, check_receiver, parse_head as parse_one
-from ..scratch import BACKENDS, build, point, run, write_scale
+from ..scratch import BACKENDS, build, point, run_with_hooks, write_scale
 from ..seam import reader
 from .ablation import MAX_BATCH, WORK_BUDGET, copy_bytes
 from .measures import LOGIT_POSITIONS, compare, lm_network, lm_stats
@@ -158,10 +158,10 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
     net = build(model)
 
     x_at = point(r_layer, "resid_pre")
-    base = run(model, enc, logits=False, keep=[x_at, "attn.z"])  # logits: a few positions at a time
+    base = run_with_hooks(model, enc, logits=False, keep=[x_at, "attn.z"])  # logits: a few positions at a time
     base_z = base.each("attn.z")
     # the senders' z on the corrupted text: the layers before the receiver's
-    other = run(model, enc_c, logits=False, keep=["attn.z"], stop_after=x_at).each("attn.z")
+    other = run_with_hooks(model, enc_c, logits=False, keep=["attn.z"], stop_after=x_at).each("attn.z")
     x = base[x_at]  # [1, L, D]: the receiver layer's clean input
     ids = enc.input_ids[0].to(x.device)
     unembedding = lm_network(model)[1] if lm else None  # lm: model.predicts_tokens
@@ -198,7 +198,7 @@ def path_patch(model, clean, corrupted, receiver: tuple[int, int], into: str = "
                          token_type_ids=None if enc.token_type_ids is None else enc.token_type_ids.expand(len(chunk),
                                                                                                            -1))
         hooks = receiver_hooks(net, receiver, into, x + chunk, mask, spec, clean_pattern, got_pattern)
-        got = run(model, copies, hooks, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)))
+        got = run_with_hooks(model, copies, hooks, logits=False, resume=(r_layer, x.expand(len(chunk), -1, -1)))
         assert got.final is not None  # no stop_after: the pass reaches its final point
         measured = compare(base.final[0], got.final, n, clean_lm, stats(got.final), position)
         patched = got_pattern[0][:, :n, :n].double().cpu()

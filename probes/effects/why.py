@@ -65,7 +65,7 @@ from ..attention_math import allowed_keys, soft_cap
 from ..errors import BadOption, UnsupportedModel
 from ..head_index import check_index, check_layer_head, check_receiver, check_seen_key
 from ..models import Encoding
-from ..scratch import RotaryNetwork, SplitNetwork, build, point, run
+from ..scratch import RotaryNetwork, SplitNetwork, build, point, run_with_hooks
 from ..seam import reader
 
 BIAS_QK = "q/k biases"  # the constant part of q and k: the norm's bias and the projections' biases
@@ -445,7 +445,7 @@ def _head_pass(model, text: str, layer: int, head: int, pair: str | None, trunca
     enc = model.encode(text, pair, truncate=truncate).to(model.device)  # an empty text is refused here (EmptyInput)
     n = int(enc.attention_mask.sum())
     # the layers before this one, and its input: the pass stops there
-    got = run(model, enc, logits=False, keep=["resid_pre", "attn.z"], stop_after=point(layer, "resid_pre"))
+    got = run_with_hooks(model, enc, logits=False, keep=["resid_pre", "attn.z"], stop_after=point(layer, "resid_pre"))
     inputs = got.each("resid_pre")
     group = head // (n_heads // model.n_kv_heads)
     allowed = allowed_keys(enc.attention_mask, net.causal, window=model.family.window(model.config, layer))
@@ -463,68 +463,69 @@ def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int
     tokens of ``text``, and of ``pair``'s for a BERT sentence pair) into query part × key part terms; the model's
     own from-scratch pass (eager attention), the split in float64. ``truncate``: keep the first tokens of a text
     longer than the context window (else it is refused)."""
-    run = _head_pass(model, text, layer, head, pair, truncate)
-    n = run.n
+    hp = _head_pass(model, text, layer, head, pair, truncate)
+    n = hp.n
     for name, position in (("query", query), ("key", key)):
         check_index(position, n, f"{name} token", f"the text's {n} tokens")
-    row = run.allowed[query]
-    check_seen_key(key, query, bool(row[key]), (layer, head), run.net.causal, model.family.window(model.config, layer))
+    row = hp.allowed[query]
+    check_seen_key(key, query, bool(row[key]), (layer, head), hp.net.causal, model.family.window(model.config, layer))
     with torch.inference_mode():
-        names, q, k = run.parts([query, key])
+        names, q, k = hp.parts([query, key])
         q_i, k_j = q[:, 0], k[:, 1]  # [P + 1, d]: the query's parts at i, the key's at j
-        matrix = run.scale * (q_i @ k_j.T)
-        scores = run.scale * (run.k @ run.q[query])  # the row: every key's score, from the pass's own q and k
+        matrix = hp.scale * (q_i @ k_j.T)
+        scores = hp.scale * (hp.k @ hp.q[query])  # the row: every key's score, from the pass's own q and k
         score = float(scores[key])  # before a soft-cap: the score the parts sum to
         softcap = model.family.softcap(model.config, layer)  # Gemma 2: cap·tanh(s / cap), then the softmax
         capped = soft_cap(scores.clone(), softcap).masked_fill(~row, float("-inf"))
         weight = float(torch.softmax(capped, -1)[key])
-        bound = run.scale * float(run.q[query].norm() * run.k[key].norm())
+        bound = hp.scale * float(hp.q[query].norm() * hp.k[key].norm())
     grid = matrix.cpu().numpy()
     keep = [p for p in range(len(names)) if grid[p].any() or grid[:, p].any()]  # a part that is all zero: none
-    enc = run.enc
+    enc = hp.enc
     tokens = [t.text for t, real in zip(enc.tokens[0], enc.attention_mask[0].bool().tolist(), strict=True) if real]
     rotary = model.family.positions == "rotary"
     return QKAttribution(model.name, layer, head, query, key, tokens, [names[p] for p in keep],
-                         grid[np.ix_(keep, keep)], score, bound, weight, n_layers=len(run.net.layers),
+                         grid[np.ix_(keep, keep)], score, bound, weight, n_layers=len(hp.net.layers),
                          positions="rotary" if rotary else "absolute",
-                         bands=_bands(run, query, key, score) if rotary else None, softcap=softcap)
+                         bands=_bands(hp, query, key, score) if rotary else None, softcap=softcap)
 
 
-def _bands(run: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:
-    """Head ``run``'s score of ``query`` on ``key`` by rotary frequency band (:meth:`QKAttribution.band_table`): band
-    b's term is the dot product of pair b (dimensions b and b + r/2, r the turned width) of the pass's own turned q
-    and k, so the bands sum to the score; its content the same with both turned back by their own positions' angles
-    (the network's tables, the inverse of ``x·cos + rotate_half(x)·sin``), so no turn is left between them."""
-    length = run.enc.input_ids.shape[1]
-    assert isinstance(run.net, RotaryNetwork)  # called only where the family's positions are rotary
-    cos, sin = (t[0].to(torch.float64) for t in run.net.rotary(max(length, 2), run.q.device, run.layer))  # [L, r]
-    d, r = run.q.shape[-1], cos.shape[-1]
+def _bands(hp: _HeadPass, query: int, key: int, score: float) -> pd.DataFrame:
+    """The head's score (``hp``: its pass) of ``query`` on ``key`` by rotary frequency band
+    (:meth:`QKAttribution.band_table`): band b's term is the dot product of pair b (dimensions b and b + r/2, r the
+    turned width) of the pass's own turned q and k, so the bands sum to the score; its content the same with both
+    turned back by their own positions' angles (the network's tables, the inverse of ``x·cos +
+    rotate_half(x)·sin``), so no turn is left between them."""
+    length = hp.enc.input_ids.shape[1]
+    assert isinstance(hp.net, RotaryNetwork)  # called only where the family's positions are rotary
+    cos, sin = (t[0].to(torch.float64) for t in hp.net.rotary(max(length, 2), hp.q.device, hp.layer))  # [L, r]
+    d, r = hp.q.shape[-1], cos.shape[-1]
     half = r // 2
     if r % 2 or r > d or not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):
-        raise UnsupportedModel(f"{run.net.__class__.__name__}'s rotary tables do not turn pairs (i, i + d/2) (the "
+        raise UnsupportedModel(f"{hp.net.__class__.__name__}'s rotary tables do not turn pairs (i, i + d/2) (the "
                                "rotate-half layout): the split by frequency band reads that layout only; the split "
                                "by parts (why.top, why.grid) still holds")
-    q, k = run.q[query], run.k[key]
+    q, k = hp.q[query], hp.k[key]
 
     def back(x, p):  # x turned back by position p's angles: the pair before the rotary turn
         c, s_ = cos[p, :half], sin[p, :half]
         return x[:half] * c + x[half:r] * s_, x[half:r] * c - x[:half] * s_
 
     (q1, q2), (k1, k2) = back(q, query), back(k, key)
-    turned = run.scale * (q[:half] * k[:half] + q[half:r] * k[half:r])
-    content = run.scale * (q1 * k1 + q2 * k2)
+    turned = hp.scale * (q[:half] * k[:half] + q[half:r] * k[half:r])
+    content = hp.scale * (q1 * k1 + q2 * k2)
     frequency = torch.atan2(sin[1, :half], cos[1, :half])  # θ_b: the angle of position 1
     rows = pd.DataFrame(dict(band=np.arange(half), frequency=frequency.cpu().numpy(),
                              contribution=turned.cpu().numpy(), content=content.cpu().numpy()))
     if r < d:  # a partial rotary: the dimensions past r are never turned, one band of their own
-        still = float(run.scale * (q[r:] @ k[r:]))
+        still = float(hp.scale * (q[r:] @ k[r:]))
         rows.loc[half] = dict(band=half, frequency=0.0, contribution=still, content=still)
     rows["band"] = rows["band"].astype(int)
     with np.errstate(divide="ignore"):
         rows.insert(2, "wavelength", np.where(rows.frequency > 0, 2 * np.pi / rows.frequency, np.inf))
     rows["position"] = rows["contribution"] - rows["content"]
     rows["share"] = rows["contribution"] / score if score > 0 else np.nan
-    span = max(int(run.n) - 1, 1)
+    span = max(int(hp.n) - 1, 1)
     rows["group"] = [band_group(float(f), span) for f in rows.frequency]
     return rows
 
@@ -539,11 +540,11 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
     ``first_token``. One row per sender and side: sender_layer, sender_head, kind ("q" or "k"), contribution (its
     summed side total), share (of the cells' summed scores), cells (how many were read)."""
     check_receiver((layer, head), len(build(model).layers), model.n_heads, model.name)
-    run = _head_pass(model, text, layer, head, pair, truncate)
-    n, scale = run.n, run.scale
+    hp = _head_pass(model, text, layer, head, pair, truncate)
+    n, scale = hp.n, hp.scale
     with torch.inference_mode():
-        scores = scale * (run.q @ run.k.T)  # [n, n]
-        weights = torch.softmax(scores.masked_fill(~run.allowed, float("-inf")), -1)
+        scores = scale * (hp.q @ hp.k.T)  # [n, n]
+        weights = torch.softmax(scores.masked_fill(~hp.allowed, float("-inf")), -1)
         if not first_token:
             weights[:, 0] = 0.0
         weights[0] = 0.0  # the first query sees only itself in a decoder: nothing to compare
@@ -553,7 +554,7 @@ def senders_on_text(model, text: str, layer: int, head: int, cells: int = 8, pai
         queries, keys = (picked // n).tolist(), (picked % n).tolist()
         positions = sorted(set(queries) | set(keys))
         at = {p: i for i, p in enumerate(positions)}
-        names, q, k = run.parts(positions)  # [P + 1, n_positions, d]
+        names, q, k = hp.parts(positions)  # [P + 1, n_positions, d]
         q_side = torch.zeros(len(names), dtype=torch.float64)
         k_side = torch.zeros_like(q_side)
         total = 0.0

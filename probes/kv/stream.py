@@ -226,7 +226,7 @@ def run_stream(net, ids: torch.Tensor, plan: Plan, *, shadow: Sequence[Policy] =
 
     for t in range(n_tokens):
         final.clear()
-        Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(
+        Pass(net, attend, then={"final": lambda x, name: final.append(x)})(
             ids[:, t:t + 1], torch.ones_like(ids[:, t:t + 1]), None, logits=False, start=t)
         if t + 1 < n_tokens:
             logits = net_logits(net, final[-1][0, -1])  # as cached_pass makes them
@@ -294,8 +294,7 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
         return eager_attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
 
     final: list[torch.Tensor] = []
-    Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, torch.ones_like(ids), None,
-                                                                            logits=False)
+    Pass(net, attend, then={"final": lambda x, name: final.append(x)})(ids, torch.ones_like(ids), None, logits=False)
     losses = next_token_losses(net, ids, final[-1])
     k_width = net.head_out(0)[0].shape[1]  # d: the head width
     bytes_per_key = 2 * k_width * lm_head.element_size()
@@ -370,7 +369,7 @@ def masked_pass(net, ids: torch.Tensor, masks: dict[int, tuple[torch.Tensor, tor
     then: dict[str, Callable] = {"final": lambda x, name: final.append(x)}
     if inputs is not None:
         then["resid_pre"] = lambda x, name: inputs.append(x)
-    Pass(net, attend, then=then).run(ids, torch.ones_like(ids), None, logits=False, resume=resume)
+    Pass(net, attend, then=then)(ids, torch.ones_like(ids), None, logits=False, resume=resume)
     return final[-1]
 
 

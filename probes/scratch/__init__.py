@@ -15,9 +15,9 @@ Where ``flash`` cannot run (no CUDA), ``sdpa`` runs and the Trace's ``note`` say
 each layer's ``resid_pre``, ``attn.q``, ``attn.k``, ``attn.v``, ``attn.scores``, ``attn.pattern``, ``attn.z``,
 ``attn.result``, ``attn_out``, ``mlp_out``, ``resid_post``, then ``final`` and ``logits``), where a callback
 ``fn(tensor, point)`` reads the tensor (returns None) or edits it (returns the tensor the pass goes on with).
-:func:`run` is the pass the interventions use (eager attention, no probabilities kept, ``stop_after`` a point);
-:func:`forward` takes the same hooks. Ablation, path patching, QK attribution, the logit lens, direct logit
-attribution and head importance (:mod:`probes.effects`) are hooks on it::
+:func:`run_with_hooks` is the pass the interventions use (TransformerLens's name for it: eager attention, no
+probabilities kept, ``stop_after`` a point); :func:`forward` takes the same hooks. Ablation, path patching, QK
+attribution, the logit lens, direct logit attribution and head importance (:mod:`probes.effects`) are hooks on it::
 
     from probes import scratch
     from probes.scratch import point
@@ -28,12 +28,13 @@ attribution and head importance (:mod:`probes.effects`) are hooks on it::
         z = z.clone()
         z[:, 2] = 0.0
         return z
-    ran = scratch.run(model, enc, {point(1, "attn.pattern"): read, point(1, "attn.z"): zero_head_2})
+    ran = scratch.run_with_hooks(model, enc, {point(1, "attn.pattern"): read, point(1, "attn.z"): zero_head_2})
     seen["blocks.1.attn.pattern"], ran.logits  # layer 1's pattern; the logits of the edited run
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -63,7 +64,7 @@ LAZY_CHUNK = 256  # the lazy backends run the MLP this many positions at a time 
 __all__ = ["BACKENDS", "DecoderNetwork", "FLOAT64_BACKENDS", "Hook", "LAYER_POINTS", "Network", "POINTS", "Pass",
            "eager_attention", "head_writer", "head_writes", "net_logits", "refuse_final_softcap", "write_scale",
            "Ran", "RotaryNetwork", "SplitNetwork", "build", "forward", "layer_of", "point",
-           "resolve_backend", "run"]
+           "resolve_backend", "run_with_hooks"]
 
 Hooks = Mapping[str, "Hook | list[Hook]"]  # {point: hook, or hooks run in order}; "attn.z" alone: every layer's
 LAZY_UNHOOKABLE = ("attn.q", "attn.k", "attn.scores", "attn.pattern")  # a lazy Trace recomputes q and k itself
@@ -86,9 +87,9 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
     ``attention_budget`` (bytes): where eager's probabilities of every head would take more, eager still
     computes each layer (the same numbers, so parity with Hugging Face stays exact), but the Trace keeps one
     logsumexp per row instead of the probabilities (lazy).
-    ``hooks``: ``{point: fn}`` (:mod:`probes.scratch.hooks`), as in :func:`run`; the Trace then shows the attention
-    of the edited run (an edit of ``attn.z`` in one layer changes what the layers after it see). A lazy Trace
-    recomputes each head's q and k from its layer's input, so it refuses hooks on ``attn.q``, ``attn.k``,
+    ``hooks``: ``{point: fn}`` (:mod:`probes.scratch.hooks`), as in :func:`run_with_hooks`; the Trace then shows the
+    attention of the edited run (an edit of ``attn.z`` in one layer changes what the layers after it see). A lazy
+    Trace recomputes each head's q and k from its layer's input, so it refuses hooks on ``attn.q``, ``attn.k``,
     ``attn.scores`` and ``attn.pattern``."""
     net = build(model)
     enc = enc.to(model.device)
@@ -137,7 +138,7 @@ def forward(model, enc, backend: str = "eager", logits: bool = True, attention_b
 
     record = lambda x, name: hidden.append(x)  # noqa: E731 (each layer's input, then the last hidden state)
     with torch.inference_mode():
-        out, _ = Pass(net, attend, hooks, then={"resid_pre": record, "final": record}).run(
+        out, _ = Pass(net, attend, hooks, then={"resid_pre": record, "final": record})(
             enc.input_ids, mask, enc.token_type_ids, logits=logits, chunk=None if ran == "eager" else LAZY_CHUNK)
         rotary = rotary_of(net, enc.input_ids.shape[1], enc.input_ids.device)
 
@@ -168,8 +169,8 @@ def rotary_of(net: Network, length: int, device: torch.device | str):
 
 @dataclass
 class Ran:
-    """What :func:`run` hands back: the logits and the last hidden state (None when the pass stopped before them,
-    or ``logits=False``, or the model has no language-model head) and the tensors of the points it was asked to
+    """What :func:`run_with_hooks` hands back: the logits and the last hidden state (None when the pass stopped before
+    them, or ``logits=False``, or the model has no language-model head) and the tensors of the points it was asked to
     ``keep``, by full name (``ran["blocks.1.attn.z"]``; :meth:`each` lists one point of every layer)."""
 
     logits: torch.Tensor | None  # [B, L, V]
@@ -187,8 +188,8 @@ class Ran:
         return [x for _, x in got]
 
 
-def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), stop_after: str | None = None,
-        logits: bool = True, grad: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Ran:
+def run_with_hooks(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), stop_after: str | None = None,
+                   logits: bool = True, grad: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Ran:
     """One from-scratch pass with eager attention (the numbers :func:`forward` computes, bit for bit) that keeps no
     probabilities: what interventions run, many times, in batches of edited copies.
 
@@ -218,6 +219,14 @@ def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), sto
     then = {name: lambda x, full: store(full, x) for name in (*keep, "final")}
     with torch.enable_grad() if grad else torch.inference_mode():
         one = Pass(net, attend, hooks, stop_after, then)
-        out, stopped = one.run(enc.input_ids, mask, enc.token_type_ids, logits=logits, resume=resume)
+        out, stopped = one(enc.input_ids, mask, enc.token_type_ids, logits=logits, resume=resume)
     final = kept.pop("final", None) if "final" not in keep else kept.get("final")
     return Ran(logits=out, final=final, kept=kept, stopped=one.stop_after if stopped else None)
+
+
+def run(model, enc, hooks: Hooks | None = None, *, keep: Iterable[str] = (), stop_after: str | None = None,
+        logits: bool = True, grad: bool = False, resume: tuple[int, torch.Tensor] | None = None) -> Ran:
+    """Deprecated: :func:`run_with_hooks` (the same arguments, the same pass); ``run`` is :func:`probes.run`'s word."""
+    warnings.warn("probes.scratch.run is deprecated: use probes.scratch.run_with_hooks (the same arguments)",
+                  DeprecationWarning, stacklevel=2)
+    return run_with_hooks(model, enc, hooks, keep=keep, stop_after=stop_after, logits=logits, grad=grad, resume=resume)

@@ -126,12 +126,12 @@ class Layer:
     def feed_forward(self, x):
         return F.linear(self.act(F.linear(x, *self.ffn_in)), *self.ffn_out)
 
-    def __call__(self, x, run, chunk=None):
+    def __call__(self, x, via, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x), self.spec)
-        h = x + run.at("attn_out", i, F.linear(merge_heads(z), *self.attn_out))  # x + attention: the residual
+        z = via.attend(i, *self.qkv(x), self.spec)
+        h = x + via.at("attn_out", i, F.linear(merge_heads(z), *self.attn_out))  # x + attention: the residual
         x = F.layer_norm(h, (self.width,), *self.ln_attn, self.eps)
-        h = x + run.at("mlp_out", i, by_rows(self.feed_forward, x, chunk))  # x + feed-forward: the residual
+        h = x + via.at("mlp_out", i, by_rows(self.feed_forward, x, chunk))  # x + feed-forward: the residual
         return F.layer_norm(h, (self.width,), *self.ln_ffn, self.eps)
 
 
@@ -275,21 +275,21 @@ class Bert:
         return tuple((gain[:, None] * w.t()).reshape(self.width, lay.n_heads, -1).transpose(0, 1)
                      for w, _ in (lay.query, lay.key, lay.value))
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, run, logits=True, chunk=None,
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, via, logits=True, chunk=None,
                  resume=None):
-        # run: the pass (probes.scratch.hooks.Pass), whose points each step goes through: run.at(point, layer, x)
+        # via: the pass (probes.scratch.hooks.Pass), whose points each step goes through: via.at(point, layer, x)
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
         first, x = resume or (0, None)
         if resume is None:
             x = added(self.embedding_parts(input_ids, token_type_ids))  # word + token type + position, HF's order
-            x = run.at("embed", None, F.layer_norm(x, (self.width,), *self.ln_emb, self.eps))
+            x = via.at("embed", None, F.layer_norm(x, (self.width,), *self.ln_emb, self.eps))
         for i, layer in enumerate(self.layers[first:], start=first):
-            x = run.at("resid_pre", i, x)
-            x = run.at("resid_post", i, layer(x, run, chunk))
-        x = run.at("final", None, x)  # post-norm: the last layer's output is the last hidden state
+            x = via.at("resid_pre", i, x)
+            x = via.at("resid_post", i, layer(x, via, chunk))
+        x = via.at("final", None, x)  # post-norm: the last layer's output is the last hidden state
         if self.head is None or not logits:
             return None
-        return run.at("logits", None, self.head(x))
+        return via.at("logits", None, self.head(x))
 
 
 _LM_ARCHITECTURES = {"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"}

@@ -42,7 +42,7 @@ Config = Any  # a transformers config: which attributes it has depends on the fa
 @runtime_checkable
 class Network(Protocol):
     """What the library calls on a from-scratch network (:func:`probes.scratch.build`'s result): in
-    ``probes.scratch`` (``forward``, ``run``), ``probes.scratch.generate`` and ``probes.effects``. Shapes:
+    ``probes.scratch`` (``forward``, ``run_with_hooks``), ``probes.scratch.generate`` and ``probes.effects``. Shapes:
     B items, L positions, D = hidden size, H query heads, H_kv key/value heads, d = head width, V = vocabulary.
 
     **Checklist for a new family** (one file ``probes/scratch/<family>.py``, nothing else names it):
@@ -93,22 +93,22 @@ class Network(Protocol):
         ...
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor | None = None, *, run: Pass, logits: bool = True,
+                 token_type_ids: torch.Tensor | None = None, *, via: Pass, logits: bool = True,
                  chunk: int | None = None, resume: tuple[int, torch.Tensor] | None = None) -> torch.Tensor | None:
         """One pass over ``input_ids`` ``[B, L]``; returns the logits ``[B, L, V]``, or None (``logits=False``,
         or no language-model head).
 
-        ``attention_mask`` ``[B, L]`` (1: a token, 0: padding) is the caller's: the masking is ``run``'s attention's.
+        ``attention_mask`` ``[B, L]`` (1: a token, 0: padding) is the caller's: the masking is ``via``'s attention's.
         ``token_type_ids`` ``[B, L]`` or None: BERT's segments (GPT-2 adds their token embeddings; rotary families
-        ignore them). ``run`` is the pass (:class:`probes.scratch.hooks.Pass`), and the network reaches every hook
-        point through it, in this order: ``run.at("embed", None, x)``; for each layer i, ``run.at("resid_pre", i,
-        x)``, ``run.attend(i, q, k, v, spec)`` (q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``, ``spec`` the
+        ignore them). ``via`` is the pass (:class:`probes.scratch.hooks.Pass`), and the network reaches every hook
+        point through it, in this order: ``via.at("embed", None, x)``; for each layer i, ``via.at("resid_pre", i,
+        x)``, ``via.attend(i, q, k, v, spec)`` (q ``[B, H, L, d]``, k and v ``[B, H_kv, L, d]``, ``spec`` the
         layer's :class:`~probes.attention_math.Spec`; returns the head outputs z ``[B, H, L, d]`` the layer goes on
-        with), ``run.at("attn_out", i, …)`` and ``run.at("mlp_out", i, …)`` on what the attention and the MLP add
-        to the residual, ``run.at("resid_post", i, …)`` on the layer's output; then ``run.at("final", None, …)`` on
-        the last hidden state (after the final norm where there is one) and ``run.at("logits", None, …)``. Each
+        with), ``via.at("attn_out", i, …)`` and ``via.at("mlp_out", i, …)`` on what the attention and the MLP add
+        to the residual, ``via.at("resid_post", i, …)`` on the layer's output; then ``via.at("final", None, …)`` on
+        the last hidden state (after the final norm where there is one) and ``via.at("logits", None, …)``. Each
         call returns the tensor the network goes on with (a hook's edit): edits (``probes.effects``) are made
-        there, the network has no ``edit`` argument, and it never changes in place a tensor it handed to ``run``.
+        there, the network has no ``edit`` argument, and it never changes in place a tensor it handed to ``via``.
         ``chunk``: the MLP runs this many positions at a time (None: all at once). ``resume=(i, x)``: start at layer
         ``i`` from its input ``x`` ``[B, L, D]`` (no embeddings: the first point reached is layer i's resid_pre)."""
         ...
@@ -143,7 +143,7 @@ class DecoderNetwork(Network, Protocol):
         ...
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor | None = None, *, run: Pass, logits: bool = True,
+                 token_type_ids: torch.Tensor | None = None, *, via: Pass, logits: bool = True,
                  chunk: int | None = None, start: int = 0,
                  resume: tuple[int, torch.Tensor] | None = None) -> torch.Tensor | None:
         """As :meth:`Network.__call__`, plus ``start``: the position of the first token of ``input_ids`` (> 0
@@ -180,7 +180,8 @@ class SplitNetwork(Network, Protocol):
         ``inputs[layer][0, positions]``: the embeddings (``"token embedding"``, ``"position embedding"``, …), each
         earlier head's output (``"head i.h"``), each earlier MLP's (``"MLP i"``) and the biases (``"biases"``),
         every norm on the way linearised by freezing its scale at its value in this pass. ``inputs`` and ``z`` are
-        a pass's layer inputs and head outputs (:func:`probes.scratch.run` keeping ``resid_pre`` and ``attn.z``)."""
+        a pass's layer inputs and head outputs (:func:`probes.scratch.run_with_hooks` keeping ``resid_pre`` and
+        ``attn.z``)."""
         ...
 
     def qk_parts(self, layer: int, parts: torch.Tensor, x: torch.Tensor, positions: torch.Tensor,

@@ -137,7 +137,7 @@ class Layer(llama.Layer):
     def __init__(self, w: Weights, i: int, config, window: int | None):
         p = f"layers.{i}."
         self.n_heads, self.n_kv_heads = config.num_attention_heads, llama.kv_heads(config)
-        self.load(w, p)
+        self.read_weights(w, p)
         self.norm_attn = gain(w[p + "input_layernorm.weight"])  # 1 + w (what llama's frozen-norm readers fold)
         self.post_attn = gain(w[p + "post_attention_layernorm.weight"])
         self.norm_mlp = gain(w[p + "pre_feedforward_layernorm.weight"])
@@ -151,13 +151,13 @@ class Layer(llama.Layer):
         q, k, v = self.project(gemma_norm(x, self.norm_attn, self.eps))
         return llama.rotate(q, cos, sin), llama.rotate(k, cos, sin), v
 
-    def __call__(self, x, run, cos, sin, chunk=None):
+    def __call__(self, x, via, cos, sin, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
+        z = via.attend(i, *self.qkv(x, cos, sin), self.spec)
         out = gemma_norm(F.linear(merge_heads(z), *self.o_proj), self.post_attn, self.eps)  # the post-norm: after
-        x = x + run.at("attn_out", i, out)
+        x = x + via.at("attn_out", i, out)
         h = gemma_norm(x, self.norm_mlp, self.eps)
-        return x + run.at("mlp_out", i, gemma_norm(by_rows(self.mlp, h, chunk), self.post_mlp, self.eps))
+        return x + via.at("mlp_out", i, gemma_norm(by_rows(self.mlp, h, chunk), self.post_mlp, self.eps))
 
 
 class Gemma2(llama.Llama):

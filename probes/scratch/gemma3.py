@@ -91,8 +91,8 @@ class Layer(gemma.Layer):
         super().__init__(w, i, config, window)
         self.kind = layer_type(config, i)  # its rotary table's key (Gemma3.for_layer)
 
-    def load(self, w: Weights, p: str) -> None:
-        super().load(w, p)
+    def read_weights(self, w: Weights, p: str) -> None:
+        super().read_weights(w, p)
         self.q_norm = gemma.gain(w[p + "self_attn.q_norm.weight"])  # [d]: 1 + w, one gain shared by every head
         self.k_norm = gemma.gain(w[p + "self_attn.k_norm.weight"])
 

@@ -134,7 +134,7 @@ def cached_pass(net, cache: KVCache, ids: torch.Tensor, rows: list | None = None
             rows.append(row)
         return out
 
-    Pass(net, attend, hooks, then={"final": lambda x, name: final.append(x)}).run(
+    Pass(net, attend, hooks, then={"final": lambda x, name: final.append(x)})(
         ids, torch.ones_like(ids), None, logits=False, start=start)
     cache.length += n
     return net_logits(net, final[-1][0, -1])  # the last token's scores over the vocabulary
@@ -326,7 +326,7 @@ def full_pass(net, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]
         probs.append(p[0])
         return out
 
-    Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, mask, None, logits=False)
+    Pass(net, attend, then={"final": lambda x, name: final.append(x)})(ids, mask, None, logits=False)
     return probs, net_logits(net, final[-1][0])
 
 

@@ -74,12 +74,12 @@ class Block:
     def mlp(self, h):
         return conv1d(self.act(conv1d(h, *self.c_fc)), *self.mlp_proj)
 
-    def __call__(self, x, run, chunk=None):
+    def __call__(self, x, via, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x), self.spec)
-        x = x + run.at("attn_out", i, conv1d(merge_heads(z), *self.c_proj))  # x + attention: the residual
+        z = via.attend(i, *self.qkv(x), self.spec)
+        x = x + via.at("attn_out", i, conv1d(merge_heads(z), *self.c_proj))  # x + attention: the residual
         h = F.layer_norm(x, (self.width,), *self.ln_2, self.eps)
-        return x + run.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
+        return x + via.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
 
 
 class GPT2(PreNormDecoder):

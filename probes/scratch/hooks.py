@@ -118,21 +118,22 @@ def table(hooks: Mapping[str, Hook | Sequence[Hook]] | None, n_layers: int) -> d
 
 
 class _Stopped(Exception):
-    """Ends a pass at its ``stop_after`` point: raised by :meth:`Pass.at`, caught by :meth:`Pass.run` only."""
+    """Ends a pass at its ``stop_after`` point: raised by :meth:`Pass.at`, caught by :meth:`Pass.__call__` only."""
 
 
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object, "Pass"], torch.Tensor]
 
 
 class Pass:
-    """One pass of a from-scratch network with hooks: what a network's ``__call__`` is given (``run``).
+    """One pass of a from-scratch network with hooks: what a network's ``__call__`` is given (``via``); calling the
+    pass (:meth:`__call__`) runs the network through it.
 
     ``attention(layer, q, k, v, spec, pass)`` computes a layer's head outputs z ``[B, H, L, d]`` from its q, k and v
-    (the caller's: eager in :func:`probes.scratch.run`, a backend in :func:`probes.scratch.forward`, a KV cache in
-    generation); an eager one asks :meth:`edit_of` for the scores and pattern hooks. ``hooks``: ``{point: hook or
-    [hooks]}`` (:func:`table`); ``then``: more hooks, run after those at the same point (what the caller records of the
-    pass, once every edit is made); ``stop_after``: a point's full name, or None. ``net``: the network (the
-    ``attn.result`` point reads its ``head_out``)."""
+    (the caller's: eager in :func:`probes.scratch.run_with_hooks`, a backend in :func:`probes.scratch.forward`, a KV
+    cache in generation); an eager one asks :meth:`edit_of` for the scores and pattern hooks. ``hooks``: ``{point:
+    hook or [hooks]}`` (:func:`table`); ``then``: more hooks, run after those at the same point (what the caller
+    records of the pass, once every edit is made); ``stop_after``: a point's full name, or None. ``net``: the
+    network (the ``attn.result`` point reads its ``head_out``)."""
 
     def __init__(self, net, attention: Attention, hooks: Mapping | None = None, stop_after: str | None = None,
                  then: Mapping | None = None):
@@ -209,11 +210,11 @@ class Pass:
         scale = write_scale(self.net, layer, z)  # a post-attention norm scales the bias too (OLMo 2), frozen
         return out + (b_o.to(out.dtype) if scale is None else b_o.to(out.dtype) * scale.to(out.dtype))
 
-    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-            **kwargs) -> tuple[torch.Tensor | None, bool]:
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor | None, bool]:
         """The network over ``input_ids`` with this pass (``kwargs``: ``logits``, ``chunk``, ``start``, ``resume``):
         ``(logits or None, whether it stopped at stop_after)``."""
         try:
-            return self.net(input_ids, attention_mask, token_type_ids, run=self, **kwargs), False
+            return self.net(input_ids, attention_mask, token_type_ids, via=self, **kwargs), False
         except _Stopped:
             return None, True

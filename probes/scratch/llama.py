@@ -1,6 +1,6 @@
 """Llama, from scratch, over the weights of a Hugging Face checkpoint; Mistral (a sliding window) and
 Qwen2 (q/k/v biases, and a window on some layers) are records on the same code, and Qwen3 (``qwen3.py``: QK-norm)
-and Phi-3 (``phi3.py``: fused projections, a partial rotary) bring their own layer (:meth:`Layer.load`,
+and Phi-3 (``phi3.py``: fused projections, a partial rotary) bring their own layer (:meth:`Layer.read_weights`,
 :meth:`Layer.project`, :meth:`Layer.mlp`) to it.
 
     x = embed[token]                                        (no position table: positions are rotations)
@@ -179,7 +179,7 @@ class Layer:
     def __init__(self, w: Weights, i: int, config, window: int | None):
         p = f"layers.{i}."
         self.n_heads, self.n_kv_heads = config.num_attention_heads, kv_heads(config)
-        self.load(w, p)
+        self.read_weights(w, p)
         self.norm_attn = w[p + "input_layernorm.weight"]
         self.norm_mlp = w[p + "post_attention_layernorm.weight"]
         self.eps = config.rms_norm_eps
@@ -187,7 +187,7 @@ class Layer:
         self.index = i
         self.spec = Spec(attention_scale(config, i), causal=True, window=window)
 
-    def load(self, w: Weights, p: str) -> None:
+    def read_weights(self, w: Weights, p: str) -> None:
         """The layer's projections, each a (weight, bias or None) pair (biases: Qwen2, ``attention_bias``,
         ``mlp_bias``)."""
         linear = lambda key: (w[p + key + ".weight"], w.get(p + key + ".bias"))  # noqa: E731
@@ -211,12 +211,12 @@ class Layer:
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(self.act(F.linear(h, *self.gate_proj)) * F.linear(h, *self.up_proj), *self.down_proj)  # SwiGLU
 
-    def __call__(self, x, run, cos, sin, chunk=None):
+    def __call__(self, x, via, cos, sin, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
-        x = x + run.at("attn_out", i, F.linear(merge_heads(z), *self.o_proj))  # x + attention: the residual
+        z = via.attend(i, *self.qkv(x, cos, sin), self.spec)
+        x = x + via.at("attn_out", i, F.linear(merge_heads(z), *self.o_proj))  # x + attention: the residual
         h = rms_norm(x, self.norm_mlp, self.eps)
-        return x + run.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
+        return x + via.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
 
 
 class Llama(PreNormDecoder):

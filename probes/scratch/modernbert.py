@@ -151,12 +151,12 @@ class Layer:
         u, gate = F.linear(h, *self.wi).chunk(2, dim=-1)
         return F.linear(self.act(u) * gate, *self.mlp_out)  # GeGLU
 
-    def __call__(self, x, run, cos, sin, chunk=None):
+    def __call__(self, x, via, cos, sin, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
-        x = x + run.at("attn_out", i, F.linear(merge_heads(z), *self.attn_out))  # x + attention: the residual
+        z = via.attend(i, *self.qkv(x, cos, sin), self.spec)
+        x = x + via.at("attn_out", i, F.linear(merge_heads(z), *self.attn_out))  # x + attention: the residual
         h = self.norm(x, self.mlp_norm)
-        return x + run.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
+        return x + via.at("mlp_out", i, by_rows(self.mlp, h, chunk))  # x + MLP: the residual
 
 
 class ModernBert:
@@ -207,21 +207,21 @@ class ModernBert:
         weight, bias = self.layers[layer].attn_out  # [D, H·d]
         return weight.t().reshape(self.layers[layer].n_heads, -1, weight.shape[0]), bias
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, run, logits=True, chunk=None,
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, via, logits=True, chunk=None,
                  resume=None):
-        # run: the pass (probes.scratch.hooks.Pass); resume=(i, x): start at layer i from its input x
+        # via: the pass (probes.scratch.hooks.Pass); resume=(i, x): start at layer i from its input x
         if resume is None:
-            first, x = 0, run.at("embed", None, self.embeddings(input_ids))
+            first, x = 0, via.at("embed", None, self.embeddings(input_ids))
         else:
             first, x = resume
         tables = self.tables(input_ids.shape[1], input_ids.device)
         for i, layer in enumerate(self.layers[first:], start=first):
-            x = run.at("resid_pre", i, x)
-            x = run.at("resid_post", i, layer(x, run, *tables[layer.kind], chunk))
-        x = run.at("final", None, F.layer_norm(x, (self.width,), *self.ln_final, self.eps))  # the last hidden state
+            x = via.at("resid_pre", i, x)
+            x = via.at("resid_post", i, layer(x, via, *tables[layer.kind], chunk))
+        x = via.at("final", None, F.layer_norm(x, (self.width,), *self.ln_final, self.eps))  # the last hidden state
         if self.head is None or not logits:
             return None
-        return run.at("logits", None, self.head(x))
+        return via.at("logits", None, self.head(x))
 
     # -- QK attribution and composition ---------------------------------------------------------------------------
 

@@ -89,15 +89,15 @@ class Layer:
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(self.act(F.linear(h, *self.fc_in)), *self.fc_out)
 
-    def __call__(self, x, run, cos, sin, chunk=None):
+    def __call__(self, x, via, cos, sin, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
-        a = run.at("attn_out", i, F.linear(merge_heads(z), *self.o_proj))
+        z = via.attend(i, *self.qkv(x, cos, sin), self.spec)
+        a = via.at("attn_out", i, F.linear(merge_heads(z), *self.o_proj))
         if self.parallel:  # both read x; the layer adds both writes (in Hugging Face's order: mlp + attn + x)
-            m = run.at("mlp_out", i, by_rows(self.mlp, layer_norm(x, self.ln_mlp, self.eps), chunk))
+            m = via.at("mlp_out", i, by_rows(self.mlp, layer_norm(x, self.ln_mlp, self.eps), chunk))
             return m + a + x
         x = a + x  # sequential: x + attention, then x + MLP
-        return run.at("mlp_out", i, by_rows(self.mlp, layer_norm(x, self.ln_mlp, self.eps), chunk)) + x
+        return via.at("mlp_out", i, by_rows(self.mlp, layer_norm(x, self.ln_mlp, self.eps), chunk)) + x
 
 
 class GPTNeoX(llama.Llama):

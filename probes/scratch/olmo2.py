@@ -48,7 +48,7 @@ class Layer(llama.Layer):
     def __init__(self, w: Weights, i: int, config, window):
         p = f"layers.{i}."
         self.n_heads, self.n_kv_heads = config.num_attention_heads, llama.kv_heads(config)
-        self.load(w, p)
+        self.read_weights(w, p)
         self.q_norm, self.k_norm = w[p + "self_attn.q_norm.weight"], w[p + "self_attn.k_norm.weight"]  # [H·d]
         self.post_attn = w[p + "post_attention_layernorm.weight"]
         self.post_mlp = w[p + "post_feedforward_layernorm.weight"]
@@ -67,11 +67,11 @@ class Layer(llama.Layer):
         q, k, v = self.project(x)  # no norm before the attention
         return llama.rotate(q, cos, sin), llama.rotate(k, cos, sin), v
 
-    def __call__(self, x, run, cos, sin, chunk=None):
+    def __call__(self, x, via, cos, sin, chunk=None):
         i = self.index
-        z = run.attend(i, *self.qkv(x, cos, sin), self.spec)
-        x = x + run.at("attn_out", i, rms_norm(F.linear(merge_heads(z), *self.o_proj), self.post_attn, self.eps))
-        return x + run.at("mlp_out", i, rms_norm(by_rows(self.mlp, x, chunk), self.post_mlp, self.eps))
+        z = via.attend(i, *self.qkv(x, cos, sin), self.spec)
+        x = x + via.at("attn_out", i, rms_norm(F.linear(merge_heads(z), *self.o_proj), self.post_attn, self.eps))
+        return x + via.at("mlp_out", i, rms_norm(by_rows(self.mlp, x, chunk), self.post_mlp, self.eps))
 
 
 class Olmo2(llama.Llama):

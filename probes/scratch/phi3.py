@@ -33,7 +33,7 @@ ROPE_TYPES = ("default",)  # Phi-3's config accepts default and longrope only
 
 
 class Layer(llama.Layer):
-    def load(self, w: Weights, p: str) -> None:
+    def read_weights(self, w: Weights, p: str) -> None:
         linear = lambda key: (w[p + key + ".weight"], w.get(p + key + ".bias"))  # noqa: E731
         self.qkv_proj, self.o_proj = linear("self_attn.qkv_proj"), linear("self_attn.o_proj")
         self.gate_up_proj, self.down_proj = linear("mlp.gate_up_proj"), linear("mlp.down_proj")

@@ -54,8 +54,8 @@ def added_parts(net, layer: int, inputs: list[torch.Tensor], z: list[torch.Tenso
 
 class PreNormDecoder:
     """A pre-norm decoder (a :class:`~probes.scratch.family.DecoderNetwork`): a subclass sets ``layers`` (each
-    ``layer(x, run, *at, chunk)`` returning its output, calling ``run.attend(i, q, k, v, spec)`` for its attention and
-    ``run.at("attn_out", i, …)``, ``run.at("mlp_out", i, …)`` on what it adds to x, and ``layer.qkv(x, *at)``),
+    ``layer(x, via, *at, chunk)`` returning its output, calling ``via.attend(i, q, k, v, spec)`` for its attention and
+    ``via.at("attn_out", i, …)``, ``via.at("mlp_out", i, …)`` on what it adds to x, and ``layer.qkv(x, *at)``),
     ``lm_head`` (``[V, D]`` or None) and defines :meth:`embeddings`, :meth:`normed`, ``head_out``, ``final_norm``
     and, where its layers need something about positions besides x, :meth:`at` (and :meth:`for_layer` where that
     differs by layer)."""
@@ -111,21 +111,21 @@ class PreNormDecoder:
         return self.lm_head  # [V, D]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor | None = None, *, run: Pass, logits: bool = True,
+                 token_type_ids: torch.Tensor | None = None, *, via: Pass, logits: bool = True,
                  chunk: int | None = None, start: int = 0, resume: tuple[int, torch.Tensor] | None = None):
-        # run: the pass (probes.scratch.hooks.Pass), whose points each step goes through: run.at(point, layer, x)
+        # via: the pass (probes.scratch.hooks.Pass), whose points each step goes through: via.at(point, layer, x)
         # start > 0 when decoding after a KV cache; padding is on the right
         at = self.at(start, input_ids.shape[1], input_ids.device)
         # resume=(i, x): start at layer i from its input x (edited copies share the layers before an edit)
         if resume is None:
-            first, x = 0, run.at("embed", None, self.embeddings(input_ids, token_type_ids, start))
+            first, x = 0, via.at("embed", None, self.embeddings(input_ids, token_type_ids, start))
         else:
             first, x = resume
         for i, layer in enumerate(self.layers[first:], start=first):
-            x = run.at("resid_pre", i, x)
+            x = via.at("resid_pre", i, x)
             # the last one: the residual before the final norm
-            x = run.at("resid_post", i, layer(x, run, *self.for_layer(at, i), chunk))
-        x = run.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
+            x = via.at("resid_post", i, layer(x, via, *self.for_layer(at, i), chunk))
+        x = via.at("final", None, self.normed(x))  # as in Hugging Face, the last hidden state is after the final norm
         if not logits or self.lm_head is None:
             return None
-        return run.at("logits", None, net_logits(self, x))  # a score per token (soft-capped: Gemma 2)
+        return via.at("logits", None, net_logits(self, x))  # a score per token (soft-capped: Gemma 2)

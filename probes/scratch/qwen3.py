@@ -30,8 +30,8 @@ from .weights import Weights
 
 
 class Layer(llama.Layer):
-    def load(self, w: Weights, p: str) -> None:
-        super().load(w, p)
+    def read_weights(self, w: Weights, p: str) -> None:
+        super().read_weights(w, p)
         self.q_norm = w[p + "self_attn.q_norm.weight"]  # [d]: one gain, shared by every head
         self.k_norm = w[p + "self_attn.k_norm.weight"]
 

@@ -40,8 +40,9 @@ def test_mean_ablation_writes_the_reference_mean(copy_model64):
     model = copy_model64  # float64: the means of a padded batch and of one text at a time differ by rounding only
     reference = ["the head", "he the he the"]
     means = ablation.head_means(model, reference)
-    got = scratch.run(model, model.encode(reference[0]), keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]  # [H, L, d]
-    got2 = scratch.run(model, model.encode(reference[1]), keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]
+    got = scratch.run_with_hooks(model, model.encode(reference[0]),
+                                 keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]  # [H, L, d]
+    got2 = scratch.run_with_hooks(model, model.encode(reference[1]), keep=["blocks.0.attn.z"])["blocks.0.attn.z"][0]
     z = torch.cat([got, got2], dim=1)
     by_hand = z.mean(1)
     assert means.dtype == torch.float64
@@ -57,9 +58,9 @@ def test_batched_equals_one_pass_per_head(minilm64, monkeypatch):
     minilm = minilm64  # float64: batches of other sizes sum in another order, which only float64 rounding sees
     batched = ablation.ablate_each(minilm, SHE, position=8)
     naive = ablation.ablate_each(minilm, SHE, position=8, batched=False)
-    passes, run = [], ablation.run
-    monkeypatch.setattr(ablation, "run", lambda model, copies, *a, **k: passes.append(
-        copies.input_ids.shape[0]) or run(model, copies, *a, **k))
+    passes, run_with_hooks = [], ablation.run_with_hooks
+    monkeypatch.setattr(ablation, "run_with_hooks", lambda model, copies, *a, **k: passes.append(
+        copies.input_ids.shape[0]) or run_with_hooks(model, copies, *a, **k))
     small = ablation.ablate_each(minilm, SHE, position=8, batch=5)
     cols = ["hidden_change", "token_change", "embedding_change"]
     assert (batched[cols] - naive[cols]).abs().to_numpy().max() <= F64
@@ -139,9 +140,9 @@ def test_equals_ablating_inside_hugging_face_in_roberta_and_distilbert(fixture, 
 def test_clean_edited_pass_equals_the_trace(gpt2_model):
     enc = gpt2_model.encode("Researchers probe every head")
     trace = runner.forward(gpt2_model, enc, "scratch")
-    got = scratch.run(gpt2_model, enc, keep=["blocks.1.resid_pre"])
+    got = scratch.run_with_hooks(gpt2_model, enc, keep=["blocks.1.resid_pre"])
     assert torch.equal(got.final, trace.hidden_states[-1]) and torch.equal(got.logits, trace.logits)
-    resumed = scratch.run(gpt2_model, enc, resume=(1, got["blocks.1.resid_pre"]))
+    resumed = scratch.run_with_hooks(gpt2_model, enc, resume=(1, got["blocks.1.resid_pre"]))
     assert torch.equal(resumed.logits, trace.logits)  # starting at layer 1 from its input: the same numbers
 
 

@@ -10,7 +10,7 @@ from probes.effects.compose import (centres, composition_scores, convention_said
                                     parse_kinds, parse_receiver, random_baseline)
 from probes.errors import BadOption
 from probes.models import load
-from probes.scratch import build, head_writer, run
+from probes.scratch import build, head_writer, run_with_hooks
 from tests.checkpoints import make_induction, make_llama
 from tests.numeric import F64
 
@@ -65,7 +65,7 @@ def test_qk_norm_folds_its_gain_and_leaves_out_its_scale(tmp_path):
     model = load(str(make_llama(tmp_path / "qwen3", family="qwen3", num_hidden_layers=2))).cast(torch.float64)
     net = build(model)
     enc = model.encode("the cat sat on the mat")
-    got = run(model, enc, logits=False, keep=["resid_pre"])
+    got = run_with_hooks(model, enc, logits=False, keep=["resid_pre"])
     for layer, x in enumerate(got.each("resid_pre")):
         q, k, _ = net.qkv(layer, x)
         w_q, w_k, _ = net.head_weights(layer)
@@ -87,7 +87,7 @@ def test_olmo2_qk_norm_folds_its_gain_across_heads(tmp_path):
     ÷ the rms of the whole projection: QK-norm's H·d gains are in head_weights, its scale is not."""
     model = load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=2))).cast(torch.float64)
     net = build(model)
-    got = run(model, model.encode("the cat sat on the mat"), logits=False, keep=["resid_pre"])
+    got = run_with_hooks(model, model.encode("the cat sat on the mat"), logits=False, keep=["resid_pre"])
     for layer, x in enumerate(got.each("resid_pre")):
         q, k, _ = net.qkv(layer, x)
         w_q, w_k, _ = net.head_weights(layer)

@@ -29,7 +29,8 @@ def test_planted_head_ranks_first_by_gradient_and_by_ablation(copy_model):
 
 def _loss(model, text, gates):
     enc = model.encode(text)
-    got = scratch.run(model, enc, {"attn.z": lambda z, name: z * gates[scratch.layer_of(name)][None, :, None, None]})
+    got = scratch.run_with_hooks(model, enc,
+                                 {"attn.z": lambda z, name: z * gates[scratch.layer_of(name)][None, :, None, None]})
     return float(token_losses(got.logits, enc.input_ids[0], enc.input_ids.shape[1]).mean())
 
 

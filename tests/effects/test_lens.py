@@ -11,7 +11,7 @@ from probes.effects.attribution import logit_attribution
 from probes.effects.lens import Lens, logit_lens, stage
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
-from probes.scratch import run
+from probes.scratch import run_with_hooks
 
 TEXT = "Researchers probe every layer of the model"
 
@@ -55,7 +55,7 @@ def test_the_last_row_is_the_models_logits_in_fp32(smollm2):
     # time: at most a reordering of the D = 576 products of one logit (measured: 0, bit for bit, on this machine)
     text = "Xiaoming gave the apple to Xiaohong because she was"
     lens = logit_lens(smollm2, text, heads=False)
-    own = run(smollm2, smollm2.encode(text)).logits[0].double()
+    own = run_with_hooks(smollm2, smollm2.encode(text)).logits[0].double()
     pos, ids, logits, _ = last_row(lens)
     scale = float(own.abs().max())  # ~29
     assert (logits - own[pos, ids]).abs().max() <= fp32(576, scale)

@@ -15,7 +15,7 @@ from probes.effects.measures import compare, lm_stats
 from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
-from probes.scratch import build, point, run
+from probes.scratch import build, point, run_with_hooks
 from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama, make_neox
 
 CLEAN = "The cat sat on the mat, and the dog watched it."
@@ -119,9 +119,9 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape
     got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 4)], keep_patterns=True)
-    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    base = run_with_hooks(model, enc, keep=["resid_pre", "attn.z"])
     inputs, base_z = base.each("resid_pre"), base.each("attn.z")
-    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    z_c = run_with_hooks(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
     w_o = net.head_out(1)[0]
     x = inputs[2] + (z_c[1][0, 4] - base_z[1][0, 4]) @ w_o[4]
     q, _, _ = net.qkv(2, inputs[2])
@@ -138,8 +138,9 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
         k[:, 0] = net.qkv(2, x)[1][:, 0]
         return k
 
-    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 3)},
-               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    hand = run_with_hooks(model, enc,
+                          {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 3)},
+                          keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     seen = hand["blocks.2.attn.z"]
     assert (seen[0, 1:] - base_z[2][0, 1:]).abs().max() <= F64
     assert (seen[0, 0] - base_z[2][0, 0]).abs().max() > 1e-3
@@ -268,9 +269,9 @@ def test_identity_qkv_hooks_leave_the_pass_bit_for_bit(gpt2_3):
     # same pass, bit for bit
     enc = gpt2_3.encode(CLEAN)
     calls = []
-    plain = run(gpt2_3, enc)
+    plain = run_with_hooks(gpt2_3, enc)
     same = lambda x, name: calls.append(name) or x  # noqa: E731
-    hooked = run(gpt2_3, enc, {"attn.q": same, "attn.k": same, "attn.v": same})
+    hooked = run_with_hooks(gpt2_3, enc, {"attn.q": same, "attn.k": same, "attn.v": same})
     assert calls == [point(layer, f"attn.{x}") for layer in range(3) for x in "qkv"]
     assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.final, hooked.final)
 
@@ -320,9 +321,9 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 3)], keep_patterns=True)
-    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    base = run_with_hooks(model, enc, keep=["resid_pre", "attn.z"])
     inputs, base_z = base.each("resid_pre"), base.each("attn.z")
-    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    z_c = run_with_hooks(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
     hf_layer = model.hf.model.layers[1]
     w_o = hf_layer.self_attn.o_proj.weight.detach().T.reshape(model.n_heads, -1, model.config.hidden_size)
     whole = torch.einsum("hld,hdD->lD", base_z[1][0], w_o)  # the clean attention output, before the post-norm
@@ -344,8 +345,9 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
         k[:, 0] = net.qkv(2, x)[1][:, 0]
         return k
 
-    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 2)},
-               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    hand = run_with_hooks(model, enc,
+                          {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 2)},
+                          keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     ids = enc.input_ids[0]
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
@@ -451,9 +453,9 @@ def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape
     got = path_patch(model, CLEAN, CORRUPT, (2, 1), "k", senders=[(1, 3)], keep_patterns=True)
-    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    base = run_with_hooks(model, enc, keep=["resid_pre", "attn.z"])
     inputs, base_z = base.each("resid_pre"), base.each("attn.z")
-    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    z_c = run_with_hooks(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
     x = inputs[2] + (z_c[1][0, 3] - base_z[1][0, 3]) @ net.head_out(1)[0][3]
     q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
@@ -468,7 +470,7 @@ def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
         k[:, 1] = net.qkv(2, x)[1][:, 1]
         return k
 
-    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k}, keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    hand = run_with_hooks(model, enc, {"blocks.2.attn.k": by_hand_k}, keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     seen = hand["blocks.2.attn.z"]
     assert (seen[0, [0, 2, 3]] - base_z[2][0, [0, 2, 3]]).abs().max() <= F64
     assert (seen[0, 1] - base_z[2][0, 1]).abs().max() > 1e-3
@@ -488,9 +490,9 @@ def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     got = path_patch(model, CLEAN, CORRUPT, (2, 1), "k", senders=[(1, 3)], keep_patterns=True)
-    base = run(model, enc, keep=["resid_pre", "attn.z"])
+    base = run_with_hooks(model, enc, keep=["resid_pre", "attn.z"])
     inputs, base_z = base.each("resid_pre"), base.each("attn.z")
-    z_c = run(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
+    z_c = run_with_hooks(model, enc_c, keep=["attn.z"], logits=False).each("attn.z")
     hf_layer = model.hf.model.layers[1]
     w_o = hf_layer.self_attn.o_proj.weight.detach().T.reshape(model.n_heads, -1, model.config.hidden_size)
     whole = torch.einsum("hld,hdD->lD", base_z[1][0], w_o) + hf_layer.self_attn.o_proj.bias.detach()
@@ -511,8 +513,9 @@ def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
         k[:, 1] = repeat_kv(net.qkv(2, x)[1], group)[:, 1]
         return k
 
-    hand = run(model, enc, {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, group)},
-               keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
+    hand = run_with_hooks(model, enc,
+                          {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, group)},
+                          keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     ids = enc.input_ids[0]
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))

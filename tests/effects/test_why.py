@@ -17,7 +17,7 @@ from probes.effects.why import BIAS_QK, band_group, qk_attribution
 from probes.errors import BadOption, EmptyInput, OutOfRange, UnsupportedModel
 from probes.explain import why as words
 from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, modernbert, run
+from probes.scratch import SplitNetwork, build, modernbert, run_with_hooks
 from probes.scratch.llama import inverse_frequencies
 from tests.checkpoints import (
     gemma_norm_in_input_dtype,
@@ -108,7 +108,7 @@ def test_the_summed_parts_are_hugging_faces_own_q_and_k(tiny):
     # float64: the residual parts sum to the layer's input, and their q and k parts to Hugging Face's q and k
     model = tiny.cast(torch.float64)
     net, enc = build(model), model.encode(TEXT)
-    got = run(model, enc, logits=False, keep=["resid_pre", "attn.z"])
+    got = run_with_hooks(model, enc, logits=False, keep=["resid_pre", "attn.z"])
     inputs, zs = got.each("resid_pre"), got.each("attn.z")
     with gemma_norm_in_input_dtype():  # Gemma's HF RMSNorm computes in fp32 whatever the dtype: in float64 here
         reference = hf_forward(model, enc)

@@ -71,8 +71,7 @@ def banded_losses(net, ids, keep):
     def attend(i, q, k, v, spec, via):
         return attention(q, k, v, allowed[None, None], spec.scale)[0]
 
-    Pass(net, attend, then={"final": lambda x, name: final.append(x)}).run(ids, torch.ones_like(ids), None,
-                                                                            logits=False)
+    Pass(net, attend, then={"final": lambda x, name: final.append(x)})(ids, torch.ones_like(ids), None, logits=False)
     return next_token_losses(net, ids, final[-1])
 
 

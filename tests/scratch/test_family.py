@@ -116,20 +116,20 @@ def test_the_members_return_what_the_protocol_says(built):
     batch, length = enc.input_ids.shape
     n = len(net.layers)
 
-    def attend(layer, q, k, v, spec, run):  # eager attention, as scratch.run runs it
+    def attend(layer, q, k, v, spec, via):  # eager attention, as scratch.run_with_hooks runs it
         allowed = additive_mask(allowed_keys(enc.attention_mask, spec.causal, window=spec.window), q.dtype)
-        return attention(q, k, v, allowed, spec.scale, run.edit_of("attn.scores", layer),
-                         run.edit_of("attn.pattern", layer))[0]
+        return attention(q, k, v, allowed, spec.scale, via.edit_of("attn.scores", layer),
+                         via.edit_of("attn.pattern", layer))[0]
 
     def reached(into):  # a read hook on every point: the names in the order the network reaches them
         return {name: lambda x, full: into.append((full, x)) for name in ("embed", *LAYER_POINTS, "final", "logits")}
 
     with torch.inference_mode():
         seen, resumed = [], []
-        logits, _ = Pass(net, attend, reached(seen)).run(enc.input_ids, enc.attention_mask, enc.token_type_ids)
+        logits, _ = Pass(net, attend, reached(seen))(enc.input_ids, enc.attention_mask, enc.token_type_ids)
         recorded = [x for name, x in seen if name.endswith("resid_pre") or name == "final"]
-        Pass(net, attend, reached(resumed)).run(enc.input_ids, enc.attention_mask, enc.token_type_ids, logits=False,
-                                                resume=(1, recorded[1]))
+        Pass(net, attend, reached(resumed))(enc.input_ids, enc.attention_mask, enc.token_type_ids, logits=False,
+                                            resume=(1, recorded[1]))
     every = [point(i, name) for i in range(n) for name in LAYER_POINTS]
     assert [name for name, _ in seen] == ["embed", *every, "final", *(["logits"] if logits is not None else [])]
     assert [name for name, _ in resumed] == [*every[len(LAYER_POINTS):], "final"]

@@ -49,9 +49,9 @@ def test_a_pass_stopped_before_a_layer_keeps_what_came_before_it_bit_for_bit(min
     for model in (minilm, gpt2_model):
         enc = model.encode("Researchers probe every layer and every head.")
         keep = ["resid_pre", "attn.z"]
-        whole = scratch.run(model, enc, keep=keep)
+        whole = scratch.run_with_hooks(model, enc, keep=keep)
         for upto in range(model.n_layers):
-            cut = scratch.run(model, enc, keep=keep, stop_after=scratch.point(upto, "resid_pre"))
+            cut = scratch.run_with_hooks(model, enc, keep=keep, stop_after=scratch.point(upto, "resid_pre"))
             inputs, z = cut.each("resid_pre"), cut.each("attn.z")
             assert len(inputs) == upto + 1 and len(z) == upto and cut.logits is None and cut.final is None
             assert cut.stopped == f"blocks.{upto}.resid_pre"

@@ -50,7 +50,8 @@ def test_soft_capping_bounds_the_scores(tmp_path):
     point sees them capped, although the uncapped ones reach far past 1."""
     model = load("gemma2", tmp_path, attn_logit_softcapping=1.0)
     seen = []
-    scratch.run(model, model.encode(ENGLISH), {"blocks.0.attn.scores": lambda s, name: seen.append(s.clone())})
+    scratch.run_with_hooks(model, model.encode(ENGLISH),
+                           {"blocks.0.attn.scores": lambda s, name: seen.append(s.clone())})
     s = seen[0]
     allowed = s > torch.finfo(s.dtype).min / 2
     assert s[allowed].abs().max() <= 1.0

@@ -36,10 +36,10 @@ def model(request):
 
 def test_a_read_hook_at_every_point_changes_nothing_bit_for_bit(model):
     enc = model.encode(TEXT)
-    plain = scratch.run(model, enc, keep=["resid_pre"])
+    plain = scratch.run_with_hooks(model, enc, keep=["resid_pre"])
     seen: dict = {}
     read = reader(seen)
-    hooked = scratch.run(model, enc, {name: read for name in EVERY}, keep=["resid_pre"])
+    hooked = scratch.run_with_hooks(model, enc, {name: read for name in EVERY}, keep=["resid_pre"])
     assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.final, hooked.final)
     assert all(torch.equal(a, b) for a, b in zip(plain.each("resid_pre"), hooked.each("resid_pre")))
     n = model.n_layers
@@ -67,24 +67,24 @@ def test_zeroing_a_heads_z_is_zero_ablation(gpt2_model):
         z[:, 2] = 0.0
         return z
 
-    by_hook = scratch.run(gpt2_model, enc, {point(1, "attn.z"): zero}, keep=["attn.z"])
-    by_ablation = scratch.run(gpt2_model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
+    by_hook = scratch.run_with_hooks(gpt2_model, enc, {point(1, "attn.z"): zero}, keep=["attn.z"])
+    by_ablation = scratch.run_with_hooks(gpt2_model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
     assert torch.equal(by_hook.logits, by_ablation.logits) and torch.equal(by_hook.final, by_ablation.final)
     assert not by_hook["blocks.1.attn.z"][:, 2].any()  # keep sees what the pass went on with: after the edit
-    clean = scratch.run(gpt2_model, enc)
+    clean = scratch.run_with_hooks(gpt2_model, enc)
     assert not torch.equal(by_hook.logits, clean.logits)
 
 
 def test_stop_after_returns_what_came_before_and_no_logits(model):
     enc = model.encode(TEXT)
-    whole = scratch.run(model, enc, keep=["resid_pre", "attn.z"])
-    cut = scratch.run(model, enc, keep=["resid_pre", "attn.z"], stop_after="blocks.1.attn.z")
+    whole = scratch.run_with_hooks(model, enc, keep=["resid_pre", "attn.z"])
+    cut = scratch.run_with_hooks(model, enc, keep=["resid_pre", "attn.z"], stop_after="blocks.1.attn.z")
     assert cut.logits is None and cut.final is None and cut.stopped == "blocks.1.attn.z"
     assert len(cut.each("resid_pre")) == 2 and len(cut.each("attn.z")) == 2
     assert all(torch.equal(a, b) for a, b in zip(cut.each("attn.z"), whole.each("attn.z")))
     assert torch.equal(cut["blocks.1.resid_pre"], whole["blocks.1.resid_pre"])
     for name in ("embed", "blocks.0.attn.scores", "blocks.0.attn.result", "blocks.1.mlp_out", "final"):  # any point
-        stopped = scratch.run(model, enc, keep=["resid_pre"], stop_after=name)
+        stopped = scratch.run_with_hooks(model, enc, keep=["resid_pre"], stop_after=name)
         assert stopped.stopped == name and stopped.logits is None
         ran = {"embed": 0, "blocks.0": 1, "blocks.1": 2}.get(name[:8].rstrip("."), model.n_layers)  # final: every layer
         assert len(stopped.each("resid_pre")) == ran
@@ -94,14 +94,14 @@ def test_an_unknown_point_is_refused_naming_the_valid_ones(gpt2_model):
     enc = gpt2_model.encode(TEXT)
     for bad in ("blocks.0.attn.zz", "resid", "blocks.9.attn.z", "blocks.x.mlp_out"):
         with pytest.raises(BadOption, match="blocks.L.attn.pattern") as caught:
-            scratch.run(gpt2_model, enc, {bad: lambda x, name: None})
+            scratch.run_with_hooks(gpt2_model, enc, {bad: lambda x, name: None})
         assert all(name in str(caught.value) for name in POINTS)
         with pytest.raises(BadOption, match="unknown hook point"):
-            scratch.run(gpt2_model, enc, keep=[bad])
+            scratch.run_with_hooks(gpt2_model, enc, keep=[bad])
         with pytest.raises(BadOption, match="unknown hook point"):
-            scratch.run(gpt2_model, enc, stop_after=bad)
+            scratch.run_with_hooks(gpt2_model, enc, stop_after=bad)
     with pytest.raises(BadOption, match="layers 0–1"):
-        scratch.run(gpt2_model, enc, {"blocks.2.attn.z": lambda x, name: None})
+        scratch.run_with_hooks(gpt2_model, enc, {"blocks.2.attn.z": lambda x, name: None})
     with pytest.raises(BadOption, match="unknown point 'z' of a layer"):
         point(0, "z")
 
@@ -109,11 +109,11 @@ def test_an_unknown_point_is_refused_naming_the_valid_ones(gpt2_model):
 def test_an_edit_of_the_mlps_output_needs_no_family_code(model):
     # a kind of edit no caller made before: each family reaches mlp_out, and goes on with what the hook hands back
     enc = model.encode(TEXT)
-    clean = scratch.run(model, enc, keep=["attn_out", "resid_pre", "resid_post"])
-    same = scratch.run(model, enc, {point(0, "mlp_out"): lambda x, name: x.clone()})
+    clean = scratch.run_with_hooks(model, enc, keep=["attn_out", "resid_pre", "resid_post"])
+    same = scratch.run_with_hooks(model, enc, {point(0, "mlp_out"): lambda x, name: x.clone()})
     assert torch.equal(same.final, clean.final)  # the tensor handed back is the one the pass goes on with
-    zeroed = scratch.run(model, enc, {point(0, "mlp_out"): lambda x, name: torch.zeros_like(x)},
-                         keep=["attn_out", "resid_pre", "resid_post"])
+    zeroed = scratch.run_with_hooks(model, enc, {point(0, "mlp_out"): lambda x, name: torch.zeros_like(x)},
+                                    keep=["attn_out", "resid_pre", "resid_post"])
     assert torch.equal(zeroed["blocks.0.attn_out"], clean["blocks.0.attn_out"])  # before the edit: untouched
     assert not torch.equal(zeroed["blocks.0.resid_post"], clean["blocks.0.resid_post"])  # after it: changed
     assert not torch.equal(zeroed.final, clean.final)
@@ -131,8 +131,8 @@ def test_an_edit_of_the_scores_moves_the_pattern(model):
         return s
 
     seen = {}
-    scratch.run(model, enc, {"blocks.0.attn.scores": hide_key_1,
-                             "blocks.0.attn.pattern": reader(seen)})
+    scratch.run_with_hooks(model, enc, {"blocks.0.attn.scores": hide_key_1,
+                                        "blocks.0.attn.pattern": reader(seen)})
     assert not seen["blocks.0.attn.pattern"][..., 1].any()
     trace = scratch.forward(model, enc, hooks={"blocks.0.attn.scores": hide_key_1})  # the Trace shows the edit
     assert not trace.attn[0][..., 1].any() and torch.equal(trace.attn[0], seen["blocks.0.attn.pattern"])
@@ -146,8 +146,8 @@ def test_each_heads_write_sums_to_the_attention_output_and_can_be_edited(gpt2_mo
     model = gpt2_model.cast(torch.float64)
     enc = model.encode(TEXT)
     seen = {}
-    got = scratch.run(model, enc, {"blocks.1.attn.result": reader(seen)},
-                      keep=["blocks.1.attn_out"])
+    got = scratch.run_with_hooks(model, enc, {"blocks.1.attn.result": reader(seen)},
+                                 keep=["blocks.1.attn_out"])
     bias = scratch.build(model).head_out(1)[1]
     out = got["blocks.1.attn_out"]
     assert (seen["blocks.1.attn.result"].sum(2) + bias - out).abs().max() <= F64 * float(out.abs().max())
@@ -157,15 +157,16 @@ def test_each_heads_write_sums_to_the_attention_output_and_can_be_edited(gpt2_mo
         r[:, :, 2] = 0.0
         return r
 
-    by_result = scratch.run(model, enc, {"blocks.1.attn.result": drop_head_2})
-    by_z = scratch.run(model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
+    by_result = scratch.run_with_hooks(model, enc, {"blocks.1.attn.result": drop_head_2})
+    by_z = scratch.run_with_hooks(model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
     assert (by_result.logits - by_z.logits).abs().max() <= F64 * float(by_z.logits.abs().max())
 
 
 def test_a_hook_on_every_layer_is_told_which_point_it_is(gpt2_model):
     enc = gpt2_model.encode(TEXT)
     names = []
-    scratch.run(gpt2_model, enc, {"attn.z": [lambda z, name: names.append(name), lambda z, name: names.append("then")]})
+    scratch.run_with_hooks(gpt2_model, enc,
+                           {"attn.z": [lambda z, name: names.append(name), lambda z, name: names.append("then")]})
     assert names == ["blocks.0.attn.z", "then", "blocks.1.attn.z", "then"]  # several hooks: in order, at each point
     assert [scratch.layer_of(name) for name in names[::2]] == [0, 1]
 

@@ -114,7 +114,7 @@ def test_composition_maps_are_the_projections_with_the_norms_gain(tmp_path, norm
     model = load("modernbert", tmp_path, norm_bias=norm_bias, masked_lm=True).cast(torch.float64)
     net = scratch.build(model)
     enc = model.encode(ENGLISH)
-    inputs = scratch.run(model, enc, keep=["resid_pre"]).each("resid_pre")
+    inputs = scratch.run_with_hooks(model, enc, keep=["resid_pre"]).each("resid_pre")
     embedded = net.embed[enc.input_ids]
     for layer, lay in enumerate(net.layers):
         x = embedded if layer == 0 else inputs[layer]  # what the norm the attention reads through normalises

@@ -59,7 +59,8 @@ def test_a_heads_write_goes_through_the_post_norm_frozen_at_the_pass(olmo2_dir):
     direct logit attribution (and its row in the lens) is that write through the final norm frozen at the pass."""
     model = probes.load(str(olmo2_dir)).cast(torch.float64)  # 3 layers, q/k/v/o biases
     enc = model.encode(ENGLISH)
-    got = scratch.run(model, enc, keep=["attn.z", "blocks.1.attn.result", "blocks.1.attn_out", "blocks.2.resid_post"])
+    got = scratch.run_with_hooks(model, enc,
+                                 keep=["attn.z", "blocks.1.attn.result", "blocks.1.attn_out", "blocks.2.resid_post"])
     hf_layer, n_heads, width = model.hf.model.layers[1], model.n_heads, model.config.hidden_size
     w_o = hf_layer.self_attn.o_proj.weight.detach().T.reshape(n_heads, -1, width)
     bias = hf_layer.self_attn.o_proj.bias.detach()
