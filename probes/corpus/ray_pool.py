@@ -46,7 +46,7 @@ class Attempts:
 
 
 class ChunkWorker:
-    """A Ray actor: loads the model once, then runs job after job on it (:meth:`run`), telling ``attempts`` (an
+    """A Ray actor: loads the model once, then runs job after job on it (:meth:`work`), telling ``attempts`` (an
     :class:`Attempts` actor), if given, each chunk it starts. A model it cannot load is said by :meth:`ready` as the
     error itself (an error in an actor's constructor would reach the driver as an actor that died)."""
 
@@ -87,7 +87,7 @@ class ChunkWorker:
         except ray.exceptions.RayError:  # the counter is lost (its node with it): nothing is claimed
             return 0
 
-    def run(self, job, call: int) -> dict:
+    def work(self, job, call: int) -> dict:
         """One job (of the executor's call ``call``) on the model: its result, with what the driver's ``stats`` and
         notes are made of."""
         import resource
@@ -197,7 +197,7 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
     that ran again because its worker (or the worker's node) was lost."""
     pool = _Pool(cpus_per_worker, gpus_per_worker, allow_local_paths)
 
-    def run(model, jobs) -> Iterator[tuple[int, object]]:
+    def execute(model, jobs) -> Iterator[tuple[int, object]]:
         if not jobs:
             return
         import ray
@@ -210,7 +210,7 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
 
         def send(actor) -> None:
             if waiting:
-                held[actor.run.remote(waiting.popleft(), call)] = actor
+                held[actor.work.remote(waiting.popleft(), call)] = actor
 
         for _ in range(IN_HAND):
             for actor in actors:
@@ -246,6 +246,6 @@ def executor(workers: int, cpus_per_worker: int = 1, gpus_per_worker: float = 0,
                 except Exception:  # noqa: BLE001 - finished meanwhile, or Ray is gone
                     pass
 
-    run.close = pool.close  # type: ignore[attr-defined]
-    weakref.finalize(run, pool.close)  # an executor dropped without close(): its workers stop with it
-    return run
+    execute.close = pool.close  # type: ignore[attr-defined]
+    weakref.finalize(execute, pool.close)  # an executor dropped without close(): its workers stop with it
+    return execute

@@ -147,7 +147,7 @@ PROBES = (Probe(
     about="previous-token, duplicate-token and induction scores on random repeated tokens",
     order=50,
     default_data=None,
-    load=lambda data, limit: list(range(limit or 20)),  # one random repeated sequence per item; no data set
+    read_items=lambda data, limit: list(range(limit or 20)),  # one random repeated sequence per item; no data set
     # a chunk of items is one batch of sequences, drawn with the chunk's first item as the seed
     encodings=lambda model, items: [repeated_tokens(model, n_sequences=len(items), seed=items[0])] if items else [],
     score=lambda items, traces: induction_scores(traces),

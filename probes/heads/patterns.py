@@ -32,7 +32,7 @@ import torch
 from ..precision import upcast, working_dtype
 from .combine import mean
 from .engine import COLUMNS, token_attention
-from .registry import Probe, loader
+from .registry import Probe, from_data
 
 CLASSES = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 THRESHOLD = 0.6
@@ -111,7 +111,7 @@ PROBES = (Probe(
     about="Kovaleva et al.'s pattern classes (vertical, diagonal, block, heterogeneous)",
     order=60,
     default_data="ewt-dev",
-    load=loader(),
+    read_items=from_data(),
     score=lambda items, traces: pattern_classes(traces),
     combine=mean(extra=mark_majority),
     judged=lambda label: None,  # pattern classes describe a head's shape; there is no head-free baseline to beat

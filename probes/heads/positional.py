@@ -38,7 +38,7 @@ import torch
 from ..precision import upcast
 from .combine import KEYS, mean
 from .engine import COLUMNS, peek_causal, token_attention
-from .registry import Probe, loader
+from .registry import Probe, from_data
 
 POSITIONAL_SHARE = 0.9  # Voita et al.: most attended token at one offset in >= 90% of positions
 PROFILE = tuple(range(-5, 6))
@@ -183,7 +183,7 @@ PROBES = (Probe(
     about="previous / next / self / first-token / separator attention, per head (EWT sentences)",
     order=10,
     default_data="ewt-dev",
-    load=loader(),
+    read_items=from_data(),
     score=lambda items, traces: positional_scores(traces),
     combine=mean(extra=merge_histograms),
     shares=SHARES,

@@ -2,7 +2,7 @@
 
 A record says everything the CLI (``python -m probes profile``), the checkpointed runner
 (:mod:`probes.heads.profile`) and the app's Heads page need to know about a probe: its name, one line
-about it for people, its default data, how it loads and checks that data, how its items become model
+about it for people, its default data, how it reads and checks that data, how its items become model
 inputs (texts by default; a probe may build its own :class:`~probes.models.Encoding` instead), how it
 scores the Traces of those items, how chunk results combine exactly, and which data sets
 ``profile --probe all --data DATA`` runs it on.
@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from ..seam import ModelLike
 
 
-def loader(check: Callable[[str, list], None] | None = None,
-           unusable: Callable[[object], str | None] | None = None) -> Callable[[str | None, int | None], Items]:
-    """A ``load`` for probes that read a data set: read it, let ``check(data, items)`` refuse data that
+def from_data(check: Callable[[str, list], None] | None = None,
+              unusable: Callable[[object], str | None] | None = None) -> Callable[[str | None, int | None], Items]:
+    """A ``read_items`` for probes that read a data set: read it, let ``check(data, items)`` refuse data that
     does not suit the probe at all (with ``BadData``), set aside the items ``unusable(item)`` gives a
     reason for (with the reader's own bad items, in ``bad``), keep the first ``limit`` usable items."""
-    def load(data: str | None, limit: int | None) -> Items:
+    def read(data: str | None, limit: int | None) -> Items:
         if data is None:  # (a probe that reads a data set has a default one)
             raise BadData("this probe reads a data set: give one with --data")
         items = read_items(data)
@@ -54,7 +54,7 @@ def loader(check: Callable[[str, list], None] | None = None,
             else:
                 usable.append(item)
         return Items(usable[:limit] if limit else usable, bad, getattr(items, "notes", []))
-    return load
+    return read
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Probe:
     about: str  # one line for people (the Heads page)
     order: int  # where it stands among the probes (CLI, "all", the app's menu)
     default_data: str | None  # built-in data name, or None when the probe makes its own inputs
-    load: Callable[[str | None, int | None], list]  # (data, limit) -> items; BadData when data does not suit
+    read_items: Callable[[str | None, int | None], list]  # (data, limit) -> items; BadData when data does not suit
     score: Callable[[list, Iterable], pd.DataFrame]  # (items, their Traces in the same order) -> tidy DataFrame;
     # the runner hands the items in any order (shortest text first), so a score must not depend on it
     reads: Callable[[str], bool] = sentence_data  # does `profile --probe all --data DATA` run it on DATA?
@@ -86,7 +86,7 @@ class Probe:
 
     def items(self, data: str | None, limit: int | None) -> list:
         """The probe's items: ``data`` (its default data when None), the first ``limit`` of them."""
-        return self.load(data or self.default_data, limit)
+        return self.read_items(data or self.default_data, limit)
 
 
 @cache

@@ -25,7 +25,7 @@ from ..datasets.coreference import CorefItem
 from ..errors import BadData
 from .combine import SAME, mean, pair_baseline
 from .engine import Pair, Sentence, peek_causal, score_pairs, sentence_attention
-from .registry import Probe, loader
+from .registry import Probe, from_data
 
 CONTENT = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 RELATIONS = ("synonym", "hypernym", "hyponym", "meronym", "holonym", "same-lexname")
@@ -191,7 +191,7 @@ PROBES = (
         about="attention from a pronoun to its antecedent (WinoBias)",
         order=30,
         default_data="winobias",
-        load=loader(_coreference_items),
+        read_items=from_data(_coreference_items),
         score=coreference_scores,
         reads=coreference_data,
         combine=mean(finish=pair_baseline(coreference_pairs, "nearest_candidate")),
@@ -202,7 +202,7 @@ PROBES = (
         about="attention between WordNet-related words against distance-matched controls (EWT)",
         order=40,
         default_data="ewt-dev",
-        load=loader(_tagged, _untagged),
+        read_items=from_data(_tagged, _untagged),
         score=lexical_pairs,
         combine=mean(finish=lambda frame, items: controls_as_baseline(frame)),
         judged=lambda label: None if label == "unrelated" else "accuracy",  # the controls pooled: no baseline

@@ -28,7 +28,7 @@ from .engine import (
     score_pairs,
     sentence_attention,
 )
-from .registry import Probe, loader
+from .registry import Probe, from_data
 
 
 def relations(rel: str | None) -> list[str]:
@@ -87,7 +87,7 @@ PROBES = (Probe(
     about="attention from a word to its dependency head and back, per relation (UD English-EWT)",
     order=20,
     default_data="ewt-dev",
-    load=loader(_parsed),
+    read_items=from_data(_parsed),
     score=syntactic_scores,
     combine=mean(finish=pair_baseline(sentence_pairs, "offset")),
     heldout_baseline=heldout_offsets,

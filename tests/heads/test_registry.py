@@ -22,7 +22,7 @@ def test_every_record_is_complete_and_in_order():
     for name, probe in found.items():
         assert isinstance(probe, Probe) and probe.name == name
         assert probe.about and "\n" not in probe.about
-        for part in (probe.load, probe.score, probe.combine, probe.reads, probe.texts):
+        for part in (probe.read_items, probe.score, probe.combine, probe.reads, probe.texts):
             assert callable(part), (name, part)
         assert probe.default_data is None or probe.default_data in catalog.BUILTIN
         # the file that holds the record holds the probe's code
@@ -93,7 +93,7 @@ def test_a_new_probe_is_one_file_with_its_record(tmp_path, monkeypatch):
 import pandas as pd
 
 from probes.heads.engine import token_attention
-from probes.heads.registry import Probe, loader
+from probes.heads.registry import Probe, from_data
 
 
 def lengths(items, traces):
@@ -103,7 +103,7 @@ def lengths(items, traces):
 
 
 PROBES = (Probe(name="length", about="how long the inputs are", order=35, default_data="ewt-dev",
-                load=loader(), score=lengths),)
+                read_items=from_data(), score=lengths),)
 ''')
     monkeypatch.setattr(heads, "__path__", [*heads.__path__, str(tmp_path)])
     probes.cache_clear()
@@ -131,7 +131,7 @@ def test_a_new_probe_runs_through_profile(minilm, tmp_path, monkeypatch):
         return pd.DataFrame([dict(probe="count", label="items", layer=0, head=0, score=1.0, baseline=0.5,
                                   n=len(items), mean_attention=float("nan"))])
 
-    record = Probe(name="count", about="counts", order=99, default_data="ewt-dev", load=registry.loader(),
+    record = Probe(name="count", about="counts", order=99, default_data="ewt-dev", read_items=registry.from_data(),
                    score=score)
     monkeypatch.setattr(prof, "get", lambda name: record)
     frame = prof.profile(minilm, ["count"], None, 9, tmp_path / "c.csv", batch_size=4, checkpoint_every=5)
