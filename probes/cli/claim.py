@@ -45,7 +45,7 @@ def _print(ev, model: str) -> None:
               "not evidence)")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ..errors import BadOption, EmptyInput
     from ..evidence.claims import question_evidence
     from ..evidence.questions import read_questions
@@ -126,4 +126,4 @@ def add_parser(sub) -> None:
     p.add_argument("--strict", action="store_true", help="stop (exit 2, listing them) on any bad line of --data")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     loading_options(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)

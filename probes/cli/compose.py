@@ -10,7 +10,7 @@ from typing import Any
 from .common import MODEL_HELP, draws, load_model, loading_options, positive, seed
 
 
-def run_compose(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ..effects.compose import (
         ABOUT,
         composition_scores,
@@ -25,7 +25,7 @@ def run_compose(args: argparse.Namespace) -> int:
     kinds = parse_kinds(args.kind)  # bad options fail before the model loads
     model = load_model(args)
     layer, head = parse_receiver(args.receiver, model.n_layers, model.n_heads)
-    # these are readers (@probes.seam.reader) typed Model | Network: a served model (--ray) is right too, its
+    # these are readers (@probes.seam.reader) typed LocalModel | Network: a served model (--ray) is right too, its
     # server runs them on its own LocalModel
     frame = composition_floors(composition_scores(model,
                                                   kinds, receivers=[(layer, head)], draws=args.draws,
@@ -99,4 +99,4 @@ def add_parser(sub) -> None:
                         "(post-norm: TransformerLens folds nothing there)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
-    p.set_defaults(func=run_compose)
+    p.set_defaults(func=main)

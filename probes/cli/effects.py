@@ -21,7 +21,7 @@ from .common import (
 )
 
 
-def run_ablate(args: argparse.Namespace) -> int:
+def main_ablate(args: argparse.Namespace) -> int:
     from ..effects.ablation import ablate
     from ..effects.attribution import target_id
     from ..effects.measures import ABOUT
@@ -63,7 +63,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_importance(args: argparse.Namespace) -> int:
+def main_importance(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tqdm import tqdm
@@ -120,7 +120,7 @@ def add_parser(sub) -> None:
     p.add_argument("--versus", type=text_arg, help="the second word of the logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
-    p.set_defaults(func=run_ablate)
+    p.set_defaults(func=main_ablate)
 
     p = sub.add_parser("importance", help="head importance over a dataset (Michel et al.), with each head's exact "
                        "ablation effect", description="Gate every head's output and average |∂L/∂gate| over the "
@@ -141,4 +141,4 @@ def add_parser(sub) -> None:
     p.add_argument("--strict", action="store_true", help="stop on any bad item of the data")
     p.add_argument("--threads", type=threads)
     loading_options(p)
-    p.set_defaults(func=run_importance)
+    p.set_defaults(func=main_importance)

@@ -10,7 +10,7 @@ from ..generation import GENERATE_BACKENDS
 from .common import index, load_model, loading_options, positive, seed, temperature, text_arg, top_k, top_p
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
@@ -86,4 +86,4 @@ def add_parser(sub) -> None:
                    "else eager runs and a note says so)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)

@@ -94,7 +94,7 @@ def _worst(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["loss_change"], r["layer"], r["kv_head"]))
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ..errors import BadOption
     from ..kv.policies import parse_list
     from ..kv.stream import check_decoder, head_effects, stream
@@ -189,4 +189,4 @@ def add_parser(sub) -> None:
                    "--json lists every head)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)

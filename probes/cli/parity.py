@@ -10,7 +10,7 @@ from ..scratch import BACKENDS
 from .common import MODEL_HELP, load_model, served_option, text_arg
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from .. import parity
 
     model = load_model(args)
@@ -50,4 +50,4 @@ def add_parser(sub) -> None:
                    help="where to run both passes: cpu, cuda, or auto (CUDA when there is one; default)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     served_option(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)

@@ -23,7 +23,7 @@ from .common import (
 nulls = Count(2, 64, "each null corruption is one more path-patching run of the senders checked")
 
 
-def run_patch(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ..effects.attribution import target_id
     from ..effects.path_patching import ABOUT, parse_head, path_patch
     from ..errors import BadOption, EmptyInput
@@ -124,4 +124,4 @@ def add_parser(sub) -> None:
     p.add_argument("--null-seed", type=seed, default=0, help="the null corruptions' random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object (every sender, ranked)")
     loading_options(p)
-    p.set_defaults(func=run_patch)
+    p.set_defaults(func=main)

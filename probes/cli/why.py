@@ -43,7 +43,7 @@ def records(frame) -> list[dict]:
             for row in frame.to_dict("records")]
 
 
-def run_why(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..effects.why import qk_attribution
@@ -146,4 +146,4 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace --csv and --bands-csv if they exist")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
-    p.set_defaults(func=run_why)
+    p.set_defaults(func=main)
