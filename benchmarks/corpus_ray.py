@@ -1,9 +1,9 @@
 """Corpus profiles on one process and on a local Ray, side by side in one run.
 
 1. ``python -m probes profile --corpus`` end to end, as a user runs it (a fresh process each: imports, model
-   load, and for ``--ray`` starting a local Ray and its workers), on minilm over the first 2,000 UD
+   load, and for ``--local-ray`` starting a local Ray and its workers), on minilm over the first 2,000 UD
    English-EWT dev sentences (one text a line, window 128): one process (torch threads as ``profile``
-   chooses them), ``--ray --workers 1 --cpus-per-worker 2`` and ``--ray --workers 2``. Goals: Ray's
+   chooses them), ``--local-ray --workers 1 --cpus-per-worker 2`` and ``--local-ray --workers 2``. Goals: Ray's
    overhead at 1 worker ≤ 15 %, 2 workers ≥ 1.6× the single process. Each Ray run's own line says what its
    workers did (start-up, busy seconds, peak memory), so the fixed cost and the throughput are seen apart.
 2. Windows per second for minilm and smollm2 at window 128 and 512 (texts of about 600 tokens: consecutive
@@ -241,8 +241,8 @@ def main() -> None:
 
     base = [sys.executable, "-m", "probes", "profile", "--corpus", str(tmp / "ewt.txt"), "--model", "minilm",
             "--window", "128", "--checkpoint-every", str(args.chunk), "--force"]
-    runs = {"one process": [], "Ray, 1 worker × 2 CPUs": ["--ray", "--workers", "1", "--cpus-per-worker", "2"],
-            "Ray, 2 workers × 1 CPU": ["--ray", "--workers", "2"]}
+    runs = {"one process": [], "Ray, 1 worker × 2 CPUs": ["--local-ray", "--workers", "1", "--cpus-per-worker", "2"],
+            "Ray, 2 workers × 1 CPU": ["--local-ray", "--workers", "2"]}
     said, tables = {}, {}
 
     def cli(name: str, extra: list[str]):

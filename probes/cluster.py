@@ -27,8 +27,10 @@ CONNECT_TIMEOUT_S = 3.0  # a head's GCS port answers at once; more is a firewall
 # the first call ray.init makes of a GCS (its cluster's id): only a GCS answers it; any other gRPC server (a raylet's
 # port, an agent's) says UNIMPLEMENTED, and ray.init would retry that for 20 s, a line of Ray's C++ warnings a second
 GCS_CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
-_OR_NOT = "give --ray alone to start a local Ray for this run, or leave --ray out to run on this process"
-_WHAT_TO_DO = f"give the address of a running Ray head (HOST:6379, which `ray start --head` prints), {_OR_NOT}"
+# what a refusal offers besides a working address: a command that has more to offer says so (``instead=``: profile's
+# --local-ray, serve's Ray of its own)
+LEAVE_OUT = "or leave --ray out to run on this process"
+_HEAD = "give the address of a running Ray head (HOST:6379, which `ray start --head` prints)"
 _FORM = "give the Ray head's address as HOST:PORT (its GCS port, 6379 unless changed), or auto on a node of the cluster"
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a DNS name or an IPv4 address, in ASCII
 
@@ -118,11 +120,12 @@ def _gcs_answer(authority: str) -> str:
     return "gcs"
 
 
-def check_address(address: str) -> str:
+def check_address(address: str, instead: str = LEAVE_OUT) -> str:
     """The GCS address (``host:port``) that ``address`` (``auto`` or ``host:port``; ``ray://`` is refused)
     names, once its form is right (:func:`parse_address`) and it has answered, within :data:`CONNECT_TIMEOUT_S`, a
     TCP connect and the first call ray.init makes of a GCS (:func:`_gcs_answer`, where TLS is not on);
-    :class:`~probes.errors.RayUnavailable` (what was tried, what to do) otherwise. Ray itself would wait on an address
+    :class:`~probes.errors.RayUnavailable` (what was tried, what to do: a working address, or ``instead``)
+    otherwise. Ray itself would wait on an address
     that does not answer until killed, and retry one that is another gRPC server for 20 s, printing its C++
     warnings."""
     import socket
@@ -140,7 +143,7 @@ def check_address(address: str) -> str:
                 gcs = noted.read_text().strip().splitlines()[0]
             except (OSError, IndexError):
                 raise RayUnavailable("--ray auto: no running Ray cluster was found on this machine; start one with "
-                                     f"`ray start --head`, {_OR_NOT}") from None
+                                     f"`ray start --head`, {instead}") from None
             source = f"--ray auto (the Ray found on this machine, at {gcs})"  # ray start's note
     if gcs.startswith("ray://"):
         # Ray Data's pipelines do not run through Ray Client (Ray 2.60: "'Worker' object has no attribute
@@ -163,11 +166,11 @@ def check_address(address: str) -> str:
                                  "~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN to it)")
         if answer in ("unavailable", "other"):
             raise RayUnavailable(f"{source}: {authority} accepts connections but is not a Ray head's GCS port: "
-                                 f"{_WHAT_TO_DO}")
+                                 f"{_HEAD}, {instead}")
     except (OSError, UnicodeError) as e:  # UnicodeError: a name the resolver will not encode (checked above)
         why = (f"no answer within {CONNECT_TIMEOUT_S:g} s" if isinstance(e, TimeoutError)
                else (getattr(e, "strerror", None) or str(e) or type(e).__name__).lower())
-        raise RayUnavailable(f"{source}: nothing answers at {authority} ({why}): {_WHAT_TO_DO}") from None
+        raise RayUnavailable(f"{source}: nothing answers at {authority} ({why}): {_HEAD}, {instead}") from None
     return gcs
 
 
@@ -210,9 +213,10 @@ def _stderr_held():
             sys.stderr.flush()
 
 
-def start(address: str | None, cpus: int | None = None) -> bool:
-    """Connect to the Ray cluster at ``address``, or start a local one (``cpus`` of this machine's CPUs);
-    True when this call started it (and so should shut it down)."""
+def start(address: str | None, cpus: int | None = None, instead: str = LEAVE_OUT) -> bool:
+    """Connect to the Ray cluster at ``address`` (``auto``: the one this machine joined), or with None start a local
+    one (``cpus`` of this machine's CPUs); True when this call started it (and so should shut it down). ``instead``:
+    what a refusal offers besides a working address (:func:`check_address`)."""
     import sys
 
     if address:
@@ -222,7 +226,7 @@ def start(address: str | None, cpus: int | None = None) -> bool:
     joined = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     # an address that cannot work is refused before Ray's imports (seconds), and before ray.init, which waits on
     # an address that does not answer
-    gcs = check_address(address) if address and not joined else None
+    gcs = check_address(address, instead) if address and not joined else None
     import ray
 
     if ray.is_initialized():
@@ -242,7 +246,8 @@ def start(address: str | None, cpus: int | None = None) -> bool:
                 ray.init(address=gcs, **options)
         except (ConnectionError, TimeoutError, RuntimeError) as e:  # a GCS that would not take this driver
             raise RayUnavailable(f"--ray {shown(address)}: could not join the Ray cluster at {gcs} "
-                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): {_WHAT_TO_DO}") from None
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): {_HEAD}, "
+                                 f"{instead}") from None
     else:  # "local": a new Ray for this run, even where RAY_ADDRESS names a cluster
         # its workers at the driver's priority: Ray starts them at niceness 15, a CFS weight of 36 against 1,024,
         # so beside any other busy process on the machine (a browser, a build, another run) the run's workers get
@@ -259,10 +264,11 @@ def start(address: str | None, cpus: int | None = None) -> bool:
     return True
 
 
-def join(address: str) -> str:
+def join(address: str, instead: str = LEAVE_OUT) -> str:
     """Join the Ray cluster at ``address`` (``auto``: the one this process is connected to already, else the one
-    RAY_ADDRESS or ``ray start`` names); the address joined. A quick, one-line failure when none answers."""
-    start(address)  # nothing, where this process has joined one already
+    RAY_ADDRESS or ``ray start`` names); the address joined. A quick, one-line failure when none answers (offering
+    ``instead`` besides a working address)."""
+    start(address, instead=instead)  # nothing, where this process has joined one already
     return joined()
 
 

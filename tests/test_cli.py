@@ -201,7 +201,7 @@ def test_a_corpus_profiles_end_to_end_on_a_local_ray_as_on_one_process(gpt2_dir,
         torch.set_num_threads(threads)  # the command chose its own: the rest of the session keeps the suite's
     capsys.readouterr()
     assert main(["profile", "--corpus", str(corpus), "--model", models, "--out", str(tmp_path / "ray.csv"),
-                 "--window", "16", "--checkpoint-every", "3", "--ray", "--workers", "2"]) == 0  # starts a local Ray
+                 "--window", "16", "--checkpoint-every", "3", "--local-ray", "--workers", "2"]) == 0  # a Ray of its own
     on_ray = capsys.readouterr()
     assert "running on a local Ray: 2 worker(s), 1 CPU(s) each" in on_ray.err
     assert "c.jsonl line 4: not JSON" in on_ray.err and "4/4" in on_ray.err  # 10 texts in chunks of 3

@@ -611,15 +611,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def profile_on_ray(tmp_path, address: str, **env) -> str:
-    """``profile --corpus ... --ray ADDRESS`` in its own process, where no Ray was started (RAY_TMPDIR: its own);
+def profile_on_ray(tmp_path, address: str | None, **env) -> str:
+    """``profile --corpus ... --ray ADDRESS`` (None: ``--ray`` alone) in its own process, where no Ray was started
+    (RAY_TMPDIR: its own);
     it must stop with exit 2 and one line, not a traceback; that line. Before issue 30 some of these waited
     until killed: the timeout stops them (a guard against a hang, generous: a busy machine starts Python slowly)."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("the cat sat on the mat\n")
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path)} | env
     out = subprocess.run([sys.executable, "-m", "probes", "profile", "--corpus", str(corpus), "--model", "minilm",
-                          "--out", str(tmp_path / "h.csv"), "--ray", address],
+                          "--out", str(tmp_path / "h.csv"), "--ray", *([address] if address else [])],
                          capture_output=True, text=True, timeout=600, env=environ)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
@@ -640,8 +641,8 @@ def test_a_ray_address_where_nothing_listens_is_refused(tmp_path):
     line = profile_on_ray(tmp_path, f"127.0.0.1:{port}")
     assert line.startswith(f"error: --ray 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (connection "
                            "refused): give the address of a running Ray head (HOST:6379"), line
-    assert line.endswith("give --ray alone to start a local Ray for this run, or leave --ray out to run on this "
-                         "process"), line
+    assert line.endswith("give --local-ray to start a Ray of this machine for this run, or leave --ray out to run on "
+                         "this process"), line
 
 
 def test_a_ray_address_that_accepts_but_stays_silent_is_refused(tmp_path):
@@ -692,14 +693,46 @@ def test_ray_auto_without_a_cluster_says_how_to_start_one(tmp_path):
         pytest.skip("a Ray cluster runs on this machine, which --ray auto would join")
     line = profile_on_ray(tmp_path, "auto")
     assert line == ("error: --ray auto: no running Ray cluster was found on this machine; start one with "
-                    "`ray start --head`, give --ray alone to start a local Ray for this run, or leave --ray out to "
-                    "run on this process")
+                    "`ray start --head`, give --local-ray to start a Ray of this machine for this run, or leave --ray "
+                    "out to run on this process")
+    # --ray alone is --ray auto here too (it started a Ray of this machine before issue 60): the same refusal, which
+    # names the flag that does that now
+    assert profile_on_ray(tmp_path, None) == line
     port = free_port()
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")  # left by a Ray since stopped
     line = profile_on_ray(tmp_path, "auto")
     assert line.startswith(f"error: --ray auto (the Ray found on this machine, at 127.0.0.1:{port}): "
                            f"nothing answers at 127.0.0.1:{port} (connection refused)"), line
+
+
+def _ray_options() -> dict[str, argparse.Action]:
+    """Each subcommand's ``--ray`` option, by command."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: action for name, parser in sub.choices.items() for action in parser._actions
+            if "--ray" in action.option_strings}
+
+
+def test_ray_means_one_thing_on_every_command():
+    """Issue 60: ``--ray ADDRESS`` is that Ray cluster, and ``--ray`` alone the cluster this machine has joined (auto),
+    on every command that takes it; before, ``profile --ray`` alone started a Ray of this machine, and ``serve --ray``
+    wanted an address."""
+    options = _ray_options()
+    assert {"parity", "profile", "serve", "kv", "ablate", "why"} <= set(options), sorted(options)
+    for command, action in options.items():
+        assert (action.nargs, action.const, action.default) == ("?", "auto", None), command
+        assert action.help and "--ray alone (the same as --ray auto)" in action.help, command
+
+
+def test_a_ray_of_this_machine_has_its_own_flag(capsys, tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n")
+    base = ["profile", "--corpus", str(corpus), "--model", "minilm", "--out", str(tmp_path / "h.csv")]
+    assert refused(capsys, [*base, "--ray", "local"]) == (
+        "error: --ray local: --ray takes a Ray head's address, or nothing for the cluster this machine has joined; to "
+        "start a Ray of this machine for this run, give --local-ray")
+    assert "not allowed with argument --ray" in refused(capsys, [*base, "--ray", "--local-ray"])
+    assert not (tmp_path / "h.csv").exists()
 
 
 # -- Ray addresses: a port that is another gRPC server, hosts that are not host names (issue 40) ----------------------

@@ -1,7 +1,8 @@
 """The attention workbench's command line: parity, profile, generate, kv, ablate, importance, why, compose and patch.
 
 One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``effects.py``), each with its
-``add_parser(sub)``; what they share is in ``common.py``.
+``add_parser(sub)``, which sets the command's entry: ``main(args)``, the exit code (a module of two commands names
+each: ``effects.main_ablate``, ``effects.main_importance``); what they share is in ``common.py``.
 
 ``python -m probes parity --model MODEL --text TEXT [--pair TEXT_B] [--dtype float64] [--json]``: exit 0 every
 figure within tolerance, 1 a mismatch, 2 bad input or an unsupported model (one line on stderr).
@@ -9,8 +10,8 @@ figure within tolerance, 1 a mismatch, 2 bad input or an unsupported model (one 
 ``python -m probes profile --model MODEL --probe PROBE|all --data DATA --limit N --out FILE``: score
 every layer × head; exit 2 on bad input or a bad data file (one line naming the file and line).
 
-``python -m probes profile --corpus FILE --model M1,M2 --out FILE [--ray [ADDRESS] --workers N]``: label-free
-statistics of every head over a corpus, and each head's top examples, on this process or on Ray.
+``python -m probes profile --corpus FILE --model M1,M2 --out FILE [--ray [ADDRESS] | --local-ray] [--workers N]``:
+label-free statistics of every head over a corpus, and each head's top examples, on this process or on Ray.
 
 ``python -m probes generate --model MODEL --prompt TEXT --max-new-tokens N [--json]``: write text with the
 from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
@@ -38,7 +39,7 @@ bad receiver.
 [--json]``: path patching, each sender's output on the corrupted text into only the receiver's q, k or v; senders
 ranked by the change in loss (or the receiver's pattern shift, for an encoder); exit 2 on bad input.
 
-``python -m probes serve --model M [--ray ADDRESS] [--gpus-per-replica N] [--detach | --stop]``: hold a model on a
+``python -m probes serve --model M [--ray [ADDRESS]] [--gpus-per-replica N] [--detach | --stop]``: hold a model on a
 Ray cluster for the app (PROBES_RAY_ADDRESS) and the library (``probes.load(M, ray=ADDRESS)``); exit 2 on bad input.
 """
 

@@ -49,12 +49,22 @@ def loading_options(parser: argparse.ArgumentParser, served: bool = True) -> Non
         served_option(parser)
 
 
+RAY_ADDRESS_HELP = ("HOST:6379 (a Ray head), or --ray alone (the same as --ray auto) for the cluster this machine "
+                    "has joined (RAY_ADDRESS, ray start)")
+
+
+def ray_option(parser, what: str, dest: str = "ray") -> None:
+    """``--ray [ADDRESS]``, one meaning on every command: the Ray cluster at ADDRESS, or alone (``auto``) the cluster
+    this machine has joined. ``what``: what the command does there (its help, before :data:`RAY_ADDRESS_HELP`). A
+    command that can also start a Ray of its own has another flag for it (``profile --local-ray``)."""
+    parser.add_argument("--ray", dest=dest, nargs="?", const="auto", default=None, metavar="ADDRESS",
+                        help=f"{what}: {RAY_ADDRESS_HELP}")
+
+
 def served_option(parser: argparse.ArgumentParser) -> None:
     """``--ray [ADDRESS]``: use the model a server on that Ray cluster holds (``python -m probes serve``)."""
-    parser.add_argument("--ray", dest="served_on", nargs="?", const="auto", default=None, metavar="ADDRESS",
-                        help="use the model that a server on this Ray cluster holds (start one with python -m probes "
-                        "serve --model NAME --ray ADDRESS): HOST:6379, or --ray alone for the cluster this machine "
-                        "has joined (RAY_ADDRESS, ray start); the work runs there, with the same numbers as here")
+    ray_option(parser, "use the model that a server on this Ray cluster holds (start one with python -m probes serve "
+               "--model NAME --ray ADDRESS); the work runs there, with the same numbers as here", dest="served_on")
 
 
 def _shown(text: str) -> str:

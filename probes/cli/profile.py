@@ -17,19 +17,20 @@ from .common import (
     positive,
     print_top,
     quiet_transformers,
+    ray_option,
     seed,
     threads,
     workers,
 )
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..errors import BadOption
 
     if args.corpus:
-        return run_corpus(args)
+        return main_corpus(args)
     if args.probe is None:
         raise BadOption("say what to score: --probe PROBE|all (built-in or --data), or --corpus FILE")
     for flag, given in (("--examples", args.examples), ("--field", args.field)):
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     notify = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
     executor, started, threads = None, False, None
     pool_stats: dict = {}
-    if args.ray:
+    if on_ray_asked(args):
         quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
         executor, started = on_ray(args, pool_stats, notify)
     else:
@@ -73,23 +74,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
-    """``--ray``: Ray joined (or started here) and an executor on a pool of its workers, which fills
-    ``pool_stats`` and tells ``notify`` of chunks that ran again; and whether this run started Ray (and so
-    shuts it down)."""
+# what a refusal of --ray offers here besides a working address (probes.cluster.check_address)
+INSTEAD = "give --local-ray to start a Ray of this machine for this run, or leave --ray out to run on this process"
+
+
+def on_ray_asked(args: argparse.Namespace) -> bool:
+    """Whether the chunks run on Ray: ``--ray [ADDRESS]`` (a cluster) or ``--local-ray`` (a Ray of this machine).
+    ``--ray local`` (no address: what a bare ``--ray`` meant here before it meant the joined cluster, as on every
+    other command) is refused, naming the flag that says it."""
     from ..errors import BadOption
 
+    if args.ray == "local":
+        raise BadOption("--ray local: --ray takes a Ray head's address, or nothing for the cluster this machine has "
+                        "joined; to start a Ray of this machine for this run, give --local-ray")
+    return bool(args.ray or args.local_ray)
+
+
+def on_ray(args: argparse.Namespace, pool_stats: dict, notify) -> tuple:
+    """``--ray [ADDRESS]`` (that cluster joined) or ``--local-ray`` (a Ray started here): an executor on a pool of
+    its workers, which fills ``pool_stats`` and tells ``notify`` of chunks that ran again; and whether this run
+    started Ray (and so shuts it down)."""
+    from ..errors import BadOption
+
+    flag = "--local-ray" if args.local_ray else "--ray"
     try:
         from .. import cluster
         from ..corpus import ray_pool
     except ImportError:
-        raise BadOption("--ray needs Ray: pip install -c constraints.txt -e '.[ray]' (docs/quickstart.md)") from None
-    started = cluster.start(None if args.ray == "local" else args.ray)
+        raise BadOption(f"{flag} needs Ray: pip install -c constraints.txt -e '.[ray]' (docs/quickstart.md)") from None
+    started = cluster.start(None if args.local_ray else args.ray, instead=INSTEAD)
     cpus = int(cluster.resources().get("CPU", 1))
     workers = args.workers or max(1, cpus // args.cpus_per_worker)
     executor = ray_pool.executor(workers, args.cpus_per_worker, args.gpus_per_worker,
                                  allow_local_paths=not args.hub_only, stats=pool_stats, notify=notify)
-    where = f"Ray at {args.ray}" if args.ray != "local" else "a local Ray"
+    where = "a local Ray" if args.local_ray else f"Ray at {args.ray}"
     print(f"running on {where}: {workers} worker(s), {args.cpus_per_worker} CPU(s)"
           + (f" and {args.gpus_per_worker} GPU(s)" if args.gpus_per_worker else "") + " each", file=sys.stderr)
     return executor, started
@@ -107,7 +125,7 @@ def off_ray(executor, started: bool) -> None:
         cluster.shutdown()
 
 
-def run_corpus(args: argparse.Namespace) -> int:
+def main_corpus(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tqdm import tqdm
@@ -134,11 +152,12 @@ def run_corpus(args: argparse.Namespace) -> int:
     if given is None:  # (check_out refuses an --out with no name, the one way to get here without --examples)
         raise BadOption(f"--out {args.out}: give a file name")
     examples = Path(given)
-    if is_uri(args.corpus) and not args.ray:
-        raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray (alone, a local Ray on "
-                        "this machine), or give a local path")
-    # with --ray the chunks carry their texts (read here, or by Ray Data from a URI): no worker opens the corpus
-    if args.ray:
+    ray = on_ray_asked(args)
+    if is_uri(args.corpus) and not ray:
+        raise BadOption(f"--corpus {args.corpus}: a URI corpus is read by Ray Data: add --ray [ADDRESS] (a Ray "
+                        "cluster) or --local-ray (a Ray of this machine), or give a local path")
+    # on Ray the chunks carry their texts (read here, or by Ray Data from a URI): no worker opens the corpus
+    if ray:
         from ..corpus.ray_data import DatasetCorpus
 
         dataset = DatasetCorpus(args.corpus, args.field or "text")
@@ -154,7 +173,7 @@ def run_corpus(args: argparse.Namespace) -> int:
     quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
     executor, started, threads = in_process, False, None
     pool_stats: dict = {}
-    if args.ray:
+    if ray:
         executor, started = on_ray(args, pool_stats, lambda message: print(f"note: {message}", file=sys.stderr))
     else:
         from ..threads import apply
@@ -204,7 +223,7 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=positive, default=64,
                    help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
-    loading_options(p, served=False)  # --ray here is the cluster the chunks run on
+    loading_options(p, served=False)  # --ray here is the cluster the chunks run on (below)
     p.add_argument("--threads", type=threads, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
                    "other work leaves free; see probes/threads.py)")
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
@@ -222,11 +241,13 @@ def add_parser(sub) -> None:
                    "longer text is cut into consecutive windows (default: 128)")
     c.add_argument("--top-k", type=positive, default=10, help="top examples kept per head (default: 10)")
     c.add_argument("--examples", help="where the top examples go (.parquet; default: OUT's name + .examples.parquet)")
-    c.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                   help="run the chunks (of --corpus or --probe) on Ray: alone, a local Ray on this machine; with an "
-                   "address (HEAD:6379, or auto on a node of the cluster), that cluster (ray:// is refused: Ray Data "
-                   "does not run through Ray Client)")
+    on = c.add_mutually_exclusive_group()
+    ray_option(on, "run the chunks (of --corpus or --probe) on this Ray cluster (ray:// is refused: Ray Data does not "
+               "run through Ray Client)")
+    on.add_argument("--local-ray", action="store_true",
+                    help="run the chunks (of --corpus or --probe) on a Ray started on this machine for this run (its "
+                    "CPUs; stopped at the end)")
     c.add_argument("--workers", type=workers, help="Ray workers (default: the cluster's CPUs / --cpus-per-worker)")
     c.add_argument("--cpus-per-worker", type=threads, default=1, help="CPUs (torch threads) per Ray worker")
     c.add_argument("--gpus-per-worker", type=gpus, default=0, help="GPUs per Ray worker (GPU clusters)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)

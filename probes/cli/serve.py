@@ -1,5 +1,7 @@
-"""``python -m probes serve --model NAME [--ray ADDRESS] [--gpus-per-replica N]``: hold a model on a Ray cluster
-for the app and the library (:mod:`probes.remote`), until Ctrl-C (or, ``--detach``, until ``--stop``)."""
+"""``python -m probes serve --model NAME [--ray [ADDRESS]] [--gpus-per-replica N]``: hold a model on a Ray cluster
+for the app and the library (:mod:`probes.remote`), until Ctrl-C (or, ``--detach``, until ``--stop``). ``--ray`` means
+what it means on every command (alone: the cluster this machine has joined); without it, the server runs on a Ray of
+this machine for as long as the command runs."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import time
 
 from ..errors import BadOption
 from ..models import OFFLINE_DEFAULT, check_name
-from .common import MODEL_HELP, gpus, quiet_transformers, threads
+from .common import MODEL_HELP, gpus, quiet_transformers, ray_option, threads
+
+# what a refusal of --ray offers here besides a working address (probes.cluster.check_address)
+INSTEAD = "or leave --ray out to serve from a Ray of this machine for as long as the command runs"
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from .. import cluster, remote
 
     name = check_name(args.model)
@@ -24,11 +29,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped the server of {name} on the Ray cluster at {gcs}")
         return 0
     if args.detach and not args.ray:
-        raise BadOption("--detach needs --ray ADDRESS: a server on this command's own Ray stops with the command")
+        raise BadOption("--detach needs --ray [ADDRESS] (a Ray cluster): a server on this command's own Ray stops with "
+                        "the command")
     quiet_transformers()
     started = False
     if args.ray:
-        gcs = cluster.join(args.ray)
+        gcs = cluster.join(args.ray, instead=INSTEAD)
     else:  # a Ray of this machine's CPUs for as long as this command runs
         started = cluster.start(None)
         gcs = cluster.joined()
@@ -73,10 +79,10 @@ def add_parser(sub) -> None:
                        "Q/K/V, parity, generation and ablations. Models it serves open in the app with "
                        "PROBES_RAY_ADDRESS, and in a script with probes.load(NAME, ray=ADDRESS).")
     p.add_argument("--model", default=OFFLINE_DEFAULT, help=MODEL_HELP)
-    p.add_argument("--ray", metavar="ADDRESS", help="the Ray head (HOST:6379, or auto on a node of the cluster); "
-                   "default: a Ray of this machine for as long as the command runs")
+    ray_option(p, "hold the model on this Ray cluster (default: a Ray of this machine for as long as the command "
+               "runs)")
     p.add_argument("--gpus-per-replica", type=gpus, default=0, help="GPUs the server holds (default 0: CPU)")
     p.add_argument("--cpus", type=threads, default=1, help="CPUs the server holds, and its torch threads (default 1)")
     p.add_argument("--detach", action="store_true", help="leave the server running and return (needs --ray)")
     p.add_argument("--stop", action="store_true", help="stop the server of --model on the cluster --ray names")
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)
