@@ -8,13 +8,15 @@ nothing else names it. Architectures no record covers still load, in the Hugging
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+from collections.abc import Iterable
 from functools import cache
 
 from . import scratch
-from .scratch.family import Capture, Family
+from .scratch.family import Capture, DecoderNetwork, Family, Network
 
-__all__ = ["Capture", "Family", "coverage", "families", "family_of", "markdown_table"]
+__all__ = ["Capture", "Family", "coverage", "decoders", "families", "family_of", "in_words", "markdown_table"]
 
 
 @cache
@@ -36,10 +38,28 @@ def family_of(config) -> Family | None:
     return next((f for f in families() if kind in f.model_types), None)
 
 
+def decoders() -> tuple[Family, ...]:
+    """The families whose from-scratch network writes text: a :class:`~probes.scratch.family.DecoderNetwork` (a
+    final norm, a language-model head, positions after a KV cache), what generation and the logit lens run on. Read
+    from each record's network class, which defines the methods ``DecoderNetwork`` adds to ``Network``
+    (``tests/scratch/test_family.py`` builds every family's network and checks that this agrees)."""
+    added = [name for name, value in vars(DecoderNetwork).items()
+             if inspect.isfunction(value) and not name.startswith("_") and name not in vars(Network)]
+    classes = {f.name: getattr(f.network, "func", f.network) for f in families()}  # a partial's class
+    return tuple(f for f in families() if all(callable(getattr(classes[f.name], name, None)) for name in added))
+
+
+def in_words(chosen: Iterable[Family] | None = None) -> str:
+    """The titles of ``chosen`` (None: every family), in the registry's order, as a sentence lists them:
+    "BERT, DistilBERT, … and RoBERTa". README, docs/index.md and docs/generation.md hold their lists to it
+    (``tests/test_docs.py``)."""
+    titles = [f.title for f in (families() if chosen is None else chosen)]
+    return ", ".join(titles[:-1]) + " and " + titles[-1] if len(titles) > 1 else "".join(titles)
+
+
 def coverage() -> str:
     """One line for people: which families the from-scratch path covers."""
-    titles = [f.title for f in families()]
-    return "the from-scratch path covers " + ", ".join(titles[:-1]) + " and " + titles[-1]
+    return "the from-scratch path covers " + in_words()
 
 
 def markdown_table() -> str:

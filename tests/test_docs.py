@@ -9,6 +9,8 @@ from pathlib import Path
 
 from markdown.extensions.toc import slugify
 
+from probes import families
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -62,3 +64,17 @@ def test_every_docs_page_is_in_the_site_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     missing = [p.name for p in DOCS.glob("*.md") if not re.search(rf":\s*{re.escape(p.name)}\s*$", nav, re.M)]
     assert not missing, f"pages the site's nav does not list: {missing}"
+
+
+def _first_paragraph(page: Path) -> str:
+    return " ".join(page.read_text().split("\n\n")[1].split())
+
+
+def test_the_lists_of_families_are_the_registry():
+    """Where the front pages and docs/generation.md list families, the list is the records' (each family's title once,
+    none the records lack): :func:`probes.families.in_words`. (docs/models.md's table: tests/test_families.py.)"""
+    every = f"({families.in_words()}:"
+    for page in (README, DOCS / "index.md"):
+        assert every in _first_paragraph(page), f"{page.name}'s first line: write the families as {every}"
+    decoders = f"({families.in_words(families.decoders())})"
+    assert decoders in " ".join((DOCS / "generation.md").read_text().split()), f"generation.md: {decoders}"

@@ -74,6 +74,19 @@ def test_coverage_sentence_names_every_family():
                                    "Llama, Mistral, ModernBERT, OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
 
 
+def test_the_families_in_words():
+    assert families.in_words() == ("BERT, DistilBERT, Gemma 2, Gemma 3, GPT-2, GPT-NeoX, Llama, Mistral, ModernBERT, "
+                                   "OLMo 2, Phi-3, Qwen2, Qwen3 and RoBERTa")
+    bert, gpt2 = (next(f for f in families.families() if f.name == name) for name in ("bert", "gpt2"))
+    assert (families.in_words([gpt2]), families.in_words([bert, gpt2]), families.in_words([])) == (
+        "GPT-2", "BERT and GPT-2", "")
+
+
+def test_the_decoders_are_the_families_that_write_text():
+    assert [f.name for f in families.decoders()] == ["gemma2", "gemma3", "gpt2", "gpt_neox", "llama", "mistral",
+                                                      "olmo2", "phi3", "qwen2", "qwen3"]
+
+
 def test_known_hub_models_come_from_the_records():
     assert "gpt2" in probes.KNOWN_HUB_MODELS and "HuggingFaceTB/SmolLM2-135M" in probes.KNOWN_HUB_MODELS
     assert set(probes.KNOWN_HUB_MODELS) == {m for f in families.families() for m in f.examples}

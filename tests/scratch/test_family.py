@@ -104,6 +104,7 @@ def test_the_network_keeps_its_protocols(built):
     family, _model, net = built
     expected = SPECS[family.name].protocols
     assert (RotaryNetwork in expected) == (family.positions == "rotary")
+    assert (DecoderNetwork in expected) == (family in families.decoders())  # the record's class says it too
     for protocol in (Network, *expected):
         assert contract_problems(net, protocol) == [], protocol.__name__
     for protocol in (Network, DecoderNetwork, RotaryNetwork):  # the runtime check agrees, both ways
