@@ -13,7 +13,7 @@ app: $(STAMP)
 
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
 # then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors; mypy on two
-# processes: 33 s to 22 s from a fresh clone, which has no cache), then the
+# processes: sooner from a fresh clone, which has no cache; docs/tests.md, "How long", has its time), then the
 # docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a temporary
 # folder, removed after), then the suite in two runs, each test once:
 # - every test but those that compare floating results with a tolerance, on this CPU's own kernels;

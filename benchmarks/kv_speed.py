@@ -17,9 +17,9 @@ time. Memory: the KV bytes each cache held at most against the full cache's (the
     PYTHONPATH=. .venv/bin/python benchmarks/kv_speed.py [--model smollm2] [--tokens 2048] [--budget 256] \\
         [--rounds 2] [--out DIR]
 
-Each contender takes 2–3 minutes at 2,048 tokens on two CPU cores (about 30 minutes for 2 rounds). Writes
-``DIR/kv_speed.txt`` (default DIR: a fresh temporary folder, printed; the committed table only with
-``--out benchmarks/results``).
+A long run: each contender takes minutes at 2,048 tokens on two CPU cores (the table's last line says the run's
+total: ``benchmarks/results/kv_speed.txt``). Writes ``DIR/kv_speed.txt`` (default DIR: a fresh temporary folder,
+printed; the committed table only with ``--out benchmarks/results``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ most against the full cache's; and the time (÷ full's). The paper's figures are
     PYTHONPATH=. .venv/bin/python benchmarks/kv_streaming.py [--model smollm2] [--tokens 2048] [--budget 256] \\
         [--policies full,window:256,...] [--out DIR]
 
-About 80 ms a token per policy on two CPU cores: nine policies × 2,048 tokens take about 25 minutes. Writes
-``DIR/kv_streaming.txt`` (default DIR: a fresh temporary folder, printed; the committed table is written only with
-``--out benchmarks/results``).
+A long run: every policy streams every token (the table's last line says the run's total:
+``benchmarks/results/kv_streaming.txt``). Writes ``DIR/kv_streaming.txt`` (default DIR: a fresh temporary folder,
+printed; the committed table is written only with ``--out benchmarks/results``).
 """
 
 from __future__ import annotations

@@ -41,12 +41,12 @@ def with_model(frame: pd.DataFrame, model: ModelLike) -> pd.DataFrame:
 MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
 # a table shown in the app is read whole on the server, which sends the browser only a summary (one label's grid, its
 # top rows, a bounded label menu); a table of more rows, or a label longer than this, is refused before anything is
-# drawn (a 1 MB label froze a browser tab for minutes)
+# drawn (a 1 MB label froze a browser tab: tests/dashboard/pages/heads/)
 MAX_ROWS = 2_000_000  # about 100 MB in memory once read: a 10⁶-row table (14,000 labels of a 72-head model) fits
 MAX_LABEL = 200  # characters: the longest built-in label is under 40
 # an upload is checked from its first line and a count of its lines before pandas reads it: pandas makes one column
-# per name of the header (a 12 MB header of 1.5 M names ran for minutes and took 3.6 GB), and a table of these
-# bounds within the app's 20 MB upload limit takes at most ~150 MB while read (benchmarks/upload_bombs.py)
+# per name of the header (a 12 MB header of 1.5 M names took the server minutes and gigabytes); what a table of these
+# bounds within the app's 20 MB upload limit costs to read: benchmarks/upload_bombs.py (docs/app.md, "Uploads")
 MAX_COLUMNS = 64  # columns of a table: profile writes up to ~25 (scores, baselines, evidence, model)
 MAX_HEADER = 4096  # bytes of the header line: 64 names of 60 characters
 

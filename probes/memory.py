@@ -6,9 +6,9 @@ rises to that block's size, up to 32 MiB. After the first large tensor is freed,
 layer's attention scores, a slice of logits) comes from the heap instead, where freed blocks stay with the
 process, and the many short-lived blocks of a long computation scatter there. With a threshold fixed at 256 KiB
 (:data:`MMAP_THRESHOLD`; a layer's hidden state of a 2,000-character text on SmolLM2 is 1 MB, so 1 MiB leaves those
-scattered), two traces of that text and path patching of 6 senders peaked at about a third of the memory above
-the loaded model that glibc's moving threshold took, at the price of page faults (fresh memory for each large
-tensor): 10–20 % more time on such long texts, nothing on sentences (``benchmarks/allocator.py``).
+scattered), two traces of that text and path patching of 6 senders peak lower above the loaded model and hand
+back what they freed, at the price of page faults (fresh memory for each large tensor): more time on such long
+texts, none on sentences (``benchmarks/allocator.py`` measures both; docs/head-probes.md has its figures).
 
 :func:`steady` fixes the threshold (:data:`MMAP_THRESHOLD`, or the environment variable ``PROBES_MMAP_THRESHOLD``
 in bytes; ``0`` leaves glibc's moving threshold alone: faster on long texts, more memory). The app and

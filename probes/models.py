@@ -87,9 +87,10 @@ def _smollm2_path() -> str:
         save_model(model.hf, str(folder / "model.safetensors"))  # tied embeddings are stored once
         model.tokenizer.save_pretrained(folder)
 
-    # Reading the GGUF (its fields parsed four times by transformers, then dequantised) takes ~17 s on every
-    # load; its dequantised fp32 weights, saved once as a plain safetensors directory (checked like any derived
-    # file), load in ~2 s: what the app's first visitor, each Ray worker and the tests wait for.
+    # Reading the GGUF (its fields parsed four times by transformers, then dequantised) is slow on every load; its
+    # dequantised fp32 weights, saved once as a plain safetensors directory (checked like any derived file), load
+    # several times faster (docs/head-probes.md, on smollm2): what the app's first visitor, each Ray worker and the
+    # tests wait for.
     return str(derived_folder(cache_dir() / "smollm2" / "fp32", dequantise))
 
 

@@ -3,9 +3,9 @@
 torch starts one intra-op thread per core of the machine, and its threads (OpenMP: GNU libgomp in the
 PyPI CPU build) busy-wait for the next parallel region instead of sleeping. On a machine where other
 processes keep cores busy, those threads cannot all run at once: each parallel region then waits for a
-thread that is not scheduled while the others spin. The same full profile took 46, 208 and 299 s as its
-CPU time grew from 75 to 320 s (``benchmarks/profile_speed.py`` measures it, with torch's default and
-with this choice, quiet and beside a busy process). So the number of threads is chosen from
+thread that is not scheduled while the others spin, and a run's time grows with the CPU time its threads waste
+(``benchmarks/profile_speed.py`` measures it, with torch's default and with this choice, quiet and beside a busy
+process; docs/benchmarks.md has its figures). So the number of threads is chosen from
 
 * **the CPUs this process may use**: its affinity (``os.sched_getaffinity``: a taskset's or a
   container's share, not the machine's), capped by a cgroup CPU quota (``/sys/fs/cgroup/cpu.max``);
@@ -35,8 +35,8 @@ with this choice, quiet and beside a busy process). So the number of threads is 
 
 The choice is made when the work starts: work that starts beside it later still meets threads that
 spin. For long runs on a shared machine, ``OMP_WAIT_POLICY=PASSIVE`` in the environment (read when
-torch is imported, so set it before) makes idle threads sleep: beside other work on two CPUs it cut the
-syntactic probe's CPU time with 2 threads from 8.1 s to 1.3 s here (1 thread: 1.25 s).
+torch is imported, so set it before) makes idle threads sleep: beside other work, a run on more threads than the
+free CPUs then costs about the CPU time of one thread, not several times it.
 """
 
 from __future__ import annotations

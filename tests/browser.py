@@ -95,7 +95,7 @@ LAYOUT = """() => {
   return JSON.stringify([document.scrollingElement.scrollWidth, document.scrollingElement.scrollHeight,
                          ...charts.map(box)]);
 }"""
-STILL_MS = 500  # how long the layout must stay the same: Vega's passes (its width, then its labels) come within 200 ms
+STILL_MS = 500  # how long the layout must stay the same: Vega's passes (its width, then its labels) come well within
 
 
 def laid_out(page, still_ms: int = STILL_MS) -> None:

@@ -750,7 +750,7 @@ UNAUTHENTICATED = UNIMPLEMENTED.replace(b"grpc-status\x0212", b"grpc-status\x021
 class GrpcPort:
     """A loopback port that opens as a gRPC server does (HTTP/2 settings at once), then answers every call with
     ``answer`` (b"": never a word): what a raylet's port or any other gRPC service looks like to a driver. Before
-    issue 40, ray.init retried such a port for 20-28 s, printing a line of Ray's C++ warnings a second (the
+    issue 40, ray.init retried such a port for tens of seconds, printing a line of Ray's C++ warnings a second (the
     silent one: until killed)."""
 
     def __init__(self, answer: bytes):

@@ -238,7 +238,7 @@ def test_the_serve_command_holds_a_model_for_another_process(cluster, tmp_path, 
 
     def command(*args: str) -> tuple[int, str, str]:
         """The command run here, a driver of the same cluster as any other process is (a process of its own for
-        each of the refusals below was its imports again, about 5 s of CPU each, and nothing more proven)."""
+        each of the refusals below was its imports again, seconds of CPU each, and nothing more proven)."""
         capsys.readouterr()
         code = main(["serve", "--model", *args])
         said = capsys.readouterr()

@@ -7,10 +7,10 @@ what ``--ray`` reads), or the corpus path and where the chunk starts; a :class:`
 holds its probe's name and its items). An executor keeps a pool of ``workers`` actors (:class:`ChunkWorker`), each
 of which loads the model once and keeps it, from its first chunks to the end of the run: both halves of an evidence
 run and every probe of ``--probe all`` run on the same workers (a pipeline a call, as Ray Data's actor pools are,
-started and loaded the workers again each time: 2 to 5 s a call on a laptop's MiniLM, and a model's load on every
-node of a cluster). Each actor has two chunks in hand, so the next is there when one ends; results come back to the
-driver as they finish, in any order; the driver (``probes.corpus.run``, ``probes.heads.profile``) checkpoints each
-one and counts it on the progress bar. An actor that dies (its process, or its node) is restarted by Ray, and the
+started and loaded the workers again each time, a model's load on every node of a cluster: docs/corpus.md, "On
+Ray", says what that cost). Each actor has two chunks in hand, so the next is there when one ends; results come back
+to the driver as they finish, in any order; the driver (``probes.corpus.run``, ``probes.heads.profile``) checkpoints
+each one and counts it on the progress bar. An actor that dies (its process, or its node) is restarted by Ray, and the
 chunks it held run again on it (``max_restarts``, ``max_task_retries``); every start of a chunk is counted by a
 small actor on the driver's node (:class:`Attempts`), so a chunk that ran again is said (``notify``), and the
 executor yields each chunk once, by its index, so a retried chunk is never counted twice.

@@ -22,10 +22,10 @@ SPANS = (("query", "query_start", "query_end"), ("key", "key_start", "key_end"))
 TEXTS = ("query_token", "key_token", "snippet", "context", "model")  # read as Parquet keeps them: dictionaries
 
 # an upload is checked from Parquet's footer (its schema, row count and the size of each column once decompressed)
-# before any data is read, and its text is measured while still dictionary-encoded: a 645 KB file of 30 M zero rows
-# (zstd) read whole grew the server by 2.4 GB, and one context repeated in 10⁶ rows is a few bytes in a file.
-# profile --corpus writes k rows per head (10 by default: 10,240 for a 1,024-head model, ~23 MB of text); within
-# these bounds, reading any upload takes the server less than ~200 MB (benchmarks/upload_bombs.py)
+# before any data is read, and its text is measured while still dictionary-encoded: a file of a few hundred kB of
+# zstd can be 30 M zero rows, which read whole take the server gigabytes, and one context repeated in 10⁶ rows is a
+# few bytes in a file. profile --corpus writes k rows per head (10 by default: 10,240 for a 1,024-head model, ~23 MB
+# of text); what reading an upload within these bounds costs: benchmarks/upload_bombs.py (docs/app.md, "Uploads")
 MAX_EXAMPLES = 100_000  # rows
 MAX_FOOTER = 1 << 20  # bytes of the footer (schema and row groups): a run's is a few kB
 MAX_UNPACKED = 64_000_000  # bytes of the columns read, decompressed, as the footer states them

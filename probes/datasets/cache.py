@@ -150,7 +150,8 @@ def building(path: Path) -> Iterator[None]:
 def _valid(path: Path) -> bool:
     """Whether ``path`` matches the record made with it. Its sha256 is remembered by each file's size, inode and
     times (:func:`cached_sha256`: a write or a replacement changes one of them, so a damaged or edited copy is read
-    again): SmolLM2's 630 MB were read again on every load, 0.5-0.9 s of each, in the app and on every Ray worker."""
+    again): SmolLM2's 630 MB were read again on every load, in the app and on every Ray worker (docs/head-probes.md,
+    "Data and its licenses", has what that cost)."""
     record = _record(path)
     if not record.is_file():
         return False

@@ -60,7 +60,7 @@ def data(tmp_path):
     return path
 
 
-FEW = 10  # texts of the driver-kill test: a chunk each (the rerun's chunks were most of its time, ~1 s a chunk)
+FEW = 10  # texts of the driver-kill test: a chunk each (the rerun's chunks are most of its time)
 
 
 class Bar:
@@ -133,13 +133,13 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoints(cluster, gpt2, dat
     args = [sys.executable, "-m", "probes", "profile", "--model", str(gpt2.name), "--probe", "positional", "--data",
             str(data), "--batch-size", "1", "--checkpoint-every", "1", "--out", str(out), "--ray", made.address,
             "--workers", "1"]  # one worker a run: what is proven is the resume (two workers: the other tests here),
-    # and each worker starts torch and the model, which on a busy 2-core machine was 67 s of this test against 54 s
+    # and each worker starts torch and the model, the most of this test's time on a busy 2-core machine
     done = killed_after_chunks(args, out, 3, timeout=600)
     assert 3 <= done < FEW and not out.exists()
     capsys.readouterr()
     # the same command again, here: a new driver of this module's cluster (one that joined already: the command
     # neither joins nor shuts it down), reading only what the killed one left on disk; a process of its own would
-    # add its imports (~7 s of CPU) and prove nothing more
+    # add its imports (seconds of CPU) and prove nothing more
     assert cli.main(args[3:]) == 0
     said = capsys.readouterr().err
     assert "Traceback" not in said, said

@@ -189,7 +189,8 @@ def _unread(monkeypatch):
 
 
 def test_a_compression_bomb_of_a_million_zero_rows_is_refused_from_its_footer(monkeypatch):
-    """The issue's bomb, smaller: a few kB of zstd that are a million rows once read (30 M grew the server 2.4 GB)."""
+    """The issue's bomb, smaller: a few kB of zstd that are a million rows once read (30 M grew the server by
+    gigabytes)."""
     raw = _written(_zeros(1_000_000))
     assert len(raw) < 100_000
     _unread(monkeypatch)

@@ -48,9 +48,9 @@ def test_a_derived_folder_is_rebuilt_whole_when_one_file_differs(tmp_path):
 
 
 def test_a_derived_folder_is_read_again_only_when_a_file_of_it_changes(tmp_path, monkeypatch):
-    """A check of a derived folder (SmolLM2's 630 MB of fp32 weights: 0.5-0.9 s a load) reads each file once,
-    then trusts its size, inode and times until one changes; a file written within :data:`cache.RACY_NS` of the
-    check is read on every check (its times could survive a second write within the clock's tick)."""
+    """A check of a derived folder (SmolLM2's 630 MB of fp32 weights, read whole on every load before) reads each
+    file once, then trusts its size, inode and times until one changes; a file written within :data:`cache.RACY_NS`
+    of the check is read on every check (its times could survive a second write within the clock's tick)."""
     monkeypatch.setenv("PROBES_CACHE", str(tmp_path / "cache"))
     read: list[str] = []  # the name of each file hashed, once a read
     sha256_of = cache.sha256_of

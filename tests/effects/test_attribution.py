@@ -15,7 +15,8 @@ TEXT = "Xiaoming gave the apple to Xiaohong because"
 
 @pytest.mark.numeric
 def test_heads_and_rest_sum_to_the_logit(smollm2, gpt2_model64):
-    # float64 (a copy, ~3 s): the parts and the model's own logit, from one pass, agree to float64 rounding
+    # float64 (a copy: this test's slow part): the parts and the model's own logit, from one pass, agree to float64
+    # rounding
     smollm64 = smollm2.cast(torch.float64)
     got = logit_attribution(smollm64, TEXT, target_id(smollm2, "she"), target_id(smollm2, "he"))
     assert got.total == pytest.approx(got.logit, abs=F64, rel=0)
