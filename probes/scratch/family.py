@@ -64,11 +64,13 @@ class Network(Protocol):
     5. *The record*: a module-level ``FAMILIES = (Family(...),)`` with every field of :class:`Family` that
        differs from its default (``scale``, ``causal``, ``kv_heads``, ``head_dim``, ``window``, ``token_types``,
        ``pairs``, ``positions``, ``max_tokens``, ``implemented``/``refused`` for the docs' table, ``examples``).
-    6. *Tests*: a tiny random checkpoint builder in ``tests/checkpoints.py``; ``tests/scratch/test_<family>.py``
-       with parity against Hugging Face option by option (bit-identical in eager, the lazy backends, the
-       float64 proof) and every refused option refused by name; the family's name in
-       ``tests/test_families.py`` and its tiny checkpoint in ``tests/scratch/test_family.py`` (which holds every
-       registered family to these Protocols); the docs' table (``probes.families.markdown_table()``, docs/models.md).
+    6. *Tests*: a tiny random checkpoint builder in ``tests/checkpoints.py`` and the family's ``Spec`` in
+       ``tests/scratch/conformance.py`` (the builder, the options it varies, its flash options and the options
+       it refuses): the conformance suite (``tests/scratch/test_conformance.py``) then checks parity with Hugging
+       Face option by option (bit-identical in eager, the lazy backends, the float64 proof), the refusals by name
+       and an unused weight refused, and ``tests/scratch/test_family.py`` holds it to these Protocols;
+       ``tests/scratch/test_<family>.py`` keeps only what is peculiar to it. Its name in
+       ``tests/test_families.py``; the docs' table (``probes.families.markdown_table()``, docs/models.md).
     """
 
     @property
