@@ -1,5 +1,5 @@
-"""Builders of tiny random checkpoints for the tests (GPT-2, BERT, RoBERTa, DistilBERT, ModernBERT,
-Llama/Mistral/Qwen2/Qwen3/Phi-3, GPT-NeoX, and an OPT that no family record covers). Weights use a large init range so
+"""Builders of tiny random checkpoints for the tests (every family's, which the conformance specs of
+``scratch/conformance.py`` name, and an OPT that no family record covers). Weights use a large init range so
 attention is peaked, not near-uniform: a parity check on near-uniform attention would hide mistakes."""
 
 from __future__ import annotations

@@ -71,10 +71,14 @@ def _first_paragraph(page: Path) -> str:
 
 
 def test_the_lists_of_families_are_the_registry():
-    """Where the front pages and docs/generation.md list families, the list is the records' (each family's title once,
-    none the records lack): :func:`probes.families.in_words`. (docs/models.md's table: tests/test_families.py.)"""
-    every = f"({families.in_words()}:"
-    for page in (README, DOCS / "index.md"):
-        assert every in _first_paragraph(page), f"{page.name}'s first line: write the families as {every}"
-    decoders = f"({families.in_words(families.decoders())})"
-    assert decoders in " ".join((DOCS / "generation.md").read_text().split()), f"generation.md: {decoders}"
+    """Where the docs list families (every one, the decoders, the rotary ones), the list is the records' in
+    :func:`probes.families.in_words`'s words: each family's title once, none the records lack. (docs/models.md's
+    table: tests/test_families.py.)"""
+    every, decoders = families.in_words(), families.in_words(families.decoders())
+    rotary = families.in_words(f for f in families.families() if f.positions == "rotary")
+    lists = {README: [every], DOCS / "index.md": [every], DOCS / "generation.md": [decoders],
+             DOCS / "head-effects.md": [every, rotary, decoders]}
+    missing = [(page.name, words) for page, wanted in lists.items() for words in wanted
+               if not re.search(re.escape(f"({words}") + r"[);:]", " ".join(page.read_text().split()))]
+    assert not missing, f"write these lists as the registry says them: {missing}"
+    assert every in _first_paragraph(README) and every in _first_paragraph(DOCS / "index.md")  # the first line

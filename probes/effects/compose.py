@@ -23,8 +23,8 @@ layer's attention reads through (LayerNorm or RMSNorm weight) is folded into the
 Qwen3's QK-norm gains (an RMSNorm over each head's q and k) into the columns of W_Q and W_K; the biases, the norms'
 centring and their input-dependent scale (QK-norm's too: 1 ÷ the rms of the head's own q or k) are left out.
 OLMo 2's QK-norm spans the whole projection: its gain is folded into W_Q's and W_K's columns too. Rotary families
-(Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, GPT-NeoX, OLMo 2) are scored at relative offset 0 (no rotation: the query
-and the key at the same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head
+(a record's ``positions == "rotary"``) are scored at relative offset 0 (no rotation: the query and the key at the
+same position). Grouped-query families: a query head's W_K and W_V are those of the key/value head
 it reads (h // (H / H_kv)). A post-attention norm's gain (Gemma's, OLMo 2's) is folded into the columns of W_O (its
 scale left out). BERT (post-norm) is handled with the gain of the LayerNorm that made each layer's input folded the
 same way; the other LayerNorms between a sender's write and the receiver (each layer's two) are left out.

@@ -25,10 +25,10 @@ of the capped row).
 
 **Position.** A family with a learned position table (GPT-2, BERT) has position as a part of its own ("position
 embedding"): its terms, with any part on either side, are the score's position reading, the rest its content. A
-rotary family (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, GPT-NeoX, OLMo 2) has no such part: every part is turned
-by its position. There the score is split by rotary frequency band instead. With q and k the head's vectors before
-the turn and pair b = (b, b + d/2) (Hugging Face's "rotate half" layout) turned by the angle θ_b·position,
-θ_b = base^(−2b/d),
+rotary family (its record's ``positions == "rotary"``: Llama and the decoders like it, ModernBERT) has no such part:
+every part is turned by its position. There the score is split by rotary frequency band instead. With q and k the
+head's vectors before the turn and pair b = (b, b + d/2) (Hugging Face's "rotate half" layout) turned by the angle
+θ_b·position, θ_b = base^(−2b/d),
 
     s_ij = scale · Σ_b q_i,b · R(θ_b·(j − i)) · k_j,b        (each pair's 2-vector dot product)
 

@@ -1,6 +1,5 @@
-"""Our own forward pass: the transformer families written from scratch in torch (GPT-2, BERT, RoBERTa,
-DistilBERT, ModernBERT, Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2; each file holds its family's record, see
-:mod:`probes.families`).
+"""Our own forward pass: the transformer families written from scratch in torch (each file holds its family's
+record; :mod:`probes.families` collects them, and ``probes.families.in_words()`` names them).
 
 Nothing here calls transformers' modeling code; it only reads the weights of the Hugging Face
 module (``model.hf.state_dict()``) and the config. :func:`forward` has the signature of

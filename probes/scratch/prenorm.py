@@ -1,6 +1,6 @@
-"""The layer loop of a pre-norm decoder, written once: GPT-2, Llama (with Mistral, Qwen2, Qwen3, Phi-3, Gemma 2,
-OLMo 2) and GPT-NeoX
-supply only their parts (embeddings, what a layer needs about positions, the final norm) and their layers.
+"""The layer loop of a pre-norm decoder, written once: every decoder family (``probes.families.decoders()``: GPT-2,
+Llama and the families built on it) supplies only its parts (embeddings, what a layer needs about positions, the
+final norm) and its layers.
 
     x = embeddings(tokens)
     for each layer:   x = layer(x)           (x + attention(norm(x)), then x + MLP(norm(x)), inside the layer;
