@@ -14,8 +14,8 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 
 # Each new AppTest scans every installed package for Streamlit component manifests (a thread pool reading their
-# pyproject files: ~0.2 s, more CPU than that), the same answer each time; a server does it once at its start, and
-# here it is once a process too. (What it finds: none; the app uses no custom components.)
+# pyproject files: docs/tests.md, "Earlier stops", says what it cost), the same answer each time; a server does it
+# once at its start, and here it is once a process too. (What it finds: none; the app uses no custom components.)
 manifest_scanner.scan_component_manifests = lru_cache(maxsize=None)(manifest_scanner.scan_component_manifests)
 
 
