@@ -41,7 +41,7 @@ FIRST_CHART = "() => !!document.querySelector('[data-testid=stMain] [data-testid
 BADGE = ("() => [...document.querySelectorAll('[data-testid=stSidebar] *')]"
          ".some(e => /Parity/.test(e.textContent || ''))")
 LIBRARY = ("import probes\n"
-           "from dashboard.state import ViewState\n"
+           "from dashboard.core.state import ViewState\n"
            "v = ViewState()\n"
            "model = probes.load(probes.OFFLINE_DEFAULT)\n"
            "probes.run(model, v.text, source=v.source)\n")

@@ -46,7 +46,7 @@ def main() -> None:
 
     from report import alternate, publish, ratios, summary
 
-    from dashboard.state import STORIES
+    from dashboard.core.state import STORIES
     from probes.effects.ablation import ablate_each
     from probes.models import load
     from probes.threads import apply

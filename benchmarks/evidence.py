@@ -7,7 +7,7 @@ offline model, the time of
   :func:`probes.explain.answering_head`);
 * **evidence, first**: the answer box's evidence, what the app computes once per question: the 96 controls built,
   run and read, the head chosen on half and judged on the other half (:func:`probes.evidence.claims.
-  question_evidence`), through the app's own cache (``dashboard.data.question_evidence``);
+  question_evidence`), through the app's own cache (``dashboard.core.questions.question_evidence``);
 * **evidence, again**: the same question asked again (another visitor, another page): read from that cache.
 
 and the verdict each model's head earns. Goal: evidence, first, within 10 s on SmolLM2 on this machine. A second
@@ -61,7 +61,7 @@ def main() -> None:
     import torch
 
     import probes
-    from dashboard import data
+    from dashboard.core import models, questions
     from probes import explain
     from probes.evidence import probes as judged
     from probes.evidence.claims import question_evidence
@@ -83,9 +83,9 @@ def main() -> None:
             "first": lambda model=model: question_evidence(model, TEXT, *QUESTION)}, args.repeats)
         one, first, ev = timing.median("one"), timing.median("first"), timing.results["first"]
         per_round = ratios(timing.seconds, "one")["first"]
-        inp = data.Input(name, TEXT, None, "hf", "eager", False)
-        data.question_evidence(inp, data.Asked(*QUESTION))  # into the app's cache
-        again, _ = _timed(lambda inp=inp: data.question_evidence(inp, data.Asked(*QUESTION)), args.repeats)
+        inp = models.Input(name, TEXT, None, "hf", "eager", False)
+        questions.question_evidence(inp, questions.Asked(*QUESTION))  # into the app's cache
+        again, _ = _timed(lambda inp=inp: questions.question_evidence(inp, questions.Asked(*QUESTION)), args.repeats)
         head = f"{ev.head[0]}.{ev.head[1]}"
         rows.append((name, first))
         lines.append(f"{name:<9} {one:>10.2f} s   {first:>13.2f} s   {summary(per_round):>14}   "

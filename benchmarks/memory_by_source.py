@@ -8,7 +8,7 @@ loaded (sampled every millisecond, ``benchmarks/forward.PeakRSS``), the logits i
 (SmolLM2: L × 49,152 × 4 bytes, 0.4 GiB at 2,048 tokens); time is the trace + the head.
 
 * **Hugging Face, every probability**: the app's source before, ``attention_budget=None``;
-* **Hugging Face, the app's budget**: what the app runs now (``dashboard.data.ATTENTION_BUDGET``,
+* **Hugging Face, the app's budget**: what the app runs now (``dashboard.core.budgets.ATTENTION_BUDGET``,
   256 MiB): under it, every probability; over it, Hugging Face's own q, k, v and a logsumexp per row;
 * **scratch eager**, every probability, and with the app's budget (over it, eager still runs and a
   logsumexp per row is kept);
@@ -56,7 +56,7 @@ def child(name: str, n: int) -> None:
     from forward import PeakRSS
 
     import probes
-    from dashboard.data import ATTENTION_BUDGET
+    from dashboard.core.budgets import ATTENTION_BUDGET
     from probes import runner
     from probes.models import Encoding
 
@@ -98,7 +98,7 @@ def main() -> None:
         return
     import tempfile
 
-    from dashboard.data import ATTENTION_BUDGET
+    from dashboard.core.budgets import ATTENTION_BUDGET
 
     lines = [f"smollm2 (30 layers × 9 heads), CPU, torch {torch.__version__}; one text of L random tokens, traced "
              f"and one head read (layer {LAYER}, head {HEAD}); peak memory above the loaded model; the app's budget: "

@@ -4,7 +4,7 @@ page itself needs.
 * **the page's trace**: Hugging Face's pass of the text (``probes.run``), which the page draws from;
 * **badge before**: ``parity.check`` — encode the text again and run Hugging Face *and* the scratch pass,
   then compare (what the badge did until it reused the page's trace);
-* **badge now**: the app's way (``dashboard.data.parity_report``) — the scratch pass once, then
+* **badge now**: the app's way (``dashboard.core.parity.parity_report``) — the scratch pass once, then
   ``parity.compare`` against the Hugging Face trace the page already made.
 
 The offline default (minilm) on texts of about 12, 128 and 500 tokens; ``--repeats`` rounds, the three taking

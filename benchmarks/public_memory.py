@@ -52,7 +52,8 @@ from forward import PeakRSS  # noqa: E402  (benchmarks/, this script's folder)
 from load_test import IDLE, start_server  # noqa: E402
 from report import publish  # noqa: E402
 
-from dashboard.state import PAGES  # noqa: E402
+import dashboard.pages  # noqa: E402, F401 - registers every page
+from dashboard.core.pages import PAGES  # noqa: E402
 
 MIB = 2**20
 SCENARIOS = {  # name -> (models each session visits, PROBES_MODELS, each session's own 2,000-character text)
@@ -167,7 +168,7 @@ async def every_button(url: str, read, log: list) -> None:
 
     # (what, the address it opens, what is done on the page then, if anything)
     steps: list[tuple[str, str, Callable[[Any], Awaitable[None]] | None]] = [
-        (f"open {PAGES[key][0]}", link(page=key, **({"prompt": text} if key == "generate" else {})), None)
+        (f"open {PAGES[key].title}", link(page=key, **({"prompt": text} if key == "generate" else {})), None)
         for key in PAGES]
     steps += [("Parity: Prove in float64", link(page="parity"), lambda page: press(page, "Prove in float64")),
               ("Heads: Run, syntactic, 200 items", link(page="heads", probe="syntactic", items=200), None),

@@ -1,7 +1,7 @@
 """Upload bombs on the public app (issue 40): what reading an upload costs the server, in memory and time.
 
 Each upload is built here as a file, then read by the function the app calls for it (``jobs.read_table`` for a
-probe table on Heads, ``readback.read_examples`` for a corpus run's top examples, ``data.question_upload`` for
+probe table on Heads, ``readback.read_examples`` for a corpus run's top examples, ``questions.question_upload`` for
 Find's questions, as a public deployment: ``PROBES_PUBLIC=1``) in a fresh Python process of its own, which has the
 upload's bytes in memory already (as the app has them from Streamlit's uploader). That process resets its peak
 resident memory (``/proc/self/clear_refs``), reads, and reports the growth of its peak (``VmHWM`` after, less
@@ -172,7 +172,7 @@ def _status(field: str) -> int:
 
 def read_one(reader: str, path: Path) -> dict:
     """Read the upload at ``path`` as the app does; the peak memory growth, seconds and answer."""
-    from dashboard import data
+    from dashboard.core import questions
     from probes import jobs
     from probes.corpus import readback
     from probes.errors import ProbesError
@@ -180,7 +180,7 @@ def read_one(reader: str, path: Path) -> dict:
     raw = path.read_bytes()
     call = {"table": lambda: jobs.read_table(raw, path.name),
             "examples": lambda: readback.read_examples(raw, path.name, "m", 32, 32),
-            "questions": lambda: data.question_upload(path.name, raw)}[reader]
+            "questions": lambda: questions.question_upload(path.name, raw)}[reader]
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
     before, start = _status("VmRSS"), time.perf_counter()
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))  # dashboard.charts, for the heatmap's cell size
+sys.path.insert(0, str(ROOT))  # dashboard.core.charts, for the heatmap's cell size
 
 from browser import ARGS, Cells, chromium_path  # noqa: E402  (tests/browser.py: the system Chromium)
 from load_test import TEXT, start_server  # noqa: E402

@@ -3,7 +3,8 @@ Q/K/V arithmetic), whether our from-scratch pass agrees with Hugging Face, and w
 positional, syntactic or semantic over a dataset.
 
 Run with ``make app`` (or ``streamlit run dashboard/app.py``). This file is the frame: the view state
-(mirrored to the URL), the sidebar and the navigation; each page lives in ``dashboard/views/``."""
+(mirrored to the URL), the sidebar and the navigation; each page is a folder of ``dashboard/pages/``, and what pages
+share is ``dashboard/core/``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a plain checkout
 
-from dashboard import fonts, warm
+from dashboard import warm
+from dashboard.core import fonts
 
 FAVICON = str(Path(__file__).parent / "static" / "favicon.png")  # served by this app: no request leaves the machine
 st.set_page_config(page_title="Attention workbench", page_icon=FAVICON, layout="wide")
@@ -32,8 +34,11 @@ try:  # large tensors' memory goes back to the system when freed (glibc; once pe
     memory.steady()
 except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: said on every page, the app still runs
     st.warning(str(exc))
-from dashboard import data, ui  # noqa: E402
-from dashboard.state import PAGES, STORIES, ViewState  # noqa: E402
+import dashboard.pages  # noqa: E402, F401 - registers every page, in menu order
+from dashboard.core import budgets, models, questions, trace, ui  # noqa: E402
+from dashboard.core.models import Input  # noqa: E402
+from dashboard.core.pages import FIRST, PAGES  # noqa: E402
+from dashboard.core.state import STORIES, Link  # noqa: E402
 from probes import families  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
 from probes.scratch import BACKENDS  # noqa: E402
@@ -48,15 +53,13 @@ def start_session() -> None:
     """First run of a browser session: the view comes from the link."""
     if ui.VIEW in st.session_state:
         return
-    state, problems = ViewState.from_query(st.query_params.to_dict(), probes.OFFLINE_DEFAULT)
-    st.session_state[ui.VIEW] = state
+    link, problems = Link.read(st.query_params.to_dict(), probes.OFFLINE_DEFAULT)
+    ui.open_link(link)
     st.session_state["link_problems"] = problems
     if "page" in st.query_params:
-        st.session_state["goto"] = state.page
+        st.session_state["goto"] = link.view.page
     st.session_state["story_off"] = any(k in st.query_params for k in ("layer", "head", "query"))
-    # a link to a probe run on the Heads page runs it when it opens (the run is kept for the session): a link copied
-    # after a run says so (ran=heads); one that names a probe asks for it
-    st.session_state["run_from_link"] = state.page == "heads" and (state.has_run("heads") or "probe" in st.query_params)
+    ui.opened_with(link.view.page, st.query_params.to_dict())  # the page the link opens on may act on it, once
 
 
 def model_choices() -> list[str]:
@@ -66,20 +69,20 @@ def model_choices() -> list[str]:
     them (:func:`unreachable_models`). A deployment's own list (``PROBES_MODELS``) is kept as it is. The models served
     on the Ray cluster of ``PROBES_RAY_ADDRESS`` are offered too (marked :data:`ON_CLUSTER`), even where this
     deployment would not load them itself."""
-    served = data.served_models()
-    if (allowed := data.allowed_models()) is not None:
+    served = models.served_models()
+    if (allowed := models.allowed_models()) is not None:
         return [*allowed, *(name for name in served if name not in allowed)]
     from probes.models import SHORT_NAMES, in_local_cache
 
     cached = [name for name in probes.KNOWN_HUB_MODELS if in_local_cache(name)]
-    download = [name for name in probes.KNOWN_HUB_MODELS if name not in cached] if data.hub_reachable() else []
+    download = [name for name in probes.KNOWN_HUB_MODELS if name not in cached] if models.hub_reachable() else []
     here = [*SHORT_NAMES, *cached, *download]
     return [*here, *(name for name in served if name not in here), CUSTOM]
 
 
 def unreachable_models() -> list[str]:
     """The known hub models left out of the menu: not in the local cache, and the hub cannot be reached."""
-    if data.allowed_models() is not None or data.hub_reachable():
+    if models.allowed_models() is not None or models.hub_reachable():
         return []
     from probes.models import in_local_cache
 
@@ -89,7 +92,7 @@ def unreachable_models() -> list[str]:
 def offered(name: str, choices: list[str]) -> bool:
     """Whether this deployment's menu offers the model a link names (the library's check of the name)."""
     try:
-        probes.check_name(name, allow_local_paths=not data.public(), offered=choices)
+        probes.check_name(name, allow_local_paths=not budgets.public(), offered=choices)
     except probes.ProbesError:
         return False
     return True
@@ -107,10 +110,10 @@ def pick_model(sidebar) -> None:
 
     from probes.models import in_local_cache
 
-    served = data.served_models()
+    served = models.served_models()
 
     def unreachable(choice: str) -> bool:  # a hub model this server can neither find in its cache nor download
-        return choice != CUSTOM and choice not in served and not in_local_cache(choice) and not data.hub_reachable()
+        return choice != CUSTOM and choice not in served and not in_local_cache(choice) and not models.hub_reachable()
 
     def picked():
         choice = st.session_state["w_model_pick"]
@@ -136,18 +139,18 @@ def pick_model(sidebar) -> None:
                            f"to download (marked {DOWNLOAD}); \"other…\" takes any other name. "
                            f"{families.coverage()}, other architectures show the Hugging Face view only")
     if st.session_state["w_model_pick"] == CUSTOM:
-        hint = "a hub id, e.g. gpt2" if data.public() else "a hub id, a local model directory or a .gguf file"
+        hint = "a hub id, e.g. gpt2" if budgets.public() else "a hub id, a local model directory or a .gguf file"
         st.session_state.setdefault("w_model_custom", "" if current in choices else current)
 
         def typed():
             ui.update(model=st.session_state["w_model_custom"].strip() or probes.OFFLINE_DEFAULT)
 
         sidebar.text_input("Model name", key="w_model_custom", placeholder=hint, on_change=typed)
-    if problem := data.cluster_problem():  # PROBES_RAY_ADDRESS names a cluster that does not answer: one line
+    if problem := models.cluster_problem():  # PROBES_RAY_ADDRESS names a cluster that does not answer: one line
         sidebar.warning(ui.safe(problem))
     elif served:
-        sidebar.caption(f"Models marked \"{ON_CLUSTER}\" run on the Ray cluster at {ui.safe(data.cluster_address())}: "
-                        "only what a page draws comes here.")
+        sidebar.caption(f"Models marked \"{ON_CLUSTER}\" run on the Ray cluster at "
+                        f"{ui.safe(models.cluster_address())}: only what a page draws comes here.")
     if missing := unreachable_models():  # not options (none would load): one line names them
         some = [m for m in (next((m for m in f.examples if m in missing), None) for f in families.families()) if m]
         names = missing if len(missing) <= 2 else some[:2]  # one of each of the first families
@@ -161,18 +164,18 @@ def pick_model(sidebar) -> None:
                         "from the hub when picked.")
 
 
-def sidebar_input() -> data.Input:
+def sidebar_input() -> Input:
     sb = st.sidebar
     sb.title("Attention workbench")
     pick_model(sb)
-    cap = data.max_chars()
+    cap = budgets.max_chars()
     ui.bound("text_area", "text", "Text", sb, height=110,
              help="the sentence to look at" + (f" (up to {cap:,} characters here)" if cap else ""))
     ui.bound("text_input", "pair", "Second sentence (BERT pairs, optional)", sb)
     ui.bound("checkbox", "truncate", "Cut to the context window", sb,
              help="keep the first tokens of a text longer than the model takes, instead of refusing it")
     v = ui.view()
-    return data.Input(v.model, v.text, v.pair.strip() or None, v.source, v.backend, v.truncate)
+    return Input(v.model, v.text, v.pair.strip() or None, v.source, v.backend, v.truncate)
 
 
 def sidebar_model(model: probes.ModelLike) -> None:
@@ -203,8 +206,8 @@ def sidebar_model(model: probes.ModelLike) -> None:
             sb.caption(f"{label} 0 (the model has one)")
 
 
-def input_problem(inp: data.Input) -> str | None:
-    cap = data.max_chars()
+def input_problem(inp: Input) -> str | None:
+    cap = budgets.max_chars()
     if cap and len(inp.text) + len(inp.pair or "") > cap:
         return (f"The text is {len(inp.text) + len(inp.pair or ''):,} characters; this deployment takes up to "
                 f"{cap:,}. Shorten it (a few sentences show attention best).")
@@ -217,8 +220,8 @@ def show_link_problems() -> None:
     st.session_state["link_problems"] = []
 
 
-def open_on_the_story(inp: data.Input) -> None:
-    """A text with a question (``state.STORIES``), newly on screen with this model: open on its query word and
+def open_on_the_story(inp: Input) -> None:
+    """A text with a question (``STORIES``), newly on screen with this model: open on its query word and
     the head chosen to answer it on half of its controls (never on the sentence alone: its verdict, on the other
     half, is the answer box's), unless the link chose a layer, head or query itself."""
     key = (inp.model, inp.text.strip())
@@ -228,13 +231,13 @@ def open_on_the_story(inp: data.Input) -> None:
     if st.session_state.pop("story_off", False):
         return
     v = ui.view()
-    here = data.Input(inp.model, inp.text, inp.pair, v.source, v.backend, inp.truncate)
+    here = Input(inp.model, inp.text, inp.pair, v.source, v.backend, inp.truncate)
     try:
-        answer = data.story(here)
+        answer = questions.story(here)
         if answer is None:
             return
         with st.spinner("Judging every head on the question's controls…"):
-            chosen = data.question_evidence(here, data.Asked(*STORIES[inp.text.strip()])).head
+            chosen = questions.question_evidence(here, questions.Asked(*STORIES[inp.text.strip()])).head
     except probes.ProbesError:  # the page says what is wrong with the input
         return
     layer, head = chosen if chosen is not None else (answer.layer, answer.head)
@@ -244,7 +247,7 @@ def open_on_the_story(inp: data.Input) -> None:
 def _renders(key: str, context: dict[str, ui.Context]) -> Callable[[], None]:
     """What page ``key`` runs: its view's ``render`` on the context draw_page has made by then."""
     def render() -> None:
-        importlib.import_module(f"dashboard.views.{key}").render(context["page"])
+        importlib.import_module(PAGES[key].view).render(context["page"])
     return render
 
 
@@ -252,18 +255,17 @@ def main() -> None:
     start_session()
     inp = sidebar_input()
     context: dict[str, ui.Context] = {}  # the page's context, made by draw_page before the page runs
-    pages = {key: st.Page(_renders(key, context),
-                          title=title, icon=icon, url_path=key, default=key == "explore")
-             for key, (title, icon) in PAGES.items()}
+    pages = {key: st.Page(_renders(key, context), title=page.title, icon=page.icon, url_path=key, default=key == FIRST)
+             for key, page in PAGES.items()}
     page = st.navigation(list(pages.values()))
-    key = page.url_path or "explore"
+    key = page.url_path or FIRST
     goto = st.session_state.pop("goto", None)
     if goto and goto != key:
         st.switch_page(pages[goto])
     ui.update(page=key)
     with page_area(inp.model):
         draw_page(inp, page, key, context)
-    st.query_params.from_dict(ui.view().to_query())
+    ui.write_link()
 
 
 def page_area(model: str):
@@ -282,28 +284,28 @@ def page_area(model: str):
     return st.container()
 
 
-def draw_page(inp: data.Input, page, key: str, context: dict) -> None:
+def draw_page(inp: Input, page, key: str, context: dict) -> None:
     """The model, the sidebar's model controls and the page (its context put in ``context``)."""
     try:
-        model = data.model_of(inp)
+        model = models.model_of(inp)
     except probes.ProbesError as exc:
         show_link_problems()
         st.error(ui.safe(ui.in_app_words(exc)))
-        st.query_params.from_dict(ui.view().to_query())
+        ui.write_link()
         return
     if inp.pair and model.family is not None and not model.family.pairs:  # a decoder reads one text
         st.sidebar.info(f"{model.name} ({model.family.title}) reads one text, not sentence pairs: the second sentence "
                         "is left out. To read both, put them one after the other in Text.")
-        inp = data.Input(inp.model, inp.text, None, inp.source, inp.backend, inp.truncate)
+        inp = Input(inp.model, inp.text, None, inp.source, inp.backend, inp.truncate)
     open_on_the_story(inp)
     sidebar_model(model)
     show_link_problems()
-    st.query_params.from_dict(ui.view().to_query())  # the link is right even while the page draws
-    inp = data.Input(inp.model, inp.text, inp.pair, ui.view().source, ui.view().backend, inp.truncate)
+    ui.write_link()  # the link is right even while the page draws
+    inp = Input(inp.model, inp.text, inp.pair, ui.view().source, ui.view().backend, inp.truncate)
     info, error = None, input_problem(inp)
     if error is None:
         try:
-            info = data.run_info(inp)
+            info = trace.run_info(inp)
         except probes.ProbesError as exc:
             error = ui.in_app_words(exc)
     # the parity badge's place in the sidebar; it is filled after the page has drawn, so the scratch pass it
@@ -322,7 +324,7 @@ def draw_page(inp: data.Input, page, key: str, context: dict) -> None:
         if badge is not None:
             ui.parity_badge(inp, badge)
     finally:  # also when the run is stopped (a closed tab, a rerun): what it freed goes back to the system
-        data.release_memory()
+        budgets.release_memory()
 
 
 main()

@@ -6,7 +6,7 @@ loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`st
 before the server listens (earlier than Streamlit's start-up hook, which waits for the server: 0.3 s
 less to the first heatmap in ``benchmarks/cold_start.py``): a background thread imports the app's
 modules, loads the offline default and traces the default sentence into the app's own caches
-(``dashboard.data``), so the first visitor's run finds them there.
+(``dashboard.core``), so the first visitor's run finds them there.
 
 The first script run waits for that thread (:func:`wait_in_page`) before it imports anything: two threads
 that import the same packages at once can meet in a circular import and see a half-initialised module, and
@@ -37,23 +37,24 @@ def warm() -> None:
         # of a second, so it runs beside the imports and the load, and is done before the first pass
         choosing = threading.Thread(target=threads.apply, args=("app",), name="warm-start threads")
         choosing.start()
-        import dashboard.views.explore  # noqa: F401
-        from dashboard import data, ui  # noqa: F401 - the modules the first run imports (probes, altair…)
-        from dashboard.state import STORIES, ViewState
+        import dashboard.pages
+        import dashboard.pages.explore.view  # noqa: F401
+        from dashboard.core import models, questions, trace, ui  # noqa: F401
+        from dashboard.core.state import STORIES, ViewState
 
         v = ViewState()
-        allowed = data.allowed_models()
+        allowed = models.allowed_models()
         if allowed is None or v.model in allowed:
-            inp = data.Input(v.model, v.text, None, v.source, v.backend, False)
-            data.model_of(inp)
+            inp = models.Input(v.model, v.text, None, v.source, v.backend, False)
+            models.model_of(inp)
             choosing.join()
-            n = len(data.run_info(inp).tokens)
-            answer = data.story(inp)  # the default text has a question: the app opens on the head chosen for it
+            n = len(trace.run_info(inp).tokens)
+            answer = questions.story(inp)  # the default text has a question: the app opens on the head chosen for it
             layer, head = (answer.layer, answer.head) if answer else (v.layer, v.head)
             story = STORIES.get(v.text.strip())
             if story:  # …on half of its controls: the answer box's evidence, computed once for every session
-                layer, head = data.question_evidence(inp, data.Asked(*story)).head or (layer, head)
-            data.head(inp, layer, head, (0, n))
+                layer, head = questions.question_evidence(inp, questions.Asked(*story)).head or (layer, head)
+            trace.head(inp, layer, head, (0, n))
         choosing.join()
     except Exception:  # the visitor's own run meets the same problem and shows it in the page
         log.warning("warm start failed; the first visitor's run does the work", exc_info=True)

@@ -8,6 +8,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from specs import lines
 from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
@@ -51,7 +52,7 @@ def drawn(chart) -> dict:
     (``charts.data_title``: an expression) is the table's title column."""
     from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-    from dashboard.charts import DATA, TITLE, read_from_table
+    from dashboard.core.charts import DATA, TITLE, read_from_table
 
     spec = json.loads(chart.proto.spec)
     if read_from_table(spec.get("title")):
@@ -60,24 +61,17 @@ def drawn(chart) -> dict:
     return spec
 
 
-def _lines(part) -> list[str]:
-    """A title's or subtitle's lines, at the widest (a title that wraps to the chart's width is an expression)."""
-    from dashboard.charts import title_lines
-
-    return title_lines(part)
-
-
 def titles(at: AppTest) -> list[str | None]:
     """Every chart's title as text (a title given as ``{"text": ...}`` too, its lines joined; not its subtitle), or
     None for a chart without one."""
-    return [s.get("title") if isinstance(s.get("title"), str) else " ".join(_lines((s.get("title") or {}).get("text")))
+    return [s.get("title") if isinstance(s.get("title"), str) else " ".join(lines((s.get("title") or {}).get("text")))
             or None for s in specs(at)]
 
 
 def said(at: AppTest) -> list[str]:
     """Every chart's title and subtitle as a reader reads them: the title's lines, then the subtitle's."""
-    return [" ".join(_lines(t) if isinstance(t := s.get("title"), str) or t is None
-                     else _lines(t.get("text")) + _lines(t.get("subtitle"))) for s in specs(at)]
+    return [" ".join(lines(t) if isinstance(t := s.get("title"), str) or t is None
+                     else lines(t.get("text")) + lines(t.get("subtitle"))) for s in specs(at)]
 
 
 def rows(at: AppTest, title: str) -> list[dict]:
@@ -88,8 +82,8 @@ def rows(at: AppTest, title: str) -> list[dict]:
 
     def read(spec: dict) -> str:  # the title and subtitle as a reader reads them (lines joined)
         t = spec.get("title")
-        return " ".join(_lines(t) if isinstance(t, str) or t is None
-                        else _lines(t.get("text")) + _lines(t.get("subtitle")))
+        return " ".join(lines(t) if isinstance(t, str) or t is None
+                        else lines(t.get("text")) + lines(t.get("subtitle")))
 
     charts = [c for c in at.get("vega_lite_chart") if title in json.dumps(drawn(c), ensure_ascii=False)
               or title in read(drawn(c))]
@@ -135,7 +129,7 @@ def opening(model: str = "minilm") -> tuple[int, int]:
 @lru_cache(maxsize=4)
 def _opening(model: str) -> tuple[int, int]:
     import probes
-    from dashboard.state import DEFAULT_TEXT, STORIES
+    from dashboard.core.state import DEFAULT_TEXT, STORIES
     from probes.evidence.claims import question_evidence
 
     head = question_evidence(probes.load(model), DEFAULT_TEXT, *STORIES[DEFAULT_TEXT]).head
@@ -155,7 +149,7 @@ def cancel_at_first_update(monkeypatch, work: str) -> list[float]:
     Returns each update's fraction of ``work``'s bars, of every run."""
     import streamlit as st
 
-    from dashboard import ui
+    from dashboard.core import ui
 
     shown: list[float] = []
     update = ui.Progress.progress

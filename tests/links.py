@@ -70,7 +70,7 @@ def _words(node: Any) -> dict[str, Any]:
     if kind == "vega_lite_chart":
         from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 
-        from dashboard.charts import title_lines
+        from dashboard.core.charts import title_lines
 
         spec = drawn(node)
         title = spec.get("title")
@@ -132,6 +132,18 @@ def normalised(view: Any) -> Any:
     if isinstance(view, str):
         view = re.sub(r"\d+(?:\.\d+)? ?(?:ms|s)\b", "<time>", view)
         return re.sub(r"0x[0-9a-f]+", "<address>", view)
+    return view
+
+
+def visible(view: Any) -> Any:
+    """A view less the placeholders that draw nothing (``st.empty``: where a progress bar stood while work ran, which
+    depends on what an earlier run left in the cache), and the blocks left with nothing in them."""
+    if isinstance(view, list):
+        kept = [visible(v) for v in view if not (isinstance(v, dict) and v.get("kind") == "empty")]
+        return [v for v in kept if not (isinstance(v, dict) and "block" in v and not v["children"]
+                                        and "label" not in v)]
+    if isinstance(view, dict):
+        return {k: visible(v) for k, v in view.items()}
     return view
 
 

@@ -40,7 +40,9 @@ def test_every_module_of_the_library_stands_on_a_floor():
     packages = {f"probes.{p.parent.name}" for p in (ROOT / "probes").glob("*/__init__.py")}
     unplaced = (modules | packages) - placed  # (the message named every module: `-` binds before `|`)
     assert not unplaced, f"not on any floor of the layers contract: {sorted(unplaced)}"
-    assert "dashboard" in placed
+    app = {f"dashboard.{p.stem}" for p in (ROOT / "dashboard").glob("*.py") if p.stem != "__init__"}
+    app |= {f"dashboard.{p.parent.name}" for p in (ROOT / "dashboard").glob("*/__init__.py")}
+    assert app and not app - placed, f"not on any floor of the layers contract: {sorted(app - placed)}"
 
 
 def test_a_floor_never_names_a_module_twice():
@@ -77,3 +79,30 @@ def test_the_private_import_check_sees_one(tmp_path):
     sample.write_text("from __future__ import annotations\nfrom ..heads.profile import _helper\n"
                       "from ..jobs import write_table\nimport probes._hidden\n", encoding="utf-8")
     assert private_imports(sample) == ["run.py:2: _helper", "run.py:4: _hidden"]
+
+
+def test_the_pages_contract_fails_when_a_page_imports_another(tmp_path):
+    """``lint-imports`` (run by ``make test``) breaks the pages' contract the moment one page imports another: a copy
+    of the app where Explore reads the KV lab's part of the link fails it, naming the import; the app as it is keeps
+    it."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "dashboard", tmp_path / "dashboard", ignore=shutil.ignore_patterns("__pycache__", "static"))
+    view = tmp_path / "dashboard" / "pages" / "explore" / "view.py"
+    view.write_text(view.read_text(encoding="utf-8") + "\nfrom dashboard.pages.kv.state import KVState  # noqa\n",
+                    encoding="utf-8")
+    lint = Path(sys.executable).with_name("lint-imports")
+
+    def run(where: Path) -> subprocess.CompletedProcess:
+        env = {"PATH": str(lint.parent), "PYTHONPATH": str(where), "HOME": str(tmp_path)}
+        return subprocess.run([str(lint), "--no-cache", str(ROOT / "pyproject.toml")], cwd=where, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    broken = run(tmp_path)
+    assert broken.returncode != 0
+    assert "A page of the app imports the app's core and the library, never another page BROKEN" in broken.stdout
+    assert "dashboard.pages.explore.view -> dashboard.pages.kv.state" in broken.stdout
+    kept = run(ROOT)
+    assert kept.returncode == 0, kept.stdout[-2000:]

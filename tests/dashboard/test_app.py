@@ -1,21 +1,23 @@
 """The app as a whole, driven headless by Streamlit's AppTest on the offline default: how it opens, its one page
 list, the sidebar, the shareable link, and every bad input the app must answer with advice instead of a
-traceback, whichever page is open. Each page's own tests are in tests/dashboard/views/test_<page>.py."""
+traceback, whichever page is open. Each page's own tests are in tests/dashboard/pages/<page>/."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from apptest import APP
-from apptest import model_options as at_options
-from apptest import open_app as _app
-from apptest import opening, opening_header
-from apptest import rerun as _rerun
-from apptest import rows
-from apptest import specs as _specs
-from apptest import texts as _texts
-from apptest import titles as _titles
+from apptest import (
+    APP,
+    model_options as at_options,
+    open_app as _app,
+    opening,
+    opening_header,
+    rerun as _rerun,
+    rows,
+    texts as _texts,
+    titles as _titles,
+)
 from streamlit.testing.v1 import AppTest
 
 from probes.families import coverage
@@ -42,11 +44,13 @@ def test_opens_on_the_offline_default_at_she_and_the_head_chosen_on_its_controls
 
 
 def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
-    """``state.PAGES`` is the one list of pages: the menu shows its pages, titles and icons in its order, each
-    page is ``dashboard/views/<key>.py`` (no page file left out of it), and a link's ``page=`` takes its keys."""
+    """``dashboard.core.pages.PAGES`` is the one list of pages: the menu shows its pages, titles and icons in its
+    order, each page is a folder ``dashboard/pages/<key>/`` (no page folder left out of it), and a link's ``page=``
+    takes its keys."""
     import streamlit as st
 
-    from dashboard.state import PAGES, ViewState
+    from dashboard.core.pages import PAGES
+    from dashboard.core.state import ViewState
 
     offered = []
     real = st.navigation
@@ -57,9 +61,9 @@ def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
 
     monkeypatch.setattr(st, "navigation", navigation)
     _app()
-    assert offered and offered[-1] == [(key, title, icon) for key, (title, icon) in PAGES.items()]
-    views = Path(APP).parent / "views"
-    assert sorted(p.stem for p in views.glob("*.py") if p.stem != "__init__") == sorted(PAGES)
+    assert offered and offered[-1] == [(key, page.title, page.icon) for key, page in PAGES.items()]
+    folders = Path(APP).parent / "pages"
+    assert sorted(p.parent.name for p in folders.glob("*/__init__.py")) == sorted(PAGES)
     for key in PAGES:
         assert ViewState.from_query({"page": key}) == (ViewState(page=key), [])
     assert ViewState.from_query({"page": "nowhere"})[0].page == "explore"
@@ -82,10 +86,9 @@ def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch
     """Where the hub is reachable, every hub model can be picked: after what loads here, marked ↓ (a mark short enough
     for the sidebar's width), which one line under the menu reads as "needs download"."""
     import probes
-    from dashboard import data
-    from probes import families
+    from dashboard.core import models
 
-    monkeypatch.setattr(data, "hub_reachable", lambda: True)  # a server with network (this one has none)
+    monkeypatch.setattr(models, "hub_reachable", lambda: True)  # a server with network (this one has none)
     _hub_cache(monkeypatch, tmp_path, "gpt2")
     at = _app()
     options = at.sidebar.selectbox(key="w_model_pick").options
@@ -140,16 +143,17 @@ def test_the_parity_badge_reuses_the_pages_trace_and_comes_after_the_page(monkey
 
 
 def test_a_text_over_the_attention_budget_is_traced_lazily_and_says_so(monkeypatch):
-    """The app keeps at most ``data.ATTENTION_BUDGET`` bytes of probabilities per trace: past it, the page still
+    """The app keeps at most ``budgets.ATTENTION_BUDGET`` bytes of probabilities per trace: past it, the page still
     draws the head (recovered from Hugging Face's q and k), a note says why, and parity still passes."""
-    from dashboard import data
+    from dashboard.core import budgets, models, trace
 
-    monkeypatch.setattr(data, "ATTENTION_BUDGET", 1024)
+
+    monkeypatch.setattr(budgets, "ATTENTION_BUDGET", 1024)
     text = "A text that is over a one-kilobyte budget, which no other test of the app uses."
     at = _app(text=text)
     assert "recomputed from Hugging Face's own q and k" in _texts(at.info)
-    inp = data.Input("minilm", text, None, "hf", "eager", False)
-    assert data.trace(inp).lazy
+    inp = models.Input("minilm", text, None, "hf", "eager", False)
+    assert trace.trace(inp).lazy
     assert "Parity PASS" in "\n".join(m.value for m in at.sidebar.markdown)
     assert [h.value for h in at.header][0] == "minilm: layer 0, head 0"
 
@@ -312,9 +316,10 @@ def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_th
     """No network here: the menu offers what loads (the offline models, then the cached hub models) and "other…";
     the hub models that cannot load are not options, one line under the menu names them."""
     import probes
-    from dashboard import data
+    from dashboard.core import models
 
-    monkeypatch.setattr(data, "hub_reachable", lambda: False)
+
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
     _hub_cache(monkeypatch, tmp_path)  # an empty cache
     at = _app()
     assert at_options(at) == ["minilm", "smollm2", "other…"]
@@ -344,9 +349,10 @@ def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_th
 def test_a_deployments_hub_model_is_marked_and_refused_when_the_hub_cannot_be_reached(monkeypatch, tmp_path):
     """A deployment's own list (PROBES_MODELS) is kept as it is: a hub model in it that cannot load here is marked,
     and picking it keeps the model shown."""
-    from dashboard import data
+    from dashboard.core import models
 
-    monkeypatch.setattr(data, "hub_reachable", lambda: False)
+
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
     _hub_cache(monkeypatch, tmp_path)  # an empty cache
     monkeypatch.setenv("PROBES_MODELS", "minilm,smollm2,gpt2")
     at = _app()
@@ -357,7 +363,7 @@ def test_a_deployments_hub_model_is_marked_and_refused_when_the_hub_cannot_be_re
     assert not at.exception and not at.error
     assert at.query_params["model"] == "minilm" and at.sidebar.selectbox[0].value == "minilm"
     assert "gpt2 needs the Hugging Face hub, which this server cannot reach" in _texts(at.warning)
-    monkeypatch.setattr(data, "hub_reachable", lambda: True)
+    monkeypatch.setattr(models, "hub_reachable", lambda: True)
     at = _app()
     assert at.sidebar.selectbox[0].format_func("gpt2") == "gpt2 ↓"
 
@@ -370,11 +376,12 @@ def test_a_decoder_with_a_second_sentence_reads_the_first_with_a_note():
 
 
 def test_every_script_run_hands_freed_memory_back(monkeypatch):
-    # glibc keeps what a session's thread freed; each run ends by trimming it (dashboard.data.release_memory)
-    from dashboard import data
+    # glibc keeps what a session's thread freed; each run ends by trimming it (dashboard.core.budgets.release_memory)
 
+
+    from dashboard.core import budgets
     calls = []
-    monkeypatch.setattr(data, "release_memory", lambda: calls.append(1))
+    monkeypatch.setattr(budgets, "release_memory", lambda: calls.append(1))
     at = _app(page="cost")
     assert len(calls) == 1
     at.run()

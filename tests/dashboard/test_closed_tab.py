@@ -79,7 +79,7 @@ def _until(found, what: str):
 
 
 def _stopped_when_closed(tab, steps: Path, by: str) -> int:
-    """Close ``tab`` once the loop of ``dashboard.data``'s function ``by`` it started has done a step, then wait for
+    """Close ``tab`` once the loop of the app's function ``by`` it started has done a step, then wait for
     that loop's end: it must be stopped by the close (a StopException: the browser has gone) with work left, never run
     to its end (then no stop comes, and the wait fails). Another loop of the same session (the sidebar's parity
     check runs beside the page) stops on its own and proves nothing about this one. Returns how many steps this loop

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from apptest import open_app
 from streamlit.dataframe_util import convert_anything_to_arrow_bytes
 
-from apptest import open_app
-from dashboard import charts
+from dashboard.core import charts, token_charts
+from dashboard.pages.explore import charts as explore_charts
 
 
 def _arrow_bytes(chart) -> int:
@@ -34,7 +35,7 @@ def _window(n: int = 64, seed: int = 0) -> tuple[list[str], np.ndarray]:
 
 def test_a_heatmap_window_ships_under_eleven_bytes_a_cell_not_fifty_seven():
     tokens, w = _window()
-    chart = charts.attention_heatmap(tokens, w, "Layer 0, head 0", start=40, query=60)
+    chart = token_charts.attention_heatmap(tokens, w, "Layer 0, head 0", start=40, query=60)
     # 9 bytes a cell (two 1-byte positions, two 1-byte label codes, the float32 weight, the title's 1-byte code, the
     # outlined row's bit), each label once, a schema; it was 254,856 bytes (query and key strings, int64 positions
     # and float64 weights in every cell)
@@ -44,12 +45,12 @@ def test_a_heatmap_window_ships_under_eleven_bytes_a_cell_not_fifty_seven():
 def test_the_small_multiples_ship_as_twelve_small_pictures():
     w = np.random.default_rng(1).random((12, 64, 64)).astype(np.float32)
     w /= w.sum(-1, keepdims=True)
-    assert _arrow_bytes(charts.layer_multiples(w, layer=3)) < 12 * 64 * 64  # under a byte a cell: it was 1.7 MB
+    assert _arrow_bytes(explore_charts.layer_multiples(w, layer=3)) < 12 * 64 * 64  # under a byte a cell: it was 1.7 MB
 
 
 def test_compact_tables_hold_the_same_values():
     tokens, w = _window(5)
-    full = charts.attention_frame(tokens, w, causal=True, start=300)  # positions past 255: two bytes
+    full = token_charts.attention_frame(tokens, w, causal=True, start=300)  # positions past 255: two bytes
     small = charts.compact(full)
     assert list(small.dtypes.astype(str)) == ["uint16", "uint16", "category", "category", "float32"]
     assert small.astype({"query": object, "key": object}).astype(full.dtypes).equals(full)
@@ -63,7 +64,7 @@ def test_compact_tables_hold_the_same_values():
 @pytest.mark.numeric
 def test_the_heatmap_spec_still_reads_the_same():
     tokens, w = _window(3)
-    spec = charts.attention_heatmap(tokens, w, "t", query=1).to_dict()
+    spec = token_charts.attention_heatmap(tokens, w, "t", query=1).to_dict()
     rows = [r for rows in spec["datasets"].values() for r in rows]
     assert rows[4] == {"query_pos": 1, "key_pos": 1, "query": "1: token1", "key": "1: token1",
                        "weight": float(w[1, 1]), "marked": True, "title": "t"}  # the fp32 weight exactly

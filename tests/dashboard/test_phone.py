@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from browser import WAIT_MS, laid_out, launch, settle, sync_playwright
 
-from dashboard.state import PAGES
+import dashboard.pages  # noqa: F401 - registers every page, in menu order
+from dashboard.core.pages import PAGES
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
@@ -54,7 +55,7 @@ def phone(app_url):
 
 @pytest.mark.parametrize("key", list(PAGES))
 def test_every_page_fits_a_phone_without_sideways_scroll(app_url, phone, key):
-    title = PAGES[key][0]
+    title = PAGES[key].title
     phone.goto(f"{app_url}/{'' if key == 'explore' else key}?page={key}")
     _settled(phone)
     phone.locator("[data-testid=stMain] h1, [data-testid=stMain] h2").first.wait_for(timeout=WAIT_MS)

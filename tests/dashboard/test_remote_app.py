@@ -69,9 +69,9 @@ def test_a_served_model_is_marked_on_the_cluster_and_draws_the_same_weights(clus
     rerun(at)
     assert np.array_equal(_where(at), probes.run(minilm, TEXT).attention(1, 4).numpy()[3])
     assert not at.error
-    from dashboard import data
+    from dashboard.core import models
 
-    app_model = data.served_model("minilm", address)  # the app's own stand-in of the served model (cached)
+    app_model = models.served_model("minilm", address)  # the app's own stand-in of the served model (cached)
     assert isinstance(app_model, remote.RemoteModel) and app_model.wire.calls > 0  # what it drew came from there
 
 
@@ -115,17 +115,17 @@ def test_a_killed_server_is_one_line_then_the_page_works_again(cluster, monkeypa
 
 
 def test_the_parity_page_compares_the_servers_traces_there(cluster, monkeypatch, minilm):
+    from dashboard.core import models, trace
+    from dashboard.core.parity import parity_report
     from probes import parity
-
-    from dashboard import data
 
     address, _ = cluster
     monkeypatch.setenv("PROBES_RAY_ADDRESS", address)
     text = "Parity on the server: the same figures as here"
     at = open_app(page="parity", model="minilm", text=text)
     assert not at.error and not at.exception
-    inp = data.Input("minilm", text, None, "hf", "eager", False)
-    assert isinstance(data.trace(inp), remote.RemoteTrace)  # the page's traces are the server's
-    report = data.parity_report(inp)  # as the page made it (cached): compared on the server
+    inp = models.Input("minilm", text, None, "hf", "eager", False)
+    assert isinstance(trace.trace(inp), remote.RemoteTrace)  # the page's traces are the server's
+    report = parity_report(inp)  # as the page made it (cached): compared on the server
     local = parity.compare(probes.run(minilm, text), probes.run(minilm, text, source="scratch"))
     assert report.passed and report.attention_max_abs_diff == local.attention_max_abs_diff

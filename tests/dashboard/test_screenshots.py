@@ -19,7 +19,8 @@ import pytest
 from browser import WAIT_MS, laid_out, launch, settle, sync_playwright
 from PIL import Image
 
-from dashboard.state import PAGES
+import dashboard.pages  # noqa: F401 - registers every page, in menu order
+from dashboard.core.pages import PAGES
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other
 
@@ -91,7 +92,7 @@ def test_every_page_draws_and_its_screenshot_is_not_blank(app_url, desk, key, tm
         settle(page)
     page.wait_for_function(f"document.querySelectorAll('{CHARTS}').length >= {charts}", timeout=WAIT_MS)
     laid_out(page)  # Vega draws in the browser, after the script
-    title = PAGES[key][0]
+    title = PAGES[key].title
     assert page.locator("[data-testid=stException]").count() == 0, f"{title}: an error box"
     assert page.locator("[data-testid=stMain] :is(h1, h2)").first.inner_text().strip(), f"{title}: no heading"
     png = page.screenshot()

@@ -8,7 +8,7 @@ import threading
 
 import streamlit as st
 
-from dashboard import data, warm
+from dashboard import warm
 from tests.apptest import open_app, opening_header
 
 
@@ -50,6 +50,7 @@ def _start_and_finish_with_a_clean_log() -> None:
 
 
 def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeypatch):
+    from dashboard.core import models, questions
     expected = opening_header()  # (the library's evidence, computed here before the passes are counted)
     monkeypatch.setattr(warm, "_started", threading.Event())
     monkeypatch.setattr(warm, "_done", threading.Event())
@@ -60,10 +61,10 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
     # the default view: the offline default, Hugging Face's pass of the default sentence; then the answer box's
     # evidence (its controls and the sentence, through the pass "auto" picks; none when this process has it already)
     assert calls[0] == "hf" and calls.count("hf") == 1 and set(calls[1:]) <= {"auto"}
-    from dashboard.state import DEFAULT_TEXT, STORIES
+    from dashboard.core.state import DEFAULT_TEXT, STORIES
 
-    assert data.has_evidence(data.Input("minilm", DEFAULT_TEXT, None, "hf", "eager", False),
-                             data.Asked(*STORIES[DEFAULT_TEXT]))
+    assert questions.has_evidence(models.Input("minilm", DEFAULT_TEXT, None, "hf", "eager", False),
+                             questions.Asked(*STORIES[DEFAULT_TEXT]))
     warm.wait()  # finished: returns at once
     calls.clear()
     at = open_app()
@@ -73,13 +74,14 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
 
 
 def test_a_failed_warm_start_is_logged_and_does_not_block(monkeypatch, caplog):
+    from dashboard.core import trace
     monkeypatch.setattr(warm, "_started", threading.Event())
     monkeypatch.setattr(warm, "_done", threading.Event())
 
     def broken(inp):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(data, "run_info", broken)
+    monkeypatch.setattr(trace, "run_info", broken)
     with caplog.at_level(logging.WARNING, logger="dashboard"):
         warm.start().join(timeout=300)
         warm.wait()

@@ -1,16 +1,16 @@
 """Counted, slowed steps in a test's Streamlit server: Python imports this module as it starts a process whose
 PYTHONPATH begins with this folder, which ``tests/dashboard/test_closed_tab.py`` gives the public server it starts.
 
-Every long loop of the app calls the step that ``dashboard.data.watched`` returns between its parts (a head of the
-effects grid, a pass of path patching), and that step is where a closed tab's run stops. Here each such step of a
-script run (a browser's session; the warm start's are left alone) is written to the file ``$CLOSED_TAB_STEPS`` as one
-JSON line: ``{"session": id, "by": "ablation", "step": [done, total]}`` when the step let the loop go on (``by``: the
-function of ``dashboard.data`` whose loop it is), the same with ``"stopped": "StopException"`` (the exception's name)
-when it stopped it. A step that goes on then sleeps
-``$CLOSED_TAB_STEP_S`` seconds (1 by default), so that a grid takes minutes however fast the machine: the test closes
-its tab long before the end and reads, not times, what happened after. The public bound (``PUBLIC_SECONDS``, proven
-with an injected clock in ``tests/dashboard/test_data.py``) is lifted to a day here, so that only the closed tab can
-stop the work this test watches.
+Every long loop of the app calls the step that ``dashboard.core.budgets.watched`` returns between its parts (a head
+of the effects grid, a pass of path patching), and that step is where a closed tab's run stops. Here each such step
+of a script run (a browser's session; the warm start's are left alone) is written to the file ``$CLOSED_TAB_STEPS`` as
+one JSON line: ``{"session": id, "by": "ablation", "step": [done, total]}`` when the step let the loop go on (``by``:
+the app's function whose loop it is, in ``dashboard/core`` or a page's ``data.py``), the same with ``"stopped":
+"StopException"`` (the exception's name) when it stopped it. A step that goes on then sleeps ``$CLOSED_TAB_STEP_S``
+seconds (1 by default), so that a grid takes minutes however fast the machine: the test closes its tab long before
+the end and reads, not times, what happened after. The public bound (``PUBLIC_SECONDS``, proven with an injected
+clock in ``tests/dashboard/core/test_budgets.py``) is lifted to a day here, so that only the closed tab can stop the
+work this test watches.
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ if os.environ.get("CLOSED_TAB_STEPS"):  # only in the server that test_closed_ta
 
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    from dashboard import data
+    from dashboard.core import budgets
 
     LOG = Path(os.environ["CLOSED_TAB_STEPS"])
     STEP_S = float(os.environ.get("CLOSED_TAB_STEP_S", "1"))
     _lock = threading.Lock()
-    _watched = data.watched
+    _watched = budgets.watched
 
     def _write(row: dict) -> None:
         with _lock, LOG.open("a") as out:
             out.write(json.dumps(row) + "\n")
 
     def watched(progress=None, advice: str | None = None):
-        """``data.watched``'s step, written down and slowed (in a browser's session)."""
+        """``budgets.watched``'s step, written down and slowed (in a browser's session)."""
         step = _watched(progress, advice)
         ctx = get_script_run_ctx(suppress_warning=True)
         if ctx is None:  # the warm start: no browser, nothing to watch
@@ -58,5 +58,5 @@ if os.environ.get("CLOSED_TAB_STEPS"):  # only in the server that test_closed_ta
 
         return counted
 
-    data.watched = watched
-    data.PUBLIC_SECONDS = 24 * 3600
+    budgets.watched = watched
+    budgets.PUBLIC_SECONDS = 24 * 3600
