@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 
 from dashboard import warm
 
-# the normal shutdown (uvicorn closes the connections, Streamlit stops its sessions) takes 0.4-1.3 s here, busy or
-# not (benchmarks/upload_bombs.py); past this the process ends anyway, well inside a host's usual 5-10 s before SIGKILL
+# the normal shutdown (uvicorn closes the connections, Streamlit stops its sessions) ends well within it, busy or not
+# (benchmarks/upload_bombs.py; docs/app.md, "Uploads"); past this the process ends anyway, well inside a host's usual
+# 5-10 s before SIGKILL
 GRACE_S = 3.0
 
 

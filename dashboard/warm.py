@@ -3,8 +3,8 @@
 Streamlit runs ``dashboard/app.py`` only once a browser has connected, so without this the first visitor
 waits for Python to import torch and transformers, load the model and run it *after* their browser has
 loaded the page. ``dashboard/serve.py`` (what ``make app`` runs) calls :func:`start` as it is loaded,
-before the server listens (earlier than Streamlit's start-up hook, which waits for the server: 0.3 s
-less to the first heatmap in ``benchmarks/cold_start.py``): a background thread imports the app's
+before the server listens (earlier than Streamlit's start-up hook, which waits for the server: docs/app.md, "Cold
+start", says what it saves): a background thread imports the app's
 modules, loads the offline default and traces the default sentence into the app's own caches
 (``dashboard.core``), so the first visitor's run finds them there.
 
@@ -12,7 +12,7 @@ The first script run waits for that thread (:func:`wait_in_page`) before it impo
 that import the same packages at once can meet in a circular import and see a half-initialised module, and
 the run needs the same work anyway. While it waits, the page says so, and holds an empty chart for that
 time: the browser fetches and compiles its chart library (Vega) then, not after the first heatmap has
-arrived (half a second on a 2-core machine, measured by ``benchmarks/cold_start.py``). A link to another
+arrived (``benchmarks/cold_start.py`` measures it: docs/app.md, "Cold start"). A link to another
 model waits at most the few seconds the warm start takes, once per server. ``streamlit run
 dashboard/app.py`` starts no thread, and both waits return at once.
 """

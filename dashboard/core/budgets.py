@@ -32,9 +32,9 @@ PUBLIC_SECONDS = 60  # one computation on a public deployment: a visitor waits a
 # one or two cores serve every visitor (work past it is stopped: see `watched`)
 
 # token rows (copies × tokens) per pass of the long loops a page runs (path patching's senders, the ablation grid's
-# heads): a Cancel, a closed tab or the public bound stops the work within one pass (about a second on smollm2; the
-# grid's passes were a whole layer's heads before, up to 6 s on a busy machine: benchmarks/cancel.py); on a CPU
-# bigger passes are no faster (smollm2, 57 tokens, 261 senders: 74 s in passes of 16, 68 s in passes of 4)
+# heads): a Cancel, a closed tab or the public bound stops the work within one pass (the grid's passes were a whole
+# layer's heads before, seconds apart on a busy machine); on a CPU bigger passes are no faster. Both measured:
+# docs/benchmarks.md, `cancel.py`
 STEP_ROWS = 256
 
 
@@ -53,8 +53,8 @@ class Budgeted(Batched, total=False):
 def release_memory() -> None:
     """Hand what this process has freed back to the system (:func:`probes.memory.release`). Every script run calls
     it as it ends: glibc keeps freed memory in each thread's arena, and each session runs in a thread of its own,
-    so without it the server's resident memory stays at the highest any run reached (after a 60-item syntactic
-    probe run on SmolLM2 in a thread: 343 MiB above the level before it, 17 MiB once trimmed)."""
+    so without it the server's resident memory stays at the highest any run reached (docs/deploy.md says how much
+    a probe run left behind)."""
     from probes import memory
 
     memory.release()

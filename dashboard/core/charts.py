@@ -11,9 +11,10 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-# Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a quarter of a click's
-# script time on Explore went there (a py-spy profile). A chart's whole spec is still checked where it matters, by the
-# tests, which call ``to_dict()`` (validating) on what these functions return; the app's ``ui.chart`` skips it too.
+# Altair checks every object against the Vega-Lite schema as it is built (its "debug mode"): a py-spy profile of a
+# click on Explore found much of its script time there (docs/benchmarks.md, `browser_speed.py`). A chart's whole spec
+# is still checked where it matters, by the tests, which call ``to_dict()`` (validating) on what these functions
+# return; the app's ``ui.chart`` skips it too.
 alt.utils.schemapi.disable_debug_mode()
 
 BLUE = alt.Scale(domain=[0, 1], range=["#ffffff", "#08519c"], interpolate="rgb")  # white is exactly 0
@@ -75,7 +76,7 @@ class Spec:
     beside it: what the charts redrawn on every click on Explore return (the heatmap, the bars, the small multiples,
     the "Why this weight?" grid), because building them with Altair and
     converting them back to a dictionary (inferring each encoding, checking it against the schema) was most of a
-    click's script time (a py-spy profile: 29 % inferring encodings, 21 % converting). It reads as an Altair chart
+    click's script time (a py-spy profile: docs/benchmarks.md, `browser_speed.py`). It reads as an Altair chart
     where the app and the tests read one: ``data``, ``width``, ``usermeta``, ``properties(...)``, and ``to_dict()``
     / ``to_json()`` as Altair writes a chart (the table as records under ``datasets``; ``to_dict`` checks the spec
     against Vega-Lite's schema unless ``validate=False``)."""

@@ -78,7 +78,7 @@ def register() -> Path | None:
 
 def _write_woff(source: Path, target: Path) -> None:
     """The collection's first face (WenQuanYi Micro Hei; the second is its Mono twin) as a WOFF: browsers take no
-    .ttc, and WOFF's zlib makes the 5.2 MB face 2.1 MB (1.6 s, once: a newer file is kept)."""
+    .ttc, and WOFF's zlib makes the 5.2 MB face 2.1 MB (once: a newer file is kept; docs/app.md, "Downloads")."""
     from fontTools.ttLib import TTCollection
 
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ EVIDENCE_KEPT = 16  # questions' evidence kept at once, for every session (each 
 
 MAX_QUESTIONS = 2000  # questions one upload may hold (each is one forward pass)
 
-PUBLIC_QUESTIONS = 300  # …on a public deployment (about 10 s on SmolLM2 on two CPUs)
+PUBLIC_QUESTIONS = 300  # …on a public deployment, within its time bound on SmolLM2 (docs/app.md, "Uploads")
 
 MAX_QUESTION_BYTES = 2_000_000  # bytes of one upload of questions
 

@@ -26,7 +26,7 @@ TRACES_KEPT = 6
 TRACE_BYTES = 2**31  # the traces kept at once hold at most 2 GiB (a trace of 8,192 tokens on SmolLM2 holds more alone)
 
 PUBLIC_TRACE_BYTES = 2**28  # 256 MiB on a public deployment: three 2,000-character texts on SmolLM2 (no logits there,
-# see `run_now`), beside 1.1 GB of runtime and both offline models (benchmarks/public_memory.py)
+# see `run_now`), beside the runtime and both offline models (benchmarks/public_memory.py; docs/deploy.md)
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,7 @@ def _table(frame, rows, label: str, value: str) -> None:
                        on_click="ignore", icon=":material/download:")
 
 
-IMPORTANCE_ITEMS = 50  # sentences the in-app importance reads (about 10–15 s on this machine's two CPUs)
+IMPORTANCE_ITEMS = 50  # sentences the in-app importance reads (how long: docs/head-effects.md, "Does it matter?")
 
 
 def _importance(ctx: ui.Context, rows, label: str):
