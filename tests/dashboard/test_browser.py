@@ -279,8 +279,8 @@ def test_chinese_is_drawn_without_cjk_system_fonts(app_url):
     """The story in Chinese on SmolLM2, on Explore and Find heads, in a Chromium without CJK fonts of its own (this
     machine has none): the sidebar, the callouts and the charts' labels draw hanzi, not empty boxes, with the
     WenQuanYi Micro Hei the app serves (dashboard/fonts.py, .streamlit/config.toml). The font is the app's theme's,
-    one for every page, so two pages with charts prove it (Does it matter?, also checked here once, added 11 s of
-    its first ablation grid on SmolLM2 and no other way of drawing text)."""
+    one for every page, so two pages with charts prove it (Does it matter?, also checked here once, added the time
+    of its first ablation grid on SmolLM2 and no other way of drawing text)."""
     import shutil
     import subprocess
     from urllib.parse import quote
@@ -398,8 +398,8 @@ def test_what_if_it_attended_less_at_desk_width(app_url):
 def test_the_heads_most_hurt_draw_and_a_click_opens_one_on_explore(app_url):
     """The KV lab's heads button draws the heads most hurt, and a click on the first bar opens its head on Explore.
     :data:`KV_HEADS_LINK` reads 27 tokens with one policy (sinks + window, at 8 and 16 keys; 8 shown: 19 tokens cut):
-    the button cuts SmolLM2's 90 heads one at a time, 47 s of this machine over the 64 tokens of :data:`KV_LINK`, 25 s
-    over 27 (``kvstream.head_effects`` with other tests beside it; it ran past a minute in CI over 64)."""
+    the button cuts SmolLM2's 90 heads one at a time (``kvstream.head_effects``), about half as long over 27 tokens
+    as over the 64 of :data:`KV_LINK` (it ran past a minute in CI over 64)."""
     SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = launch(p)

@@ -49,7 +49,8 @@ SHOTS: dict[str, tuple[str, int, str | None]] = {
 }
 # A test run (not UPDATE_SCREENSHOTS) opens the KV lab on the 64 tokens test_browser.py's KV tests read, whose sweep
 # the server has cached by then: the docs' picture is the page's default (256 tokens, four budgets drawn), a sweep
-# that took 31 s of this test on a busy machine, for a check (the page draws, not blank) that 64 tokens make as well.
+# that was most of this test's time on a busy machine, for a check (the page draws, not blank) that 64 tokens make
+# as well.
 CHECKED_ONLY = {"kv": "model=smollm2&kv_tokens=64&layer=2&head=4"}
 
 

@@ -228,7 +228,7 @@ def test_a_decoder_opens_on_the_query_token_and_gets_the_logit_attribution_of_sh
 @pytest.mark.xdist_group("effects_smollm2")  # on the worker of the test above: its first grid is in the app's cache
 def test_a_decoder_gets_the_loss_on_the_text_when_each_head_is_zeroed(smollm2):
     """The loss grid, each cell a head ablated on its own (a test of its own: with the query token's grid above in
-    one test it ran past a minute under the numeric re-run's portable kernels, 69 s)."""
+    one test it ran past a minute under the numeric re-run's portable kernels)."""
     at = open_app(page="effects", model="smollm2")
     query = at.selectbox(key="w_query").value
     at.selectbox(key="w_effects_measure").set_value("loss")

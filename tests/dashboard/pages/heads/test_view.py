@@ -393,7 +393,7 @@ def test_an_upload_with_a_huge_label_is_refused_before_anything_is_drawn():
 @pytest.fixture(scope="module")
 def million_rows() -> bytes:
     """A probe table of 10⁶ rows for minilm (6 layers × 12 heads): every head of 13,875 labels, and 1,000 rows of one
-    label, "many", that repeat its 72 heads (12 MB, built as text: about a second)."""
+    label, "many", that repeat its 72 heads (12 MB, built as text)."""
     return ("label,layer,head,score\n" + "".join(
         f"{f'label-{i // 72}' if i < 999_000 else 'many'},{(i % 72) // 12},{i % 12},0.{i % 9973:04d}\n"
         for i in range(1_000_000))).encode()
@@ -412,8 +412,8 @@ def _bounded(at) -> None:
 
 
 def test_a_million_row_table_is_summarised_on_the_server(million_rows):
-    """A 10⁶-row upload (12 MB) froze the tab for 25–48 s on an older main, and was then refused: it is read on the
-    server, which sends one label's grid, its top rows and a bounded menu; "Find a label" reaches any label."""
+    """A 10⁶-row upload (12 MB) froze the tab for tens of seconds on an older main, and was then refused: it is read
+    on the server, which sends one label's grid, its top rows and a bounded menu; "Find a label" reaches any label."""
 
     at = _upload(open_app(page="heads"), "big.csv", million_rows)
     _bounded(at)
