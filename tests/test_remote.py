@@ -14,9 +14,8 @@ import ray  # the [ray] extra, which the README's install includes
 import torch
 
 import probes
-from probes import generation, parity, remote
+from probes import cluster as ray_cluster, generation, parity, remote
 from probes.cli import main
-from probes import cluster as ray_cluster
 from probes.effects import ablation, importance
 from probes.errors import ModelUnavailable, ProbesError, RayUnavailable, ServerLost
 
@@ -66,6 +65,7 @@ def same_trace(remote_trace, local_trace, model) -> None:
 @pytest.mark.numeric  # the server's floats against this process's, exactly
 def test_minilm_traces_from_the_server_equal_local_ones_bit_for_bit(served_minilm, minilm, one_thread):
     assert isinstance(served_minilm, probes.ModelLike) and served_minilm.fingerprint() == minilm.fingerprint()
+    assert isinstance(served_minilm, remote.RemoteModel)  # what remote.serve gives: its facts came from the server
     # the tokenizer's, as the server worked it out (its files are there): a checkpoint's fingerprint covers it
     assert served_minilm.facts["tokenizer_fingerprint"] == minilm.tokenizer_fingerprint()
     for source, backend, budget in (("hf", "eager", None), ("scratch", "eager", None), ("scratch", "sdpa", 0)):
@@ -84,7 +84,8 @@ def test_smollm2_traces_from_the_server_equal_local_ones_bit_for_bit(cluster, sm
         same_trace(got, probes.run(smollm2, TEXT, source="scratch"), smollm2)
         assert got.kv_head(0, 7) == 2  # query head 7 reads key/value head 2, as docs/scale-out.md's local example says
         there, here = (generation.generate(m, "The cat sat", 4) for m in (served, smollm2))
-        assert there.new_ids == here.new_ids and all(torch.equal(a, b) for a, b in zip(there.rows, here.rows))
+        assert there.new_ids == here.new_ids
+        assert all(torch.equal(a, b) for a, b in zip(there.rows, here.rows, strict=True))
     finally:
         remote.stop("smollm2", cluster)
 
@@ -111,7 +112,8 @@ class Bar:
     """A tqdm-like bar that keeps what it was told."""
 
     def __init__(self, total: int, name: str):
-        self.total, self.counts, self.closed = total, [], 0
+        self.total, self.closed = total, 0
+        self.counts: list[int] = []
 
     def update(self, n: int) -> None:
         self.counts.append(n)
@@ -131,11 +133,15 @@ def test_the_progress_of_work_on_the_server_is_counted_here_as_it_goes_once(serv
     data.write_text("The cat sat on the mat.\nShe said that he would come back.\nThe dog ran.\nIt rained.\n"
                     "Birds sing.\n")
     tables, bars = [], []
+
+    def make_bar(total, name):
+        bars.append(Bar(total, name))
+        return bars[-1]
+
     for i, model in enumerate((served_minilm, minilm)):
         tables.append(importance.profile_importance(
             model, str(data), None, tmp_path / f"importance-{i}.csv", batch_size=2,
-            checkpoint_every=3, ablation=False, progress_factory=lambda total, name: bars.append(Bar(total, name))
-            or bars[-1]))
+            checkpoint_every=3, ablation=False, progress_factory=make_bar))
     # the command's bar: each batch as the server finishes it (chunks of 3: batches of 2 and 1), as a local run
     # counts, and no chunk counted again once it returns
     assert [(b.total, b.counts, b.closed) for b in bars] == [(5, [0, 2, 1, 2], 1)] * 2
@@ -219,6 +225,7 @@ def test_a_server_stopped_and_started_again_is_found_by_its_name(cluster):
     remote.stop("minilm", cluster)
     with pytest.raises(ServerLost, match=r"was stopped: start it again \(python -m probes serve --model minilm"):
         probes.run(first, "the cat sat")
+    assert isinstance(first, remote.RemoteModel)  # served or connected to: either way a RemoteModel
     second = remote.serve("minilm", cluster, detached=False)  # a new actor under the same name
     assert probes.run(first, "the cat sat").token_strings() == ["[CLS]", "the", "cat", "sat", "[SEP]"]
     assert ray.get(first.handle.pid.remote()) == second.facts["pid"]

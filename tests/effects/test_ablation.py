@@ -3,13 +3,13 @@ ablation done inside Hugging Face's own module; clean edited passes equal the Tr
 
 import pytest
 import torch
+from effects.planted import ALTERNATING, COPY_HEAD
 from numeric import EPS64, F64
 
 import probes
 from probes import hf, runner, scratch
 from probes.effects import ablation
 from probes.errors import BadOption
-from tests.effects.conftest import ALTERNATING, COPY_HEAD
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry"
 
@@ -58,9 +58,14 @@ def test_batched_equals_one_pass_per_head(minilm64, monkeypatch):
     minilm = minilm64  # float64: batches of other sizes sum in another order, which only float64 rounding sees
     batched = ablation.ablate_each(minilm, SHE, position=8)
     naive = ablation.ablate_each(minilm, SHE, position=8, batched=False)
-    passes, run_with_hooks = [], ablation.run_with_hooks
-    monkeypatch.setattr(ablation, "run_with_hooks", lambda model, copies, *a, **k: passes.append(
-        copies.input_ids.shape[0]) or run_with_hooks(model, copies, *a, **k))
+    passes: list[int] = []  # each pass's number of copies
+    run_with_hooks = ablation.run_with_hooks
+
+    def counted(model, copies, *a, **k):
+        passes.append(copies.input_ids.shape[0])
+        return run_with_hooks(model, copies, *a, **k)
+
+    monkeypatch.setattr(ablation, "run_with_hooks", counted)
     small = ablation.ablate_each(minilm, SHE, position=8, batch=5)
     cols = ["hidden_change", "token_change", "embedding_change"]
     assert (batched[cols] - naive[cols]).abs().to_numpy().max() <= F64
@@ -110,8 +115,9 @@ OUTPUT_PROJECTION = {"roberta_mlm_dir": lambda hf, layer: hf.base_model.encoder.
 @pytest.mark.parametrize("fixture", list(OUTPUT_PROJECTION))
 def test_equals_ablating_inside_hugging_face_in_roberta_and_distilbert(fixture, request):
     """As above, on a tiny RoBERTa (its positions from the padding index), DistilBERT (its own module names) and
-    ModernBERT (pre-norm, rotary, a local layer), each with a masked-LM head: the same hidden change, to float64 rounding."""
-    model = probes.load(str(request.getfixturevalue(fixture))).cast(torch.float64)
+    ModernBERT (pre-norm, rotary, a local layer), each with a masked-LM head: the same hidden change, to float64
+    rounding."""
+    model = probes.models.load(str(request.getfixturevalue(fixture))).cast(torch.float64)
     layer, head = 1, 2
     enc = model.encode(SHE)
     d = model.d_head
@@ -141,8 +147,10 @@ def test_clean_edited_pass_equals_the_trace(gpt2_model):
     enc = gpt2_model.encode("Researchers probe every head")
     trace = runner.forward(gpt2_model, enc, "scratch")
     got = scratch.run_with_hooks(gpt2_model, enc, keep=["blocks.1.resid_pre"])
+    assert trace.logits is not None and got.final is not None and got.logits is not None  # whole passes, with logits
     assert torch.equal(got.final, trace.hidden_states[-1]) and torch.equal(got.logits, trace.logits)
     resumed = scratch.run_with_hooks(gpt2_model, enc, resume=(1, got["blocks.1.resid_pre"]))
+    assert resumed.logits is not None
     assert torch.equal(resumed.logits, trace.logits)  # starting at layer 1 from its input: the same numbers
 
 
@@ -173,7 +181,7 @@ def test_grouped_query_ablation_equals_hugging_face(llama_dir):
     import probes
     from probes.effects.measures import token_losses
 
-    model = probes.load(str(llama_dir)).cast(torch.float64)
+    model = probes.models.load(str(llama_dir)).cast(torch.float64)
     text, (layer, head) = "Researchers probe every layer and every head", (1, 4)
     enc = model.encode(text)
     d = model.d_head
@@ -219,8 +227,9 @@ def test_one_measure_alone_equals_its_column_of_every_measure(gpt2_model64, mini
 
 def test_progress_is_reported_after_each_head(gpt2_model, minilm):
     for model, measures in ((gpt2_model, ["token_change"]), (minilm, None)):
-        calls = []
-        ablation.ablate_each(model, SHE, position=3, measures=measures, progress=lambda *a: calls.append(a))
+        calls: list[tuple[int, int]] = []
+        ablation.ablate_each(model, SHE, position=3, measures=measures,
+                             progress=lambda *a, calls=calls: calls.append(a))
         total = model.n_layers * model.n_heads
         assert calls == [(done, total) for done in range(1, total + 1)]
 
@@ -242,9 +251,9 @@ def test_equals_ablating_inside_hugging_faces_gemma3(tmp_path):
     head 1.2's slice of o_proj's input in Hugging Face's own module (its RMSNorm made to compute in float64): the same
     hidden change and next-token loss change, to float64 rounding. The from-scratch ablation reruns the layer, the
     post-norm included, so nothing is frozen."""
-    from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma
+    from checkpoints import gemma_norm_in_input_dtype, make_gemma
 
-    model = probes.load(str(make_gemma(tmp_path / "g3", family="gemma3"))).cast(torch.float64)
+    model = probes.models.load(str(make_gemma(tmp_path / "g3", family="gemma3"))).cast(torch.float64)
     layer, head, d = 1, 2, model.d_head
     ids = model.encode(SHE).input_ids
 

@@ -63,8 +63,10 @@ def test_the_last_target_is_one_tokens_raw_text_that_target_id_gives_back(smollm
     for text, want in (("小明把苹果给了小红，因为她很饿", (20, "为")),  # 她, 很 and 饿 are pieces of bytes
                        ("Xiaoming gave the apple to Xiaohong because she was hungry.", (13, " hungry"))):  # "." → " ."
         ids = smollm2.encode(text).input_ids[0].tolist()
-        position, raw = got = last_target(smollm2, text)
+        got = last_target(smollm2, text)
         assert got == want
+        assert got is not None
+        position, raw = got
         assert target_id(smollm2, raw) == ids[position]
         assert smollm2.tokenizer.encode(raw, add_special_tokens=False) == [ids[position]]
     assert last_target(smollm2, "很饿") is None  # only pieces of characters: the box stays empty
@@ -75,9 +77,9 @@ def test_the_last_target_is_one_tokens_raw_text_that_target_id_gives_back(smollm
 def test_gemma_heads_write_through_the_frozen_post_norm_and_a_final_cap_is_refused(tmp_path, family):
     # Gemma 2 and 3: each head's share is its z_h·W_O[h] through the post-attention norm frozen at the pass, and the
     # heads and the rest sum to the logit; with the final soft-cap on (cap·tanh(logit / cap): no sum) it is refused
-    from tests.checkpoints import make_gemma
+    from checkpoints import make_gemma
 
-    plain = probes.load(str(make_gemma(tmp_path / "plain", family=family, final_logit_softcapping=None)))
+    plain = probes.models.load(str(make_gemma(tmp_path / "plain", family=family, final_logit_softcapping=None)))
     got = logit_attribution(plain.cast(torch.float64), TEXT, 7)
     assert got.total == pytest.approx(got.logit, abs=F64, rel=0) and abs(got.heads).max() > 1e-3
     capped = probes.load(str(make_gemma(tmp_path / "capped", family=family, final_logit_softcapping=3.0)))

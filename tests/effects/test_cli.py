@@ -4,12 +4,12 @@ import json
 
 import pandas as pd
 import pytest
+from effects.planted import ALTERNATING
 from numeric import F64
 
 from probes.cli import main
 from probes.effects import ablation, importance
 from probes.explain import why as words
-from tests.effects.conftest import ALTERNATING
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry"
 
@@ -33,6 +33,7 @@ def test_ablate_prints_the_library_numbers(minilm, capsys):
     (["--heads", "1-2"], "LAYER.HEAD"),
 ])
 def test_ablate_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    code: str | int | None
     try:
         code = main(["ablate", "--text", SHE, *args])
     except SystemExit as stop:  # argparse refuses a malformed head list (1-2) before the model loads: exit 2 too
@@ -148,7 +149,8 @@ def test_why_on_smollm2(smollm2, monkeypatch, capsys):
     assert main(["why", "--model", "smollm2", "--layer", "18", "--head", "6", "--query", "she", "--key", "Xiaohong",
                  "--text", STORY]) == 0
     out = capsys.readouterr().out
-    assert "query ' she' (token 11) on key ' Xia' (token 7)" in out and "head 17." in out and out.splitlines()[-1].startswith("sum of parts")
+    assert "query ' she' (token 11) on key ' Xia' (token 7)" in out and "head 17." in out
+    assert out.splitlines()[-1].startswith("sum of parts")
 
 
 TALKS = "The president called for new talks with Iran."
@@ -209,8 +211,9 @@ def _no_nan(text: str) -> dict:
 
 @pytest.fixture(scope="module")
 def induction(tmp_path_factory):
+    from checkpoints import make_induction
+
     import probes
-    from tests.checkpoints import make_induction
 
     path, text = make_induction(tmp_path_factory.mktemp("induction-cli") / "gpt2")
     model = probes.load(str(path))
@@ -313,7 +316,7 @@ def test_patch_names_the_senders_above_their_floor(minilm, capsys):
     out = capsys.readouterr().out
     above = patch_floors(minilm, clean, corrupt, (3, 1), "k").above
     assert len(above)  # on minilm: 2.7, 0.6 and 0.7
-    names = ", ".join(f"{a}.{b}" for a, b in zip(above["layer"], above["head"]))
+    names = ", ".join(f"{a}.{b}" for a, b in zip(above["layer"], above["head"], strict=True))
     assert f"{len(above)} of the 10 senders checked clear their noise floor: {names}" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("    ")]
     assert len(rows) == 10 and sum(r[-1] == "yes" for r in rows) == len(above)

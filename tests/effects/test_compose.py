@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checkpoints import make_induction, make_llama
+from numeric import F64
 
-from probes.effects.compose import (centres, composition_scores, convention_said, conventions, notes, parse_convention,
-                                    parse_kinds, parse_receiver, random_baseline)
+from probes.effects.compose import (
+    centres,
+    composition_scores,
+    convention_said,
+    conventions,
+    notes,
+    parse_convention,
+    parse_kinds,
+    parse_receiver,
+    random_baseline,
+)
 from probes.errors import BadOption
 from probes.models import load
-from probes.scratch import build, head_writer, run_with_hooks
-from tests.checkpoints import make_induction, make_llama
-from tests.numeric import F64
+from probes.scratch import SplitNetwork, build, head_writer, run_with_hooks
+from probes.scratch.olmo2 import Olmo2
+from probes.scratch.qwen3 import Qwen3
 
 
 def naive(net, kind: str) -> dict[tuple[int, int, int, int], float]:
@@ -52,7 +63,9 @@ def test_low_rank_equals_naive(which, request):
 def test_grouped_query_heads_read_their_kv_head(llama_dir):
     model = load(str(llama_dir))
     assert model.n_kv_heads < model.n_heads  # the tiny Llama is grouped-query (6 heads on 2)
-    w_q, w_k, w_v = build(model).head_weights(1)
+    net = build(model)
+    assert isinstance(net, SplitNetwork)  # its heads' maps
+    w_q, w_k, w_v = net.head_weights(1)
     assert w_q.shape[0] == model.n_heads and w_k.shape[0] == w_v.shape[0] == model.n_kv_heads
     assert notes(model)[-1].startswith("rotary")
 
@@ -64,6 +77,7 @@ def test_qk_norm_folds_its_gain_and_leaves_out_its_scale(tmp_path):
     RMSNorm and of QK-norm, are in head_weights; the two scales, which depend on x, are not."""
     model = load(str(make_llama(tmp_path / "qwen3", family="qwen3", num_hidden_layers=2))).cast(torch.float64)
     net = build(model)
+    assert isinstance(net, Qwen3)
     enc = model.encode("the cat sat on the mat")
     got = run_with_hooks(model, enc, logits=False, keep=["resid_pre"])
     for layer, x in enumerate(got.each("resid_pre")):
@@ -87,6 +101,7 @@ def test_olmo2_qk_norm_folds_its_gain_across_heads(tmp_path):
     ÷ the rms of the whole projection: QK-norm's H·d gains are in head_weights, its scale is not."""
     model = load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=2))).cast(torch.float64)
     net = build(model)
+    assert isinstance(net, Olmo2)
     got = run_with_hooks(model, model.encode("the cat sat on the mat"), logits=False, keep=["resid_pre"])
     for layer, x in enumerate(got.each("resid_pre")):
         q, k, _ = net.qkv(layer, x)
@@ -114,6 +129,7 @@ def test_gemma_folds_its_norm_gains_and_leaves_out_their_scales(which, request):
     # over each head's q and k): its gains are folded into W_Q's and W_K's columns, its scale left out too
     model = load(str(request.getfixturevalue(which))).cast(torch.float64)
     net = build(model)
+    assert isinstance(net, SplitNetwork)  # its heads' maps
     for layer in range(model.n_layers):
         hf_layer = model.hf.model.layers[layer]
         attn = hf_layer.self_attn

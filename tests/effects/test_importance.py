@@ -4,12 +4,12 @@ each layer's gradient scores have unit length."""
 import numpy as np
 import pytest
 import torch
+from effects.planted import ALTERNATING, COPY_HEAD
 from numeric import F64
 
 from probes import scratch
 from probes.effects import importance
 from probes.effects.measures import token_losses
-from tests.effects.conftest import ALTERNATING, COPY_HEAD
 
 TEXTS = [ALTERNATING, "he the he the he the he the", "the head the head"]
 
@@ -31,6 +31,7 @@ def _loss(model, text, gates):
     enc = model.encode(text)
     got = scratch.run_with_hooks(model, enc,
                                  {"attn.z": lambda z, name: z * gates[scratch.layer_of(name)][None, :, None, None]})
+    assert got.logits is not None  # the pass ran to its end
     return float(token_losses(got.logits, enc.input_ids[0], enc.input_ids.shape[1]).mean())
 
 
@@ -73,7 +74,8 @@ class Bar:
     """A tqdm-like bar that keeps what it was told."""
 
     def __init__(self, total: int, name: str):
-        self.total, self.name, self.counts, self.closed = total, name, [], 0
+        self.total, self.name, self.closed = total, name, 0
+        self.counts: list[int] = []
 
     def update(self, n: int) -> None:
         self.counts.append(n)
@@ -86,9 +88,13 @@ def test_the_command_bar_counts_every_sentence_once(copy_model, tmp_path):
     data = tmp_path / "texts.txt"
     data.write_text("\n".join([*TEXTS, "the he the", "he he he"]) + "\n")
     bars: list[Bar] = []
+
+    def make_bar(total, name):
+        bars.append(Bar(total, name))
+        return bars[-1]
+
     importance.profile_importance(copy_model, str(data), None, tmp_path / "imp.csv", batch_size=2, checkpoint_every=3,
-                                  ablation=False, progress_factory=lambda total, name: bars.append(Bar(total, name))
-                                  or bars[-1])
+                                  ablation=False, progress_factory=make_bar)
     [bar] = bars
     # first the chunks a resumed run found done (none), then each batch as it finishes (chunks of 3: batches of 2 and
     # 1), never a chunk again once its batches are counted

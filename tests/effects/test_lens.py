@@ -34,10 +34,10 @@ def last_row(lens: Lens):
 @pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "phi3", "gemma2", "gemma3", "neox", "olmo2"])
 def test_the_last_row_is_the_models_logits_in_float64(family, request):
     # GPT-2 and GPT-NeoX (LayerNorm with a bias) and the RMSNorm decoders (Llama; Qwen3's QK-norm, Phi-3's fused
-    # projections): the lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with their softmax
-    # probabilities, to float64 rounding
+    # projections): the lens after the last layer is Hugging Face's logits, its top k are Hugging Face's top k, with
+    # their softmax probabilities, to float64 rounding
     model = request.getfixturevalue("gpt2_model64") if family == "gpt2" else \
-        probes.load(str(request.getfixturevalue(f"{family}_dir"))).cast(torch.float64)
+        probes.models.load(str(request.getfixturevalue(f"{family}_dir"))).cast(torch.float64)
     # (Gemma 2: the logits soft-capped, after the sandwich norms; Hugging Face's RMSNorm made to compute in float64)
     lens = logit_lens(model, TEXT, k=5)
     with gemma_norm_in_input_dtype():
@@ -55,7 +55,9 @@ def test_the_last_row_is_the_models_logits_in_fp32(smollm2):
     # time: at most a reordering of the D = 576 products of one logit (measured: 0, bit for bit, on this machine)
     text = "Xiaoming gave the apple to Xiaohong because she was"
     lens = logit_lens(smollm2, text, heads=False)
-    own = run_with_hooks(smollm2, smollm2.encode(text)).logits[0].double()
+    ran = run_with_hooks(smollm2, smollm2.encode(text))
+    assert ran.logits is not None  # a decoder's pass, run to its end
+    own = ran.logits[0].double()
     pos, ids, logits, _ = last_row(lens)
     scale = float(own.abs().max())  # ~29
     assert (logits - own[pos, ids]).abs().max() <= fp32(576, scale)
@@ -68,6 +70,7 @@ def test_a_heads_direct_effect_is_its_logit_attribution(gpt2_model64):
     # exactly the head's share in direct logit attribution, to float64 rounding
     lens = logit_lens(gpt2_model64, TEXT, k=3)
     heads = lens.heads
+    assert heads is not None  # heads=True, the default
     last = heads[(heads.position == len(lens.tokens) - 1) & (heads["rank"] == 1)]
     for layer, head in ((0, 1), (1, 3)):
         row = last[(last.layer == layer) & (last["head"] == head)].iloc[0]
@@ -77,6 +80,7 @@ def test_a_heads_direct_effect_is_its_logit_attribution(gpt2_model64):
 
 def test_the_tables_shape(gpt2_model):
     lens = logit_lens(gpt2_model, TEXT, k=4)
+    assert lens.heads is not None  # heads=True, the default
     n, layers, heads = len(lens.tokens), gpt2_model.n_layers, gpt2_model.n_heads
     assert lens.stages == ["embeddings"] + [f"after layer {i}" for i in range(layers)] == [stage(r) for r in
                                                                                            range(layers + 1)]
@@ -89,6 +93,7 @@ def test_the_tables_shape(gpt2_model):
         assert cell.probability.is_monotonic_decreasing and 0 < cell.probability.sum() <= 1 + 1e-6
     assert list(lens.layers[lens.layers["rank"] == 1].input[: n]) == lens.tokens
     one_layer = logit_lens(gpt2_model, TEXT, k=4, head_layers=[1]).heads  # the heads of one layer only (cheaper)
+    assert one_layer is not None
     assert set(one_layer.layer) == {1}
     assert (one_layer.reset_index(drop=True) == lens.heads[lens.heads.layer == 1].reset_index(drop=True)).all().all()
     tok = gpt2_model.tokenizer
@@ -135,10 +140,11 @@ def test_a_gemma_heads_direct_effect_goes_through_its_frozen_post_norm(tmp_path,
     # Gemma 2 and 3 without the final cap: a head's row is its write through the post-attention norm frozen at the
     # pass, then the frozen final norm: its logit attribution share, to float64 rounding
 
-    model = probes.load(str(make_gemma(tmp_path / "g", family=family, final_logit_softcapping=None)))
+    model = probes.models.load(str(make_gemma(tmp_path / "g", family=family, final_logit_softcapping=None)))
     model = model.cast(torch.float64)
     lens = logit_lens(model, TEXT, k=3)
     heads = lens.heads
+    assert heads is not None  # heads=True, the default
     last = heads[(heads.position == len(lens.tokens) - 1) & (heads["rank"] == 1)]
     for layer, head in ((0, 1), (2, 3)):
         row = last[(last.layer == layer) & (last["head"] == head)].iloc[0]

@@ -35,7 +35,7 @@ def test_gpt2_norms_by_hand(gpt2_model64):
 def test_llama_grouped_query_norms_by_hand(llama_dir):
     import probes
 
-    model = probes.load(str(llama_dir)).cast(torch.float64)
+    model = probes.models.load(str(llama_dir)).cast(torch.float64)
     text = "Researchers probe every layer"
     trace = runner.trace(model, text, source="scratch")
     layer, head = 1, 5  # head 5 of 6 reads key/value head 1 of 2

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama, make_neox
 from numeric import F64
 
 import probes
@@ -15,8 +16,8 @@ from probes.effects.measures import compare, lm_stats
 from probes.effects.path_patching import path_patch
 from probes.errors import BadOption
 from probes.hf import KeepFloat64
+from probes.models import load
 from probes.scratch import build, point, run_with_hooks
-from tests.checkpoints import gemma_norm_in_input_dtype, make_gemma, make_gpt2, make_induction, make_llama, make_neox
 
 CLEAN = "The cat sat on the mat, and the dog watched it."
 CORRUPT = "The dog sat on the mat, and the cat watched it."
@@ -25,7 +26,7 @@ CORRUPT = "The dog sat on the mat, and the cat watched it."
 @pytest.fixture(scope="module")
 def gpt2_3(tmp_path_factory):
     """A tiny three-layer GPT-2 in float64: a receiver in layer 2 has senders in two layers."""
-    return probes.load(str(make_gpt2(tmp_path_factory.mktemp("paths") / "gpt2", n_layer=3))).cast(torch.float64)
+    return load(str(make_gpt2(tmp_path_factory.mktemp("paths") / "gpt2", n_layer=3))).cast(torch.float64)
 
 
 def hf_path_patch(model, clean: str, corrupt: str, sender, receiver, into: str):
@@ -41,7 +42,7 @@ def hf_path_patch(model, clean: str, corrupt: str, sender, receiver, into: str):
     ids, ids_c = model.encode(clean).input_ids, model.encode(corrupt).input_ids
 
     def sender_out(input_ids):
-        got = {}
+        got: dict[str, torch.Tensor] = {}
         hook = blocks[s_layer].attn.c_proj.register_forward_pre_hook(lambda m, args: got.setdefault("z", args[0]))
         hf(input_ids=input_ids)
         hook.remove()
@@ -84,6 +85,7 @@ def test_equals_the_same_patch_by_hand_in_hugging_face(gpt2_3, into):
     assert gpt2_3.encode(CLEAN).input_ids.shape == gpt2_3.encode(CORRUPT).input_ids.shape
     senders = [(0, 1), (1, 2), (1, 0)]
     got = path_patch(gpt2_3, CLEAN, CORRUPT, (2, 3), into, senders=senders, keep_patterns=True)
+    assert got.patterns is not None  # kept
     for i, sender in enumerate(senders):
         pattern, loss, clean_pattern, clean_loss = hf_path_patch(gpt2_3, CLEAN, CORRUPT, sender, (2, 3), into)
         assert (got.patterns[i] - pattern).abs().max() <= F64
@@ -114,7 +116,7 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
     # 6 query heads read 2 key/value heads: patching receiver 2.0's key changes only head 2.0's pattern, although
     # heads 2.1 and 2.2 read the same key/value head; by hand: head 2.0 with k recomputed from x + Δ (Qwen3: through
     # QK-norm; Phi-3: through the fused projection)
-    model = probes.load(str(make_llama(tmp_path / family, family=family, num_hidden_layers=3))).cast(torch.float64)
+    model = load(str(make_llama(tmp_path / family, family=family, num_hidden_layers=3))).cast(torch.float64)
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape
@@ -127,8 +129,10 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
     q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
     n = q.shape[2]
+    assert model.family is not None  # the scratch network's family
     scale = model.family.scale(model.config, 2)
     scores = (q[0, 0] @ k[0, 0].T) * scale + torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert got.patterns is not None  # kept
     assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
     assert got.frame.pattern_change[0] > 0.01
     # the pass by hand, only head 2.0's key replaced (k and v one per query head): heads 2.1 and 2.2, which read the
@@ -145,6 +149,7 @@ def test_grouped_heads_sharing_the_patched_key_stay_clean(tmp_path, family):
     assert (seen[0, 1:] - base_z[2][0, 1:]).abs().max() <= F64
     assert (seen[0, 0] - base_z[2][0, 0]).abs().max() > 1e-3
     ids = enc.input_ids[0]
+    assert base.final is not None and hand.final is not None  # both passes ran to their end
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
@@ -168,7 +173,7 @@ def test_a_planted_induction_head_reads_the_previous_token_head_through_its_key(
     cells = [(6 + i, i + 1) for i in range(6)]  # the second token i attends to the token after its first occurrence
     key = path_patch(model, text, corrupt, (1, 0), "k", cells=cells)
     query = path_patch(model, text, corrupt, (1, 0), "q", cells=cells)
-    assert key.clean_cells > 0.9
+    assert key.clean_cells is not None and key.clean_cells > 0.9
     prev = key.frame.set_index(["layer", "head"]).loc[(0, 0)]
     assert prev.cells < 0.5 and prev.pattern_shift > 0.5
     assert query.frame.set_index(["layer", "head"]).loc[(0, 0)].cells > 0.8
@@ -221,7 +226,7 @@ def test_cli_ranks_the_library_numbers(gpt2_3_dir, capsys):
     # the same computation on the same weights: the same floats, and JSON writes a float back exactly
     assert data["ranked_by"] == "loss" and len(data["senders"]) == 8
     assert [(s["layer"], s["head"], s["loss"]) for s in data["senders"]] == list(
-        zip(expected["layer"], expected["head"], expected["loss"]))
+        zip(expected["layer"], expected["head"], expected["loss"], strict=True))
     assert main([*args, "--senders", "0.1,1.2", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "receiver 2.3's k" in out and "pattern_shift" in out and len(
@@ -249,7 +254,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(gpt2_3_dir, args, message, capsys)
     from probes.cli import main
 
     base = {"--text": CLEAN, "--corrupt": CORRUPT, "--receiver": "2.1"}
-    for flag, value in zip(args[::2], args[1::2]):
+    for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
     assert main(["patch", "--model", str(gpt2_3_dir), *(x for kv in base.items() for x in kv)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -268,11 +273,17 @@ def test_identity_qkv_hooks_leave_the_pass_bit_for_bit(gpt2_3):
     # the q, k, v hook points: reached once per layer, in order, q then k then v; handing them back unchanged gives the
     # same pass, bit for bit
     enc = gpt2_3.encode(CLEAN)
-    calls = []
+    calls: list[str] = []
+
+    def same(x, name):
+        calls.append(name)
+        return x
+
     plain = run_with_hooks(gpt2_3, enc)
-    same = lambda x, name: calls.append(name) or x  # noqa: E731
     hooked = run_with_hooks(gpt2_3, enc, {"attn.q": same, "attn.k": same, "attn.v": same})
     assert calls == [point(layer, f"attn.{x}") for layer in range(3) for x in "qkv"]
+    assert plain.logits is not None and hooked.logits is not None  # both passes ran to their end
+    assert plain.final is not None and hooked.final is not None
     assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.final, hooked.final)
 
 
@@ -315,9 +326,9 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     # Gemma 2: a sender's write reaches the residual through its layer's post-attention norm, which path patching
     # freezes at the clean pass's scale: Δ = Δz_h·W_O[h] · (1 + w) ÷ rms(clean attention output); the receiver's
     # scores are soft-capped (cap 5) as its layer caps them. By hand, the same Δ, the receiver's pattern and the loss
-    from tests.checkpoints import make_gemma
+    from checkpoints import make_gemma
 
-    model = probes.load(str(make_gemma(tmp_path / "gemma2"))).cast(torch.float64)
+    model = load(str(make_gemma(tmp_path / "gemma2"))).cast(torch.float64)
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     got = path_patch(model, CLEAN, CORRUPT, (2, 0), "k", senders=[(1, 3)], keep_patterns=True)
@@ -333,10 +344,12 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
     n = q.shape[2]
+    assert model.family is not None  # the scratch network's family
     scores = (q[0, 0] @ k[0, 0].T) * model.family.scale(model.config, 2)
     scores = 5.0 * torch.tanh(scores / 5.0)  # the soft-cap, before the mask
     window = torch.arange(n)[None, :] <= torch.arange(n)[:, None] - 3  # layer 2 is local: a window of 3
     scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1) | window, float("-inf"))
+    assert got.patterns is not None  # kept
     assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
     assert got.frame.pattern_change[0] > 0.01
 
@@ -349,6 +362,7 @@ def test_gemma_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
                           {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, 2)},
                           keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     ids = enc.input_ids[0]
+    assert base.final is not None and hand.final is not None  # both passes ran to their end
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
@@ -370,7 +384,7 @@ def hf_gemma3_path_patch(model, clean: str, corrupt: str, sender, receiver, into
     cols = slice(s_head * d, (s_head + 1) * d)
 
     def sender_z(input_ids):
-        got = {}
+        got: dict[str, torch.Tensor] = {}
         hooks = [o_proj.register_forward_pre_hook(lambda m, args: got.setdefault("z", args[0])),
                  o_proj.register_forward_hook(lambda m, args, out: got.setdefault("whole", out))]
         hf(input_ids=input_ids)
@@ -424,11 +438,12 @@ def hf_gemma3_path_patch(model, clean: str, corrupt: str, sender, receiver, into
 def test_gemma3_equals_the_same_patch_by_hand_in_hugging_face(tmp_path, into):
     # Gemma 3 in float64 (Hugging Face's RMSNorm made to compute in it): senders in the local layer 0 and the global
     # layer 1 (each turned by its own rotary table), a receiver in the local layer 2 (window 3), through QK-norm
-    model = probes.load(str(make_gemma(tmp_path / "gemma3", family="gemma3", num_key_value_heads=4)))
+    model = load(str(make_gemma(tmp_path / "gemma3", family="gemma3", num_key_value_heads=4)))
     model = model.cast(torch.float64)
     assert model.encode(CLEAN).input_ids.shape == model.encode(CORRUPT).input_ids.shape
     senders = [(0, 1), (1, 3), (1, 0)]
     got = path_patch(model, CLEAN, CORRUPT, (2, 2), into, senders=senders, keep_patterns=True)
+    assert got.patterns is not None  # kept
     for i, sender in enumerate(senders):
         pattern, loss, clean_pattern, clean_loss = hf_gemma3_path_patch(model, CLEAN, CORRUPT, sender, (2, 2), into)
         assert (got.patterns[i] - pattern).abs().max() <= F64
@@ -447,8 +462,8 @@ def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
     # GPT-NeoX (q, k and v cut per head out of one fused product, a quarter of each head turned; the parallel
     # residual or the sequential one): patching receiver 2.1's key from sender 1.3 is head 2.1 with k recomputed
     # from x + Δ, Δ the sender's corrupt less clean write; the other heads keep their clean output
-    model = probes.load(str(make_neox(tmp_path / "neox", num_hidden_layers=3,
-                                      use_parallel_residual=parallel))).cast(torch.float64)
+    model = load(str(make_neox(tmp_path / "neox", num_hidden_layers=3,
+                               use_parallel_residual=parallel))).cast(torch.float64)
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     assert enc.input_ids.shape == enc_c.input_ids.shape
@@ -460,8 +475,10 @@ def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
     q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
     n = q.shape[2]
+    assert model.family is not None  # the scratch network's family
     scores = (q[0, 1] @ k[0, 1].T) * model.family.scale(model.config, 2) + \
         torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert got.patterns is not None  # kept
     assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
     assert got.frame.pattern_change[0] > 0.01
 
@@ -475,6 +492,7 @@ def test_gpt_neox_equals_the_patch_by_hand(tmp_path, parallel):
     assert (seen[0, [0, 2, 3]] - base_z[2][0, [0, 2, 3]]).abs().max() <= F64
     assert (seen[0, 1] - base_z[2][0, 1]).abs().max() > 1e-3
     ids = enc.input_ids[0]
+    assert base.final is not None and hand.final is not None  # both passes ran to their end
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)
@@ -485,8 +503,8 @@ def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     # OLMo 2: no norm before the attention, QK-norm over the whole projection, and the attention's output normed
     # after W_O (with its bias): path patching freezes that norm at the clean pass's scale, Δ = Δz_h·W_O[h] · w ÷
     # rms(clean attention output + b). By hand with Hugging Face's weights: the same Δ, the receiver's pattern, the loss
-    model = probes.load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=3,
-                                       attention_bias=True))).cast(torch.float64)
+    model = load(str(make_llama(tmp_path / "olmo2", family="olmo2", num_hidden_layers=3,
+                                attention_bias=True))).cast(torch.float64)
     net = build(model)
     enc, enc_c = model.encode(CLEAN), model.encode(CORRUPT)
     got = path_patch(model, CLEAN, CORRUPT, (2, 1), "k", senders=[(1, 3)], keep_patterns=True)
@@ -503,8 +521,10 @@ def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
     q, _, _ = net.qkv(2, inputs[2])
     _, k, _ = net.qkv(2, x)
     n = q.shape[2]
+    assert model.family is not None  # the scratch network's family
     scores = (q[0, 1] @ k[0, 1 // group].T) * model.family.scale(model.config, 2) + \
         torch.triu(torch.full((n, n), float("-inf"), dtype=q.dtype), 1)
+    assert got.patterns is not None  # kept
     assert (got.patterns[0] - scores.softmax(-1)).abs().max() <= F64
     assert got.frame.pattern_change[0] > 0.01
 
@@ -517,6 +537,7 @@ def test_olmo2_senders_write_through_the_post_norm_frozen_at_the_clean_pass(tmp_
                           {"blocks.2.attn.k": by_hand_k, "blocks.2.attn.v": lambda v, name: repeat_kv(v, group)},
                           keep=["blocks.2.attn.z"], resume=(2, inputs[2]))
     ids = enc.input_ids[0]
+    assert base.final is not None and hand.final is not None  # both passes ran to their end
     measured = compare(base.final[0], hand.final, n, lm_stats(ids, n, logits=base.logits),
                        lm_stats(ids, n, logits=hand.logits))
     assert got.frame.loss[0] == pytest.approx(float(measured["loss"][0]), abs=F64, rel=0)

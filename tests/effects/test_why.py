@@ -10,16 +10,7 @@ tests/explain/test_why.py's; the deprecated words of this module give the same t
 import numpy as np
 import pytest
 import torch
-from numeric import F64, fp32
-
-import probes
-from probes.effects.why import BIAS_QK, band_group, qk_attribution
-from probes.errors import BadOption, EmptyInput, OutOfRange, UnsupportedModel
-from probes.explain import why as words
-from probes.hf import forward as hf_forward
-from probes.scratch import SplitNetwork, build, modernbert, run_with_hooks
-from probes.scratch.llama import inverse_frequencies
-from tests.checkpoints import (
+from checkpoints import (
     gemma_norm_in_input_dtype,
     make_bert,
     make_distilbert,
@@ -32,6 +23,15 @@ from tests.checkpoints import (
     make_roberta,
     make_rotary_heads,
 )
+from numeric import F64, fp32
+
+import probes
+from probes.effects.why import BIAS_QK, band_group, qk_attribution
+from probes.errors import BadOption, EmptyInput, OutOfRange, UnsupportedModel
+from probes.explain import why as words
+from probes.hf import forward as hf_forward
+from probes.scratch import SplitNetwork, build, modernbert, run_with_hooks
+from probes.scratch.llama import inverse_frequencies
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TEXT = "The cat sat on the mat, and the dog watched it."
@@ -108,10 +108,12 @@ def test_the_summed_parts_are_hugging_faces_own_q_and_k(tiny):
     # float64: the residual parts sum to the layer's input, and their q and k parts to Hugging Face's q and k
     model = tiny.cast(torch.float64)
     net, enc = build(model), model.encode(TEXT)
+    assert isinstance(net, SplitNetwork)  # every family here splits its q and k
     got = run_with_hooks(model, enc, logits=False, keep=["resid_pre", "attn.z"])
     inputs, zs = got.each("resid_pre"), got.each("attn.z")
     with gemma_norm_in_input_dtype():  # Gemma's HF RMSNorm computes in fp32 whatever the dtype: in float64 here
         reference = hf_forward(model, enc)
+    assert reference.q is not None and reference.k is not None  # Hugging Face's eager pass keeps them
     positions = torch.tensor([3, 6])
     for layer in range(model.n_layers):
         parts = net.residual_parts(layer, enc.input_ids, enc.token_type_ids, inputs, zs, positions,
@@ -155,7 +157,7 @@ def test_on_minilm_and_smollm2_within_1e_4_in_fp32_and_1e_9_in_float64(minilm, m
 @pytest.mark.numeric
 def test_a_planted_induction_head_is_explained_by_the_previous_token_head(tmp_path):
     path, text = make_induction(tmp_path / "induction")
-    model = probes.load(str(path)).cast(torch.float64)
+    model = probes.models.load(str(path)).cast(torch.float64)
     ids = model.encode(text).input_ids[0].tolist()
     query = 7  # the second occurrence of token 1 …
     key = ids.index(ids[query]) + 1  # … and the token that followed its first occurrence
@@ -192,7 +194,9 @@ def unturned(model, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     tables, the inverse of ``x·cos + rotate_half(x)·sin``: q ``[H, n, d]``, k ``[H_kv, n, d]`` before the turn (the
     tables r wide: a partial rotary turned the first r numbers only, the rest are as they were)."""
     reference = hf_forward(model, model.encode(text))
-    cos, sin = (t[0] for t in reference.rotary_of(layer))  # [n, r]: the layer's own (ModernBERT's θ differ)
+    tables = reference.rotary_of(layer)
+    assert tables is not None and reference.q is not None and reference.k is not None  # a rotary model's, eager
+    cos, sin = (t[0] for t in tables)  # [n, r]: the layer's own (ModernBERT's θ differ)
     r = cos.shape[-1]
 
     def back(x):
@@ -260,7 +264,7 @@ def groups_sum(why) -> float:
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     path, text = make_rotary_heads(tmp_path_factory.mktemp("rotary") / "heads")
-    return probes.load(str(path)).cast(torch.float64), text
+    return probes.models.load(str(path)).cast(torch.float64), text
 
 
 @pytest.mark.numeric
@@ -272,7 +276,8 @@ def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_freque
     assert position > abs(content) and content < 0  # the offset-0 score is below zero: position makes it
     reading = previous.position_reading()
     assert (reading.content, reading.position, reading.score, reading.offset) == (content, position, previous.score, 1)
-    assert reading.leads == "position" and (reading.through.group, reading.through.bands) == ("high", (0,))
+    assert reading.leads == "position" and reading.through is not None
+    assert (reading.through.group, reading.through.bands) == ("high", (0,))
     groups = previous.band_groups().set_index("group")
     assert groups.loc["high", "position"] > 0.5 * position
     assert abs(groups.loc["low", "position"]) <= 1e-3 * abs(position)  # bands 9–15 barely turn over 11 tokens
@@ -342,7 +347,8 @@ def test_smollm2_previous_token_head_reads_as_position_and_its_story_head_as_con
     content, position = why.position_split()
     assert position > why.score > 0 > content
     reading = why.position_reading()
-    assert reading.leads == "position" and reading.offset == 1 and reading.through.bands == (0,)
+    assert reading.leads == "position" and reading.offset == 1 and reading.through is not None
+    assert reading.through.bands == (0,)
     # fp32: the bands sum to the pass's score exactly (the same float64 products), and to the model's own fp32 score
     # within the fp32 rounding of its q and k (as the parts do: hidden size 576)
     bands = why.band_table()
@@ -393,7 +399,7 @@ def test_senders_on_text_sum_the_split_of_the_cells_the_head_weighs_most(tmp_pat
     assert len(got) == 2 * 2 * 12  # every head of layers 0 and 1, on both sides
     # the planted circuit: the induction head's scores come from the previous-token head, on the key side
     path, text = make_induction(tmp_path / "induction")
-    planted = senders_on_text(probes.load(str(path)).cast(torch.float64), text, 1, 0, cells=5)
+    planted = senders_on_text(probes.models.load(str(path)).cast(torch.float64), text, 1, 0, cells=5)
     best = planted.loc[planted.contribution.abs().idxmax()]
     assert (best.sender_layer, best.sender_head, best.kind) == (0, 0, "k") and best.share > 0.9
     with pytest.raises(BadOption, match="in layer 0: no head writes before it"):

@@ -9,6 +9,7 @@ from numeric import EPS64, F64, fp32, rounded
 import probes
 from probes import explain, hf
 from probes.explain import query_steps, word_level
+from probes.trace import Trace
 
 pytestmark = pytest.mark.numeric
 
@@ -166,12 +167,14 @@ def test_rotary_steps_turn_the_projected_q_by_its_position(models, models64):
     output, and turning it pair by pair by position·ω gives the q the scores use."""
     model = models64["llama-grouped"]
     trace = probes.run(model, TEXT)
+    assert isinstance(trace, Trace)  # a local model's: its rotary tables
     attn = model.hf.model.layers[1].self_attn
     with hf.KeepFloat64():  # Hugging Face's RMSNorm would round to fp32 otherwise
         h = model.hf.model.layers[1].input_layernorm(trace.hidden_states[1])
     projected = attn.q_proj(h).view(1, -1, 6, 8).transpose(1, 2)  # [1, H, L, d] before rotation
     for query in (0, 3, 7):
         s = query_steps(trace, 1, 4, query)
+        assert s.q_unrotated is not None and s.angles is not None  # a rotary model's
         scale = np.abs(s.q).max()
         np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=F64 * scale, rtol=0)
         half = len(s.q) // 2
@@ -183,7 +186,7 @@ def test_rotary_steps_turn_the_projected_q_by_its_position(models, models64):
         np.testing.assert_allclose(s.q_unrotated * c + turned * sn, s.q, atol=F64 * scale, rtol=0)
         assert (s.kv_head, s.kv_group, s.window) == (1, (3, 4, 5), None)  # 6 query heads read 2 k/v heads
     assert query_steps(probes.run(models["gpt2"], TEXT), 0, 0, 2).q_unrotated is None
-    assert torch.is_tensor(trace.rotary[0])
+    assert trace.rotary is not None and torch.is_tensor(trace.rotary[0])
 
 
 @pytest.mark.parametrize("source", ["hf", "scratch"])
@@ -194,7 +197,7 @@ def test_gemma3_steps_turn_q_back_by_its_own_layers_table(models64, layer, theta
     own q as QK-norm hands it on (before the turn), and its angles are position × that layer's ω."""
     model = models64["gemma3-per-layer-rope"]
     enc = model.encode(TEXT)
-    seen = {}
+    seen: dict[str, torch.Tensor] = {}
     norm = model.hf.model.layers[layer].self_attn.q_norm
     hook = norm.register_forward_hook(lambda _m, _i, out: seen.setdefault("q", out))
     try:
@@ -203,10 +206,12 @@ def test_gemma3_steps_turn_q_back_by_its_own_layers_table(models64, layer, theta
     finally:
         hook.remove()
     trace = probes.run(model, TEXT, source=source)
+    assert isinstance(trace, Trace)  # a local model's: its rotary tables
     assert isinstance(trace.rotary, list) and len(trace.rotary) == model.n_layers
     omega = 1.0 / (theta ** (np.arange(0, 16, 2) / 16)) / factor
     for query in (0, 3, 7):
         s = query_steps(trace, layer, 2, query)
+        assert s.q_unrotated is not None and s.angles is not None  # a rotary model's
         scale = np.abs(s.q).max()
         np.testing.assert_allclose(s.q_unrotated, numpy(seen["q"][0, 2, query]), atol=F64 * scale, rtol=0)
         np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=fp32(query + 1), rtol=0)
@@ -228,6 +233,7 @@ def test_an_encoders_steps_unturn_q_by_its_own_layers_theta(models64, source):
         omega = 1.0 / (theta ** (np.arange(0, d, 2) / d))
         for query in (0, 3, 7):
             s = query_steps(trace, layer, 1, query)
+            assert s.q_unrotated is not None and s.angles is not None  # a rotary model's
             scale = np.abs(s.q).max()
             np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 1, query]), atol=F64 * scale, rtol=0)
             np.testing.assert_allclose(np.exp(1j * s.angles), np.exp(1j * query * omega), atol=fp32(query + 1),
@@ -247,6 +253,7 @@ def test_a_partial_rotary_turns_the_first_numbers_and_leaves_the_rest(models64):
     projected = model.hf.model.layers[1].self_attn.qkv_proj(h)[..., :48].view(1, -1, 6, 8).transpose(1, 2)
     for query in (0, 3, 7):
         s = query_steps(trace, 1, 4, query)
+        assert s.q_unrotated is not None and s.angles is not None  # a rotary model's
         scale = np.abs(s.q).max()
         np.testing.assert_allclose(s.q_unrotated, numpy(projected[0, 4, query]), atol=F64 * scale, rtol=0)
         assert len(s.angles) == 2 and np.array_equal(s.q_unrotated[4:], s.q[4:])
@@ -270,6 +277,7 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
     trace = runner.trace(minilm, text)
     answer = explain.answering_head(trace, text, "she", "Xiaohong", "Xiaoming")
+    assert answer is not None
     assert (answer.layer, answer.head, answer.query) == (1, 2, 10)
     assert [trace.token_strings()[i] for i in answer.answer] == ["xiao", "##hong"]
     brute = max((float(trace.attention(layer, head)[10, answer.answer].sum()), layer, head)
@@ -281,6 +289,7 @@ def test_the_head_that_answers_who_she_is_reads_the_highest_weight_on_the_answer
     chinese = "小明把苹果给了小红，因为她很饿"
     on_smol = runner.trace(smollm2, chinese)
     found = explain.answering_head(on_smol, chinese, "她", "小红", "小明")
+    assert found is not None
     assert on_smol.token_strings()[found.query] == "她(2/2)"  # a decoder asks with the word's last piece
     assert explain.answering_head(trace, text, "he", "Xiaohong") is None  # "he" is not a word of it ("she" is)
     assert explain.word_tokens(trace, text, "SHE") == [10]
@@ -305,6 +314,7 @@ def test_the_answer_is_the_head_with_the_largest_margin_over_the_distractor(mini
     for model in (minilm, smollm2):
         trace = runner.trace(model, text)
         found = explain.answering_head(trace, text, *words)
+        assert found is not None
         query = explain.word_tokens(trace, text, words[0])
         answer, other = explain.word_tokens(trace, text, words[1]), explain.word_tokens(trace, text, words[2])
         assert found.query == (query[-1] if trace.is_causal else query[0])
@@ -312,7 +322,7 @@ def test_the_answer_is_the_head_with_the_largest_margin_over_the_distractor(mini
         assert found.other == ([k for k in other if k != 0] or other)
         brute = max(_margins_by_hand(trace, found.query, found.answer, found.other))
         assert brute == (pytest.approx(found.margin, abs=fp32(2), rel=0), found.layer, found.head)
-        assert found.prefers and found.weight > found.other_weight
+        assert found.prefers and found.other_weight is not None and found.weight > found.other_weight
         assert found.sink == pytest.approx(float(trace.attention(found.layer, found.head)[found.query, 0]),
                                            abs=fp32(1), rel=0)
     smol = runner.trace(smollm2, "小明把苹果给了小红，因为她很饿")
@@ -328,6 +338,7 @@ def test_no_head_preferring_the_answer_is_said_not_crowned(gpt2_model):
     text = "the cat sat on the mat"
     trace = runner.trace(gpt2_model, text)
     found = explain.answering_head(trace, text, "cat", "mat", "sat")
+    assert found is not None
     assert not found.prefers and found.weight == 0.0 and found.margin <= 0
     assert found.margin == pytest.approx(max(_margins_by_hand(trace, found.query, found.answer, found.other))[0],
                                          abs=fp32(2), rel=0)
@@ -342,8 +353,10 @@ def test_the_sink_is_never_the_answer_nor_the_default_key(smollm2, minilm):
     text = "Xiaoming gave the apple to Xiaohong because she was hungry."
     trace = runner.trace(smollm2, text)
     found = explain.answering_head(trace, text, "she", "Xiaoming", "Xiaohong")
+    assert found is not None
     assert 0 not in found.answer and found.answer == explain.word_tokens(trace, text, "Xiaoming")[1:]
     other = explain.answering_head(trace, text, "she", "Xiaohong", "Xiaoming")
+    assert other is not None
     assert other.other == found.answer and other.other_weight == pytest.approx(float(
         trace.attention(other.layer, other.head)[other.query, found.answer].sum()), abs=fp32(3), rel=0)
     assert explain.counted([0, 1, 2]) == [1, 2] and explain.counted([0]) == [0]

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from checkpoints import make_rotary_heads
 
 import probes
 from probes.effects.why import BIAS_QK, BandGroup, Bucket, qk_attribution
@@ -23,7 +24,6 @@ from probes.explain.why import (
     reading,
     sentence,
 )
-from tests.checkpoints import make_rotary_heads
 
 SHE = "Xiaoming gave the apple to Xiaohong because she was hungry."
 TALKS = "The president called for new talks with Iran."  # smollm2's previous-token head 16.0 on " talks" → " new"
@@ -71,7 +71,7 @@ def test_a_term_reads_as_its_key_and_query_parts_and_what_it_does(minilm64):
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     path, text = make_rotary_heads(tmp_path_factory.mktemp("rotary") / "heads")
-    return probes.load(str(path)).cast(torch.float64), text
+    return probes.models.load(str(path)).cast(torch.float64), text
 
 
 @pytest.mark.numeric

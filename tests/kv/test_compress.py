@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from numeric import fp32
 
 from probes import hf, scratch
 from probes.encoding import Encoding
 from probes.errors import BadOption
 from probes.kv.compress import PRESSES, compress, n_kept, scores
-from tests.numeric import fp32
 
 ORACLE = Path(__file__).parents[2] / "benchmarks" / "results" / "kvpress_kept.json"
 TEXT = "The keeper lit the great lamp each evening and watched the ships pass the rocks"

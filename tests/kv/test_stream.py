@@ -5,6 +5,8 @@ and the bad inputs a person can give."""
 import pytest
 import torch
 import torch.nn.functional as F
+from checkpoints import make_gemma
+from numeric import F64
 
 from probes.attention_math import allowed_keys
 from probes.errors import BadOption, InputTooLong, UnsupportedModel
@@ -24,8 +26,6 @@ from probes.kv.stream import (
 from probes.scratch.attention import attention
 from probes.scratch.generate import network64, replay
 from probes.scratch.hooks import Pass
-from tests.checkpoints import make_gemma
-from tests.numeric import F64
 
 EVERY = ["window:8", "sinks:2+window:6", "h2o:8", "h2o:10+recent:3", "tova:8", "snapkv:12", "snapkv:12+observe:3",
          "strided:4+window:4"]
@@ -159,7 +159,7 @@ def test_the_cache_holds_the_budget_and_no_more(decoder, ids):
 def test_head_effects_are_the_streamed_runs_with_one_head_cut(llama_dir):
     import probes
 
-    model = probes.load(str(llama_dir))
+    model = probes.models.load(str(llama_dir))
     text = "The keeper lit the lamp at dusk, and the ships saw it from far away."
     effects = head_effects(model, text, [parse("full"), parse("window:4"), parse("h2o:6")])
     assert len(effects.rows) == 2 * model.n_layers * model.n_kv_heads  # full is left out: nothing to cut
@@ -171,7 +171,7 @@ def test_head_effects_are_the_streamed_runs_with_one_head_cut(llama_dir):
         alone = run_stream(net, ids, one_head(parse("h2o:6"), 1, 1, model.n_layers, model.n_kv_heads))
     # the masked pass against the streamed one, fp32: losses of ~8 nats, a mean of n − 1 of them, each from
     # logits summed over 48 dimensions of weights scaled to std 0.3; a few ulp of 8 nats
-    from tests.numeric import fp32
+    from numeric import fp32
 
     assert row["loss_change"] == pytest.approx(float(alone.losses.mean()) - full, abs=fp32(64, 8.0), rel=0)
     assert effects.full_loss == pytest.approx(full, abs=fp32(64, 8.0), rel=0)
@@ -198,7 +198,7 @@ def test_the_methods_agree_through_the_reader(decoder):
     b = stream(decoder, text, parse("snapkv:8+observe:2"), method="masked")
     # fp32: each loss is a logsumexp over the vocabulary of logits ~10 in size, the two runs summing attention in
     # another order (one row, or the whole layer): a few hundred roundings of ~10
-    from tests.numeric import fp32
+    from numeric import fp32
 
     assert torch.equal(a.evicted_at, b.evicted_at)
     assert float((a.losses - b.losses).abs().max()) <= fp32(256, 10.0)

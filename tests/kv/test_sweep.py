@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from numeric import F64
 
 from probes.errors import BadOption
 from probes.kv import parse
@@ -24,7 +25,6 @@ from probes.kv.sweep import (
     sweep_frame,
     sweep_plan,
 )
-from tests.numeric import F64
 
 TEXT = "The cat sat on the mat, and the dog watched it from the door. She said that he would come back."
 

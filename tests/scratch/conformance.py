@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import checkpoints
 import pytest
@@ -160,7 +160,7 @@ def _gemma3(path: Path, **options) -> Path:
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16, "rope_theta": 10000.0}
 YARN = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32, "rope_theta": 10000.0}
-GPT2_OPTIONS = {name: dict(n_layer=3, **v) for name, v in {  # each on 3 layers
+GPT2_VARIED: dict[str, dict[str, Any]] = {
     "3-layers": {},
     "unscaled": dict(scale_attn_weights=False),
     "inverse-layer-scale": dict(scale_attn_by_inverse_layer_idx=True),
@@ -173,12 +173,13 @@ GPT2_OPTIONS = {name: dict(n_layer=3, **v) for name, v in {  # each on 3 layers
     "silu": dict(activation_function="silu"),
     "n-inner-24": dict(n_inner=24),
     "eps-1e-2": dict(layer_norm_epsilon=1e-2),
-}.items()}
+}
+GPT2_OPTIONS = {name: dict(n_layer=3, **v) for name, v in GPT2_VARIED.items()}  # each on 3 layers
 ACT = "gelu_10"  # Hugging Face has it (clipped GELU); probes.scratch.activations does not
 BERT_SHAPES = {  # layers x heads x width, BERT's and RoBERTa's
     "1x1x16": dict(num_hidden_layers=1, num_attention_heads=1, hidden_size=16, intermediate_size=32),
     "3x6x48": dict(num_hidden_layers=3, num_attention_heads=6, hidden_size=48, intermediate_size=40)}
-BERT_REFUSED = {"gelu-10": (dict(hidden_act=ACT), f"hidden_act='{ACT}'"),
+BERT_REFUSED: dict[str, tuple[dict[str, Any], str]] = {"gelu-10": (dict(hidden_act=ACT), f"hidden_act='{ACT}'"),
                 "cross-attention": (dict(is_decoder=True, add_cross_attention=True), "add_cross_attention")}
 
 SPECS: dict[str, Spec] = {
@@ -411,6 +412,17 @@ def compare(model, enc, backend: str = "eager") -> parity.ParityReport:
 def parity_of(model, texts=BATCH, backend: str = "eager") -> parity.ParityReport:
     """:func:`compare` on ``texts`` encoded as one batch."""
     return compare(model, model.encode(list(texts)), backend)
+
+
+N = TypeVar("N")
+
+
+def built(model, cls: type[N]) -> N:
+    """``scratch.build(model)``, held to be ``cls``, the family's own network class: for a test that reads its parts
+    (its layers' weights, its tables), which the Protocols do not name."""
+    net = scratch.build(model)
+    assert isinstance(net, cls), f"{type(net).__name__} is not {cls.__name__}"
+    return net
 
 
 class FamilyModels:

@@ -1,14 +1,14 @@
 """eager, sdpa and flash: the same attention, and lazy Traces that recover it from the logsumexp."""
 
 import pytest
-from numeric import F64
 import torch
+from checkpoints import make_gpt2
+from numeric import F64
 
 import probes
-from checkpoints import make_gpt2
 from probes import hf, parity, scratch
-from probes.scratch import flash
 from probes.parity import TOLERANCES
+from probes.scratch import flash
 
 TEXT = "Xiaoming gave the apple to Xiaohong because she was hungry."
 
@@ -28,6 +28,7 @@ def test_gpt2_padded_batch_through_the_lazy_path(tmp_path, backend, option):
     enc = model.encode(["the cat sat on the mat because it was warm", "小明"])
     report = parity.compare(hf.forward(model, enc), scratch.forward(model, enc, backend=backend))
     assert report.passed, report.to_text()
+    assert report.logits_max_abs_diff is not None  # GPT-2's logits
     assert report.logits_max_abs_diff <= TOLERANCES["logits"]
 
 
@@ -48,12 +49,14 @@ def test_lazy_trace_holds_no_square_matrices(minilm64):
     trace = scratch.forward(minilm, enc, backend="sdpa")
     n = enc.input_ids.shape[1]
     assert trace.lazy and trace.attn is None and trace.q is None
+    assert trace.lse is not None  # a lazy trace keeps each row's logsumexp
     assert [tuple(t.shape) for t in trace.lse] == [(1, 12, n)] * 6
     assert trace.backend.startswith("sdpa:") and trace.note == ""
     eager = scratch.forward(minilm, enc)
     rows = slice(3, 9)
     assert torch.allclose(trace.attention(4, 7, rows=rows), eager.attention(4, 7, rows=rows), atol=F64, rtol=0)
-    for a, b in zip(trace.qkv(2, 5), eager.qkv(2, 5)):  # recomputed from the layer's input (sdpa's own hidden states)
+    # recomputed from the layer's input (sdpa's own hidden states)
+    for a, b in zip(trace.qkv(2, 5), eager.qkv(2, 5), strict=True):
         assert torch.allclose(a, b, atol=F64 * float(b.abs().max()), rtol=0)
 
 

@@ -8,6 +8,8 @@ family stays in its own file."""
 import contextlib
 import json
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 import torch
@@ -109,7 +111,7 @@ def test_every_option_is_proven_in_float64_on_both_backends(family_model, family
     Face's own code cannot run in float64 (a step fixed in fp32), the proof is refused by name, and made against its
     code with that step in the input's dtype (the spec's float64_reference)."""
     spec, model = SPECS[family], family_model(family, option)
-    reference = contextlib.nullcontext
+    reference: Callable[[], AbstractContextManager] = contextlib.nullcontext
     if why := model.family.float64_refused(model.config):
         with pytest.raises(UnsupportedModel, match=re.escape(why)):
             parity.check(model, ENGLISH, dtype="float64")
@@ -122,6 +124,7 @@ def test_every_option_is_proven_in_float64_on_both_backends(family_model, family
             for backend in ("eager", "sdpa"):
                 report = compare(model, enc, backend)
                 assert report.proven and report.attention_max_abs_diff <= F64, (backend, report.to_text())
+                assert report.qkv_max_abs_diff is not None, report.to_text()  # both passes keep q, k and v
                 assert report.qkv_max_abs_diff <= F64 and report.hidden_max_rel_diff <= F64, report.to_text()
                 assert (report.logits_max_rel_diff is None) == (not _has_head(model))
                 assert report.logits_max_rel_diff is None or report.logits_max_rel_diff <= FLOAT64_TOLERANCES["logits"]

@@ -4,9 +4,10 @@ option by option, the masked-LM head included, and its refusals are the conforma
 
 import pytest
 import torch
+from scratch.conformance import built
 from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
 
-from probes import scratch
+from probes.scratch.distilbert import DistilBert
 
 pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
 
@@ -16,4 +17,4 @@ def test_sinusoidal_positions_are_the_table_hugging_face_reads(family_model):
     table = model.hf.get_position_embeddings().weight
     expected = create_sinusoidal_embeddings(table.shape[0], table.shape[1], torch.empty_like(table))
     assert torch.equal(table, expected)  # sin/cos, not learned: what the network reads
-    assert torch.equal(scratch.build(model).position, table)
+    assert torch.equal(built(model, DistilBert).position, table)

@@ -126,7 +126,8 @@ def test_the_members_return_what_the_protocol_says(built):
         return {name: lambda x, full: into.append((full, x)) for name in ("embed", *LAYER_POINTS, "final", "logits")}
 
     with torch.inference_mode():
-        seen, resumed = [], []
+        seen: list[tuple[str, torch.Tensor]] = []  # (point, tensor), in the order reached
+        resumed: list[tuple[str, torch.Tensor]] = []
         logits, _ = Pass(net, attend, reached(seen))(enc.input_ids, enc.attention_mask, enc.token_type_ids)
         recorded = [x for name, x in seen if name.endswith("resid_pre") or name == "final"]
         Pass(net, attend, reached(resumed))(enc.input_ids, enc.attention_mask, enc.token_type_ids, logits=False,
@@ -147,7 +148,9 @@ def test_the_members_return_what_the_protocol_says(built):
     if isinstance(net, RotaryNetwork):  # d wide, or r < d (a partial rotary): as wide as Hugging Face's own tables
         reference = hf.forward(model, enc)
         for layer in range(n):  # each layer's tables (ModernBERT's differ between its global and local layers)
-            r = reference.rotary_of(layer)[0].shape[-1]
+            tables = reference.rotary_of(layer)
+            assert tables is not None  # a rotary family's trace has every layer's
+            r = tables[0].shape[-1]
             assert r <= d and r % 2 == 0
             assert all(t.shape == (1, length, r) for t in net.rotary(length, enc.input_ids.device, layer))
     if isinstance(net, DecoderNetwork):

@@ -52,7 +52,7 @@ def _assert_real_rows_match(out, lse, q, k, v, mask, causal, window=None, rows=s
     """On the real (unpadded) query rows ``rows``: the kernel's output and lse are as close to the float64 truth as
     plain fp32 attention's are (within PLAIN× its error: both sum the same terms in fp32, in other orders). The
     FlashAttention paper's rule for half precision is 2×; fp32's errors are smaller and noisier, hence 4."""
-    exact, exact_lse = _reference(*(t.double() for t in (q, k, v)), mask, causal, window)
+    exact, exact_lse = _reference(q.double(), k.double(), v.double(), mask, causal, window)
     plain, plain_lse = _reference(q, k, v, mask, causal, window)
     real = mask[:, None, :].expand_as(exact_lse)[..., rows]
     err = lambda got, want: (got.cpu().double() - want)[..., rows, :].abs().amax(-1)[real]  # noqa: E731
@@ -77,7 +77,7 @@ def test_half_precision_passes_flashattention_rule(dtype, causal, n, d):
     """Error against an fp32 reference at most 2× that of plain PyTorch attention in the same dtype."""
     q, k, v, mask = _inputs(2, 2, n, d, seed=1)
     ref, _ = _reference(q, k, v, mask, causal)
-    low = [t.to(dtype) for t in (q, k, v)]
+    low = (q.to(dtype), k.to(dtype), v.to(dtype))
     plain, _ = attention(*low, allowed_keys(mask, causal))
     out, lse = flash.flash_attention(*(t.to(DEVICE) for t in low), causal=causal, key_mask=mask.to(DEVICE))
     assert out.dtype == dtype and lse.dtype == torch.float32

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checkpoints import make_bert, make_gemma, make_llama, make_neox
 from numeric import F64, fp32
 
 import probes
-from checkpoints import make_bert, make_gemma, make_llama, make_neox
+from probes import generation
 from probes.errors import BadOption, EmptyInput, InputTooLong, UnsupportedModel
 from probes.parity import TOLERANCES
-from probes import generation
 from probes.scratch import generate as g
 
 pytestmark = pytest.mark.numeric  # cached rows against full passes: CI runs these again under another CPU's kernels
@@ -82,8 +82,8 @@ def llama(llama_dir):
     return probes.load(str(llama_dir))
 
 
-@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "neox",
-                                  "neox_sequential", "olmo2"])
+@pytest.mark.parametrize("name", ["gpt2_model", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3",
+                                  "neox", "neox_sequential", "olmo2"])
 def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     model = request.getfixturevalue(name)
     gen = g.generate(model, PROMPT, max_new_tokens=10, stop_at_eos=False)
@@ -91,6 +91,8 @@ def test_cached_rows_and_logits_equal_the_full_pass(name, request):
     for reference in ("scratch", "hf"):
         proof = generation.prove(model, gen, reference)
         assert proof.passed, proof.to_text()
+        # a tiny model: its float64 copy was made
+        assert proof.exact_attention_max_abs_diff is not None and proof.exact_logits_max_rel_diff is not None
         assert proof.exact_attention_max_abs_diff <= F64 and proof.exact_logits_max_rel_diff <= F64  # float64
         # fp32 on a 2-layer model, rows of ≤ 64 keys: eps × 128, parity's own floor (not generate's 30-layer bound)
         assert proof.attention_max_abs_diff <= fp32(128) and proof.logits_max_rel_diff <= fp32(128)
@@ -156,6 +158,7 @@ def test_a_wrong_cache_is_caught(wrong, name, request, monkeypatch):
     gen = g.generate(model, PROMPT, max_new_tokens=6, stop_at_eos=False)
     proof = generation.prove(model, gen)
     assert not proof.passed, proof.to_text()
+    assert proof.exact_attention_max_abs_diff is not None  # a tiny model: its float64 copy was made
     assert proof.exact_attention_max_abs_diff > 1e-3 and proof.attention_max_abs_diff > 1e-3
     assert proof.to_text().startswith("FAIL")
 
@@ -166,6 +169,7 @@ def test_smollm2_rounding_stays_inside_the_fp32_bound_and_float64_is_exact(smoll
     gen = g.generate(smollm2, "<b>Xiaoming</b> gave", max_new_tokens=4)
     proof = generation.prove(smollm2, gen)
     assert proof.passed, proof.to_text()
+    assert proof.exact_attention_max_abs_diff is not None  # SmolLM2 is small enough for a float64 copy
     assert proof.exact_attention_max_abs_diff <= F64
     assert 1e-7 < proof.attention_max_abs_diff <= generation.FP32_TOLERANCES["attention"]
 
@@ -204,6 +208,7 @@ def test_the_proofs_reference_logits_are_its_whole_pass_logits_at_the_steps_rows
     whole = runner.forward(model, enc, reference, "eager", logits=True)
     first = gen.prompt_length - 1
     rows = generation._reference_logits(model, whole, reference, first, gen.n_steps)
+    assert whole.logits is not None  # asked for
     assert rows.shape == (gen.n_steps, model.config.vocab_size)
     assert (rows - whole.logits[0, first:first + gen.n_steps]).abs().max() <= F64
 

@@ -6,11 +6,12 @@ import pytest
 import torch
 from checkpoints import make_gpt2
 from numeric import fp32
-from scratch.conformance import ENGLISH
+from scratch.conformance import ENGLISH, built
 
 import probes
 from probes import hf, parity, scratch
 from probes.errors import UnsupportedModel
+from probes.scratch.gpt2 import GPT2
 
 pytestmark = pytest.mark.numeric  # parity figures: CI runs these again under another CPU's kernels
 
@@ -40,7 +41,7 @@ def test_wrong_gelu_is_caught(gpt2_model, monkeypatch):
 
     enc = gpt2_model.encode(ENGLISH)
     reference = hf.forward(gpt2_model, enc)
-    net = scratch.build(gpt2_model)
+    net = built(gpt2_model, GPT2)
     monkeypatch.setattr(net.blocks[0], "act", activations.gelu)
     report = parity.compare(reference, scratch.forward(gpt2_model, enc))
     assert not report.passed
@@ -51,6 +52,7 @@ def test_wrong_gelu_is_caught(gpt2_model, monkeypatch):
 def test_causal_and_padding(gpt2_model):
     enc = gpt2_model.encode(["a longer sentence about the cat", "cat"])
     trace = scratch.forward(gpt2_model, enc)
+    assert trace.attn is not None  # eager keeps the weights
     full = trace.attn[0][1]  # the short, padded item: [H, L, L]
     short = trace.attention(0, item=1)
     n = int(enc.attention_mask[1].sum())

@@ -24,6 +24,12 @@ def reader(seen: dict):
     return read
 
 
+def equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """``torch.equal`` of two tensors a pass must have made (its logits, its final state): neither may be None."""
+    assert a is not None and b is not None
+    return torch.equal(a, b)
+
+
 CHECKPOINTS = {"gpt2": "gpt2_dir", "bert": "bert_mlm_dir", "roberta": "roberta_mlm_dir",
                "distilbert": "distilbert_mlm_dir", "modernbert": "modernbert_mlm_dir",
                "llama": "llama_dir"}  # a family: its tiny checkpoint's fixture
@@ -40,14 +46,15 @@ def test_a_read_hook_at_every_point_changes_nothing_bit_for_bit(model):
     seen: dict = {}
     read = reader(seen)
     hooked = scratch.run_with_hooks(model, enc, {name: read for name in EVERY}, keep=["resid_pre"])
-    assert torch.equal(plain.logits, hooked.logits) and torch.equal(plain.final, hooked.final)
-    assert all(torch.equal(a, b) for a, b in zip(plain.each("resid_pre"), hooked.each("resid_pre")))
+    assert equal(plain.logits, hooked.logits) and equal(plain.final, hooked.final)
+    assert all(torch.equal(a, b) for a, b in zip(plain.each("resid_pre"), hooked.each("resid_pre"), strict=True))
     n = model.n_layers
     assert set(seen) == {"embed", "final", "logits"} | {point(i, name) for i in range(n) for name in LAYER_POINTS}
     # what the points held is what the Trace of a pass without hooks shows
     trace = scratch.forward(model, enc)
+    assert trace.attn is not None  # eager keeps the weights
     assert torch.equal(seen["embed"], trace.hidden_states[0]) and torch.equal(seen["final"], trace.hidden_states[-1])
-    assert torch.equal(seen["logits"], trace.logits)
+    assert equal(seen["logits"], trace.logits)
     for i in range(n):
         assert torch.equal(seen[point(i, "resid_pre")], trace.hidden_states[i])
         assert torch.equal(seen[point(i, "attn.pattern")], trace.attn[i])
@@ -56,7 +63,9 @@ def test_a_read_hook_at_every_point_changes_nothing_bit_for_bit(model):
         assert torch.equal(seen[point(i, "resid_post")], trace.hidden_states[i + 1])
     # and forward with the same hooks gives the same Trace
     again = scratch.forward(model, enc, hooks={name: read for name in EVERY})
-    assert all(torch.equal(a, b) for a, b in zip(again.attn, trace.attn)) and torch.equal(again.logits, trace.logits)
+    assert again.attn is not None
+    assert all(torch.equal(a, b) for a, b in zip(again.attn, trace.attn, strict=True))
+    assert equal(again.logits, trace.logits)
 
 
 def test_zeroing_a_heads_z_is_zero_ablation(gpt2_model):
@@ -69,10 +78,10 @@ def test_zeroing_a_heads_z_is_zero_ablation(gpt2_model):
 
     by_hook = scratch.run_with_hooks(gpt2_model, enc, {point(1, "attn.z"): zero}, keep=["attn.z"])
     by_ablation = scratch.run_with_hooks(gpt2_model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
-    assert torch.equal(by_hook.logits, by_ablation.logits) and torch.equal(by_hook.final, by_ablation.final)
+    assert equal(by_hook.logits, by_ablation.logits) and equal(by_hook.final, by_ablation.final)
     assert not by_hook["blocks.1.attn.z"][:, 2].any()  # keep sees what the pass went on with: after the edit
     clean = scratch.run_with_hooks(gpt2_model, enc)
-    assert not torch.equal(by_hook.logits, clean.logits)
+    assert not equal(by_hook.logits, clean.logits)
 
 
 def test_stop_after_returns_what_came_before_and_no_logits(model):
@@ -81,7 +90,8 @@ def test_stop_after_returns_what_came_before_and_no_logits(model):
     cut = scratch.run_with_hooks(model, enc, keep=["resid_pre", "attn.z"], stop_after="blocks.1.attn.z")
     assert cut.logits is None and cut.final is None and cut.stopped == "blocks.1.attn.z"
     assert len(cut.each("resid_pre")) == 2 and len(cut.each("attn.z")) == 2
-    assert all(torch.equal(a, b) for a, b in zip(cut.each("attn.z"), whole.each("attn.z")))
+    # the cut pass's layers: the whole's first two
+    assert all(torch.equal(a, b) for a, b in zip(cut.each("attn.z"), whole.each("attn.z"), strict=False))
     assert torch.equal(cut["blocks.1.resid_pre"], whole["blocks.1.resid_pre"])
     for name in ("embed", "blocks.0.attn.scores", "blocks.0.attn.result", "blocks.1.mlp_out", "final"):  # any point
         stopped = scratch.run_with_hooks(model, enc, keep=["resid_pre"], stop_after=name)
@@ -111,12 +121,12 @@ def test_an_edit_of_the_mlps_output_needs_no_family_code(model):
     enc = model.encode(TEXT)
     clean = scratch.run_with_hooks(model, enc, keep=["attn_out", "resid_pre", "resid_post"])
     same = scratch.run_with_hooks(model, enc, {point(0, "mlp_out"): lambda x, name: x.clone()})
-    assert torch.equal(same.final, clean.final)  # the tensor handed back is the one the pass goes on with
+    assert equal(same.final, clean.final)  # the tensor handed back is the one the pass goes on with
     zeroed = scratch.run_with_hooks(model, enc, {point(0, "mlp_out"): lambda x, name: torch.zeros_like(x)},
                                     keep=["attn_out", "resid_pre", "resid_post"])
     assert torch.equal(zeroed["blocks.0.attn_out"], clean["blocks.0.attn_out"])  # before the edit: untouched
     assert not torch.equal(zeroed["blocks.0.resid_post"], clean["blocks.0.resid_post"])  # after it: changed
-    assert not torch.equal(zeroed.final, clean.final)
+    assert not equal(zeroed.final, clean.final)
     if isinstance(scratch.build(model), scratch.DecoderNetwork):  # pre-norm: the layer's output is x + attention + MLP,
         # and the MLP wrote nothing (a post-norm encoder, BERT's kind, normalises that sum)
         assert torch.equal(zeroed["blocks.0.resid_post"], zeroed["blocks.0.resid_pre"] + zeroed["blocks.0.attn_out"])
@@ -130,11 +140,12 @@ def test_an_edit_of_the_scores_moves_the_pattern(model):
         s[..., 1] = float("-inf")
         return s
 
-    seen = {}
+    seen: dict = {}
     scratch.run_with_hooks(model, enc, {"blocks.0.attn.scores": hide_key_1,
                                         "blocks.0.attn.pattern": reader(seen)})
     assert not seen["blocks.0.attn.pattern"][..., 1].any()
     trace = scratch.forward(model, enc, hooks={"blocks.0.attn.scores": hide_key_1})  # the Trace shows the edit
+    assert trace.attn is not None  # eager keeps the weights
     assert not trace.attn[0][..., 1].any() and torch.equal(trace.attn[0], seen["blocks.0.attn.pattern"])
     with pytest.raises(BadOption, match="lazy"):  # sdpa keeps no scores: an edit there could not be shown
         scratch.forward(model, enc, backend="sdpa", hooks={"blocks.0.attn.scores": hide_key_1})
@@ -145,7 +156,7 @@ def test_each_heads_write_sums_to_the_attention_output_and_can_be_edited(gpt2_mo
     # float64: Σ_h z_h·W_O[h] + b_O against the pass's own output projection differs by rounding only
     model = gpt2_model.cast(torch.float64)
     enc = model.encode(TEXT)
-    seen = {}
+    seen: dict = {}
     got = scratch.run_with_hooks(model, enc, {"blocks.1.attn.result": reader(seen)},
                                  keep=["blocks.1.attn_out"])
     bias = scratch.build(model).head_out(1)[1]
@@ -159,6 +170,7 @@ def test_each_heads_write_sums_to_the_attention_output_and_can_be_edited(gpt2_mo
 
     by_result = scratch.run_with_hooks(model, enc, {"blocks.1.attn.result": drop_head_2})
     by_z = scratch.run_with_hooks(model, enc, ablation.ablation_hooks([[(1, 2)]], "zero"))
+    assert by_result.logits is not None and by_z.logits is not None  # both ran to their end
     assert (by_result.logits - by_z.logits).abs().max() <= F64 * float(by_z.logits.abs().max())
 
 
@@ -177,7 +189,8 @@ def test_generation_runs_every_step_through_the_hooks(gpt2_model):
     plain = generation.generate(gpt2_model, "Researchers probe", 4)
     names = []
     read = generation.generate(gpt2_model, "Researchers probe", 4, hooks={"attn.z": lambda z, name: names.append(name)})
-    assert torch.equal(read.logits, plain.logits) and all(torch.equal(a, b) for a, b in zip(read.rows, plain.rows))
+    assert torch.equal(read.logits, plain.logits)
+    assert all(torch.equal(a, b) for a, b in zip(read.rows, plain.rows, strict=True))
     assert names == ["blocks.0.attn.z", "blocks.1.attn.z"] * plain.n_steps  # the prefill, then one token a step
 
     def zero_heads(z, name):

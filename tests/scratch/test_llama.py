@@ -40,6 +40,7 @@ def test_hf_view_q_and_k_are_the_rotated_ones(family_model):
     trace = hf.forward(model, model.encode(ENGLISH))
     n = len(trace.token_strings())
     causal = torch.ones(n, n, dtype=torch.bool).tril()
+    assert trace.scales is not None and isinstance(trace.rotary, tuple)  # each layer's scale; one table for all
     for layer in range(2):
         q, k, _ = trace.layer_qkv(layer)
         k = k.repeat_interleave(3, dim=1)
@@ -110,6 +111,7 @@ def test_smollm2_parity_on_real_weights(smollm2):
         assert eager.passed and eager.attention_max_abs_diff == 0 and eager.logits_max_abs_diff == 0, eager.to_text()
         lazy = parity.check(smollm2, text, backend="sdpa")
         assert lazy.passed, lazy.to_text()  # the verdict reads the scaled figures: logits in the tens
+        assert lazy.logits_max_rel_diff is not None  # a decoder's logits
         assert lazy.logits_max_rel_diff <= TOLERANCES["logits"] and lazy.tolerance["logits"] == TOLERANCES["logits"]
     proof = parity.check(smollm2, ENGLISH, backend="sdpa", dtype="float64")
     assert proof.proven and proof.attention_max_abs_diff <= F64, proof.to_text()

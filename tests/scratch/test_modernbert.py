@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from numeric import F64, fp32
-from scratch.conformance import ENGLISH, SPECS, compare, load
+from scratch.conformance import ENGLISH, SPECS, built, compare, load
 
 import probes
 from probes import hf, scratch
@@ -26,8 +26,9 @@ def test_random_options_give_each_layer_its_theta_and_window(family_model, seed)
     """The checkpoints of random options the conformance suite holds to Hugging Face: each layer type's θ as drawn,
     the global layers every global_attn_every_n_layers-th, the others local with a window of local_attention / 2 + 1."""
     options = SPECS["modernbert"].options[f"random-{seed}"]
+    assert isinstance(options, dict)  # a config varied (not a fixture's folder)
     model = family_model("modernbert", f"random-{seed}")
-    net = scratch.build(model)
+    net = built(model, modernbert.ModernBert)
     thetas = {kind: model.config.rope_parameters[kind]["rope_theta"] for kind in modernbert.LAYER_TYPES}
     assert thetas == {"full_attention": options["global_rope_theta"], "sliding_attention": options["local_rope_theta"]}
     assert [layer.spec.window for layer in net.layers] == [
@@ -41,7 +42,7 @@ def test_a_partial_rotary_factor_is_ignored_as_hugging_face_ignores_it(family_mo
     model = family_model("modernbert", "partial-rotary-ignored")
     assert all(model.config.rope_parameters[kind].get("partial_rotary_factor") == 0.5
                for kind in modernbert.LAYER_TYPES)
-    assert scratch.build(model).rotary(4, "cpu")[0].shape[-1] == model.d_head
+    assert built(model, modernbert.ModernBert).rotary(4, "cpu")[0].shape[-1] == model.d_head
 
 
 def test_the_local_window_is_symmetric(family_model):
@@ -72,6 +73,13 @@ def test_a_one_sided_window_would_fail_parity(modernbert_mlm_dir, monkeypatch):
     assert not report.passed
 
 
+def tables(trace, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trace's rotary tables (cos, sin) of ``layer``: a rotary model's Trace has them for every layer."""
+    got = trace.rotary_of(layer)
+    assert got is not None, f"no rotary tables for layer {layer}"
+    return got
+
+
 def test_each_layer_turns_by_its_own_theta(family_model):
     """The global and local layers' tables differ (θ 160,000 and 10,000): both Traces keep one pair per layer, the
     scratch tables equal Hugging Face's, and the Q/K/V explanation un-turns q by its layer's angles."""
@@ -79,15 +87,16 @@ def test_each_layer_turns_by_its_own_theta(family_model):
     enc = model.encode(ENGLISH)
     ours, theirs = scratch.forward(model, enc), hf.forward(model, enc)
     assert isinstance(ours.rotary, list) and len(ours.rotary) == 3
-    assert not torch.equal(ours.rotary_of(0)[0], ours.rotary_of(1)[0]) and torch.equal(ours.rotary_of(1)[0],
-                                                                                     ours.rotary_of(2)[0])
+    assert not torch.equal(tables(ours, 0)[0], tables(ours, 1)[0]) and torch.equal(tables(ours, 1)[0],
+                                                                                 tables(ours, 2)[0])
     for layer in range(3):
-        for mine, hers in zip(ours.rotary_of(layer), theirs.rotary_of(layer), strict=True):
+        for mine, hers in zip(tables(ours, layer), tables(theirs, layer), strict=True):
             assert torch.allclose(mine, hers.expand_as(mine), atol=fp32(4), rtol=0)
-    net = scratch.build(model)
+    net = built(model, modernbert.ModernBert)
     for trace in (ours, theirs):
         for layer in (0, 1):
             steps = query_steps(trace, layer, 1, 5)
+            assert steps.q_unrotated is not None  # a rotary model's
             lay = net.layers[layer]
             q = lay.project(lay.normed(trace.hidden_states[layer]))[0][0, 1, 5].numpy()  # as the pass computes it
             # explain turns the pass's turned fp32 q back in float64: a few fp32 roundings of q's size apart
@@ -103,6 +112,7 @@ def test_the_float64_rotation_is_the_reference(family_model):
     ours, theirs = scratch.forward(model, enc), hf.forward(model, enc)
     for layer in range(3):
         q, k, _v = ours.layer_qkv(layer)
+        assert theirs.q is not None and theirs.k is not None  # the capture keeps them
         assert (q - theirs.q[layer]).abs().max() <= F64 and (k - theirs.k[layer]).abs().max() <= F64
 
 
@@ -112,13 +122,14 @@ def test_composition_maps_are_the_projections_with_the_norms_gain(tmp_path, norm
     on layer 0, which has no attn_norm): the centred, ÷ σ input times W_Q[h] (W_K, W_V) is the layer's own q (k, v)
     before the turn, less the norm's bias through the projection (float64)."""
     model = load("modernbert", tmp_path, norm_bias=norm_bias, masked_lm=True).cast(torch.float64)
-    net = scratch.build(model)
+    net = built(model, modernbert.ModernBert)
     enc = model.encode(ENGLISH)
     inputs = scratch.run_with_hooks(model, enc, keep=["resid_pre"]).each("resid_pre")
     embedded = net.embed[enc.input_ids]
     for layer, lay in enumerate(net.layers):
         x = embedded if layer == 0 else inputs[layer]  # what the norm the attention reads through normalises
         norm = net.ln_emb if layer == 0 else lay.attn_norm
+        assert norm is not None  # every layer but 0 has its attn_norm
         centred = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + net.eps)
         bias = norm[1] if norm[1] is not None else torch.zeros_like(norm[0])
         for own, w, from_bias in zip(lay.project(lay.normed(inputs[layer])), net.head_weights(layer),
@@ -163,7 +174,7 @@ def test_a_bounded_hugging_face_trace_recovers_the_window_from_its_logsumexp(fam
 def test_every_position_is_a_turn_not_a_table(family_model):
     """No position embedding: the same token at two positions embeds the same; only q and k carry position."""
     model = family_model("modernbert", "masked-lm")
-    net = scratch.build(model)
+    net = built(model, modernbert.ModernBert)
     ids = torch.tensor([[5, 7, 5]])
     x = net.embeddings(ids)
     assert torch.equal(x[0, 0], x[0, 2])

@@ -6,7 +6,7 @@ head turns, the fused rows are gathered per head, the fused matrix's per-head la
 
 import pytest
 import torch
-from scratch.conformance import ENGLISH, load, parity_of
+from scratch.conformance import ENGLISH, built, load, parity_of
 
 from probes import hf, scratch
 from probes.scratch import neox
@@ -29,8 +29,9 @@ def test_a_quarter_of_each_head_turns(family_model):
     model = family_model("gpt_neox", "parallel").cast(torch.float64)
     enc = model.encode(ENGLISH)
     ours, theirs = scratch.forward(model, enc), hf.forward(model, enc)
+    assert isinstance(ours.rotary, tuple) and isinstance(theirs.rotary, tuple)  # one table for every layer
     assert ours.rotary[0].shape[-1] == theirs.rotary[0].shape[-1] == 2 and model.d_head == 8
-    net = scratch.build(model)
+    net = built(model, neox.GPTNeoX)
     with torch.inference_mode():
         lay = net.layers[1]
         raw, _, _ = lay.project(neox.layer_norm(ours.hidden_states[1], lay.ln_attn, lay.eps))
@@ -43,7 +44,7 @@ def test_the_fused_rows_are_gathered_per_head(family_model):
     """query_key_value's rows are head 0's q, k, v, then head 1's, …: q_proj (what QK attribution and composition
     read) is rows 0..d of each group of 3·d."""
     model = family_model("gpt_neox", "parallel")
-    lay = scratch.build(model).layers[0]
+    lay = built(model, neox.GPTNeoX).layers[0]
     fused = model.hf.gpt_neox.layers[0].attention.query_key_value
     w, b = fused.weight.detach(), fused.bias.detach()
     d = 8

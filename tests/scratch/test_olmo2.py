@@ -6,7 +6,7 @@ caught), a head's write goes through the post-attention norm frozen at the pass.
 import pytest
 import torch
 from numeric import F64
-from scratch.conformance import ENGLISH, load, parity_of
+from scratch.conformance import ENGLISH, built, load, parity_of
 
 import probes
 from probes import scratch
@@ -21,7 +21,7 @@ def test_qk_norm_spans_every_head(family_model):
     """q_norm's gain has H·d numbers (Qwen3's: d), and a head's q depends on the other heads' projections: scaling one
     head's rows of W_q changes every head's q."""
     model = family_model("olmo2", "group-3").cast(torch.float64)  # a copy: its network is its own to change
-    lay = scratch.build(model).layers[0]
+    lay = built(model, olmo2.Olmo2).layers[0]
     assert lay.q_norm.shape == (48,) and lay.k_norm.shape == (16,)
     x = torch.randn(1, 5, 48, dtype=torch.float64)
     q, _, _ = lay.project(x)
@@ -57,7 +57,7 @@ def test_a_heads_write_goes_through_the_post_norm_frozen_at_the_pass(olmo2_dir):
     reader. By hand from Hugging Face's weights: head h writes w ⊙ z_h·W_O[h] ÷ rms(Σ_h z_h·W_O[h] + b) (the
     ``attn.result`` point), the writes and the bias's sum to what the attention added (``attn_out``), and a head's
     direct logit attribution (and its row in the lens) is that write through the final norm frozen at the pass."""
-    model = probes.load(str(olmo2_dir)).cast(torch.float64)  # 3 layers, q/k/v/o biases
+    model = probes.models.load(str(olmo2_dir)).cast(torch.float64)  # 3 layers, q/k/v/o biases
     enc = model.encode(ENGLISH)
     got = scratch.run_with_hooks(model, enc,
                                  keep=["attn.z", "blocks.1.attn.result", "blocks.1.attn_out", "blocks.2.resid_post"])
@@ -81,6 +81,7 @@ def test_a_heads_write_goes_through_the_post_norm_frozen_at_the_pass(olmo2_dir):
     assert (torch.as_tensor(attribution.heads[1]) - by_hand).abs().max() <= F64
     assert attribution.total == pytest.approx(attribution.logit, abs=F64, rel=0)
     lens = logit_lens(model, ENGLISH, k=3)
+    assert lens.heads is not None  # heads=True, the default
     rows = lens.heads[(lens.heads.position == last) & (lens.heads.layer == 1)]
     for row in rows.itertuples():
         share = logit_attribution(model, ENGLISH, int(row.token_id)).heads[1, row.head]

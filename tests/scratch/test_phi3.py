@@ -6,7 +6,7 @@ fused blocks' order matters (a swap is caught) and the blocks are views of the f
 import pytest
 import torch
 from numeric import F64
-from scratch.conformance import ENGLISH, load, parity_of
+from scratch.conformance import ENGLISH, built, load, parity_of
 
 from probes import hf, scratch
 from probes.scratch import llama, phi3
@@ -29,8 +29,9 @@ def test_a_partial_rotary_turns_only_the_first_numbers_of_each_head(family_model
     model = family_model("phi3", "partial-rotary-3/4").cast(torch.float64)
     enc = model.encode(ENGLISH)
     ours, theirs = scratch.forward(model, enc), hf.forward(model, enc)
+    assert isinstance(ours.rotary, tuple) and isinstance(theirs.rotary, tuple)  # one table for every layer
     assert ours.rotary[0].shape[-1] == theirs.rotary[0].shape[-1] == 6 and model.d_head == 8
-    net = scratch.build(model)
+    net = built(model, phi3.Phi3)
     with torch.inference_mode():
         x = net.layers[1]
         raw, _, _ = x.project(llama.rms_norm(ours.hidden_states[1], x.norm_attn, x.eps))  # q before the turn
@@ -48,7 +49,12 @@ def test_the_fused_blocks_order_is_caught(tmp_path, monkeypatch, swap):
     model = load("phi3", tmp_path, num_key_value_heads=6)  # k and v of the same width: a swap still runs
     if swap == "k and v":
         honest = phi3.Layer.project
-        monkeypatch.setattr(phi3.Layer, "project", lambda self, h: (lambda q, k, v: (q, v, k))(*honest(self, h)))
+
+        def swapped(self, h):
+            q, k, v = honest(self, h)
+            return q, v, k
+
+        monkeypatch.setattr(phi3.Layer, "project", swapped)
     else:
         def mlp(self, h):
             up, gate = torch.nn.functional.linear(h, *self.gate_up_proj).chunk(2, dim=-1)
@@ -66,7 +72,7 @@ def test_the_fused_blocks_are_q_proj_k_proj_and_v_proj(family_model):
     model = family_model("phi3", "group-3")
     children = dict(model.hf.model.layers[0].self_attn.named_children())
     assert "qkv_proj" in children and "q_proj" not in children  # fused, as Phi-3 is
-    lay = scratch.build(model).layers[0]
+    lay = built(model, phi3.Phi3).layers[0]
     fused = model.hf.model.layers[0].self_attn.qkv_proj.weight.detach()
     assert [lay.q_proj[0].shape[0], lay.k_proj[0].shape[0], lay.v_proj[0].shape[0]] == [48, 16, 16]
     assert torch.equal(torch.cat([lay.q_proj[0], lay.k_proj[0], lay.v_proj[0]]), fused)

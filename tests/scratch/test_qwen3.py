@@ -34,6 +34,7 @@ def test_hf_view_q_and_k_are_normed_then_rotated(family_model):
     n = len(trace.token_strings())
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     eps = model.config.rms_norm_eps
+    assert trace.scales is not None and isinstance(trace.rotary, tuple)  # each layer's scale; one table for all
     for layer in range(2):
         q, k, _ = trace.layer_qkv(layer)
         scores = (q[0] @ k[0].repeat_interleave(3, dim=0).transpose(-2, -1)) * trace.scales[layer]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from checkpoints import make_roberta
 from numeric import F64
-from scratch.conformance import ENCODER_TEXTS, compare, left_padded, load
+from scratch.conformance import ENCODER_TEXTS, built, compare, left_padded, load
 from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
 
 import probes
@@ -33,7 +33,7 @@ def test_positions_count_from_the_padding_index_and_padding_reads_its_row(family
     model = family_model("roberta", "pad-3-masked-lm")
     enc = model.encode(["one two three four", "one"])
     n = int(enc.attention_mask[1].sum())
-    got = scratch.build(model).position_ids(enc.input_ids)
+    got = built(model, Roberta).position_ids(enc.input_ids)
     assert got[0].tolist() == list(range(4, 4 + enc.input_ids.shape[1]))
     assert got[1].tolist() == list(range(4, 4 + n)) + [3] * (enc.input_ids.shape[1] - n)
     assert torch.equal(got, RobertaEmbeddings.create_position_ids_from_input_ids(enc.input_ids, 3))  # HF's count
