@@ -68,6 +68,13 @@ def titles(at: AppTest) -> list[str | None]:
             or None for s in specs(at)]
 
 
+def sidebar_text(at: AppTest) -> str:
+    """The text in the sidebar's text box: what the page traces."""
+    text = at.sidebar.text_area[0].value
+    assert text is not None, "the sidebar's text box is empty"
+    return text
+
+
 def said(at: AppTest) -> list[str]:
     """Every chart's title and subtitle as a reader reads them: the title's lines, then the subtitle's."""
     return [" ".join(lines(t) if isinstance(t := s.get("title"), str) or t is None

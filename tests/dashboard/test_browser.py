@@ -131,7 +131,8 @@ def test_a_crafted_link_shows_text_not_links_or_outside_images(app_url):
         error.wait_for(timeout=WAIT_MS)
         shown = error.inner_text().replace("\u2060", "")  # (an invisible joiner keeps the address from linking)
         assert "[Session expired: log in again](https://evil.example/login)" in shown
-        assert page.locator("a[href^='https://evil.example']").count() == 0  # (the page menu's own links carry the query)
+        # (the page menu's own links carry the query)
+        assert page.locator("a[href^='https://evil.example']").count() == 0
         assert page.locator("img[src^='https://evil.example']").count() == 0
         assert not [url for url in asked if url.startswith("https://evil.example")]  # the visitor never calls out
         page.screenshot(path=SHOTS / "app_crafted_link.png", full_page=True)

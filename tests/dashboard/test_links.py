@@ -23,5 +23,5 @@ def test_the_record_holds_every_link() -> None:
 @pytest.mark.parametrize("name", list(LINKS))
 def test_a_link_of_the_old_app_opens_on_the_same_view(name: str) -> None:
     now, then = visible(draw(LINKS[name])), visible(RECORD[name])
-    lines = [json.dumps(view, ensure_ascii=False, indent=1).splitlines() for view in (then, now)]
-    assert now == then, "\n".join(difflib.unified_diff(*lines, "then", "now", lineterm="", n=2))
+    before, after = (json.dumps(view, ensure_ascii=False, indent=1).splitlines() for view in (then, now))
+    assert now == then, "\n".join(difflib.unified_diff(before, after, "then", "now", lineterm="", n=2))

@@ -1,5 +1,6 @@
 """What a view change sends to the browser: the charts' tables go as Arrow at a few bytes a cell (not ~57),
-with the same values, and the layer's small multiples travel as twelve small pictures (see ``benchmarks/bytes_per_change.py``)."""
+with the same values, and the layer's small multiples travel as twelve small pictures (see
+``benchmarks/bytes_per_change.py``)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ import logging
 import threading
 
 import streamlit as st
+from apptest import open_app, opening_header
 
 from dashboard import warm
-from tests.apptest import open_app, opening_header
 
 
 def _count_forward(monkeypatch) -> list[str]:

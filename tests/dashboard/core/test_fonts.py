@@ -48,7 +48,7 @@ def test_cjk_is_drawn_in_the_png_and_written_in_the_svg():
 def test_register_is_once_per_process(monkeypatch):
     import vl_convert
 
-    calls = []
+    calls: list[str] = []  # each folder registered
     monkeypatch.setattr(vl_convert, "register_font_directory", calls.append)
     monkeypatch.setattr(fonts, "_done", False)
     monkeypatch.setattr(fonts, "_registered", None)

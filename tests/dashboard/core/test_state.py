@@ -1,7 +1,7 @@
 """The link: its shared core (dashboard/core/state.py) and each page's own part, read back from a link, with a note
 for what a hand-edited link holds that cannot be used."""
 
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 
 import pytest
 
@@ -88,7 +88,10 @@ def test_a_whole_link_holds_the_core_and_every_pages_part():
 def test_a_parameter_of_a_link_is_one_field_of_one_part():
     """Each parameter names one field: no page's part repeats the core's or another page's (a link could not say
     whose it is)."""
-    names = [f.name for part in (ViewState, *pages.parts()) for f in fields(part)]
+    names: list[str] = []
+    for part in (ViewState, *pages.parts()):
+        assert is_dataclass(part), part  # each part is a frozen dataclass
+        names += [f.name for f in fields(part)]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 

@@ -20,8 +20,9 @@ def test_the_text_graph_draws_the_library_senders_and_a_click_opens_the_head(min
     top = expected.loc[expected.contribution.abs().sort_values(ascending=False).index[:5]]
     drawn = rows(at, "senders on this text")
     assert sorted((r["layer"], r["head"], r["kind"]) for r in drawn) == sorted(
-        zip(top.sender_layer, top.sender_head, top.kind))
-    assert max(abs(r["value"] - s) for r, s in zip(sorted(drawn, key=lambda r: r["value"]), sorted(top.share))) <= F64
+        zip(top.sender_layer, top.sender_head, top.kind, strict=True))
+    assert max(abs(r["value"] - s)
+               for r, s in zip(sorted(drawn, key=lambda r: r["value"]), sorted(top.share), strict=True)) <= F64
     spec = [s for s in specs(at) if s.get("title") == "Head 2.3: its scores' senders on this text"][0]
     assert [p["name"] for p in spec["params"]] == ["head"]  # a click on a head opens it on Explore
 
@@ -85,7 +86,7 @@ def test_path_patching_draws_the_checked_senders_above_their_floor(minilm):
     above = expected.above
     assert 0 < len(above) < len(expected.checked) == 10  # on minilm: 2.7, 0.6 and 0.7 of the 10 largest
     drawn = rows(at, "senders through its key, by ")
-    assert sorted((r["layer"], r["head"]) for r in drawn) == sorted(zip(above["layer"], above["head"]))
+    assert sorted((r["layer"], r["head"]) for r in drawn) == sorted(zip(above["layer"], above["head"], strict=True))
     assert sorted(r["value"] for r in drawn) == pytest.approx(sorted(above.pattern_shift), abs=F64, rel=0)
     table = at.dataframe[-1].value  # the column an edge's width is, next to the sender, not off to the right
     assert list(table.columns[:4]) == ["layer", "head", "shift of the attention pattern",
@@ -143,7 +144,8 @@ def test_the_convention_control_switches_the_weights_scores_and_the_caption_name
     rerun(at)
     got = sorted(r["score"] for r in rows(at, title))
     assert got == pytest.approx(sorted(folded.score), abs=F64, rel=0)
-    assert max(abs(a - b) for a, b in zip(got, sorted(raw.score))) > 1e-3  # 0.014 on this head of the tiny GPT-2
+    # 0.014 on this head of the tiny GPT-2
+    assert max(abs(a - b) for a, b in zip(got, sorted(raw.score), strict=True)) > 1e-3
     caption = texts(at.caption) + texts(at.info)
     assert ("convention TransformerLens's default: LayerNorm's centring folded in (fold_ln, center_writing_weights)"
             in caption)

@@ -27,7 +27,9 @@ def uniform(layers=2, heads=2, n=3):
 
 def params(html):
     """The data bertviz's script draws from."""
-    return json.loads(re.search(r"const params = (.*);\n", html)[1])
+    found = re.search(r"const params = (.*);\n", html)
+    assert found, "no params in the page"
+    return json.loads(found[1])
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -80,7 +82,8 @@ def test_a_token_cannot_end_the_script():
 
 def test_length_cap():
     assert too_long(MAX_TOKENS) is None
-    assert "heatmap" in too_long(MAX_TOKENS + 1)
+    refusal = too_long(MAX_TOKENS + 1)
+    assert refusal is not None and "heatmap" in refusal
     tokens = [f"t{i}" for i in range(MAX_TOKENS + 1)]
     with pytest.raises(ValueError, match=f"limited to {MAX_TOKENS} tokens"):
         head_view_html(uniform(1, 1, MAX_TOKENS + 1), tokens)

@@ -13,6 +13,7 @@ from apptest import (
     opening,
     rerun as _rerun,
     rows as _rows,
+    sidebar_text,
     specs as _specs,
     texts as _texts,
     titles as _titles,
@@ -47,7 +48,7 @@ def test_the_heatmap_weights_are_the_models():
     at = _app(layer=2, head=5)
     rows = [r for r in _rows(at, '"Layer 2, head 5"') if "weight" in r]
     model = probes.load("minilm")
-    ref = probes.run(model, at.sidebar.text_area[0].value).attention(2, 5).numpy()
+    ref = probes.run(model, sidebar_text(at)).attention(2, 5).numpy()
     got = np.zeros_like(ref)
     for r in rows:
         got[r["query_pos"], r["key_pos"]] = r["weight"]
@@ -72,7 +73,9 @@ def test_bertviz_views_are_embedded_and_capped():
     assert len(frames) == 2
     html = frames[0].proto.srcdoc
     assert not re.search(r'src="https?:', html) and '"gave"' in html and "d3js.org v5" in html
-    shown = json.loads(re.search(r"const params = (.*);\n", html)[1])
+    found = re.search(r"const params = (.*);\n", html)
+    assert found, "the head view's page has no params"
+    shown = json.loads(found[1])
     assert (shown["layer"], shown["heads"]) == (3, [7])  # the head view opens on the sidebar's layer and head
     assert "fitToWidth" in frames[1].proto.srcdoc and "fitToWidth" not in html  # the model view fits its frame
     at = _app(text="word " * 80)
@@ -148,6 +151,7 @@ def test_the_answer_box_is_green_only_when_the_evidence_says_supported(model, te
 
     ev = question_evidence(probes.load(model), text, *STORIES[text])
     at = _app(model=model, text=text)
+    assert ev.head is not None and ev.split is not None  # the story's question: a head chosen on half the controls
     layer, head = ev.head
     assert at.header[0].value == f"{model}: layer {layer}, head {head}"
     figures = f"{percent(ev.score)} (95 % interval {span(ev.low, ev.high)})"

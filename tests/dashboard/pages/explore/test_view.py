@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest import open_app, rerun, rows, specs, titles
+from apptest import open_app, rerun, rows, sidebar_text, specs, titles
 from numeric import fp32
 
 import probes
@@ -52,7 +52,7 @@ def test_a_cell_click_sets_the_query_and_draws_the_column_who_attends_to_its_key
     assert at.session_state["view"].query == 7 and _link(at, "query") == "7"  # the link follows
     assert at.selectbox(key="w_query").value == 7
     assert "Where '7: xiao' looks" in titles(at) and "Who attends to '5: apple'" in titles(at)
-    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(2, 5).numpy()
+    reference = probes.run(minilm, sidebar_text(at)).attention(2, 5).numpy()
     column = {r["query_pos"]: r["weight"] for r in rows(at, "Who attends to")}
     assert sorted(column) == list(range(len(tokens)))
     assert np.array_equal([column[q] for q in sorted(column)], reference[:, 5])  # the model's weights, exactly
@@ -69,7 +69,7 @@ def test_a_bar_click_follows_its_token(minilm):
     assert "Who attends to '5: apple'" in titles(at) and at.session_state["view"].query == 10
     _click(at, "querybar", "query", query_pos=12)  # a bar of "Who attends to …": that query
     assert at.session_state["view"].query == 12 and "Where '12: hungry' looks" in titles(at)
-    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(0, 1).numpy()
+    reference = probes.run(minilm, sidebar_text(at)).attention(0, 1).numpy()
     where = {r["key_pos"]: r["weight"] for r in rows(at, "Where '12: hungry' looks")}
     assert np.array_equal([where[k] for k in sorted(where)], reference[12])
 
@@ -133,7 +133,7 @@ def test_hide_the_first_token_rescales_the_rows_keeps_the_true_weight_and_is_par
     assert title in titles(at)
     captions = "\n".join(c.value for c in at.caption)
     assert "First token hidden: the colours are rescaled" in captions and "true weight" in captions
-    reference = probes.run(minilm, at.sidebar.text_area[0].value).attention(0, 3).double().numpy()
+    reference = probes.run(minilm, sidebar_text(at)).attention(0, 3).double().numpy()
     cells = rows(at, title)
     n = reference.shape[0]
     assert {r["key_pos"] for r in cells} == set(range(1, n))  # the first column ([CLS]) is not drawn
@@ -245,10 +245,14 @@ def test_public_evidence_traces_as_many_texts_at_once_as_the_work_budget_holds(m
     if budget is not None:
         monkeypatch.setattr(budgets, "PUBLIC_WORK_BYTES", budget)
         monkeypatch.setattr(questions, "_evidence", type(questions._evidence)())  # none kept: computed again
-    asked, run = [], claims.question_evidence
-    monkeypatch.setattr(claims, "question_evidence",
-                        lambda *a, **kw: asked.append((kw.get("batch_size"), kw.get("attention_budget")))
-                        or run(*a, **kw))
+    asked: list[tuple[int | None, int | None]] = []  # each call's (batch_size, attention_budget)
+    run = claims.question_evidence
+
+    def counted(*a, **kw):
+        asked.append((kw.get("batch_size"), kw.get("attention_budget")))
+        return run(*a, **kw)
+
+    monkeypatch.setattr(claims, "question_evidence", counted)
     at = open_app(page="explore")
     assert not at.exception
     if budget is not None or asked:  # past the public attention budget a text's trace is lazy (its rows recomputed)

@@ -41,9 +41,9 @@ def test_smollm2_writes_and_the_step_slider_walks_through_it(smollm2):
     assert f"Step 4 of 9: fed {fed!r} and the model wrote {wrote!r}" in _texts(at.caption)
     assert at.query_params["step"] == ["4"] or at.query_params["step"] == "4"
     np.testing.assert_array_equal([r["weight"] for r in _bars(at)], expected.row(4, 29, 3).numpy())
-    cache = [m for m in at.get("metric") if m.label == "Cache at this step"][0]
+    cache = [m for m in at.metric if m.label == "Cache at this step"][0]
     assert cache.value == f"{expected.cache_bytes[4] / 2**10:,.0f} KiB"
-    assert [m.label for m in at.get("metric")][1] == "Without grouped-query attention"
+    assert [m.label for m in at.metric][1] == "Without grouped-query attention"
 
 
 def test_a_link_reopens_a_seeded_sample_at_its_step(smollm2):

@@ -249,7 +249,7 @@ def test_a_probe_run_survives_a_visit_to_explore_and_a_link_runs_it_again():
     at.session_state["goto"] = "heads"  # …and back: the same probe, items, label and table, no rerun asked for
     _rerun(at)
     assert at.number_input(key="w_items").value == 6 and at.selectbox(key="w_label").value == "self"
-    assert len(at.dataframe[0].value) == 72 and "self: score above or below" in " ".join(_titles(at))
+    assert len(at.dataframe[0].value) == 72 and "self: score above or below" in " ".join(t for t in _titles(at) if t)
     shared = open_app(page="heads", probe="positional", items=6, label="self")  # the link, in a new session
     assert shared.selectbox(key="w_label").value == "self" and len(shared.dataframe[0].value) == 72
     bad = open_app(page="heads", probe="nonsense", items=99999)
@@ -301,8 +301,13 @@ def test_an_upload_is_bounded_by_the_model_before_anything_is_drawn(monkeypatch)
     minutes): every grid the page asks for is written down here, and none is (not timed)."""
 
     at = open_app(page="heads")
-    grids = []
-    monkeypatch.setattr(grid_charts, "head_grid", lambda *args, **kwargs: grids.append(args) or _no_grid())
+    grids: list[tuple] = []  # each grid's arguments
+
+    def head_grid(*args, **kwargs):
+        grids.append(args)
+        return _no_grid()
+
+    monkeypatch.setattr(grid_charts, "head_grid", head_grid)
     _upload(at, "huge.csv", b"label,layer,head,score\nx,1000000,0,0.5\n")
     assert "layer 1000000 is outside this model's layers (0–5)" in texts(at.error)
     assert not at.get("vega_lite_chart") and grids == []
@@ -340,8 +345,10 @@ def test_the_sink_share_has_its_own_grid_on_a_fixed_share_scale():
     at.selectbox(key="w_label").set_value("sink")
     _rerun(at)
     grid = [s for s in _specs(at) if "click a cell" in str(s.get("title"))][0]
-    title = " ".join(core_charts.title_lines(grid["title"]["text"]) + core_charts.title_lines(grid["title"]["subtitle"]))
-    assert "attention sink (first token)" in title and "share of attention from 0 to 1; uniform attention gives" in title
+    title = " ".join(core_charts.title_lines(grid["title"]["text"])
+                     + core_charts.title_lines(grid["title"]["subtitle"]))
+    assert "attention sink (first token)" in title
+    assert "share of attention from 0 to 1; uniform attention gives" in title
     color = grid["layer"][0]["encoding"]["color"]
     assert color["field"] == "score" and color["scale"]["domain"] == [0, 1]  # not a gain over the baseline
     captions = texts(at.caption)
@@ -447,8 +454,8 @@ def test_each_labels_head_is_judged_on_held_out_items_and_the_page_opens_on_a_su
     best = supported_label(table)
     assert at.selectbox(key="w_label").value == best and chosen.loc[best, "verdict"] == "supported"
     row = chosen.loc[best]
-    assert f"head {int(row['layer'])}.{int(row['head'])}, chosen on half of the items (split seed 0) and judged on the " \
-           f"other half: {row['said']}." in texts(at.success)
+    assert f"head {int(row['layer'])}.{int(row['head'])}, chosen on half of the items (split seed 0) and judged on " \
+           f"the other half: {row['said']}." in texts(at.success)
     options = at.selectbox(key="w_label").options
     assert any(o.endswith(" · ✓ supported") for o in options) and any(o.endswith(" · no supported head")
                                                                        for o in options)
@@ -484,8 +491,14 @@ def test_a_public_probe_run_traces_a_few_sentences_at_a_time(monkeypatch):
     from probes.evidence import probes as judged
 
     monkeypatch.setenv("PROBES_PUBLIC", "1")
-    asked, run = [], judged.run_probe
-    monkeypatch.setattr(judged, "run_probe", lambda *a, **kw: asked.append(kw.get("batch_size")) or run(*a, **kw))
+    asked: list[int | None] = []  # each run's batch size
+    run = judged.run_probe
+
+    def counted(*a, **kw):
+        asked.append(kw.get("batch_size"))
+        return run(*a, **kw)
+
+    monkeypatch.setattr(judged, "run_probe", counted)
     at = open_app(page="heads", probe="positional", items=7)
     assert asked == [budgets.PUBLIC_PROBE_BATCH] == [4]
     assert len(at.dataframe[0].value) == 72  # the whole table, as with batches of 16

@@ -54,8 +54,8 @@ def test_the_page_sweeps_every_policy_and_budget_with_the_librarys_numbers(llama
     assert any(KEPT in t for t in titles(at) if t)
     picture = rows(at, KEPT)
     chosen = next(p for p in plan.runs if p.kind == "sinks")
-    expected = kvstream.stream(llama, text, chosen.policy, method="masked").evicted_at[0, 0]
-    want = kv.kept_picture(chosen.policy, expected)
+    evicted = kvstream.stream(llama, text, chosen.policy, method="masked").evicted_at[0, 0]
+    want = kv.kept_picture(chosen.policy, evicted)
     assert [r["kept"] for r in picture] == pytest.approx(want["kept"].tolist(), abs=0, rel=0)  # the same run: exact
     assert "The first 4 columns stay dark to the end: the sinks." in _captions(at)
 
@@ -100,7 +100,8 @@ def test_the_heads_button_cuts_each_key_value_head_alone(llama_dir, llama):
     assert list(table["loss change (nats)"]) == sorted(table["loss change (nats)"], reverse=True)
     text = ewt_text(llama, 40)
     expected = kv.heads_frame(kvstream.head_effects(llama, text, [parse("window:8")]).rows)
-    np.testing.assert_allclose(table["loss change (nats)"], expected["loss_change"], rtol=0, atol=0)  # the same runs: exact
+    # the same runs: exact
+    np.testing.assert_allclose(table["loss change (nats)"], expected["loss_change"], rtol=0, atol=0)
     assert any("hurts most" in t for t in titles(at) if t)
     assert not [b for b in at.button if b.key == "kv_heads"]  # the offer is gone once the heads are cut
     assert "A click opens its first query head on Explore" in _captions(at)

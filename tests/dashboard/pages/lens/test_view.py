@@ -25,7 +25,7 @@ def test_an_encoder_gets_a_note():
 
 def test_a_decoder_shows_every_layers_top_token(gpt2_dir):
     at = _app(model=str(gpt2_dir), page="lens")
-    model = probes.load(str(gpt2_dir))
+    model = probes.models.load(str(gpt2_dir))
     lens = logit_lens(model, DEFAULT_TEXT)
     cells = _rows(at, LAYERS)
     n = len(lens.tokens)  # 21: the page opens on the last 16
@@ -39,7 +39,8 @@ def test_a_decoder_shows_every_layers_top_token(gpt2_dir):
     top = lens.layers[(lens.layers.row == model.n_layers) & (lens.layers["rank"] == 1)]
     assert list(top.token_id) == argmax
     top = top[top.position >= n - 16]
-    assert [c["shown"] for c in last] == [lens_charts.visible(p) for p in top.piece]  # a lone byte as ‹ae›, not � or \\xae
+    # a lone byte as ‹ae›, not � or \\xae
+    assert [c["shown"] for c in last] == [lens_charts.visible(p) for p in top.piece]
     assert all(c["top5"] for c in last) and all(0 < c["probability"] <= 1 for c in cells)
     assert any("its logits, exactly" in c.value for c in at.caption)
     assert any("At the last token the model's prediction" in m.value for m in at.markdown)

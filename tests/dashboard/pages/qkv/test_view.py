@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from apptest import (
     open_app as _app,
@@ -208,6 +209,7 @@ def test_step_bars_name_masked_keys_say_how_many_and_highlight_the_query():
     assert [c.to_dict()["title"]["text"] for c in charts] == ["q·k", "softmax weight"]
     spec = charts[1].to_dict()
     bars, masked = charts[1].layer
+    assert isinstance(bars.data, pd.DataFrame) and isinstance(masked.data, pd.DataFrame)  # each layer's own rows
     assert set(bars.data["key"]) == {"0: a", "1: b"} and list(masked.data["key"]) == ["2: c"]
     assert spec["layer"][1]["mark"]["text"] == "×" and list(masked.data["value"]) == [0.0]
     assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == ["0: a", "1: b", "2: c"]  # every key named
