@@ -12,10 +12,10 @@ app: $(STAMP)
 	$(BIN)/streamlit run dashboard/serve.py --server.port $(PORT)
 
 # The architecture contract first (pyproject.toml, [tool.importlinter]: imports run one way, inside functions too),
-# then the linter and the type checker over probes/ and dashboard/ ([tool.ruff], [tool.mypy]: 0 errors; mypy on two
-# processes: sooner from a fresh clone, which has no cache; docs/tests.md, "How long", has its time), then the
-# docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a temporary
-# folder, removed after), then the suite in two runs, each test once:
+# then the linter and the type checker over probes/, dashboard/, tests/ and benchmarks/ ([tool.ruff], [tool.mypy]:
+# 0 errors; mypy on two processes: sooner from a fresh clone, which has no cache; docs/tests.md, "How long", has its
+# time), then the docs site (mkdocs.yml: --strict, so a broken link or anchor between docs/ pages fails; built into a
+# temporary folder, removed after), then the suite in two runs, each test once:
 # - every test but those that compare floating results with a tolerance, on this CPU's own kernels;
 # - those (marker `numeric`, not `bitwise`: `make test-numeric`) under another CPU's kernels, the portable ones (no
 #   AVX, ATEN_CPU_CAPABILITY=default) and one thread: another reduction order and vector width than the machine
@@ -30,7 +30,7 @@ NUMERIC := numeric and not bitwise
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/ruff check probes dashboard
+	$(BIN)/ruff check probes dashboard tests benchmarks
 	$(BIN)/mypy --num-workers 2
 	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"; \
 		status=$$?; rm -rf "$$site"; exit $$status
