@@ -52,7 +52,7 @@ from forward import PeakRSS  # noqa: E402  (benchmarks/, this script's folder)
 from load_test import IDLE, start_server  # noqa: E402
 from report import publish  # noqa: E402
 
-import dashboard.pages  # noqa: E402, F401 - registers every page
+import dashboard.app_pages  # noqa: E402, F401 - registers every page
 from dashboard.core.pages import PAGES  # noqa: E402
 
 MIB = 2**20

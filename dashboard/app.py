@@ -3,7 +3,7 @@ Q/K/V arithmetic), whether our from-scratch pass agrees with Hugging Face, and w
 positional, syntactic or semantic over a dataset.
 
 Run with ``make app`` (or ``streamlit run dashboard/app.py``). This file is the frame: the view state
-(mirrored to the URL), the sidebar and the navigation; each page is a folder of ``dashboard/pages/``, and what pages
+(mirrored to the URL), the sidebar and the navigation; each page is a folder of ``dashboard/app_pages/``, and what pages
 share is ``dashboard/core/``."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ try:  # large tensors' memory goes back to the system when freed (glibc; once pe
     memory.steady()
 except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: said on every page, the app still runs
     st.warning(str(exc))
-import dashboard.pages  # noqa: E402, F401 - registers every page, in menu order
+import dashboard.app_pages  # noqa: E402, F401 - registers every page, in menu order
 from dashboard.core import budgets, models, questions, trace, ui  # noqa: E402
 from dashboard.core.models import Input  # noqa: E402
 from dashboard.core.pages import FIRST, PAGES  # noqa: E402

@@ -37,8 +37,8 @@ def warm() -> None:
         # of a second, so it runs beside the imports and the load, and is done before the first pass
         choosing = threading.Thread(target=threads.apply, args=("app",), name="warm-start threads")
         choosing.start()
-        import dashboard.pages
-        import dashboard.pages.explore.view  # noqa: F401
+        import dashboard.app_pages
+        import dashboard.app_pages.explore.view  # noqa: F401
         from dashboard.core import models, questions, trace, ui  # noqa: F401
         from dashboard.core.state import STORIES, ViewState
 

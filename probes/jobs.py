@@ -41,7 +41,7 @@ def with_model(frame: pd.DataFrame, model: ModelLike) -> pd.DataFrame:
 MAX_SCORE = 1e6  # probe scores are fractions, counts or entropies: anything bigger is not a probe table
 # a table shown in the app is read whole on the server, which sends the browser only a summary (one label's grid, its
 # top rows, a bounded label menu); a table of more rows, or a label longer than this, is refused before anything is
-# drawn (a 1 MB label froze a browser tab: tests/dashboard/pages/heads/)
+# drawn (a 1 MB label froze a browser tab: tests/dashboard/app_pages/heads/)
 MAX_ROWS = 2_000_000  # about 100 MB in memory once read: a 10⁶-row table (14,000 labels of a 72-head model) fits
 MAX_LABEL = 200  # characters: the longest built-in label is under 40
 # an upload is checked from its first line and a count of its lines before pandas reads it: pandas makes one column

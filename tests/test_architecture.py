@@ -90,8 +90,8 @@ def test_the_pages_contract_fails_when_a_page_imports_another(tmp_path):
     import sys
 
     shutil.copytree(ROOT / "dashboard", tmp_path / "dashboard", ignore=shutil.ignore_patterns("__pycache__", "static"))
-    view = tmp_path / "dashboard" / "pages" / "explore" / "view.py"
-    view.write_text(view.read_text(encoding="utf-8") + "\nfrom dashboard.pages.kv.state import KVState  # noqa\n",
+    view = tmp_path / "dashboard" / "app_pages" / "explore" / "view.py"
+    view.write_text(view.read_text(encoding="utf-8") + "\nfrom dashboard.app_pages.kv.state import KVState  # noqa\n",
                     encoding="utf-8")
     lint = Path(sys.executable).with_name("lint-imports")
 
@@ -103,6 +103,6 @@ def test_the_pages_contract_fails_when_a_page_imports_another(tmp_path):
     broken = run(tmp_path)
     assert broken.returncode != 0
     assert "A page of the app imports the app's core and the library, never another page BROKEN" in broken.stdout
-    assert "dashboard.pages.explore.view -> dashboard.pages.kv.state" in broken.stdout
+    assert "dashboard.app_pages.explore.view -> dashboard.app_pages.kv.state" in broken.stdout
     kept = run(ROOT)
     assert kept.returncode == 0, kept.stdout[-2000:]

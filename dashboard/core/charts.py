@@ -1,7 +1,7 @@
 """Chart primitives every page draws with: colours, the Vega-Lite dictionary of a chart redrawn on every click
 (:class:`Spec`), titles that wrap to a chart's width, token labels and axes, the click a chart selects. No Streamlit and
 no model math here: pure functions of plain lists, arrays and frames, tested as chart specs without a browser.
-A page's own charts live in its folder (``dashboard/pages/<page>/charts.py``)."""
+A page's own charts live in its folder (``dashboard/app_pages/<page>/charts.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The app's pages, registered by name: each page is a folder ``dashboard/pages/<key>/`` whose ``__init__.py``
-registers its :class:`Page` here, in menu order (``dashboard/pages/__init__.py`` imports them in that order). The
+"""The app's pages, registered by name: each page is a folder ``dashboard/app_pages/<key>/`` whose ``__init__.py``
+registers its :class:`Page` here, in menu order (``dashboard/app_pages/__init__.py`` imports them in that order). The
 frame (navigation, the link) and the shared pieces (``ui.page_link``) read this registry; nothing else names a page.
 
 No Streamlit here: the registry is plain data, read by the link's parser as by the app."""
@@ -28,7 +28,7 @@ class Page:
     @property
     def view(self) -> str:
         """The module that draws it (its ``render(ctx)``)."""
-        return f"dashboard.pages.{self.key}.view"
+        return f"dashboard.app_pages.{self.key}.view"
 
 
 PAGES: dict[str, Page] = {}  # url path -> page, in menu order

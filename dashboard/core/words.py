@@ -63,9 +63,9 @@ WORDS: dict[str, str] = {
     "first": "first token",
     "fixed offset": "one fixed offset (Voita et al.)",
     "sink": "attention sink (first token)",
-    # Find heads' margin grid (dashboard/pages/find/)
+    # Find heads' margin grid (dashboard/app_pages/find/)
     "margin": "margin over the other word",
-    # Generate's settings (dashboard/pages/generate/)
+    # Generate's settings (dashboard/app_pages/generate/)
     "new_tokens": "new tokens",
     "top_k": "top-k",
     "top_p": "top-p",
@@ -140,7 +140,7 @@ WORDS: dict[str, str] = {
     "MiB": "size (MiB)",
     "context": "context (tokens)",
     "steps": "steps",
-    # What if it attended less? (dashboard/pages/kv/)
+    # What if it attended less? (dashboard/app_pages/kv/)
     "policy": "policy",
     "policies": "policies",
     "budget": "budget (keys)",

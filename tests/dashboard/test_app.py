@@ -1,6 +1,6 @@
 """The app as a whole, driven headless by Streamlit's AppTest on the offline default: how it opens, its one page
 list, the sidebar, the shareable link, and every bad input the app must answer with advice instead of a
-traceback, whichever page is open. Each page's own tests are in tests/dashboard/pages/<page>/."""
+traceback, whichever page is open. Each page's own tests are in tests/dashboard/app_pages/<page>/."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_opens_on_the_offline_default_at_she_and_the_head_chosen_on_its_controls
 
 def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
     """``dashboard.core.pages.PAGES`` is the one list of pages: the menu shows its pages, titles and icons in its
-    order, each page is a folder ``dashboard/pages/<key>/`` (no page folder left out of it), and a link's ``page=``
+    order, each page is a folder ``dashboard/app_pages/<key>/`` (no page folder left out of it), and a link's ``page=``
     takes its keys."""
     import streamlit as st
 
@@ -404,3 +404,20 @@ def test_a_malformed_mmap_threshold_is_a_warning_and_the_app_runs(monkeypatch):
         monkeypatch.delenv(memory.ENV)
         memory.steady.cache_clear()
         memory.steady()
+
+
+def test_streamlit_sees_the_app_as_its_navigation_not_a_pages_folder():
+    """Streamlit reads a folder named ``pages`` beside the entry script as its older multipage mode: a session's first
+    run then ignores ``st.navigation``, and a link to a page's path (``/cost``) opens on "Page not found". The app's
+    pages are ``dashboard/app_pages/``, so Streamlit's own check of the entry script finds no such folder."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    before = PagesManager.uses_pages_directory
+    PagesManager.uses_pages_directory = None  # as at a server's start: Streamlit looks once, for the entry script
+    try:
+        for entry in ("app.py", "serve.py"):
+            PagesManager.uses_pages_directory = None
+            PagesManager(str(Path(APP).parent / entry))
+            assert PagesManager.uses_pages_directory is False, entry
+    finally:
+        PagesManager.uses_pages_directory = before

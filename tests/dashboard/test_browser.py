@@ -321,7 +321,7 @@ WIDTHS = """() => [...document.querySelectorAll('[data-testid=stMain] [data-test
 def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app_url):
     """At 1400 px the heatmap takes more than half the main area and no chart is wider than its column; a click on
     a small multiple (far below the heatmap) opens that head and brings its heatmap into the window."""
-    from dashboard.pages.explore.charts import MULTIPLES_PX
+    from dashboard.app_pages.explore.charts import MULTIPLES_PX
 
     with sync_playwright() as p:
         browser = launch(p)

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import specs
 
+from dashboard.app_pages.cost import charts as cost_charts
+from dashboard.app_pages.parity import charts as parity_charts
 from dashboard.core import charts as core_charts, grid_charts, token_charts
-from dashboard.pages.cost import charts as cost_charts
-from dashboard.pages.parity import charts as parity_charts
 
 
 def _grid_frame(layers: int, heads: int) -> pd.DataFrame:

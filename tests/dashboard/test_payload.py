@@ -10,8 +10,8 @@ import pytest
 from apptest import open_app
 from streamlit.dataframe_util import convert_anything_to_arrow_bytes
 
+from dashboard.app_pages.explore import charts as explore_charts
 from dashboard.core import charts, token_charts
-from dashboard.pages.explore import charts as explore_charts
 
 
 def _arrow_bytes(chart) -> int:

@@ -19,7 +19,7 @@ import pytest
 from browser import WAIT_MS, laid_out, launch, settle, sync_playwright
 from PIL import Image
 
-import dashboard.pages  # noqa: F401 - registers every page, in menu order
+import dashboard.app_pages  # noqa: F401 - registers every page, in menu order
 from dashboard.core.pages import PAGES
 
 pytestmark = pytest.mark.xdist_group("browser")  # one worker starts the app's servers, one after the other

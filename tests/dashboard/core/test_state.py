@@ -5,12 +5,12 @@ from dataclasses import fields, is_dataclass
 
 import pytest
 
-import dashboard.pages  # noqa: F401 - registers every page and its part of the link
+import dashboard.app_pages  # noqa: F401 - registers every page and its part of the link
+from dashboard.app_pages.explore.state import ExploreState
+from dashboard.app_pages.generate.state import GenerateState
+from dashboard.app_pages.kv.state import KVState
 from dashboard.core import pages
 from dashboard.core.state import DEFAULT_TEXT, Link, ViewState
-from dashboard.pages.explore.state import ExploreState
-from dashboard.pages.generate.state import GenerateState
-from dashboard.pages.kv.state import KVState
 
 
 def test_a_link_round_trips_every_field():

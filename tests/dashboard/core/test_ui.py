@@ -2,8 +2,8 @@
 
 import numpy as np
 
+from dashboard.app_pages.explore import charts as explore_charts
 from dashboard.core import token_charts, ui
-from dashboard.pages.explore import charts as explore_charts
 
 
 def test_png_and_svg_downloads_render_the_chart():
