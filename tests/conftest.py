@@ -60,6 +60,7 @@ from checkpoints import (  # noqa: E402
     make_neox,
     make_opt,
     make_roberta,
+    make_rotary_heads,
 )
 
 
@@ -116,6 +117,16 @@ def distilbert_mlm_dir(ckpt_dir):
 @pytest.fixture(scope="session")
 def modernbert_mlm_dir(ckpt_dir):
     return make_modernbert(ckpt_dir / "modernbert-mlm", masked_lm=True)
+
+
+@pytest.fixture(scope="session")
+def planted_rotary(ckpt_dir):
+    """A tiny rotary model in float64 with planted heads (head 0.0 a previous-token head whose q and k are constant:
+    only the turn tells keys apart), and the text it is read on (checkpoints.make_rotary_heads)."""
+    import probes
+
+    path, text = make_rotary_heads(ckpt_dir / "rotary_heads")
+    return probes.models.load(str(path)).cast(torch.float64), text
 
 
 @pytest.fixture(scope="session")

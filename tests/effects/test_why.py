@@ -21,7 +21,6 @@ from checkpoints import (
     make_modernbert,
     make_neox,
     make_roberta,
-    make_rotary_heads,
 )
 from numeric import F64, fp32
 
@@ -261,15 +260,9 @@ def groups_sum(why) -> float:
     return float(why.band_groups().contribution.sum())
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    path, text = make_rotary_heads(tmp_path_factory.mktemp("rotary") / "heads")
-    return probes.models.load(str(path)).cast(torch.float64), text
-
-
 @pytest.mark.numeric
-def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_frequency_bands(planted):
-    model, text = planted
+def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_frequency_bands(planted_rotary):
+    model, text = planted_rotary
     previous = qk_attribution(model, text, 0, 0, 9, 8)  # head 0.0: constant q and k, only the turn tells keys apart
     assert previous.weight > 0.9
     content, position = previous.position_split()
@@ -310,8 +303,8 @@ def test_a_negative_score_has_no_share(minilm64):
 
 
 @pytest.mark.numeric
-def test_the_bucketed_grid_sums_to_the_score_and_counts_each_buckets_parts(minilm64, planted, smollm2):
-    model, text = planted
+def test_the_bucketed_grid_sums_to_the_score_and_counts_each_buckets_parts(minilm64, planted_rotary, smollm2):
+    model, text = planted_rotary
     for why in (qk_attribution(minilm64, SHE, 1, 2, 10, 7), qk_attribution(minilm64, SHE, 4, 0, 10, 2),
                 qk_attribution(model, text, 1, 1, 9, 3), qk_attribution(smollm2, SHE, 15, 7, 11, 9)):
         grid, buckets, reading = why.grid(3), why.buckets(3), why.grid_reading(3)

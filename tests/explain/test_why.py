@@ -7,10 +7,7 @@ ranges. The numbers themselves are tests/effects/test_why.py's."""
 import math
 
 import pytest
-import torch
-from checkpoints import make_rotary_heads
 
-import probes
 from probes.effects.why import BIAS_QK, BandGroup, Bucket, qk_attribution
 from probes.explain.why import (
     band_label,
@@ -68,15 +65,9 @@ def test_a_term_reads_as_its_key_and_query_parts_and_what_it_does(minilm64):
                          f"{why.score:.3g})")
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    path, text = make_rotary_heads(tmp_path_factory.mktemp("rotary") / "heads")
-    return probes.models.load(str(path)).cast(torch.float64), text
-
-
 @pytest.mark.numeric
-def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_frequency_bands(planted):
-    model, text = planted
+def test_a_planted_rotary_previous_token_head_reads_as_position_from_high_frequency_bands(planted_rotary):
+    model, text = planted_rotary
     previous = qk_attribution(model, text, 0, 0, 9, 8)  # head 0.0: constant q and k, only the turn tells keys apart
     said = reading(previous)
     assert said.startswith("position (the turn by the offset, 1 token back): raises the score by")
@@ -109,8 +100,8 @@ def test_a_negative_score_reads_as_pushes_never_as_a_share(minilm64):
 
 
 @pytest.mark.numeric
-def test_the_grid_caption_says_what_each_bucket_holds(minilm64, planted, smollm2):
-    model, text = planted
+def test_the_grid_caption_says_what_each_bucket_holds(minilm64, planted_rotary, smollm2):
+    model, text = planted_rotary
     for why in (qk_attribution(minilm64, SHE, 1, 2, 10, 7), qk_attribution(minilm64, SHE, 4, 0, 10, 2),
                 qk_attribution(model, text, 1, 1, 9, 3), qk_attribution(smollm2, SHE, 15, 7, 11, 9)):
         grid, buckets, caption = why.grid(3), why.buckets(3), grid_caption(why, 3)
