@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .state import LinkPart
+    from .parts import LinkPart
 
 
 @dataclass(frozen=True)
 class Page:
     """One page: its url path (``key``), its title and icon in the menu, its part of the link (``state``: a
-    :class:`~dashboard.core.state.LinkPart` holding the parameters only this page reads; None: the page has none), and
+    :class:`~dashboard.core.parts.LinkPart` holding the parameters only this page reads; None: the page has none), and
     the long work a link to it runs again when it opens (``runs``: a name in the link's ``ran`` → its words)."""
 
     key: str

@@ -21,7 +21,8 @@ from .charts import MAX_WIDTH, Spec, labels
 from .models import Input
 from .pages import PAGES
 from .parity import parity_report, proof_of
-from .state import Link, LinkPart, ViewState
+from .parts import LinkPart
+from .state import Link, ViewState
 from .trace import RunInfo
 
 VIEW = "view"  # session key: the link's core (a ViewState)

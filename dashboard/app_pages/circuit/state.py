@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice, parsed
+from dashboard.core.parts import LinkPart, choice, parsed
 from probes.effects.compose import CONVENTIONS
 
 CIRCUIT_GRIDS = ("weights k", "weights q", "weights v", "text k", "text q")  # source and kind

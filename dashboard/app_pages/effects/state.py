@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice
+from dashboard.core.parts import LinkPart, choice
 
 EFFECT_MEASURES = ("loss", "top_changed", "token_change", "hidden_change", "embedding_change")
 ABLATIONS = ("zero", "mean")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice, whole
+from dashboard.core.parts import LinkPart, choice, whole
 
 # what Explore's heatmap is coloured by: value -> its name in the app
 COLOURS = {"weights": "attention weights", "norms": "value-weighted norms", "rollout": "rollout"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice
+from dashboard.core.parts import LinkPart, choice
 
 FIND_MEASURES = ("weight", "norm", "ablation")
 

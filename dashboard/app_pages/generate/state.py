@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart
+from dashboard.core.parts import LinkPart
 
 DEFAULT_PROMPT = "Xiaoming gave the apple to Xiaohong because she was"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart
+from dashboard.core.parts import LinkPart
 
 
 @dataclass(frozen=True)

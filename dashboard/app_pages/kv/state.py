@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice, parsed, whole
+from dashboard.core.parts import LinkPart, choice, parsed, whole
 from probes.kv.sweep import KINDS
 
 KV_TEXTS = {"ewt": "EWT web text", "sidebar": "the sidebar's text"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.core.state import LinkPart, choice, whole
+from dashboard.core.parts import LinkPart, choice, whole
 
 LENS_VIEWS = ("layers", "heads")
 
