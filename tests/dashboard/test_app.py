@@ -62,7 +62,7 @@ def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
     monkeypatch.setattr(st, "navigation", navigation)
     _app()
     assert offered and offered[-1] == [(key, page.title, page.icon) for key, page in PAGES.items()]
-    folders = Path(APP).parent / "pages"
+    folders = Path(APP).parent / "app_pages"
     assert sorted(p.parent.name for p in folders.glob("*/__init__.py")) == sorted(PAGES)
     for key in PAGES:
         assert ViewState.from_query({"page": key}) == (ViewState(page=key), [])
