@@ -740,6 +740,11 @@ def test_a_ray_of_this_machine_has_its_own_flag(capsys, tmp_path):
 # -- Ray addresses: a port that is another gRPC server, hosts that are not host names (issue 40) ----------------------
 
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an HTTP/2 frame: no settings
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # what an HTTP/2 client opens with
+
+
+def _closed() -> bytes:
+    raise OSError("the client closed the connection")
 # a raylet's answer to the GCS's first call, byte for byte (Ray 2.60): the call's end, status 12 (UNIMPLEMENTED)
 UNIMPLEMENTED = (b"\x00\x000\x01\x05\x00\x00\x00\x01"
                  b"\x88@\x0ccontent-type\x10application/grpc@\x0bgrpc-status\x0212")
@@ -773,13 +778,33 @@ class GrpcPort:
                 return
             with connection:
                 try:
-                    connection.recv(65536)  # the opening
-                    connection.sendall(SETTINGS)
-                    connection.recv(65536)  # the call
+                    connection.settimeout(60)
+                    connection.sendall(SETTINGS)  # a gRPC server speaks first: its settings
+                    self.read_until_the_call(connection)
                     connection.sendall(self.answer)
-                    connection.recv(65536)  # until the client goes
+                    while connection.recv(65536):  # whatever else it sends (a cancel), until the client goes
+                        pass
                 except OSError:
                     pass
+
+    @staticmethod
+    def read_until_the_call(connection) -> None:
+        """Read the client's HTTP/2 frames until the call's HEADERS frame (type 1) has come: a client writes its
+        opening, its settings and the call in as many writes as it likes, and an answer on a stream it has not
+        opened yet would be a protocol error to it, not this answer."""
+        data = b""
+        while len(data) < len(PREFACE):
+            data += connection.recv(65536) or _closed()
+        data = data[len(PREFACE):]
+        while True:
+            while len(data) < 9:
+                data += connection.recv(65536) or _closed()
+            length, kind = int.from_bytes(data[:3], "big"), data[3]
+            while len(data) < 9 + length:
+                data += connection.recv(65536) or _closed()
+            data = data[9 + length:]
+            if kind == 0x1:  # HEADERS: the call
+                return
 
     def __enter__(self):
         return self
