@@ -95,6 +95,13 @@ def served_models() -> list[str]:
     return names
 
 
+def served_from(inp: Input) -> str:
+    """The Ray cluster whose server holds this input's model ("": this process). A trace or an answer made on one is
+    kept under it, so that one made here is not taken for the server's (or the other way round) when the cluster
+    comes or goes."""
+    return cluster_address() if inp.model.strip() in served_models() else ""
+
+
 
 def cluster_problem() -> str | None:
     """One line on why the cluster of ``PROBES_RAY_ADDRESS`` is not used (None: it is, or there is none)."""

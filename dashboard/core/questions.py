@@ -14,7 +14,7 @@ import probes
 from probes import explain
 
 from . import budgets
-from .models import Input, cluster_address, model_of, served_models
+from .models import Input, model_of, served_from
 from .state import STORIES
 from .trace import text_words, trace
 
@@ -57,7 +57,7 @@ class Asked:
 
 
 def _evidence_key(inp: Input, asked: Asked) -> tuple:
-    where = cluster_address() if inp.model.strip() in served_models() else ""
+    where = served_from(inp)
     return inp.model, where, inp.text, asked
 
 

@@ -20,7 +20,7 @@ from probes import explain
 from probes.tokens import unknown_tokens
 
 from . import budgets
-from .models import Input, cluster_address, model_of, served_models
+from .models import Input, model_of, served_from
 
 TRACES_KEPT = 6
 TRACE_BYTES = 2**31  # the traces kept at once hold at most 2 GiB (a trace of 8,192 tokens on SmolLM2 holds more alone)
@@ -72,7 +72,7 @@ def trace(inp: Input) -> probes.TraceLike:
     are kept, and at most ``TRACE_BYTES`` of them (``PUBLIC_TRACE_BYTES`` on a public deployment): the least
     recently used go first, and the newest is always kept. Counted in bytes, not entries: one 2,000-character
     text on SmolLM2 holds 80–300 MiB (and 88 MiB more with its logits), a sentence 5 MiB."""
-    where = cluster_address() if inp.model.strip() in served_models() else ""
+    where = served_from(inp)
     t = _traced(inp, where)
     limit = PUBLIC_TRACE_BYTES if budgets.public() else TRACE_BYTES
     with _held_lock:
