@@ -1,11 +1,12 @@
 """Links written by the app before its pages became folders (stop 59, commit bbffcaf), and what each one drew then:
 the record a restructured app is held to (tests/dashboard/test_links.py). ``python tests/links.py OUT``
 draws every link with the app of the checkout it runs in and writes what it drew to OUT (JSON): run in a checkout of
-bbffcaf, it made ``tests/dashboard/links_bbffcaf.json``.
+bbffcaf, it made ``tests/dashboard/links_bbffcaf.json`` (whose charts' tables named their datasets then: the names,
+hashes of numbers that differ in float32 from one CPU to another, were taken out of the record afterwards).
 
 What a view is, here: every element the page and the sidebar drew, in order, as a reader sees it: its kind, its
 words (labels, messages, captions, headings), a widget's value and options, a chart's title as drawn and the columns
-and rows of its table, a table's columns and rows. Not pixels (the browser tests look at those) and not the
+and rows of its tables, a table's columns and rows. Not pixels (the browser tests look at those) and not the
 numbers inside charts (the pages' own tests compare those with the library's)."""
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ def _words(node: Any) -> dict[str, Any]:
         title = spec.get("title")
         out["title"] = title if isinstance(title, str) or title is None else {
             part: title_lines(title.get(part)) for part in ("text", "subtitle") if title.get(part) is not None}
-        out["tables"] = sorted((d.name, list(convert_arrow_bytes_to_pandas_df(d.data.data).columns),
-                                len(convert_arrow_bytes_to_pandas_df(d.data.data))) for d in node.proto.datasets)
+        # a dataset's name is a hash of its numbers, which move in the last bits of float32 with the CPU's vector
+        # kernels: the record keeps each table's columns and its number of rows
+        out["tables"] = sorted([list(frame.columns), len(frame)] for frame in (
+            convert_arrow_bytes_to_pandas_df(d.data.data) for d in node.proto.datasets))
         return out
     if kind in ("arrow_data_frame", "dataframe", "table"):
         frame = node.value
@@ -145,6 +148,53 @@ def visible(view: Any) -> Any:
     if isinstance(view, dict):
         return {k: visible(v) for k, v in view.items()}
     return view
+
+
+# a figure in a sentence: an integer, a decimal, or a number in e-notation (how the app writes residuals)
+_FIGURE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w.])")
+
+
+def _same_figure(then: str, now: str) -> bool:
+    """Two figures a sentence printed agree as float32 on two CPUs would: an integer (a count, a step, a layer) is
+    the same integer; a residual in e-notation under 1e-4 is rounding noise whatever its digits (the last bits of
+    float32, or float64's ~1e-15); a decimal is within one unit of its last printed digit, or 1e-5 of its size
+    (float32's relative error over a model's few hundred roundings, which a figure of 10,000 shows in its second
+    decimal)."""
+    if then == now:
+        return True
+    if "." not in then + now and "e" not in then + now:
+        return False
+    a, b = float(then), float(now)
+    if "e" in then and "e" in now and max(abs(a), abs(b)) < 1e-4:
+        return True
+    return abs(a - b) <= max(_unit(then), _unit(now)) + 1e-5 * max(abs(a), abs(b))
+
+
+def _unit(figure: str) -> float:
+    """One unit of a figure's last printed digit: 0.01 for ``0.72``, 1e-7 for ``4e-07``, 1e-7 for ``2.5e-06``."""
+    mantissa, _, exponent = figure.partition("e")
+    return float(10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2])))
+
+
+def _same_words(then: str, now: str) -> bool:
+    """The same sentence: the same words around figures that agree (:func:`_same_figure`)."""
+    a, b = _FIGURE.split(then), _FIGURE.split(now)
+    if len(a) != len(b):
+        return False
+    return all(x == y if i % 2 == 0 else _same_figure(x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)))
+
+
+def same_view(then: Any, now: Any) -> bool:
+    """``now`` shows what ``then`` showed: the same elements, widgets, tables and link, and the same words, whose
+    figures may differ as float32 differs between two CPUs (:func:`_same_figure`); the app's float64 figures are
+    the ones that prove, and its own tests hold those to 1e-10."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return then.keys() == now.keys() and all(same_view(then[k], now[k]) for k in then)
+    if isinstance(then, list) and isinstance(now, list):
+        return len(then) == len(now) and all(same_view(a, b) for a, b in zip(then, now, strict=True))
+    if isinstance(then, str) and isinstance(now, str):
+        return _same_words(then, now)
+    return bool(then == now) and type(then) is type(now)
 
 
 def draw(params: dict[str, str]) -> dict[str, Any]:
