@@ -1,5 +1,7 @@
 """``python -m probes kv``: what a text's perplexity becomes when the KV cache forgets (:mod:`probes.kv`): each policy
-streamed token by token over one text, and with ``--per-head`` each key/value head cut alone."""
+over one text, a layer at a time by default (``--method layers``: :func:`probes.kv.stream.run_masked`, the same
+numbers as token by token, many times faster) or streamed token by token through the evicting cache (``--method
+stream``: :func:`probes.kv.stream.run_stream`), and with ``--per-head`` each key/value head cut alone."""
 
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from .common import Count, load_model, loading_options, positive, text_arg
 
 DEFAULT_POLICIES = "full,window:256,sinks:4+window:252,h2o:256,snapkv:256"
 DEFAULT_EWT = 512  # tokens of the shipped EWT text when no text is given
+# the command line's names of the library's methods (probes.kv.stream.METHODS); the first is the default. Every
+# policy runs by either (tests/kv/test_stream.py holds them to 1e-10 in float64), so there is no fallback to make.
+METHODS = {"layers": "masked", "stream": "streamed"}
+HOW = {"layers": "read a layer at a time (the numbers of reading it token by token)", "stream": "read one at a time"}
 ewt_tokens = Count(2, why="no model reads that many tokens")
 
 
@@ -89,6 +95,17 @@ def _table(streamed: list, full) -> None:
               .rstrip())
 
 
+def _float64(model):
+    """``model`` in float64 (``--dtype float64``: the proof's precision), or a refusal for a served model."""
+    import torch
+
+    from ..errors import BadOption
+
+    if not hasattr(model, "cast"):
+        raise BadOption("--dtype float64 needs a model held here: leave out --ray, or leave out --dtype")
+    return model.cast(torch.float64)
+
+
 def _worst(rows: list[dict]) -> list[dict]:
     """Rows by loss change, most hurt first (layer, head: the order of equal changes)."""
     return sorted(rows, key=lambda r: (-r["loss_change"], r["layer"], r["kv_head"]))
@@ -107,6 +124,8 @@ def main(args: argparse.Namespace) -> int:
     text, source = _text(args)
     model = load_model(args)
     check_decoder(model)  # the model's facts: a served model's too
+    if args.dtype == "float64":
+        model = _float64(model)
     if text is None:
         room = _room(model)
         if args.ewt is not None and args.ewt > room:
@@ -117,15 +136,17 @@ def main(args: argparse.Namespace) -> int:
 
     n_tokens = model.encode(text, truncate=True).input_ids.shape[1]  # the bar's length (the runs refuse a long text)
     cut = [p for p in policies if p.cuts]
-    bar = Bar(len(policies) * n_tokens + (n_tokens + len(cut) * model.n_layers * model.n_kv_heads
-                                          if args.per_head else 0), "kv")
+    steps = n_tokens if args.method == "stream" else model.n_layers  # a run's progress: its tokens, or its layers
+    bar = Bar(len(policies) * steps + (n_tokens + len(cut) * model.n_layers * model.n_kv_heads
+                                       if args.per_head else 0), "kv")
     try:
         streamed = []
         for i, policy in enumerate(policies):
-            streamed.append(stream(model, text, policy, progress=bar.part(i * n_tokens, policy.name)))
+            streamed.append(stream(model, text, policy, method=METHODS[args.method],
+                                   progress=bar.part(i * steps, policy.name)))
         effects = None
         if args.per_head:
-            effects = head_effects(model, text, policies, progress=bar.part(len(policies) * n_tokens, "per head"))
+            effects = head_effects(model, text, policies, progress=bar.part(len(policies) * steps, "per head"))
     finally:
         bar.close()
 
@@ -133,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
     by_policy = {p.name: _worst([r for r in effects.rows if r["policy"] == p.name]) for p in policies} \
         if effects is not None else {}
     if args.json:
-        out: dict = dict(model=model.name, tokens=streamed[0].tokens, text_source=source, policies=[])
+        out: dict = dict(model=model.name, tokens=streamed[0].tokens, text_source=source, method=args.method,
+                         policies=[])
         for s in streamed:
             entry = dict(policy=s.policy, tokens=s.tokens, perplexity=float(s.perplexity), kv_bytes=int(s.kv_bytes),
                          full_kv_bytes=int(s.full_kv_bytes), kept_fraction=float(s.kept_fraction),
@@ -145,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
             out["full_loss"] = float(effects.full_loss)
         print(json.dumps(out, ensure_ascii=False))
         return 0
-    print(f"{model.name}: {streamed[0].tokens} tokens ({source}) read one at a time, the KV cache kept by each policy")
+    print(f"{model.name}: {streamed[0].tokens} tokens ({source}) {HOW[args.method]}, the KV cache kept by each policy")
     _table(streamed, full)
     print("\nKV cache: the most the cache held at once (keys and values, every layer), against the full cache; seen: "
           "the share of past keys each query read")
@@ -167,12 +189,15 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("kv", help="perplexity when the KV cache forgets: cache policies (window, sinks, H2O, "
-                       "SnapKV, ...) streamed token by token, and each head cut alone",
-                       description="Read one text a token at a time through a KV cache that evicts as each policy "
-                       "says (probes.kv), and print per policy the streamed perplexity, its change from full, the "
-                       "most the cache held against the full cache, the share of past keys each query saw, and the "
-                       "time; with --per-head, each key/value head cut alone and the heads that hurt most. Decoders "
-                       "only; the text must fit the model's context (each token keeps its own position).")
+                       "SnapKV, ...) over a text, and each head cut alone",
+                       description="Read one text through a KV cache that evicts as each policy says (probes.kv), and "
+                       "print per policy the streamed perplexity, its change from full, the most the cache held "
+                       "against the full cache, the share of past keys each query saw, and the time; with "
+                       "--per-head, each key/value head cut alone and the heads that hurt most. By default each "
+                       "layer reads the whole text at once with the keys the policy leaves each query (--method "
+                       "layers); --method stream reads it token by token through the evicting cache, as StreamingLLM "
+                       "evaluates: the same numbers, many times slower. Decoders only; the text must fit the model's "
+                       "context (each token keeps its own position).")
     p.add_argument("--model", default="smollm2", help="a decoder: short name, hub id or local directory "
                    "(default: smollm2)")
     source = p.add_mutually_exclusive_group()
@@ -187,6 +212,11 @@ def add_parser(sub) -> None:
                    "(but full) and rank the heads by the loss change: one pass per head and policy")
     p.add_argument("--top", type=positive, default=10, help="heads to print per policy with --per-head (default: 10; "
                    "--json lists every head)")
+    p.add_argument("--method", choices=tuple(METHODS), default="layers", help="layers (default): each layer over the "
+                   "whole text with the keys each policy leaves each query; stream: token by token through the "
+                   "evicting cache (the same numbers, within 1e-10 in float64)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="the model's precision (float64: the proof's, slower)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
     p.set_defaults(func=main)

@@ -4,6 +4,7 @@ input as one line and exit 2, before a model loads where the mistake is in the a
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -47,16 +48,19 @@ def without_seconds(data: dict) -> dict:
 
 
 @pytest.mark.numeric  # floats compared exactly: the same code path on the same weights, and JSON writes a float back
-def test_the_json_is_the_library_stream(llama, llama_dir, capsys):
+@pytest.mark.parametrize("method, library", [(None, "masked"), ("layers", "masked"), ("stream", "streamed")])
+def test_the_json_is_the_library_stream(llama, llama_dir, capsys, method, library):
     from probes.kv import parse_list
     from probes.kv.stream import stream
 
-    data = run_json(capsys, "--model", str(llama_dir), "--text", TEXT, "--policies", POLICIES)
-    assert set(data) == {"model", "tokens", "text_source", "policies"}  # no full_loss without --per-head
+    how = [] if method is None else ["--method", method]  # the default: a layer at a time
+    data = run_json(capsys, "--model", str(llama_dir), "--text", TEXT, "--policies", POLICIES, *how)
+    assert set(data) == {"model", "tokens", "text_source", "method", "policies"}  # no full_loss without --per-head
     assert data["model"] == str(llama_dir) and data["text_source"] == "text" and data["tokens"] == 40
+    assert data["method"] == (method or "layers")
     assert [p["policy"] for p in data["policies"]] == ["full", "window:8", "h2o:8"]
     for got, policy in zip(data["policies"], parse_list(POLICIES), strict=True):
-        expected = stream(llama, TEXT, policy)
+        expected = stream(llama, TEXT, policy, method=library)
         assert set(got) == {"policy", "tokens", "perplexity", "kv_bytes", "full_kv_bytes", "kept_fraction",
                             "seen_fraction", "seconds"}
         assert got["perplexity"] == expected.perplexity
@@ -69,9 +73,30 @@ def test_the_json_is_the_library_stream(llama, llama_dir, capsys):
     assert full["kept_fraction"] == 1.0 and window["kept_fraction"] == 8 / 40 and window["seen_fraction"] < 1
 
 
+@pytest.mark.numeric
+def test_both_methods_give_the_same_numbers_in_float64(llama_dir, capsys):
+    """A layer at a time (the default) and token by token through the evicting cache: the same losses to 1e-10 in
+    float64 (exp of the mean loss, so the logs of the perplexities), the same cache and the same keys read."""
+    from numeric import F64
+
+    every = "full,window:8,sinks:2+window:6,h2o:8,h2o:10+recent:3,tova:8,snapkv:12+observe:3,strided:4+window:4"
+    runs = {method: run_json(capsys, "--model", str(llama_dir), "--text", TEXT, "--policies", every, "--dtype",
+                             "float64", "--method", method) for method in ("layers", "stream")}
+    for layers, stream in zip(runs["layers"]["policies"], runs["stream"]["policies"], strict=True):
+        assert layers["policy"] == stream["policy"]
+        assert abs(math.log(layers["perplexity"]) - math.log(stream["perplexity"])) <= F64, layers["policy"]
+        assert (layers["kv_bytes"], layers["full_kv_bytes"]) == (stream["kv_bytes"], stream["full_kv_bytes"])
+        assert layers["seen_fraction"] == pytest.approx(stream["seen_fraction"], abs=F64, rel=0)
+    # float64's cache is twice float32's: 2 layers × 2 key/value heads × 8 dims × (k and v) × 8 bytes, 40 tokens
+    assert runs["layers"]["policies"][0]["full_kv_bytes"] == 40 * 512
+    window = {p["policy"]: p["perplexity"] for p in runs["layers"]["policies"]}["window:8"]
+    assert abs(math.log(window) - math.log(runs["layers"]["policies"][0]["perplexity"])) > 1e-3  # a cut that shows
+
+
 @pytest.mark.numeric  # perplexities compared exactly: a budget that covers the text is full attention, bit for bit
-def test_a_budget_that_covers_the_text_is_full(llama_dir, capsys):
-    data = run_json(capsys, "--model", str(llama_dir), "--text", TEXT, "--policies",
+@pytest.mark.parametrize("method", ["layers", "stream"])
+def test_a_budget_that_covers_the_text_is_full(llama_dir, capsys, method):
+    data = run_json(capsys, "--model", str(llama_dir), "--text", TEXT, "--method", method, "--policies",
                     "full,window:40,h2o:64,sinks:4+window:60,snapkv:40,window:39,window:38")
     ppl = {p["policy"]: p["perplexity"] for p in data["policies"]}
     for name in ("window:40", "h2o:64", "sinks:4+window:60", "snapkv:40"):
@@ -112,7 +137,8 @@ def test_the_table(llama_dir, capsys):
                  "--top", "2"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == f"{llama_dir}: 40 tokens (text) read one at a time, the KV cache kept by each policy"
+    assert lines[0] == (f"{llama_dir}: 40 tokens (text) read a layer at a time (the numbers of reading it token by "
+                        "token), the KV cache kept by each policy")
     assert lines[1].split() == ["policy", "tokens", "perplexity", "Δ", "vs", "full", "KV", "cache", "of", "full",
                                 "seen", "seconds"]
     assert lines[2].startswith("full ") and " — " in lines[2] and "10.0 KiB" in lines[2] and "100.0 %" in lines[2]
@@ -153,6 +179,7 @@ def test_a_text_file_and_the_shipped_text(llama_dir, tmp_path, capsys):
     (["--text", "a cat", "--ewt", "30"], "argument --ewt: not allowed with argument --text"),
     (["--ewt", "1"], "argument --ewt: expected a whole number from 2"),
     (["--top", "0"], "argument --top: expected a whole number from 1"),
+    (["--method", "tokens"], "argument --method: invalid choice: 'tokens' (choose from 'layers', 'stream')"),
 ])
 def test_bad_arguments_are_refused_before_a_model_loads(args, says, tmp_path, capsys):
     (tmp_path / "latin1.txt").write_bytes("café au lait".encode("latin-1"))
