@@ -337,6 +337,25 @@ def uncancel(work: str) -> None:
     st.session_state.get(CANCELLED, {}).pop(work, None)
 
 
+AGAIN = "run_again"  # session key: the works whose "Run it again" was clicked, until the page asks (asked_again)
+
+
+def _again(work: str) -> None:
+    uncancel(work)
+    st.session_state.setdefault(AGAIN, set()).add(work)
+
+
+def asked_again(work: str) -> bool:
+    """Whether "Run it again" was clicked for ``work`` since the page last asked (once: the answer is then
+    forgotten). A page that runs its work only on a button's click (Heads' Run) runs it on this too; a page that
+    runs its work whenever it is not cancelled needs not ask."""
+    asked = st.session_state.get(AGAIN, set())
+    if work not in asked:
+        return False
+    asked.discard(work)
+    return True
+
+
 def cancelled(work: str, signature: object = None, what: str = "This work") -> bool:
     """Whether this session cancelled ``work`` computing ``signature`` (a Cancel button of :class:`Progress`); if so
     the page says so, with a button that runs it again (its click clears the flag before the next run: the work goes
@@ -347,7 +366,7 @@ def cancelled(work: str, signature: object = None, what: str = "This work") -> b
     st.info(f"{what} was cancelled: nothing of it is shown or kept. Change what it reads, or run it again.")
     # the flag goes in the click's callback, before the next run starts: a run cut short by another click (a rerun
     # ends the current one at its next element) cannot lose it, as it could lose the button's one True
-    st.button("Run it again", key=f"again_{work}", icon=":material/replay:", on_click=uncancel, args=(work,))
+    st.button("Run it again", key=f"again_{work}", icon=":material/replay:", on_click=_again, args=(work,))
     return True
 
 

@@ -56,7 +56,7 @@ def _run(ctx: ui.Context):
         ui.uncancel("heads")  # a Run pressed again runs
     elif not data.has_probe_table(*args) and ui.cancelled("heads", args, f"The {probe} run"):
         from_link = False
-    if pressed or from_link:
+    if pressed or from_link or ui.asked_again("heads"):  # Run it again, after a Cancel, runs as Run does
         bar = ui.Progress("heads", f"{probe} on {limit} items…", args)
         data.probe_table(*args, progress=lambda done, total: bar.progress(
             min(1.0, done / max(total, 1)), text=f"{probe}: {done} of {total} items"))

@@ -405,3 +405,19 @@ def test_a_grid_whose_browser_has_gone_stops_quietly(monkeypatch):
     monkeypatch.undo()
     at = open_app(page="effects", text="She sang to him at dawn.")  # the browser back: the grid is computed afresh
     assert any("when one head is zeroed" in t for t in titles(at) if t)
+
+
+def test_cancel_stops_the_ablation_grid_and_run_it_again_draws_it(monkeypatch):
+    """Issue 61: cancelled at its first head, the grid is not drawn and the page says so; Run it again runs every
+    head again (the bar up to the whole grid) and draws the grid."""
+    from apptest import cancel_at_first_update
+
+    shown = cancel_at_first_update(monkeypatch, "ablation")
+    at = _rerun(open_app(page="effects", text="A grey heron stood still by the reeds."))  # a text no grid is kept for
+    assert "Taking each head out in turn was cancelled: nothing of it is shown or kept." in texts(at.info)
+    assert not [t for t in titles(at) if t and "when one head is zeroed" in t] and 0 < shown[0] < 1
+    at.button(key="again_ablation").click()
+    _rerun(at)
+    assert "was cancelled" not in texts(at.info)
+    assert [t for t in titles(at) if t and "when one head is zeroed" in t], titles(at)
+    assert shown[-1] == 1.0 and len(shown) > 2

@@ -514,3 +514,19 @@ def test_the_link_copied_after_a_run_runs_it_again_where_it_is_opened():
     shared = open_app(**{k: v[-1] if isinstance(v, list) else v for k, v in link.items()})
     assert shared.dataframe and shared.dataframe[0].value.equals(table)
     assert shared.number_input(key="w_items").value == 5
+
+
+def test_cancel_stops_the_probe_run_and_run_it_again_runs_it(monkeypatch):
+    """Issue 61: a probe run cancelled at its first items draws no table and says so; Run it again runs the probe
+    (as Run does, every item on the bar) and draws its table, not only clears the message."""
+    from apptest import cancel_at_first_update
+
+    shown = cancel_at_first_update(monkeypatch, "heads")
+    at = _run_probe("positional", 6)  # a count no other test's table is kept for
+    assert "The positional run was cancelled: nothing of it is shown or kept." in texts(at.info)
+    assert not [d for d in at.dataframe if "score" in d.value.columns] and 0 < shown[-1] < 1
+    at.button(key="again_heads").click()
+    _rerun(at)
+    assert "was cancelled" not in texts(at.info)
+    table = next(d.value for d in at.dataframe if "score" in d.value.columns)
+    assert len(table) == 72 and shown[-1] == 1.0

@@ -167,3 +167,19 @@ def test_the_sink_is_linked_to_this_page_where_explore_hides_it(gpt2_dir):
     assert [e.proto.label for e in links] == ["What happens without the sink: What if it attended less?"]
     assert links[0].proto.page == "kv"
     assert not open_app(hide_first=1).get("page_link")  # an encoder keeps no cache: no link
+
+
+def test_cancel_stops_the_sweep_and_run_it_again_draws_it(llama_dir, monkeypatch):
+    """Issue 61: the sweep cancelled at its first layer draws no chart and says so; Run it again reads the text with
+    every policy (the bar up to the end) and draws the chart."""
+    from apptest import cancel_at_first_update
+
+    shown = cancel_at_first_update(monkeypatch, "kv")
+    at = open_app(model=str(llama_dir), page="kv", kv_tokens=48, kv_policies="window", kv_budgets="4,8")
+    assert "Reading the text with the policies not yet run was cancelled" in texts(at.info)
+    assert not any(SWEEP in t for t in titles(at) if t) and 0 < max(shown) < 1
+    at.button(key="again_kv").click()
+    rerun(at)
+    assert "was cancelled" not in texts(at.info)
+    assert any(SWEEP in t for t in titles(at) if t) and len(rows(at, SWEEP)) == 2
+    assert shown[-1] == 1.0 and len(shown) > 2
