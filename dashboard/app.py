@@ -37,7 +37,7 @@ except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: sai
 import dashboard.app_pages  # noqa: E402, F401 - registers every page, in menu order
 from dashboard.core import budgets, models, questions, trace, ui  # noqa: E402
 from dashboard.core.models import Input  # noqa: E402
-from dashboard.core.pages import FIRST, PAGES  # noqa: E402
+from dashboard.core.pages import FIRST, HOME, PAGES  # noqa: E402
 from dashboard.core.state import STORIES, Link  # noqa: E402
 from probes import families  # noqa: E402
 from probes.runner import SOURCES  # noqa: E402
@@ -58,6 +58,8 @@ def start_session() -> None:
     st.session_state["link_problems"] = problems
     if "page" in st.query_params:
         st.session_state["goto"] = link.view.page
+    elif st.query_params:  # a link that names no page opens on Explore, as links did before the tour; a bare one, HOME
+        st.session_state["goto_unnamed"] = FIRST
     st.session_state["story_off"] = any(k in st.query_params for k in ("layer", "head", "query"))
     ui.opened_with(link.view.page, st.query_params.to_dict())  # the page the link opens on may act on it, once
 
@@ -255,11 +257,13 @@ def main() -> None:
     start_session()
     inp = sidebar_input()
     context: dict[str, ui.Context] = {}  # the page's context, made by draw_page before the page runs
-    pages = {key: st.Page(_renders(key, context), title=page.title, icon=page.icon, url_path=key, default=key == FIRST)
+    pages = {key: st.Page(_renders(key, context), title=page.title, icon=page.icon, url_path=key, default=key == HOME)
              for key, page in PAGES.items()}
     page = st.navigation(list(pages.values()))
-    key = page.url_path or FIRST
+    key = page.url_path or HOME
     goto = st.session_state.pop("goto", None)
+    if (unnamed := st.session_state.pop("goto_unnamed", None)) and key == HOME:  # (a link to a page's path stays)
+        goto = goto or unnamed
     if goto and goto != key:
         st.switch_page(pages[goto])
     ui.update(page=key)

@@ -9,4 +9,4 @@ The folder is not called ``pages``: Streamlit takes a ``pages/`` folder beside t
 for its older multipage mode, in which every session's first run ignores ``st.navigation``'s pages and tells a link
 to a page's path (``/cost``) "Page not found"."""
 
-from . import explore, find, qkv, generate, lens, parity, heads, effects, circuit, cost, kv  # noqa: F401, I001
+from . import start, explore, find, qkv, generate, lens, parity, heads, effects, circuit, cost, kv  # noqa: F401, I001

@@ -32,7 +32,8 @@ class Page:
 
 
 PAGES: dict[str, Page] = {}  # url path -> page, in menu order
-FIRST = "explore"  # the page the app opens on
+FIRST = "explore"  # the page a link that names no page opens on (links written before the tour did)
+HOME = "start"  # the page a bare address opens on: the tour of findings
 
 
 def register(page: Page) -> Page:

@@ -28,7 +28,7 @@ def test_opens_on_the_offline_default_at_she_and_the_head_chosen_on_its_controls
     """The app opens on "she" and the head the evidence chose on half of the question's controls, not on the head with
     the largest margin on the sentence alone (1.2, which follows the nearer name); its box is not green, since no
     head of minilm answers the question on the other half."""
-    at = _app()
+    at = _app(page="explore")
     layer, head = opening()
     assert at.sidebar.selectbox[0].value == "minilm"
     assert at.header[0].value == f"minilm: layer {layer}, head {head}" and (layer, head) != (1, 2)
@@ -49,18 +49,18 @@ def test_the_navigation_offers_exactly_the_one_page_list_in_order(monkeypatch):
     takes its keys."""
     import streamlit as st
 
-    from dashboard.core.pages import PAGES
+    from dashboard.core.pages import HOME, PAGES
     from dashboard.core.state import ViewState
 
     offered = []
     real = st.navigation
 
     def navigation(pages, *args, **kwargs):
-        offered.append([(p.url_path or "explore", p.title, p.icon) for p in pages])
+        offered.append([(p.url_path or HOME, p.title, p.icon) for p in pages])
         return real(pages, *args, **kwargs)
 
     monkeypatch.setattr(st, "navigation", navigation)
-    _app()
+    _app(page="explore")
     assert offered and offered[-1] == [(key, page.title, page.icon) for key, page in PAGES.items()]
     folders = Path(APP).parent / "app_pages"
     assert sorted(p.parent.name for p in folders.glob("*/__init__.py")) == sorted(PAGES)
@@ -90,7 +90,7 @@ def test_hub_models_not_in_the_local_cache_are_marked_needs_download(monkeypatch
 
     monkeypatch.setattr(models, "hub_reachable", lambda: True)  # a server with network (this one has none)
     _hub_cache(monkeypatch, tmp_path, "gpt2")
-    at = _app()
+    at = _app(page="explore")
     options = at.sidebar.selectbox(key="w_model_pick").options
     # built in (no mark), then cached (loads without the hub), then the rest, then a name typed
     assert options == ["minilm", "smollm2", "gpt2",
@@ -175,7 +175,7 @@ def test_the_app_sets_torchs_threads_for_an_app(monkeypatch):
     try:
         for asked in ("1", "2"):
             monkeypatch.setenv("PROBES_THREADS", asked)
-            _app()
+            _app(page="explore")
             assert in_a_new_thread() == int(asked)
     finally:
         torch.set_num_threads(before)
@@ -189,7 +189,7 @@ def test_the_app_sums_with_the_thread_count_of_the_tests_own_library_calls():
 
     import torch
 
-    _app()
+    _app(page="explore")
     seen = []  # the count the app's run set is what a new thread starts with
     thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
     thread.start()
@@ -205,7 +205,7 @@ def test_the_app_sums_with_the_thread_count_of_the_tests_own_library_calls():
     ("hungry " * 2858, "minilm reads at most 512: shorten it"),  # 20,006 characters, ~2,860 tokens > 512
 ])
 def test_bad_text_gets_advice_and_the_app_recovers(text, message):
-    at = _app()
+    at = _app(page="explore")
     at.sidebar.text_area[0].set_value(text)
     _rerun(at)
     assert message in _texts(at.error)
@@ -233,14 +233,14 @@ def test_a_text_mostly_unknown_to_the_model_is_warned_and_a_reader_named(monkeyp
     warned = _texts(at.warning)
     assert "11 of 17 tokens are unknown to minilm" in warned  # [CLS] + 15 characters + [SEP]; 她 is among them
     assert "smollm2 reads every character" in warned
-    assert "unknown to" not in _texts(_app().warning)  # the English default reads fine
+    assert "unknown to" not in _texts(_app(page="explore").warning)  # the English default reads fine
     assert "unknown to" not in _texts(_app(model="smollm2", text="小明把苹果给了小红，因为她很饿").warning)
     monkeypatch.setenv("PROBES_MODELS", "minilm")  # a deployment without smollm2 does not point at it
     assert "smollm2" not in _texts(_app(text="小明把苹果给了小红，因为她很饿").warning)
 
 
 def test_unknown_and_broken_models_get_advice(tmp_path):
-    at = _app()
+    at = _app(page="explore")
     at.sidebar.selectbox[0].set_value("other…")
     _rerun(at)
     at.sidebar.text_input(key="w_model_custom").set_value("nobody/no-such-model")
@@ -291,7 +291,7 @@ def test_public_deployment_refuses_local_paths_and_caps_length(monkeypatch, tmp_
     monkeypatch.setenv("PROBES_PUBLIC", "1")
     monkeypatch.delenv("PROBES_MODELS", raising=False)
     # only the built-in offline models: a link cannot make the server open a file or download a checkpoint
-    assert at_options(_app()) == ["minilm", "smollm2"]
+    assert at_options(_app(page="explore")) == ["minilm", "smollm2"]
     for name in (str(tmp_path), "dashboard/app.py", "gpt2"):
         at = _app(model=name)
         assert f"model {name!r} is not offered here: showing minilm" in _texts(at.warning)
@@ -321,7 +321,7 @@ def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_th
 
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
     _hub_cache(monkeypatch, tmp_path)  # an empty cache
-    at = _app()
+    at = _app(page="explore")
     assert at_options(at) == ["minilm", "smollm2", "other…"]
     assert not any(m in option for m in probes.KNOWN_HUB_MODELS for option in at_options(at))
     lines = [c.value for c in at.sidebar.caption if "hub model" in c.value]
@@ -336,7 +336,7 @@ def test_the_model_menu_lists_what_loads_here_and_one_line_for_the_hub_models_th
     assert named() == "bert-base-uncased, distilbert-base-uncased"  # the families in their order (by name)
     assert lines == [f"{every} hub models ({named()}, …) need the Hugging Face hub, which this server cannot reach."]
     _hub_cache(monkeypatch, tmp_path, "gpt2")  # gpt2 in the cache: it loads without the hub, so it is offered
-    at = _app()
+    at = _app(page="explore")
     assert at_options(at) == ["minilm", "smollm2", "gpt2", "other…"]
     assert f"{every - 1} hub models ({named(['gpt2'])}, …) need the Hugging Face hub" in _texts(at.sidebar.caption)
     assert "gpt2" not in _texts(at.sidebar.caption).split("need the Hugging Face hub")[0].split(", ")
@@ -355,7 +355,7 @@ def test_a_deployments_hub_model_is_marked_and_refused_when_the_hub_cannot_be_re
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
     _hub_cache(monkeypatch, tmp_path)  # an empty cache
     monkeypatch.setenv("PROBES_MODELS", "minilm,smollm2,gpt2")
-    at = _app()
+    at = _app(page="explore")
     menu = at.sidebar.selectbox[0]
     assert at_options(at) == ["minilm", "smollm2", "gpt2 · hub unreachable"]
     menu.set_value("gpt2")
@@ -364,7 +364,7 @@ def test_a_deployments_hub_model_is_marked_and_refused_when_the_hub_cannot_be_re
     assert at.query_params["model"] == "minilm" and at.sidebar.selectbox[0].value == "minilm"
     assert "gpt2 needs the Hugging Face hub, which this server cannot reach" in _texts(at.warning)
     monkeypatch.setattr(models, "hub_reachable", lambda: True)
-    at = _app()
+    at = _app(page="explore")
     assert at.sidebar.selectbox[0].format_func("gpt2") == "gpt2 ↓"
 
 
@@ -396,7 +396,7 @@ def test_a_malformed_mmap_threshold_is_a_warning_and_the_app_runs(monkeypatch):
     monkeypatch.setenv(memory.ENV, "lots")
     memory.steady.cache_clear()
     try:
-        at = _app()
+        at = _app(page="explore")
         assert not at.exception
         assert "PROBES_MMAP_THRESHOLD='lots' is not a number of bytes: give one in digits" in _texts(at.warning)
         assert at.header, "the page still draws"

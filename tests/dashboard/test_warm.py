@@ -67,7 +67,7 @@ def test_after_the_warm_start_the_default_view_runs_no_hugging_face_pass(monkeyp
                              questions.Asked(*STORIES[DEFAULT_TEXT]))
     warm.wait()  # finished: returns at once
     calls.clear()
-    at = open_app()
+    at = open_app(page="explore")
     assert [h.value for h in at.header][0] == expected
     assert "hf" not in calls  # the page found the trace the warm start made; only the badge's scratch pass ran
     assert calls == ["scratch"]
@@ -113,7 +113,7 @@ def test_a_run_that_meets_an_unfinished_warm_start_waits_for_it_and_then_draws_t
     assert warm.pending()
     timer = threading.Timer(1.0, done.set)  # the warm start finishes a second into the visitor's run
     timer.start()
-    at = open_app()
+    at = open_app(page="explore")
     timer.join()
     assert not warm.pending()
     assert [h.value for h in at.header][0] == opening_header()

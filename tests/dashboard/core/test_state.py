@@ -98,7 +98,7 @@ def test_a_parameter_of_a_link_is_one_field_of_one_part():
 def test_every_page_is_registered_once_with_a_view_that_draws_it():
     import importlib
 
-    assert list(pages.PAGES) == ["explore", "find", "qkv", "generate", "lens", "parity", "heads", "effects",
+    assert list(pages.PAGES) == ["start", "explore", "find", "qkv", "generate", "lens", "parity", "heads", "effects",
                                  "circuit", "cost", "kv"]
     for page in pages.PAGES.values():
         assert callable(importlib.import_module(page.view).render), page.key

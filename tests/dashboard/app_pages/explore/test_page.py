@@ -23,7 +23,7 @@ from dashboard.core.state import CHINESE_TEXT, DEFAULT_TEXT, STORIES
 
 
 def test_changing_the_head_and_query_changes_the_view_and_the_link():
-    at = _app()
+    at = _app(page="explore")
     layer, head = opening()
     at.sidebar.slider(key="w_head").set_value(7)
     _rerun(at)
