@@ -52,7 +52,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import threading
 import warnings
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -181,14 +183,13 @@ class QKAttribution:
         rows, cols = np.nonzero(self.matrix)
         values = self.matrix[rows, cols]
         order = np.argsort(-np.abs(values), kind="stable")
-        frame = pd.DataFrame({"query_part": [self.parts[a] for a in rows[order]],
-                              "key_part": [self.parts[b] for b in cols[order]], "contribution": values[order]})
-        frame["share"] = frame["contribution"] / self.score if self.score > 0 else np.nan  # see the docstring
-        frame.insert(0, "key_token", self.tokens[self.key])
-        frame.insert(0, "query_token", self.tokens[self.query])
-        frame.insert(0, "head", self.head)
-        frame.insert(0, "layer", self.layer)
-        return frame
+        names = np.array(self.parts, dtype=object)
+        values = values[order]
+        share = values / self.score if self.score > 0 else np.full(len(values), np.nan)  # see the docstring
+        return pd.DataFrame({"layer": self.layer, "head": self.head, "query_token": self.tokens[self.query],
+                             "key_token": self.tokens[self.key], "query_part": names[rows[order]],
+                             "key_part": names[cols[order]], "contribution": values, "share": share},
+                            index=pd.RangeIndex(len(values)))
 
     def top(self, n: int = 10) -> pd.DataFrame:
         """The ``n`` largest terms by |contribution|."""
@@ -227,14 +228,24 @@ class QKAttribution:
     def band_group_records(self) -> list[BandGroup]:
         """The bands in their groups (:data:`BAND_GROUPS` order; only the groups with a band), one
         :class:`BandGroup` each. Empty for a family with a learned position table."""
-        bands, groups = self.band_table(), []
+        if self.bands is None:
+            return []
+        if (kept := self.__dict__.get("_band_groups")) is not None:  # (read by several sentences of one panel)
+            return list(kept)
+        columns = {name: self.bands[name].to_numpy() for name in ("band", "group", "wavelength", "contribution",
+                                                                   "content", "position")}
+        groups = []
         for key in BAND_GROUPS:
-            members = bands[bands.group == key]
-            if members.empty:
+            members = columns["group"] == key
+            if not members.any():
                 continue
-            groups.append(BandGroup(key, tuple(int(b) for b in members.band), float(members.wavelength.min()),
-                                    float(members.wavelength.max()), float(members.contribution.sum()),
-                                    float(members.content.sum()), float(members.position.sum())))
+            groups.append(BandGroup(key, tuple(int(b) for b in columns["band"][members]),
+                                    float(columns["wavelength"][members].min()),
+                                    float(columns["wavelength"][members].max()),
+                                    float(columns["contribution"][members].sum()),
+                                    float(columns["content"][members].sum()),
+                                    float(columns["position"][members].sum())))
+        self.__dict__["_band_groups"] = tuple(groups)
         return groups
 
     def band_groups(self) -> pd.DataFrame:
@@ -273,10 +284,8 @@ class QKAttribution:
         through = None
         if self.bands is not None:
             records = self.band_group_records()
-            groups = self._groups_frame(records)
-            same = groups[np.sign(groups.position) == np.sign(position)]
-            top = (same if len(same) else groups).sort_values("position", key=abs, ascending=False).iloc[0]
-            through = next(g for g in records if g.group == top.group)
+            same = [g for g in records if np.sign(g.position) == np.sign(position)] or records
+            through = max(same, key=lambda g: abs(g.position))  # (the first of equals, as a stable sort gives)
         return PositionReading(content, position, self.score, self.offset, through)
 
     # -- a grid a person reads: embeddings, big heads and MLPs by name, the rest in bands of layers --------------
@@ -456,14 +465,45 @@ def _head_pass(model, text: str, layer: int, head: int, pair: str | None, trunca
                      own_k[0, group, :n].double(), allowed[0, 0, :n, :n].expand(n, n))
 
 
+KEPT_PASS_BYTES = 64 * 2**20  # a head's pass kept for the next cell of the same head and text up to this size
+
+
+_kept_pass: list[tuple[Any, tuple, _HeadPass]] = []  # the last head's pass: (a weak reference to its model, key, pass)
+_kept_lock = threading.Lock()
+
+
+def _pass_bytes(hp: _HeadPass) -> int:
+    return sum(t.numel() * t.element_size() for t in (*hp.inputs, *hp.z))
+
+
+def _head_pass_kept(model, text: str, layer: int, head: int, pair: str | None, truncate: bool) -> _HeadPass:
+    """:func:`_head_pass`, the last one kept: a person clicks cell after cell of one head on one text, and each
+    split reads the same pass (only the two tokens' parts differ). Kept only for the same model object (a weak
+    reference: a model freed frees its pass) and up to :data:`KEPT_PASS_BYTES`."""
+    key = (text, layer, head, pair, truncate)
+    with _kept_lock:
+        for ref, kept_key, hp in _kept_pass:
+            if ref() is model and kept_key == key:
+                return hp
+    hp = _head_pass(model, text, layer, head, pair, truncate)
+    try:
+        ref = weakref.ref(model)
+    except TypeError:  # a model that takes no weak reference: not kept
+        return hp
+    with _kept_lock:
+        _kept_pass[:] = [(ref, key, hp)] if _pass_bytes(hp) <= KEPT_PASS_BYTES else []
+    return hp
+
+
 @reader
 def qk_attribution(model, text: str, layer: int, head: int, query: int, key: int, pair: str | None = None,
                    truncate: bool = False) -> QKAttribution:
     """Split head ``layer``.``head``'s score of query token ``query`` on key token ``key`` (indices among the real
     tokens of ``text``, and of ``pair``'s for a BERT sentence pair) into query part × key part terms; the model's
     own from-scratch pass (eager attention), the split in float64. ``truncate``: keep the first tokens of a text
-    longer than the context window (else it is refused)."""
-    hp = _head_pass(model, text, layer, head, pair, truncate)
+    longer than the context window (else it is refused). The pass up to the head's layer is kept for the next call
+    on the same head and text (another cell: the same numbers, without the pass)."""
+    hp = _head_pass_kept(model, text, layer, head, pair, truncate)
     n = hp.n
     for name, position in (("query", query), ("key", key)):
         check_index(position, n, f"{name} token", f"the text's {n} tokens")

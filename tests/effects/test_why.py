@@ -431,3 +431,30 @@ def test_the_words_that_moved_still_answer_here_for_a_release_with_a_warning(min
             assert old() == new
     with pytest.raises(AttributeError, match="has no attribute 'sentences'"):
         numbers.sentences  # noqa: B018 (only the names that moved answer)
+
+
+def test_cell_after_cell_of_one_head_reads_its_kept_pass_with_the_same_numbers(smollm2, monkeypatch):
+    """A person clicks cell after cell of one head: the pass up to its layer runs once, and each split is the one a
+    fresh pass gives (numbers and band table alike); another head, text or model runs its own pass."""
+    from probes.effects import why
+
+    monkeypatch.setattr(why, "_kept_pass", [])
+    passes = []
+    run = why._head_pass
+
+    def counted(model, text, layer, head, *rest):
+        passes.append((id(model), text, layer, head))
+        return run(model, text, layer, head, *rest)
+
+    monkeypatch.setattr(why, "_head_pass", counted)
+    first, second = qk_attribution(smollm2, SHE, 15, 7, 11, 9), qk_attribution(smollm2, SHE, 15, 7, 8, 2)
+    assert len(passes) == 1
+    monkeypatch.setattr(why, "_kept_pass", [])  # a fresh pass for the second cell: the same numbers
+    fresh = qk_attribution(smollm2, SHE, 15, 7, 8, 2)
+    assert len(passes) == 2
+    assert second.parts == fresh.parts and np.array_equal(second.matrix, fresh.matrix)
+    assert (second.score, second.weight) == (fresh.score, fresh.weight) and second.bands.equals(fresh.bands)
+    assert first.score != second.score
+    qk_attribution(smollm2, SHE, 15, 6, 11, 9)  # another head
+    qk_attribution(smollm2, SHE + " Then she slept.", 15, 6, 11, 9)  # another text
+    assert len(passes) == 4
