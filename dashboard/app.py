@@ -35,7 +35,7 @@ try:  # large tensors' memory goes back to the system when freed (glibc; once pe
 except probes.errors.BadOption as exc:  # a malformed PROBES_MMAP_THRESHOLD: said on every page, the app still runs
     st.warning(str(exc))
 import dashboard.app_pages  # noqa: E402, F401 - registers every page, in menu order
-from dashboard.core import budgets, models, questions, trace, ui  # noqa: E402
+from dashboard.core import budgets, models, questions, trace, ui, verdicts  # noqa: E402
 from dashboard.core.models import Input  # noqa: E402
 from dashboard.core.pages import FIRST, HOME, PAGES  # noqa: E402
 from dashboard.core.state import STORIES, Link  # noqa: E402
@@ -225,7 +225,10 @@ def show_link_problems() -> None:
 def open_on_the_story(inp: Input) -> None:
     """A text with a question (``STORIES``), newly on screen with this model: open on its query word and
     the head chosen to answer it on half of its controls (never on the sentence alone: its verdict, on the other
-    half, is the answer box's), unless the link chose a layer, head or query itself."""
+    half, is the answer box's), unless the link chose a layer, head or query itself. The choice needs the question's
+    evidence, which only the pages with the answer box compute (after they have drawn): until it is in, the view
+    keeps its head, and moves to the chosen one when it comes (:func:`dashboard.core.verdicts.open_on_story_later`);
+    no other page waits for it."""
     key = (inp.model, inp.text.strip())
     if st.session_state.get("story_for") == key:
         return
@@ -238,12 +241,16 @@ def open_on_the_story(inp: Input) -> None:
         answer = questions.story(here)
         if answer is None:
             return
-        with st.spinner("Judging every head on the question's controls…"):
-            chosen = questions.question_evidence(here, questions.Asked(*STORIES[inp.text.strip()])).head
+        question = questions.Asked(*STORIES[inp.text.strip()])
+        ev = questions.kept_evidence(here, question)
     except probes.ProbesError:  # the page says what is wrong with the input
         return
-    layer, head = chosen if chosen is not None else (answer.layer, answer.head)
-    ui.update(layer=layer, head=head, query=answer.query)
+    ui.update(query=answer.query)
+    if ev is None:
+        verdicts.open_on_story_later(here, question, (answer.layer, answer.head))
+        return
+    layer, head = ev.head if ev.head is not None else (answer.layer, answer.head)
+    ui.update(layer=layer, head=head)
 
 
 def _renders(key: str, context: dict[str, ui.Context]) -> Callable[[], None]:

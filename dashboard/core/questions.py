@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import RerunException
 
 import probes
 from probes import explain
@@ -90,18 +91,81 @@ def question_upload(name: str, raw: bytes) -> probes.datasets.Items:
 
 
 
+class _Job:
+    """One question's evidence being computed on its own thread: every run that asks for it waits on this one (a click
+    that ends a run while it waits does not start it again), and its items run so far, for their progress bars."""
+
+    def __init__(self) -> None:
+        self.done, self.total, self.waiting, self.stop = 0, 0, 0, False
+        self.finished = threading.Event()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def step(self, done: int, total: int) -> None:
+        if self.stop:  # cancelled, or nobody waits any more: the library's loop ends at its next item
+            raise _Stopped
+        self.done, self.total = done, total
+
+
+class _Stopped(Exception):
+    """The evidence's computation was stopped: nothing of it is kept."""
+
+
+_running: dict[tuple, _Job] = {}  # questions' evidence being computed now, by _evidence_key
+
+
+def stop_evidence(inp: Input, asked: Asked) -> None:
+    """Stop computing this question's evidence, if it is being computed (its Cancel button): nothing is kept."""
+    with _evidence_lock:
+        job = _running.get(_evidence_key(inp, asked))
+    if job is not None:
+        job.stop = True
+
+
+def kept_evidence(inp: Input, asked: Asked):
+    """This question's evidence if it is kept already, else None (nothing is computed)."""
+    with _evidence_lock:
+        return _evidence.get(_evidence_key(inp, asked))
+
+
 def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progress=None):
     """Which head finds ``asked.key`` for ``asked.query`` in the text, judged on items it was not chosen on
     (:func:`probes.evidence.claims.question_evidence`): on the question's controls, or on an upload's questions
     (``raw``, the file ``asked.upload`` names). Computed once per question and model, for every session (the last
-    :data:`EVIDENCE_KEPT`); ``progress(done, total)`` while it runs, bounded on a public deployment."""
-    from probes.evidence.claims import question_evidence as judged
-
+    :data:`EVIDENCE_KEPT`), on a thread of its own: a run that asks while it is computed waits for the same
+    computation, and a run that ends while it waits (a click) leaves it going for the next; ``progress(done, total)``
+    while it runs, bounded on a public deployment."""
     key = _evidence_key(inp, asked)
     with _evidence_lock:
         if key in _evidence:
             _evidence.move_to_end(key)
             return _evidence[key]
+        job = _running.get(key)
+    if job is None or job.stop:  # (a stopped one ends at its next item, keeping nothing: this question starts anew)
+        job = _start(key, inp, asked, raw)
+    watched = budgets.watched(progress, "ask on a shorter text or upload fewer questions")
+    job.waiting += 1
+    try:
+        while not job.finished.wait(0.1):
+            watched(job.done, job.total)
+    except BaseException as exc:
+        # a click ended this run (Streamlit's rerun): the next run waits for the same computation. Anything else (the
+        # public time bound, a closed tab's stop) stops it, unless another run waits for it too
+        if not isinstance(exc, RerunException) and job.waiting == 1:
+            job.stop = True
+        raise
+    finally:
+        job.waiting -= 1
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+def _start(key: tuple, inp: Input, asked: Asked, raw: bytes | None) -> _Job:
+    """Start computing a question's evidence on its own thread (what it reads is gathered here, in the run: the
+    upload's questions and the model, from the app's caches)."""
+    from probes.evidence.claims import question_evidence as judged
+
     questions = None
     if asked.upload is not None:
         if raw is None:  # not kept (see above): the upload's own bytes are needed to judge on it
@@ -119,13 +183,30 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
         per_text = (probs if probs <= budgets.PUBLIC_ATTENTION_BUDGET else states) + 3 * model.n_heads * longest**2 * 4
         batch = {"batch_size": max(1, min(16, budgets.PUBLIC_WORK_BYTES // per_text)),
                  "attention_budget": budgets.PUBLIC_ATTENTION_BUDGET}
-    found = judged(model, inp.text, asked.query, asked.key, asked.against, questions=questions,
-                    progress=budgets.watched(progress, "ask on a shorter text or upload fewer questions"), **batch)
     with _evidence_lock:
-        _evidence[key] = found
-        while len(_evidence) > EVIDENCE_KEPT:
-            _evidence.popitem(last=False)
-    return found
+        if (job := _running.get(key)) is not None and not job.stop:  # another run started it meanwhile
+            return job
+        job = _running[key] = _Job()
+
+    def work() -> None:
+        try:
+            found = judged(model, inp.text, asked.query, asked.key, asked.against, questions=questions,
+                           progress=job.step, **batch)
+            with _evidence_lock:
+                _evidence[key] = found
+                while len(_evidence) > EVIDENCE_KEPT:
+                    _evidence.popitem(last=False)
+            job.result = found
+        except Exception as exc:  # noqa: BLE001 - raised in every run that waits on it (a stop: nothing kept)
+            job.error = exc
+        finally:
+            with _evidence_lock:
+                if _running.get(key) is job:
+                    del _running[key]
+            job.finished.set()
+
+    threading.Thread(target=work, name="question-evidence", daemon=True).start()
+    return job
 
 
 

@@ -16,7 +16,7 @@ from probes.evidence.record import percent, span
 
 from . import ui
 from .models import Input
-from .questions import Asked, has_evidence, question_evidence
+from .questions import Asked, has_evidence, question_evidence, stop_evidence
 from .state import STORIES
 
 
@@ -35,28 +35,85 @@ HOW_TO_ASK = ("No question is asked of this text, so no head is named as its ans
               "heads; the head that answers it is chosen on half of its controls and judged on the other half.")
 
 
-def evidence(inp: Input, question: Asked, raw: bytes | None = None):
-    """The question's evidence (kept for every session once computed), with a progress bar while it is computed; an
-    error shown on the page, as the app says it, instead of raised (None then)."""
-    bar = None
+def evidence(inp: Input, question: Asked, raw: bytes | None = None, bar: ui.Progress | None = None):
+    """The question's evidence (kept for every session once computed), with a progress bar while it is computed
+    (``bar``: one drawn already, else one here); an error shown on the page, as the app says it, instead of raised
+    (None then)."""
     if not has_evidence(inp, question):
         signature = (inp, question, raw)
         if ui.cancelled("evidence", signature, "Judging every head on the question's controls"):
+            stop_evidence(inp, question)  # (its computation, going on its own thread, ends at its next item)
             return None
-        bar = ui.Progress("evidence", "Judging every head on the question's controls…", signature)
+        if bar is None:
+            bar = ui.Progress("evidence", "Judging every head on the question's controls…", signature)
 
     def step(done: int, total: int) -> None:
-        if bar is not None:
-            bar.progress(min(1.0, done / max(total, 1)), text=f"Judging every head: {done} of {total} items run")
+        if bar is not None and total:
+            bar.progress(min(1.0, done / total), text=f"Judging every head: {done} of {total} items run")
 
     try:
         return question_evidence(inp, question, raw, progress=step)
     except probes.ProbesError as exc:
-        st.info(ui.safe(ui.in_app_words(exc)))
+        (bar.slot if bar is not None else st).info(ui.safe(ui.in_app_words(exc)))
+        bar = None  # (the message stands in the bar's place)
         return None
     finally:
         if bar is not None:
             bar.empty()
+
+
+STORY = "story_head"  # session key: a story's question whose chosen head the view opens on once its evidence is in
+
+
+def open_on_story_later(inp: Input, question: Asked, fallback: tuple[int, int]) -> None:
+    """The frame opened a story's text before its question's evidence was kept: the view moves to the head chosen on
+    half of its controls (``fallback``, the sentence's own best head, where none is chosen) once a page that shows the
+    answer box has computed it, unless the sidebar's head was changed meanwhile."""
+    v = ui.view()
+    st.session_state[STORY] = (inp.model, inp.text.strip(), question, (v.layer, v.head), fallback)
+
+
+def _open_on_story(inp: Input, question: Asked, ev) -> bool:
+    """Move the view to the story's chosen head, now that its evidence is in (:func:`open_on_story_later`). True
+    if the view changed."""
+    waiting = st.session_state.get(STORY)
+    if waiting is None or waiting[:3] != (inp.model, inp.text.strip(), question):
+        return False
+    del st.session_state[STORY]
+    v = ui.view()
+    chosen = ev.head if ev.head is not None else waiting[4]
+    if (v.layer, v.head) != waiting[3] or chosen == (v.layer, v.head):
+        return False
+    ui.update(layer=chosen[0], head=chosen[1])
+    return True
+
+
+def answer(ctx: ui.Context, question: Asked, raw: bytes | None = None):
+    """The answer box for ``question``, here: at once where its evidence is kept. Otherwise a progress bar here, and
+    what to call once the rest of the page has drawn (so the heavy evidence never holds up the page): it waits for the
+    evidence and runs the page again, which draws the box in the bar's place (None where nothing is left to do)."""
+    inp, v = ctx.inp, ui.view()
+    if has_evidence(inp, question):
+        ev = evidence(inp, question, raw)
+        if ev is not None and _open_on_story(inp, question, ev):  # (another session computed it meanwhile)
+            st.rerun()
+        if ev is not None:
+            box(ctx, question, ev, shown=(v.layer, v.head))
+        return None
+    signature = (inp, question, raw)
+    if ui.cancelled("evidence", signature, "Judging every head on the question's controls"):
+        stop_evidence(inp, question)
+        return None
+    bar = ui.Progress("evidence", "Judging every head on the question's controls… (the answer shows here when it is "
+                      "ready)", signature)
+
+    def later() -> None:
+        ev = evidence(inp, question, raw, bar)
+        if ev is not None:
+            _open_on_story(inp, question, ev)
+            st.rerun()  # the page again, the box drawn in its place from the kept evidence
+
+    return later
 
 
 def _on_text(ev, head: tuple[int, int] | None = None) -> str:

@@ -53,10 +53,11 @@ def _window(n: int) -> tuple[int, int]:
     return start, start + MAX_CELLS
 
 
-def _question(ctx: ui.Context) -> None:
+def _question(ctx: ui.Context):
     """The question asked of the text (its own, for a story; or the words typed in "Ask a question"), and the answer
     box: the head chosen on half of its controls and what it does on the other half (:mod:`dashboard.core.verdicts`);
-    for a text with no question, one line on how to ask one."""
+    for a text with no question, one line on how to ask one. Returns what to call once the page has drawn where the
+    evidence is still to compute (the box then comes in a run of its own), else None."""
     question = verdicts.asked(ctx.inp)
     with st.expander("Ask a question about a word" + (f": now “{ui.safe(question.query)}” → “{ui.safe(question.key)}”, "
                                                        f"not “{ui.safe(question.against)}”" if question else ""),
@@ -67,11 +68,8 @@ def _question(ctx: ui.Context) -> None:
                    "other word, upload your own questions on Find heads.")
     if question is None:
         st.caption(verdicts.HOW_TO_ASK)
-        return
-    ev = verdicts.evidence(ctx.inp, question)
-    if ev is not None:
-        v = ui.view()
-        verdicts.box(ctx, question, ev, shown=(v.layer, v.head))
+        return None
+    return verdicts.answer(ctx, question)
 
 
 def _colour_by(ctx: ui.Context, container) -> str:
@@ -140,7 +138,7 @@ def render(ctx: ui.Context) -> None:
                    + (f" {reader} reads every character (its byte-level tokenizer has no unknown token): pick it in "
                       "the sidebar's Model menu." if reader else ""))
 
-    _question(ctx)
+    answer_later = _question(ctx)  # the heatmap first, the verdict when ready (below: after the page has drawn)
     lo, hi = _window(n)
     _focus(ctx, lo, hi)
 
@@ -157,6 +155,8 @@ def render(ctx: ui.Context) -> None:
     st.subheader("bertviz")
     if st.toggle("Show bertviz's head view and model view", key="bertviz"):
         _bertviz(ctx, info)
+    if answer_later is not None:
+        answer_later()
 
 
 def _open_head(picked=None) -> bool:

@@ -115,7 +115,6 @@ def _judged(ctx: ui.Context, query: int, words: list, key: int, against: int) ->
                    "half of the question's controls and judged on the other half.")
         return
     question = questions.Asked(asking, words[key][0], words[against][0])
-    v = ui.view()
     if verdicts.asked(ctx.inp) != question:  # Explore's box and the link ask what is picked here
         ui.update(ask_query=question.query, ask_key=question.key, ask_against=question.against)
     upload = st.file_uploader("Judge it on your own questions instead (.jsonl, optional)", type=["jsonl"],
@@ -142,9 +141,9 @@ def _judged(ctx: ui.Context, query: int, words: list, key: int, against: int) ->
             return
         question = questions.Asked(question.query, question.key, question.against,
                               (upload.name, hashlib.sha256(raw).hexdigest()))
-    ev = verdicts.evidence(ctx.inp, question, raw)
-    if ev is not None:
-        verdicts.box(ctx, question, ev, shown=(v.layer, v.head))
+    later = verdicts.answer(ctx, question, raw)  # at the page's end already: the grid is drawn above
+    if later is not None:
+        later()
 
 
 def _ranked(ctx: ui.Context, found, token: str, word: str, other: str | None, pieces: list[int], query: int,
