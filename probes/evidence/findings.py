@@ -229,8 +229,7 @@ FINDINGS: dict[str, Finding] = {f.key: f for f in [
     Finding("story", "minilm", "Who is “she”? (minilm, the default sentence)",
             "the question the app's default sentence asks: does a head of minilm find that “she” is Xiaohong?",
             "question", (("question", STORY),), _answer, "explore", {"text": STORY[0]}, head_in_link=False,
-            otherwise="minilm's heads follow the nearer name here: switch to smollm2 and the Chinese sentence, where "
-                      "one head is supported."),
+            otherwise="Try smollm2 on the Chinese sentence (below), where one head is supported."),
     Finding("chinese", "smollm2", "Who is 她? (smollm2, the Chinese sentence)",
             "on smollm2, one head finds that 她 is 小红 in sentences it was not chosen on",
             "question", (("question", CHINESE),), _answer, "explore", {"text": CHINESE[0]}, head_in_link=False,

@@ -1,9 +1,11 @@
 """Links written by the app before its pages became folders open on the same view today: the same elements in the
 same order, with the same words, widgets, chart titles and tables, and the same link written back
 (tests/links.py says what a view is here, and how much a figure in a sentence may move between two CPUs;
-links_bbffcaf.json is what commit bbffcaf drew). One change is on purpose:
+links_bbffcaf.json is what commit bbffcaf drew). Changes on purpose:
 a link's notes on parameters it could not use come in the order of the link's parts (the core's, then each page's in
-menu order), where they came in the order of the one dataclass of 46 fields before."""
+menu order), where they came in the order of the one dataclass of 46 fields before;
+"explore-opens-on-the-story" (the bare address) opens on Start here, the tour of findings (issue 61), no longer on
+Explore: a link with parameters and no page= still opens Explore."""
 
 from __future__ import annotations
 

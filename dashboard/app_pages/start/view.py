@@ -28,7 +28,8 @@ def render(ctx: ui.Context) -> None:
     for finding in FINDINGS.values():
         with st.container(border=True):
             st.markdown(f"**{ui.safe(finding.title)}** · {ui.safe(finding.model)}")
-            st.caption(ui.safe(finding.about[:1].upper() + finding.about[1:]) + ".")
+            about = finding.about[:1].upper() + finding.about[1:]
+            st.caption(ui.safe(about) + ("" if about.endswith("?") else "."))
             verdict, button = st.empty(), st.empty()
         slots[finding.key] = verdict, button
         known = data.ready(finding)
