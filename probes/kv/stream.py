@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -134,8 +135,14 @@ def check_windows(model, net, n_tokens: int) -> None:
                                f"text of {min(windows)} tokens or fewer, or pick smollm2 or gpt2")
 
 
+_last: list[tuple[weakref.ref, str, torch.Tensor]] = []  # the last text read and its ids (see token_ids)
+
+
 def token_ids(model, text: str) -> torch.Tensor:
-    """The text's token ids ``[1, T]`` (InputTooLong past the model's context; at least :data:`MIN_TOKENS`)."""
+    """The text's token ids ``[1, T]`` (InputTooLong past the model's context; at least :data:`MIN_TOKENS`). The
+    last text's are kept (for as long as its model lives): several policies over one text tokenize it once."""
+    if _last and _last[0][0]() is model and _last[0][1] == text:
+        return _last[0][2]
     try:
         ids = model.encode(text).input_ids
     except InputTooLong as exc:
@@ -144,7 +151,12 @@ def token_ids(model, text: str) -> torch.Tensor:
     if ids.shape[1] < MIN_TOKENS:
         raise BadOption(f"the text is {ids.shape[1]} token long: give at least {MIN_TOKENS} tokens, so that one is "
                         "predicted")
-    return ids.to(model.device)
+    ids = ids.to(model.device)
+    try:
+        _last[:] = [(weakref.ref(model), text, ids)]
+    except TypeError:  # a model that takes no weak reference is not remembered
+        _last.clear()
+    return ids
 
 
 def capacity_of(heads: Sequence[Policy], tokens: int) -> int:
@@ -160,13 +172,18 @@ def footprint(plan: Plan, evicted_at: torch.Tensor) -> tuple[int, float]:
     averaged over steps, heads and layers (``strided`` reads its pattern of what it holds)."""
     n = evicted_at.shape[-1]
     steps = torch.arange(n)
-    came = steps[:, None] >= steps[None, :]  # [step, key]: the key has arrived
     held = torch.zeros(n, dtype=torch.long)
     shares = []
     for heads, left in zip(plan, evicted_at, strict=True):
-        held += (came & (steps[None, :, None] < left[:, None, :].long())).sum((0, 2))  # keys held at each step
-        seen = torch.stack([seen_by(p, row) for p, row in zip(heads, left, strict=True)])  # [H_kv, T, T]
-        shares.append(float((seen.sum(-1).double() / (steps + 1)).mean()))
+        # a key leaves after it came (left[k] > k), so the keys held at step t are the t + 1 that came less those
+        # gone by then (left[k] ≤ t): counts from a histogram of the steps they left, without a [T, T] matrix
+        gone = torch.zeros(left.shape[0], n + 1, dtype=torch.long).scatter_add_(
+            1, left.long(), torch.ones_like(left, dtype=torch.long)).cumsum(-1)[:, :n]
+        count = (steps + 1) - gone  # [H_kv, T]
+        held += count.sum(0)  # keys held at each step
+        seen = torch.stack([count[h] if p.reads(steps[:1, None], steps[None, :1]) is None  # every held key read
+                            else seen_by(p, row).sum(-1) for h, (p, row) in enumerate(zip(heads, left, strict=True))])
+        shares.append(float((seen.double() / (steps + 1)).mean()))
     return int(held.max()), sum(shares) / len(shares)
 
 
@@ -287,11 +304,14 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
             left = slots.evicted_at
         else:
             left = torch.stack(static)
-        seen = torch.stack([seen_by(p, left[h]) for h, p in enumerate(heads)])  # [H_kv, T, T]
+        if all(p == heads[0] for p in heads) and bool((left == left[:1]).all()):  # one mask for every head (a
+            seen = seen_by(heads[0], left[0])[None, None]  # policy that reads no scores): [1, 1, T, T], broadcast
+        else:
+            seen = torch.stack([seen_by(p, left[h]) for h, p in enumerate(heads)]).repeat_interleave(group, dim=0)[None]
         evicted.append(left.cpu())
         if progress is not None:
             progress(i + 1, n_layers)
-        return eager_attention(q, k, v, seen.repeat_interleave(group, dim=0)[None], spec.scale)[0]
+        return eager_attention(q, k, v, seen, spec.scale)[0]
 
     final: list[torch.Tensor] = []
     Pass(net, attend, then={"final": lambda x, name: final.append(x)})(ids, torch.ones_like(ids), None, logits=False)
