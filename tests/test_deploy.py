@@ -90,7 +90,7 @@ def _resolve(tool: str, requirements: Path, index: str, python: str, tmp: Path) 
         import shutil
 
         uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-        assert uv, "uv is in the test extras (pyproject.toml): make install"
+        assert uv, "uv is in the test extra (pyproject.toml): make install-test"
         cmd = [uv, "pip", "compile", str(requirements), "--index-url", index, "--python-version", python,
                "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--no-annotate", "--quiet"]
     else:

@@ -27,8 +27,8 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 # the Quick start's two commands, as a new user copies them
 COMMANDS = (
-    "make app    # creates .venv, installs everything, starts the app on the offline default (http://localhost:8501)",
-    "make test   # creates .venv if needed, installs everything, runs the whole test suite",
+    "make app    # creates .venv, installs the app, starts it on the offline default (http://localhost:8501)",
+    "make test   # creates .venv if needed, installs the app and the test tools, runs the whole test suite",
 )
 
 
