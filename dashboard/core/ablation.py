@@ -37,13 +37,28 @@ def _ablation_kept(name: str, text: str, how: str, position: int, measure: str |
 
 
 
+KEEP_BYTES = 64 * 2**20  # every head's copy of a text is kept (one run, every measure) up to this many bytes
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _each_kept(name: str, text: str, how: str, _each=None):
+    """The cache of :func:`probes.effects.ablation.ablate_each_kept` (a resource: its tensors are not copied on a
+    hit), as :func:`_ablation_kept`: stored when ``_each`` is given, else :class:`NotCached` when not held."""
+    if _each is None:
+        raise NotCached
+    return _each
+
+
+
 def ablation(name: str, text: str, how: str, position: int, measure: str | None = None,
              progress=None) -> pd.DataFrame:
     """Every single-head ablation of ``text`` (``how``: zero or mean over :func:`reference_texts`): layer, head and
     the column of ``measure`` (None: one column per measure), ``position`` the token whose change
     ``token_change`` measures. Cached (:func:`_ablation_kept`); on a miss ``progress(done, total)`` is called after
-    each head."""
-    from probes.effects.ablation import ablate_each
+    each head. One measure of a text short enough (:data:`KEEP_BYTES`) is read from every head's copy kept
+    (:func:`_each_kept`): another measure or query token of the same text and ablation runs no copy again."""
+    from probes import seam
+    from probes.effects.ablation import ablate_each, ablate_each_kept, kept_bytes
 
     try:
         return _ablation_kept(name, text, how, position, measure)
@@ -52,9 +67,18 @@ def ablation(name: str, text: str, how: str, position: int, measure: str | None 
     reference = reference_texts() if how == "mean" else None
     wait = st.spinner("Removing every head in turn and measuring what changed…") if progress is None else nullcontext()
     model = model_named(name)
+    n = model.encode(text).input_ids.shape[-1]
+    batch = max(1, budgets.STEP_ROWS // n)
+    watched = budgets.watched(progress, "shorten the text")
+    if measure is not None and seam.home((model,)) is None and kept_bytes(model, n) <= KEEP_BYTES:
+        try:
+            each = _each_kept(name, text, how)
+        except NotCached:
+            with wait:
+                each = _each_kept(name, text, how, _each=ablate_each_kept(model, text, how=how, reference=reference,
+                                                                          batch=batch, progress=watched))
+        return _ablation_kept(name, text, how, position, measure, _frame=each.frame([measure], position))
     with wait:
         frame = ablate_each(model, text, how=how, reference=reference, position=position,
-                            measures=None if measure is None else [measure],
-                            batch=max(1, budgets.STEP_ROWS // model.encode(text).input_ids.shape[-1]),
-                            progress=budgets.watched(progress, "shorten the text"))
+                            measures=None if measure is None else [measure], batch=batch, progress=watched)
     return _ablation_kept(name, text, how, position, measure, _frame=frame)

@@ -21,14 +21,16 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
+from ..attention_math import soft_cap
 from ..errors import BadOption, EmptyInput
 from ..head_index import check_position
 from ..models import Encoding
 from ..precision import working_dtype
 from ..scratch import Ran, build, point, run_with_hooks
 from ..seam import reader
-from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, compare, lm_network, lm_stats
+from .measures import ABOUT, HIDDEN_MEASURES, LM_MEASURES, LMStats, compare, lm_network, lm_stats
 
 HOWS = ("zero", "mean", "patch")
 AT_POSITION = ("token_change", "logit_diff")  # the measures that read one position only
@@ -171,7 +173,7 @@ def _copies(model, clean: Clean) -> int:
 def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = "zero", position: int | None = None,
              targets: tuple[int, int] | None = None, batch: int | None = None, share: bool = True,
              measures: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None,
-             **writes) -> dict[str, torch.Tensor]:
+             finals: list[torch.Tensor] | None = None, **writes) -> dict[str, torch.Tensor]:
     """Measures of each row's ablation (``rows[b]``: the heads ablated together in copy b), in batches of
     ``batch`` copies (default: as many as :data:`WORK_BUDGET` holds, :func:`copy_bytes`). Nothing before a row's
     first ablated layer changes, so a batch starts from the clean pass's input of its first edited layer: rows of one
@@ -179,7 +181,8 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
     layer).
     ``measures``: only these (default: every one that applies; the copies' next-token statistics are read only
     when one needs them and the clean pass asked for them). ``progress(done, total)``: called after each row is
-    measured."""
+    measured. ``finals`` (a list): each batch's last hidden states ``[k, n, D]`` are appended to it (what every
+    measure reads, :class:`EachAblated`)."""
     assert clean.out.final is not None  # clean_pass runs to the end: its final state is always kept
     size = batch or _copies(model, clean)
     lm = clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
@@ -210,6 +213,8 @@ def run_rows(model, clean: Clean, rows: list[list[tuple[int, int]]], how: str = 
             resume = (first, clean.out[point(first, "resid_pre")].expand(len(chunk), -1, -1))
         got = run_with_hooks(model, copies, ablation_hooks(chunk, how, **writes), logits=False, resume=resume)
         assert got.final is not None  # no stop_after: the pass reaches its final point
+        if finals is not None:
+            finals.append(got.final[:, :clean.n])
         measured = compare(clean.out.final[0], got.final, clean.n, clean_lm, stats(got.final), position, measures)
         for key, value in measured.items():
             parts.setdefault(key, []).append(value.cpu())
@@ -265,3 +270,104 @@ def ablate_each(model, text: str, how: str = "zero", other: str | None = None,
     for key, value in got.items():
         frame[key] = value.numpy()
     return frame
+
+
+KEEP_BUDGET = 256 * 2**20  # bytes of last hidden states :func:`ablate_each_kept` keeps at most (every head's copy)
+
+
+def kept_bytes(model, n: int) -> int:
+    """Bytes :func:`ablate_each_kept` keeps for a text of ``n`` tokens: every head's copy's last hidden states."""
+    size = torch.empty((), dtype=model.dtype).element_size()
+    return model.n_layers * model.n_heads * n * model.config.hidden_size * size
+
+
+@dataclass
+class EachAblated:
+    """Every single-head ablation of one text, kept: each copy's last hidden state (``finals`` ``[heads, n, D]``, in
+    the order of ``heads``) and the clean pass. Every measure at every position derives from them
+    (:meth:`frame`) without running the copies again: a page that changes its measure or its query token reads them
+    again. The next-token measures make each copy's logits from its last hidden state (as the run would have)."""
+
+    model: object
+    clean: Clean
+    heads: list[tuple[int, int]]
+    finals: torch.Tensor
+
+    def frame(self, measures: Sequence[str] | None = None, position: int | None = None) -> pd.DataFrame:
+        """:func:`ablate_each`'s table (layer, head, one column per measure; None: every one that applies) at
+        ``position`` (the token ``token_change`` reads; default the last)."""
+        model = self.model
+        measures = check_measures(model, measures)
+        check_position(position, self.clean.n)
+        lm = self.clean.lm and (measures is None or any(name in LM_MEASURES for name in measures))
+        final = self.clean.out.final
+        assert final is not None  # clean_pass runs to the end
+        ids = self.clean.enc.input_ids[0].to(final.device)
+        clean_lm = copies_lm = None
+        if lm:
+            unembedding = lm_network(model)[1]
+            softcap = getattr(build(model), "logit_softcap", None)
+            clean_lm = lm_stats(ids, self.clean.n, position, None, hidden=final, unembedding=unembedding,
+                                softcap=softcap)
+            copies_lm = _copies_stats(ids, self.finals, unembedding, softcap)
+        parts: dict[str, list[torch.Tensor]] = {}
+        for start in range(0, len(self.heads), MAX_BATCH):
+            rows = self.finals[start:start + MAX_BATCH]
+            some = None if copies_lm is None else LMStats(copies_lm.losses[start:start + MAX_BATCH],
+                                                          copies_lm.top[start:start + MAX_BATCH], None)
+            got = compare(final[0], rows, self.clean.n, clean_lm, some, position, measures)
+            for key, value in got.items():
+                parts.setdefault(key, []).append(value.cpu())
+        frame = pd.DataFrame(self.heads, columns=["layer", "head"])
+        for key, pieces in parts.items():
+            frame[key] = torch.cat(pieces).numpy()
+        return frame
+
+
+LOGIT_ROWS = 256  # positions of the kept copies whose logits are made at once (a vocabulary each, and two more in
+# float64 for the loss): the unembedding is read once per this many positions, not once per copy
+
+
+def _copies_stats(ids: torch.Tensor, finals: torch.Tensor, unembedding: torch.Tensor,
+                  softcap: float | None) -> LMStats:
+    """:func:`~probes.effects.measures.lm_stats`'s losses and top predictions of every kept copy ``[B, n, D]``, their
+    positions taken :data:`LOGIT_ROWS` at a time across copies (the same numbers: each position's logits are its
+    own)."""
+    b, n, d = finals.shape
+    flat = finals.reshape(b * n, d)
+    nexts = torch.cat([ids[1:n], ids[:1]]).repeat(b)  # what each position predicts (a copy's last: nothing)
+    losses = torch.empty(b * n, dtype=torch.float64, device=finals.device)
+    top = torch.empty(b * n, dtype=torch.long, device=finals.device)
+    with torch.inference_mode():
+        for start in range(0, b * n, LOGIT_ROWS):
+            end = min(start + LOGIT_ROWS, b * n)
+            logits = soft_cap(F.linear(flat[start:end], unembedding), softcap)
+            top[start:end] = logits.argmax(-1)
+            losses[start:end] = F.cross_entropy(logits.double(), nexts[start:end], reduction="none")
+    return LMStats(losses.reshape(b, n)[:, :n - 1], top.reshape(b, n), None)
+
+
+def ablate_each_kept(model, text: str, how: str = "zero", reference: Sequence[str] | None = None,
+                     progress: Callable[[int, int], None] | None = None, batch: int | None = None,
+                     truncate: bool = False) -> EachAblated:
+    """Every single-head ablation of ``text`` (``how``: zero or mean; see :func:`ablate_each`), kept as each copy's
+    last hidden state (:class:`EachAblated`): one run gives every measure at every position, the same numbers as
+    :func:`ablate_each` (up to float rounding: the copies are the same passes). Refused past
+    :data:`KEEP_BUDGET` bytes of kept states (:func:`kept_bytes`): use :func:`ablate_each` with the measure wanted.
+    Here only (not a reader: what it keeps is the model's own tensors), so a model held elsewhere asks
+    :func:`ablate_each`."""
+    if how not in ("zero", "mean"):
+        raise BadOption(f"unknown ablation {how!r} to keep: choose zero or mean")
+    clean = clean_pass(model, text, truncate=truncate, logits=True)
+    if kept_bytes(model, clean.n) > KEEP_BUDGET:
+        raise BadOption(f"keeping every head's copy of {clean.n:,} tokens would take "
+                        f"{kept_bytes(model, clean.n) / 2**20:,.0f} MiB (at most {KEEP_BUDGET // 2**20} MiB): ask "
+                        "ablate_each for the measure wanted")
+    if batch is not None and batch < 1:
+        raise BadOption(f"batch must be at least 1 copy a pass, not {batch}")
+    writes = replacements(model, how, clean, None, reference, truncate)
+    heads = [(layer, head) for layer in range(model.n_layers) for head in range(model.n_heads)]
+    finals: list[torch.Tensor] = []
+    run_rows(model, clean, [[h] for h in heads], how, batch=batch, measures=["hidden_change"], progress=progress,
+             finals=finals, **writes)
+    return EachAblated(model, clean, heads, torch.cat(finals))

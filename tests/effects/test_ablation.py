@@ -278,3 +278,35 @@ def test_equals_ablating_inside_hugging_faces_gemma3(tmp_path):
     assert ablated.dtype == torch.float64
     assert got["hidden_change"] == pytest.approx(float(expected), abs=F64, rel=0) and got["hidden_change"] > 1e-3
     assert got["loss"] == pytest.approx(loss - clean_loss, abs=F64, rel=0) and abs(got["loss"]) > 1e-4
+
+
+@pytest.mark.numeric
+def test_every_measure_at_every_position_from_the_kept_copies(gpt2_model64, minilm64):
+    """ablate_each_kept runs every head's copy once; each measure at each position read from the kept copies is
+    ablate_each's own column, to float64 rounding (zero and mean ablation), and a text past the budget is refused
+    with advice."""
+    reference = ["The dog ran to the park.", "A bird sang in the old tree by the river."]
+    for model, names in ((gpt2_model64, ("loss", "top_changed", "hidden_change", "token_change",
+                                         "embedding_change")),
+                         (minilm64, ("hidden_change", "token_change", "embedding_change"))):
+        for how in ("zero", "mean"):
+            calls: list[tuple[int, int]] = []
+            kept = ablation.ablate_each_kept(model, SHE, how, reference=reference,
+                                             progress=lambda *a, calls=calls: calls.append(a))
+            assert calls[-1] == (model.n_layers * model.n_heads,) * 2
+            for position in (2, 6):
+                full = ablation.ablate_each(model, SHE, how, reference=reference, position=position)
+                got = kept.frame(list(names), position)
+                assert (got[["layer", "head"]] == full[["layer", "head"]]).all().all()
+                for name in names:
+                    assert (got[name] - full[name]).abs().max() <= F64, (model.name, how, name, position)
+                    assert full[name].abs().max() > 1e3 * F64, (model.name, name)
+    with pytest.raises(BadOption, match="choose zero or mean"):
+        ablation.ablate_each_kept(gpt2_model64, SHE, "patch")
+
+
+def test_keeping_the_copies_past_the_budget_is_refused_with_advice(gpt2_model, monkeypatch):
+    n = gpt2_model.encode(SHE).input_ids.shape[1]
+    monkeypatch.setattr(ablation, "KEEP_BUDGET", ablation.kept_bytes(gpt2_model, n) - 1)
+    with pytest.raises(BadOption, match="ask ablate_each for the measure wanted"):
+        ablation.ablate_each_kept(gpt2_model, SHE)

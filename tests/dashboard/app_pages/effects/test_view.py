@@ -261,22 +261,23 @@ def test_the_chinese_sentence_on_smollm2_opens_on_what_the_page_can_draw(smollm2
 
     text = "小明把苹果给了小红，因为她很饿"
     calls = []  # the page's own call of the library, and what it returned (not a second grid of 270 passes here)
-    each = ablation.ablate_each
+    each = ablation.ablate_each_kept
 
     def recorded(*args, **kw):
         calls.append((args, kw, each(*args, **kw)))
         return calls[-1][2]
 
-    monkeypatch.setattr(ablation, "ablate_each", recorded)
+    monkeypatch.setattr(ablation, "ablate_each_kept", recorded)
     grids._ablation_kept.clear()  # a grid another test left in the cache would be drawn without a call
+    grids._each_kept.clear()
     at = open_app(page="effects", model="smollm2", text=text)
     assert not at.error, texts(at.error)
     assert at.selectbox(key="w_effects_measure").value == "token_change"
     query = at.selectbox(key="w_query").value
     assert smollm2.encode(text).tokens[0][query].text.startswith("她")
-    [(args, kw, expected)] = calls
-    assert args[0].name == "smollm2" and args[1] == text and kw["position"] == query
-    assert kw["measures"] == ["token_change"] and kw.get("how", "zero") == "zero"
+    [(args, kw, kept)] = calls  # every head's copy, kept: each measure is read from them
+    assert args[0].name == "smollm2" and args[1] == text and kw.get("how", "zero") == "zero"
+    expected = kept.frame(["token_change"], query)
     got = _grid(_rows(at, "Change of the query token when one head is zeroed"), "token_change")
     assert np.array_equal(got, _grid(expected, "token_change"))  # the library's numbers, drawn as they are
 
