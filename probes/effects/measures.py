@@ -8,9 +8,9 @@ real tokens, and at one token), and 1 − cosine of the mean-pooled sentence emb
 The next-token measures need a vocabulary of logits per position (on SmolLM2 a 2,000-character text's are
 88 MiB a copy, and the loss works in float64: two vocabularies more). :func:`lm_stats` reads what they need
 from each row — the losses, the top prediction, the logit difference — with the logits made (from the last hidden
-state and the unembedding) and scored :data:`LOGIT_POSITIONS` positions of one row at a time, so a batch of edited
-copies never holds a pass's logits: ablation (:mod:`.ablation`) and path patching (:mod:`.paths`) both measure
-this way. Each position's logits and loss are its own, so the numbers do not depend on the slicing.
+state and the unembedding) and scored :data:`LOGIT_POSITIONS` positions at a time (of one row or several), so a
+batch of edited copies never holds a pass's logits: ablation (:mod:`.ablation`) and path patching (:mod:`.paths`)
+both measure this way. Each position's logits and loss are its own, so the numbers do not depend on the slicing.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from ..scratch import DecoderNetwork, build
 
 LM_MEASURES = ("loss", "top_changed", "logit_diff")
 HIDDEN_MEASURES = ("hidden_change", "token_change", "embedding_change")
-LOGIT_POSITIONS = 16  # positions of one row whose logits are made and scored at once (a vocabulary each, and two
-# more in float64 for the loss: on SmolLM2 16 positions hold 15 MiB)
+LOGIT_POSITIONS = 64  # positions whose logits are made and scored at once, of one row or several (a vocabulary each,
+# and two more in float64 for the loss: on SmolLM2 64 positions hold 60 MiB); fewer read the unembedding more often
 ABOUT = {
     "loss": "change in the mean next-token loss (nats; > 0: the model predicts the text worse)",
     "top_changed": "share of positions whose top prediction changed",
@@ -62,7 +62,8 @@ def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tu
              unembedding: torch.Tensor | None = None, softcap: float | None = None) -> LMStats:
     """:class:`LMStats` of each row, from its ``logits`` ``[B, L, V]``, or from its last ``hidden`` state ``[B, L, D]``
     (after the final norm) and the ``unembedding`` ``[V, D]``: the logits ``hidden · unembeddingᵀ``, as the
-    network's own head makes them, :data:`LOGIT_POSITIONS` positions at a time. ``ids``: the text's token ids (what
+    network's own head makes them, :data:`LOGIT_POSITIONS` positions at a time (the rows' positions in turn, several
+    rows' in one product where a row is shorter). ``ids``: the text's token ids (what
     each position predicts is the next one); ``position`` (default: the last real token) and ``targets``: where and
     between which two token ids the logit difference is read. ``softcap``: the network's final soft-cap (Gemma 2's
     ``final_logit_softcapping``), applied to the logits made from ``hidden``, as its own head applies it."""
@@ -77,22 +78,29 @@ def lm_stats(ids: torch.Tensor, n: int, position: int | None = None, targets: tu
     def at(b: int, s: int | slice) -> torch.Tensor:  # the logits of row b at position(s) s
         return rows[b, s] if weight is None else soft_cap(F.linear(rows[b, s], weight), softcap)
 
-    losses = torch.empty(rows.shape[0], max(n - 1, 0), dtype=torch.float64, device=rows.device)
-    top = torch.empty(rows.shape[0], n, dtype=torch.long, device=rows.device)
-    diff = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device)  # read only with targets
+    batch = rows.shape[0]
+    losses = torch.empty(batch, max(n - 1, 0), dtype=torch.float64, device=rows.device)
+    top = torch.empty(batch, n, dtype=torch.long, device=rows.device)
+    diff = torch.empty(batch, dtype=torch.float64, device=rows.device)  # read only with targets
+    # every (row, position) pair in turn, LOGIT_POSITIONS of them at once whatever row they belong to: one matrix
+    # product of that many positions reads the unembedding once for all of them
+    which = torch.arange(batch, device=rows.device).repeat_interleave(n)
+    where = torch.arange(n, device=rows.device).repeat(batch)
+    ids = ids.to(rows.device)
     with torch.inference_mode():
-        for b in range(rows.shape[0]):
-            for start in range(0, n, LOGIT_POSITIONS):
-                end = min(start + LOGIT_POSITIONS, n)
-                part = at(b, slice(start, end))
-                top[b, start:end] = part.argmax(-1)
-                scored = min(end, n - 1)  # the last real position predicts nothing of the text
-                if scored > start:
-                    losses[b, start:scored] = F.cross_entropy(part[:scored - start].double(), ids[start + 1:scored + 1],
-                                                              reduction="none")
-            if targets is not None:
-                row = at(b, position)
-                diff[b] = (row[targets[0]] - row[targets[1]]).double()
+        for start in range(0, batch * n, LOGIT_POSITIONS):
+            b, s = which[start:start + LOGIT_POSITIONS], where[start:start + LOGIT_POSITIONS]
+            part = rows[b, s] if weight is None else soft_cap(F.linear(rows[b, s], weight), softcap)
+            top[b, s] = part.argmax(-1)
+            scored = s < n - 1  # the last real position predicts nothing of the text: its loss is left out
+            if bool(scored.any()):
+                target = torch.where(scored, ids[(s + 1).clamp(max=ids.shape[0] - 1)], -100)  # -100: ignored
+                got = F.cross_entropy(part.double(), target, reduction="none", ignore_index=-100)
+                losses[b[scored], s[scored]] = got[scored]
+        if targets is not None:
+            for i in range(batch):
+                row = at(i, position)
+                diff[i] = (row[targets[0]] - row[targets[1]]).double()
     return LMStats(losses, top, diff if targets is not None else None)
 
 

@@ -104,10 +104,10 @@ def _check(model, receiver, into, senders, n, cells):
 
 def fixed_bytes(model, length: int, lm: bool) -> int:
     """Bytes a pass holds whatever its number of copies: with a language-model head (``lm``), the logits of
-    :data:`~probes.effects.measures.LOGIT_POSITIONS` positions of one copy, and their float64 copy and log-softmax
-    for the loss (:func:`~probes.effects.measures.lm_stats`)."""
+    :data:`~probes.effects.measures.LOGIT_POSITIONS` positions (of one copy or several), and their float64 copy and
+    log-softmax for the loss (:func:`~probes.effects.measures.lm_stats`). ``length`` is kept for callers."""
     size = torch.empty((), dtype=model.dtype).element_size()
-    return (size + 16) * min(length, LOGIT_POSITIONS) * model.config.vocab_size if lm else 0
+    return (size + 16) * LOGIT_POSITIONS * model.config.vocab_size if lm else 0
 
 
 @reader
