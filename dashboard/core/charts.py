@@ -35,6 +35,16 @@ TITLE_PX = 7.0  # px a character of a title's line, about (a little more than th
 WRAPS = (30, 45, 60, 80, 110, 150)  # characters a line: the browser picks the longest that fits the chart's width
 MAX_WIDTH = "maxWidth"  # a chart's usermeta key: the app draws it at most this many pixels wide (a short heatmap)
 GRID_CELL = 30  # px: a layers × heads grid's row height
+# The smallest cell (or bar) a chart draws across: WCAG 2.2's minimum target size (2.5.8: 24 × 24 CSS px), the
+# least a finger can pick out on a phone (a heatmap's cell, a grid's head, a bar are all clicked). A chart whose
+# columns need more than the page's width keeps this and scrolls sideways in its own box (``ui.chart``) rather
+# than shrinking its cells to slivers; on a desk it is as wide as it was.
+MIN_CELL = 24
+MIN_WIDTH = "minWidth"  # a chart's usermeta key: the app draws it at least this many pixels wide (see MIN_CELL)
+# Every chart's legend sits under its plot (``ui.chart`` adds this to each chart's config): Vega-Lite cannot read the
+# viewport, and a legend beside the plot took a third of a phone's width from it; under it, it takes none at a desk
+# either.
+LEGEND = {"orient": "bottom"}
 Layered = alt.LayerChart | alt.FacetChart  # what alt.layer gives
 DATA = "table"  # a Spec's table's name in the spec Streamlit gets: the same on every rerun (see Spec.streamed)
 MARKED = "marked"  # a Spec's column: the rows drawn in the highlight colour (the query's row, the other chart's bar)
@@ -42,6 +52,19 @@ TITLE = "title"  # a Spec's column: its title, when the title is read from the t
 DATA_TITLE = {"text": {"expr": f"length(data('{DATA}')) ? data('{DATA}')[0].{TITLE} : ''"}}  # such a title's spec
 WRAP_COLUMNS = [f"{TITLE}_{chars}" for chars in WRAPS]  # a wrapping title's lines at each wrap (see data_title)
 LINE_BREAK = "\x1f"  # between those lines in a cell: a character no title holds
+
+
+def widths(columns: int, most: int, labels: int, axis: int, least: int = MIN_CELL) -> dict[str, int]:
+    """A "container"-wide chart's usermeta for ``columns`` columns: at most ``most`` px a column plus ``labels`` px
+    (:data:`MAX_WIDTH`), and at least ``least`` px a column (:data:`MIN_CELL`) plus ``axis`` px for its y axis's
+    labels and title (:data:`MIN_WIDTH`)."""
+    return {MAX_WIDTH: most * columns + labels, MIN_WIDTH: least * columns + axis}
+
+
+def legend_below(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A spec's ``config`` with its legends under the plot (:data:`LEGEND`), the rest as it was."""
+    config = dict(config or {})
+    return {**config, "legend": {**LEGEND, **config.get("legend", {})}}
 
 
 def _by_width(variants: list[tuple[int, str]], px: float) -> str:
@@ -117,10 +140,11 @@ class Spec:
         """The spec as ``ui.chart`` hands it to Streamlit: the table (a frame, which Streamlit sends as Arrow) under
         one name, :data:`DATA`, on every rerun, so a click that changes only the numbers leaves the spec as it was
         and the browser swaps the data in the chart it has instead of building the chart again. The usermeta's
-        :data:`MAX_WIDTH` is left out (the app gives it as the element's width: ``ui.chart``), so a grid with one
-        column more keeps its spec too."""
+        :data:`MAX_WIDTH` and :data:`MIN_WIDTH` are left out (the app gives them as the element's width:
+        ``ui.chart``), so a grid with one column more keeps its spec too."""
         spec = {**self.spec, "data": {"name": DATA}, "datasets": {DATA: self.data}}
-        meta = {name: value for name, value in (spec.pop("usermeta", None) or {}).items() if name != MAX_WIDTH}
+        meta = {name: value for name, value in (spec.pop("usermeta", None) or {}).items()
+                if name not in (MAX_WIDTH, MIN_WIDTH)}
         return {**spec, "usermeta": meta} if meta else spec
 
     def to_dict(self, validate: bool = True) -> dict[str, Any]:
@@ -261,11 +285,13 @@ def labels(tokens: list[str], start: int = 0) -> list[str]:
 
 
 def label_step(n: int) -> int:
-    return 22 if n <= 40 else max(10, 880 // n)  # one cell per token, labels readable
+    """A token's row in pixels: :data:`MIN_CELL` up to 40 tokens (a finger picks a row on a phone), thinner for a
+    longer window (64 rows of 24 px would be a page and a half tall at a desk), every label readable."""
+    return MIN_CELL if n <= 40 else max(10, 880 // n)
 
 
 def row_of(n: int) -> int:
-    """A heatmap row's height in pixels: :func:`_step`, and taller for a short text (up to 32 px), so its cells are
+    """A heatmap row's height in pixels: :func:`label_step`, and taller for a short text (up to 32 px), so its cells are
     not flat bands across a wide page."""
     return max(label_step(n), min(32, 480 // max(n, 1)))
 
@@ -291,6 +317,7 @@ def token_axis_spec(count: int) -> dict[str, Any]:
 
 
 HEATMAP_COLUMN, HEATMAP_LABELS = 40, 240  # px: a heatmap is at most 40 px a column wide (plus its labels and legend)
+TOKEN_AXIS = 150  # px: a y axis of token labels ("14: ␣Xiaohong") and its title, about, on a phone
 
 
 def pointer(clickable: bool) -> dict[str, str]:

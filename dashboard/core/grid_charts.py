@@ -10,7 +10,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .charts import BLUE, GRID_CELL, HIGHLIGHT, MAX_WIDTH, Layered, titled
+from .charts import BLUE, GRID_CELL, HIGHLIGHT, Layered, titled, widths
 from .words import said
 
 
@@ -28,13 +28,15 @@ def grid_axes(n_layers: int, n_heads: int) -> tuple[alt.X, alt.Y, dict]:
 
 
 GRID_COLUMN = 60  # px: a grid's column is at most this wide (a 12-head grid does not stretch into flat bands)
+GRID_AXIS = 70  # px: a grid's y axis (its numbers and title)
 
 
 def grid_size(n_layers: int, n_heads: int) -> dict:
-    """A layers × heads grid's size: the page's width (at most :data:`GRID_COLUMN` a column), :data:`GRID_CELL` a
-    row (see :func:`grid_axes`)."""
+    """A layers × heads grid's size: the page's width (at most :data:`GRID_COLUMN` a column, at least
+    :data:`charts.MIN_CELL`: a 30-layer grid scrolls in its own box on a phone), :data:`GRID_CELL` a row (see
+    :func:`grid_axes`)."""
     across, down = max(n_layers, n_heads), min(n_layers, n_heads)
-    return dict(width="container", height=GRID_CELL * down, usermeta={MAX_WIDTH: GRID_COLUMN * across + 160})
+    return dict(width="container", height=GRID_CELL * down, usermeta=widths(across, GRID_COLUMN, 160, GRID_AXIS))
 
 
 def gains(frame: pd.DataFrame, value: str = "score") -> pd.Series:

@@ -8,9 +8,13 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .charts import BLUE, CANVAS, MAX_WIDTH, Layered, compact, titled
+from .charts import BLUE, CANVAS, Layered, compact, titled, widths
 
 LENS_CELL = 50  # px: a logit-lens cell holds a token as text (16 fit beside the sidebar)
+# px: a cell is never narrower, so it shows a token of about six characters, not "…" (a phone's lens of 16 positions
+# scrolls in its own box instead)
+LENS_MIN_CELL = 44
+LENS_AXIS = 110  # px: the rows' names ("after layer 29", "11.8") beside the table
 LENS_RANGE = ["#ffffff", "#a63603"]  # a head's direct logit contribution: white is 0 (below 0 stays white)
 
 
@@ -69,8 +73,8 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         y=alt.Y(f"{row}:N", sort=rows, title=None, axis=alt.Axis(labelOverlap=False)),
         tooltip=tooltip,
     )
-    # the colour bar no longer than the table is tall (a 9-head table is 180 px: a 200 px bar ran off its foot)
-    legend = alt.Legend(gradientLength=max(60, 20 * len(rows) - 30))
+    # the colour bar (under the table, as every chart's legend) no longer than the narrowest table is wide
+    legend = alt.Legend(gradientLength=min(200, LENS_MIN_CELL * len(positions)))
     rect = base.mark_rect(stroke="#d9d9d9", strokeWidth=0.5).encode(
         color=alt.Color(f"{value}:Q", scale=scale, title=value if value == "probability" else "logit (direct)",
                         legend=legend))
@@ -78,6 +82,7 @@ def lens_grid(frame: pd.DataFrame, row: str, rows: list[str], value: str = "prob
         text=alt.Text("shown:N"),
         color=alt.condition(f"datum['{value}'] > {dark}", alt.value("white"), alt.value("black")))
     return alt.layer(rect, text, title=titled(title)).properties(
-        width="container", height=alt.Step(20), usermeta={**CANVAS, MAX_WIDTH: LENS_CELL * len(positions) + 200})
+        width="container", height=alt.Step(20),
+        usermeta={**CANVAS, **widths(len(positions), LENS_CELL, 200, LENS_AXIS, least=LENS_MIN_CELL)})
 
 

@@ -16,7 +16,7 @@ from .charts import (
     HEATMAP_LABELS,
     HIGHLIGHT,
     MARKED,
-    MAX_WIDTH,
+    TOKEN_AXIS,
     Spec,
     click,
     compact,
@@ -25,6 +25,7 @@ from .charts import (
     pointer,
     row_of,
     token_axis_spec,
+    widths,
 )
 from .words import said
 
@@ -55,6 +56,7 @@ def attention_frame(tokens: list[str], weights: np.ndarray, causal: bool = False
 
 
 
+BARS_AXIS = 70  # px: the bars' y axis (0 to 1) and its title
 NORM_RANGE = ["#ffffff", "#54278f"]  # value-weighted norms: white is 0, their own hue (they are not weights)
 
 
@@ -100,7 +102,7 @@ def attention_heatmap(tokens: list[str], weights: np.ndarray, title: str = "", c
     spec: dict[str, Any] = {
         "$schema": alt.SCHEMA_URL, "mark": {"type": "rect", "strokeWidth": 1.5, **pointer(clickable)},
         "encoding": encoding, "width": "container", "height": {"step": row_of(len(tokens))},
-        "usermeta": {**CANVAS, MAX_WIDTH: HEATMAP_COLUMN * len(key_tokens) + HEATMAP_LABELS},
+        "usermeta": {**CANVAS, **widths(len(key_tokens), HEATMAP_COLUMN, HEATMAP_LABELS, TOKEN_AXIS)},
     }
     if title:
         frame, spec["title"] = data_title(frame, title)
@@ -145,7 +147,8 @@ def bars(frame: pd.DataFrame, field: str, order: list[str], title: str, axis: st
             "tooltip": [{"field": field, "type": "nominal"},
                         {"field": "weight", "type": "quantitative", "format": ".6f", "title": said("weight")}],
         },
-        "width": "container", "height": 180, "usermeta": {MAX_WIDTH: HEATMAP_COLUMN * len(order) + HEATMAP_LABELS},
+        "width": "container", "height": 180,
+        "usermeta": widths(len(order), HEATMAP_COLUMN, HEATMAP_LABELS, BARS_AXIS),
     }
     if clickable:
         spec["params"] = [click(field, [pos])]

@@ -4,6 +4,7 @@ chart downloads."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
@@ -17,7 +18,7 @@ import probes
 from probes.models import OFFLINE_DEFAULT, USE_OFFLINE_DEFAULT
 
 from . import fonts, words
-from .charts import MAX_WIDTH, Spec, labels
+from .charts import MAX_WIDTH, MIN_WIDTH, Spec, labels, legend_below
 from .models import Input
 from .pages import PAGES
 from .parity import parity_report, proof_of
@@ -146,10 +147,11 @@ def open_clicked_head(key: str, layers: int, heads: int) -> None:
 
 def page_link(key: str, label: str, container=st, **kwargs):
     """A link to page ``key`` of :data:`~dashboard.core.pages.PAGES` (the same view: it keeps model, text, layer and
-    head). The app registers its pages as callables, and Streamlit links to such a page by its url path, which a
-    page of the same path stands for here."""
+    head), its label wrapping to the column. The app registers its pages as callables, and Streamlit links to such a
+    page by its url path, which a page of the same path stands for here."""
     page = PAGES[key]
     title, icon = page.title, page.icon
+    container.html(WRAPPING)  # a long label wraps on a phone, not cut with "…"
     return container.page_link(st.Page(_nowhere, title=title, icon=icon, url_path=key), label=label, **kwargs)
 
 
@@ -205,7 +207,20 @@ def parity_badge(inp: Input, container=st) -> None:
     verdict = "PASS" if report.passed else "FAIL"  # the verdict reads the scaled figures, never a raw one
     good = report.passed and (proof is None or proof.passed)
     icon = ":material/verified:" if good and proof else ":material/check_circle:" if good else ":material/error:"
-    container.badge(f"Parity {verdict} · {label}", icon=icon, color="green" if good else "red")
+    badge(f"Parity {verdict} · {label}", container, icon=icon, color="green" if good else "red")
+
+
+# Streamlit keeps a badge and a page link on one line and cuts them with "…" where the column is narrower (a phone):
+# their words wrap instead
+WRAPPING = ("<style>.stMarkdownBadge, [data-testid=stPageLink-NavLink] span { white-space: normal !important; }"
+            "</style>")
+
+
+def badge(label: str, container=st, **kwargs) -> None:
+    """``st.badge`` whose words wrap to the column instead of being cut (:data:`WRAPPING`: a style alone, which
+    Streamlit keeps out of the page's elements, so ``container`` may be a placeholder)."""
+    container.html(WRAPPING)
+    container.badge(label, **kwargs)
 
 
 def chart(chart: alt.TopLevelMixin | Spec, container=st, **kwargs):
@@ -215,22 +230,60 @@ def chart(chart: alt.TopLevelMixin | Spec, container=st, **kwargs):
     takes the column's width, its axes, legend and title inside it (never wider than the column), and at most its
     ``usermeta`` :data:`charts.MAX_WIDTH` pixels (a short heatmap's cells stay about square); its height is its own
     (Streamlit's default "fit" would squeeze axes and title into the plot's height). Any other chart is drawn at its
-    own size."""
+    own size. A stretched chart with a :data:`charts.MIN_WIDTH` is at least that wide, in a box that scrolls sideways
+    where the column is narrower (a phone: :func:`_scrolling`). Every chart's legend is under its plot
+    (:data:`charts.LEGEND`)."""
     stretch = getattr(chart, "width", alt.Undefined) == "container"
     fit: Literal["fit-x", "pad"] = "fit-x" if stretch else "pad"
     width = (_max_width(chart) or "stretch") if stretch else "content"
+    if stretch and (least := _meta_width(chart, MIN_WIDTH)):
+        container = _scrolling(container, least)
     if isinstance(chart, Spec):
-        return container.vega_lite_chart(None, {**chart.streamed(), "autosize": {"type": fit, "contains": "padding"}},
+        spec = chart.streamed()
+        return container.vega_lite_chart(None, {**spec, "config": legend_below(spec.get("config")),
+                                                "autosize": {"type": fit, "contains": "padding"}},
                                          width=width, **kwargs)
-    unchecked = chart.properties(autosize=alt.AutoSizeParams(type=fit, contains="padding"))
+    unchecked = chart.properties(autosize=alt.AutoSizeParams(type=fit, contains="padding"),
+                                 config=legend_below(_config(chart)))
     object.__setattr__(unchecked, "to_dict",
                        lambda *a, **kw: type(unchecked).to_dict(unchecked, *a, **{**kw, "validate": False}))
     return container.altair_chart(unchecked, width=width, **kwargs)
 
 
 def _max_width(chart: alt.TopLevelMixin | Spec) -> int | None:
+    return _meta_width(chart, MAX_WIDTH)
+
+
+def _meta_width(chart: alt.TopLevelMixin | Spec, name: str) -> int | None:
     meta = getattr(chart, "usermeta", alt.Undefined)
-    return int(meta[MAX_WIDTH]) if isinstance(meta, dict) and MAX_WIDTH in meta else None
+    return int(meta[name]) if isinstance(meta, dict) and name in meta else None
+
+
+def _config(chart: alt.TopLevelMixin) -> dict[str, Any] | None:
+    config = getattr(chart, "config", alt.Undefined)
+    return config.to_dict(validate=False) if hasattr(config, "to_dict") else None
+
+
+WIDE = "wide_chart"  # the key of a box that scrolls a chart sideways (the first; then wide_chart_1, …)
+
+
+def _scrolling(container, least: int):
+    """A box in ``container`` as wide as its column that scrolls sideways, its chart at least ``least`` px wide: on
+    a phone a grid of 30 layers keeps cells a finger can pick (:data:`charts.MIN_CELL`) and scrolls in its own box,
+    the page itself never sideways; on a desk the chart is as wide as the column, as any other. The box is styled
+    through its key (Streamlit makes it a CSS class), the next free one this run."""
+    from streamlit.errors import StreamlitDuplicateElementKey
+
+    for i in itertools.count():
+        key = WIDE if i == 0 else f"{WIDE}_{i}"
+        try:
+            box = container.container(key=key)
+        except StreamlitDuplicateElementKey:
+            continue
+        box.html(f"<style>.st-key-{key} {{ overflow-x: auto; overflow-y: hidden; }} "
+                 f".st-key-{key} [data-testid=stVegaLiteChart] {{ min-width: {least}px; }}</style>")
+        return box
+    raise AssertionError("unreachable")  # (itertools.count never ends)
 
 
 def _exported(chart: alt.TopLevelMixin | Spec) -> alt.TopLevelMixin | Spec:

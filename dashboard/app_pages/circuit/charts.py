@@ -6,8 +6,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.core.charts import HIGHLIGHT, MAX_WIDTH, titled
+from dashboard.core.charts import HIGHLIGHT, MAX_WIDTH, MIN_WIDTH, titled
 
+# px: the least a layer's column and a head's row are given, so two heads' names ("16.0" over "16.1", or beside
+# "15.1") never touch: a phone's graph of 17 layers scrolls in its own box instead
+LAYER_MIN, HEAD_ROW = 40, 28
 KIND_COLOURS = {"q": "#08519c", "k": "#e6550d", "v": "#31a354"}  # Q-, K-, V-composition (and the patched input)
 
 
@@ -49,5 +52,5 @@ def circuit_graph(edges: pd.DataFrame, receiver: tuple[int, int], n_layers: int,
     receiving = alt.Chart(heads[heads.role == "receiver"]).mark_text(dx=14, align="left", fontSize=11,
                                                                       fontWeight="bold").encode(x=x, y=y, text="name:N")
     return (alt.layer(edge, node, senders, receiving, title=titled(title)).resolve_scale(color="independent")
-            .properties(width="container", height=max(200, 22 * n_heads),
-                        usermeta={MAX_WIDTH: max(240, 60 * (r_layer + 1)) + 200}))
+            .properties(width="container", height=max(200, HEAD_ROW * n_heads),
+                        usermeta={MAX_WIDTH: max(240, 60 * shown) + 200, MIN_WIDTH: LAYER_MIN * shown + 120}))

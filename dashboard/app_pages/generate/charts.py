@@ -11,11 +11,12 @@ from dashboard.core.charts import (
     HEATMAP_COLUMN,
     HEATMAP_LABELS,
     HIGHLIGHT,
-    MAX_WIDTH,
+    TOKEN_AXIS,
     label_step,
     labels,
     titled,
     token_axis,
+    widths,
 )
 from dashboard.core.words import size
 
@@ -46,8 +47,8 @@ def generation_band(queries: list[str], keys: list[str], band: np.ndarray, step:
             stroke=alt.condition(alt.datum.step == step, alt.value(HIGHLIGHT), alt.value(None)),
             tooltip=[alt.Tooltip("row:N", title="step"), alt.Tooltip("key:N"), alt.Tooltip("weight:Q", format=".6f")],
         )
-        .properties(width="container", height=alt.Step(min(cell, 22)),
-                    usermeta={MAX_WIDTH: HEATMAP_COLUMN * width + HEATMAP_LABELS})
+        .properties(width="container", height=alt.Step(cell),
+                    usermeta=widths(width, HEATMAP_COLUMN, HEATMAP_LABELS, TOKEN_AXIS))
     )
 
 

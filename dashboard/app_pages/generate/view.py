@@ -173,7 +173,7 @@ def _lens(name: str, gen, step: int) -> None:
         st.warning(f"The logit lens could not run: {ui.safe(ui.in_app_words(exc))}")
         return
     rows = [stage(r) for r in range(int(column["row"].max()) + 1)]
-    ui.chart(lens_grid(column, "stage", rows, title="Top token after each layer, at the fed token"))
+    ui.chart(lens_grid(column, "stage", rows, title="Top token after each layer"))
     st.caption("The residual stream at the fed token after each layer, read through the final norm and the "
                "unembedding (the Logit lens page shows every token): the cell's colour is the probability, from 0 "
                "(white) to 1 (blue); hover for the top 5. The last row is the model's own prediction at this step.")
@@ -193,7 +193,7 @@ def _proof(w: data.Writing) -> None:
     label = (f"Cache proof {'PASS' if proof.passed else 'FAIL'} · every step's attention row equals one full pass: "
              f"{exact}fp32 {words.difference(proof.attention_max_abs_diff)}{same}")
     good = proof.passed and proof.hf_same_tokens is not False
-    st.badge(label, icon=":material/check_circle:" if good else ":material/error:", color="green" if good else "red",
+    ui.badge(label, icon=":material/check_circle:" if good else ":material/error:", color="green" if good else "red",
              help="The same steps rerun in float64 against a float64 full pass of our network (only a wrong cache "
                   "could differ by more than ~1e-14), and the fp32 steps shown here against Hugging Face's fp32 full "
                   "pass (one row and a whole matrix round differently: up to ~1e-5). Greedy: Hugging Face's own "

@@ -8,7 +8,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard.core.charts import HIGHLIGHT, MAX_WIDTH, labels
+from dashboard.core.charts import HIGHLIGHT, MAX_WIDTH, SUBTITLE_MAX, labels, titled
 
 LABEL_SIZE = 12  # px: axis labels, legends and the steps' names (Vega's default is 10)
 TITLE_SIZE = 12  # px: axis and legend titles
@@ -38,7 +38,7 @@ def vectors_heatmap(rows: dict[str, np.ndarray], title: str) -> alt.Chart:
     top = float(np.abs(frame["value"]).max()) or 1.0
     dims = max(len(v) for v in rows.values())
     return (
-        alt.Chart(frame, title=title)
+        alt.Chart(frame, title=titled(title))  # (a long one wraps to the chart's width)
         .mark_rect()
         .encode(
             x=alt.X("dim:O", title="dimension", axis=_axis(labels=False, ticks=False)),
@@ -78,8 +78,11 @@ def step_bar(tokens: list[str], name: str, values: np.ndarray, query: int) -> al
         masked = frame[~seen].assign(value=0.0, said="masked: no score, weight 0")
         layers.append(alt.Chart(masked).mark_text(text="×", color=MASKED, fontSize=LABEL_SIZE + 2).encode(
             x=x, y="value:Q", tooltip=[alt.Tooltip("key:N"), alt.Tooltip("said:N", title=name)]))
-    subtitle = (f"{hidden} of the {len(keys)} keys masked (×): the query may not see them, so they have no score and "
-                "weight 0") if hidden else alt.Undefined
+    import textwrap
+
+    # (in lines a phone's chart holds: Vega-Lite wraps no subtitle, it cuts it with "…")
+    subtitle = textwrap.wrap(f"{hidden} of the {len(keys)} keys masked (×): the query may not see them, so they have "
+                             "no score and weight 0", SUBTITLE_MAX) if hidden else alt.Undefined
     title = alt.TitleParams(name, subtitle=subtitle, anchor="start", fontSize=LABEL_SIZE + 1, fontWeight="bold",
                             subtitleFontSize=LABEL_SIZE, subtitleColor="#555555")
     return alt.LayerChart(layer=layers, title=title, width="container", height=140,

@@ -201,13 +201,14 @@ def test_a_token_is_shown_with_its_spaces_and_its_bytes_readable():
     assert visible(" she") == "␣she" and visible("  ") == "␣␣" and visible("x86") == "x86"
 
 
-def test_the_lens_colour_bar_is_no_longer_than_the_table_is_tall():
-    """A layer of 9 heads is a 180 px table: its colour bar ends inside it (a 200 px bar ran off its foot)."""
+def test_the_lens_colour_bar_is_no_longer_than_the_table_is_wide():
+    """The colour bar lies under the table (as every chart's legend): a table of one position is at least 154 px
+    wide, its bar no longer than the table (a 200 px bar would widen the chart past its table)."""
     frame = pd.DataFrame({"head": [f"15.{h}" for h in range(9)], "position": 0, "input": "她", "rank": 1,
                           "piece": "\\x99\\x82", "logit": np.linspace(0.1, 1.2, 9)})
     spec = lens_charts.lens_grid(frame, "head", [f"15.{h}" for h in range(9)], value="logit").to_dict()
     legend = spec["layer"][0]["encoding"]["color"]["legend"]
-    assert legend["gradientLength"] <= 9 * 20 - 20
+    assert legend["gradientLength"] <= spec["usermeta"][charts.MIN_WIDTH] - lens_charts.LENS_AXIS
     cells = spec["datasets"][spec["data"]["name"]] if "data" in spec else next(iter(spec["datasets"].values()))
     assert {c["shown"] for c in cells} == {"‹99 82›"}
 

@@ -113,7 +113,7 @@ def test_the_step_shows_the_logit_lens_at_the_fed_token(gpt2_dir):
 
     at = _app(model=str(gpt2_dir), page="generate", new_tokens=4, step=2)
     gen = g.generate(probes.load(str(gpt2_dir)), DEFAULT_PROMPT, 4)
-    cells = _rows(at, "Top token after each layer, at the fed token")
+    cells = _rows(at, "Top token after each layer")
     assert [c["stage"] for c in cells] == ["embeddings", "after layer 0", "after layer 1"]
     assert {c["position"] for c in cells} == {gen.query_position(2)}
     assert cells[-1]["shown"] == visible(gen.tokens[gen.query_position(2) + 1].text)

@@ -23,6 +23,7 @@ from numeric import F64, fp32
 
 import probes
 from dashboard.app_pages.qkv import charts as qkv_charts
+from dashboard.core.charts import SUBTITLE_MAX
 from probes import explain
 
 
@@ -213,7 +214,9 @@ def test_step_bars_name_masked_keys_say_how_many_and_highlight_the_query():
     assert set(bars.data["key"]) == {"0: a", "1: b"} and list(masked.data["key"]) == ["2: c"]
     assert spec["layer"][1]["mark"]["text"] == "×" and list(masked.data["value"]) == [0.0]
     assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == ["0: a", "1: b", "2: c"]  # every key named
-    assert spec["title"]["subtitle"].startswith("1 of the 3 keys masked (×)")
+    subtitle = spec["title"]["subtitle"]  # in lines a phone's chart holds, every word kept (Vega would cut one)
+    assert subtitle[0].startswith("1 of the 3 keys masked (×)") and " ".join(subtitle).endswith("and weight 0")
+    assert all(len(line) <= SUBTITLE_MAX for line in subtitle)
     assert spec["layer"][0]["encoding"]["color"]["condition"]["test"] == "(datum.key_pos === 1)"
     unmasked = qkv_charts.step_bar(["a", "b"], "q·k", np.array([1.0, 2.0]), 0).to_dict()
     assert "subtitle" not in unmasked["title"] and len(unmasked["layer"]) == 1
