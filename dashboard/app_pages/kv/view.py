@@ -14,6 +14,7 @@ import probes
 from dashboard.core import budgets as deployment, models, ui, words
 from dashboard.core.charts import Layered
 from probes.kv import parse, stream as kvstream, sweep as kv
+from probes.kv.layered import head_effects_layered
 from probes.kv.texts import ewt_text
 
 from . import charts
@@ -148,18 +149,22 @@ def _text(ctx: ui.Context) -> tuple[str, str] | None:
                       step=32,
                       help="the EWT text's length: whole sentences up to this many tokens"
                            + (f" (up to {PUBLIC_TOKENS} on this public deployment)" if deployment.public() else ""))
-    return _ewt(m.name, int(tokens)), "the EWT web text"
+    text = _ewt(m.name, int(tokens))
+    read = _length(m.name, text)
+    if read != int(tokens):  # whole sentences: the last one that fits ends before the box's number
+        right.caption(f"{read:,} tokens read: the whole sentences that fit in {int(tokens):,}.")
+    return text, "the EWT web text"
 
 
 def _pickers(m) -> tuple[list[str], list[int], int]:
     left, middle, right = st.columns([3, 3, 1])
     kinds = _listed("kv_policies", "Policies", list(kv.KINDS), left, format_func=kv.KINDS.get,
                     help="window: the last B keys. sinks + window: the first few tokens (the attention sinks) and the "
-                         "last ones (StreamingLLM). H2O: the last B/2 and the older keys with the most attention so "
-                         "far. TOVA: the keys the newest query attends to least are evicted. SnapKV: the last "
-                         "queries vote. strided: the last B keys and every B-th before them (Sparse Transformer); it "
-                         "evicts nothing. H2O, TOVA and SnapKV replay the policy step by step: each takes several "
-                         "times as long as window")
+                         "last ones (StreamingLLM). H2O (Heavy-Hitter Oracle): the last B/2 and the older keys with "
+                         "the most attention so far. TOVA: the keys the newest query attends to least are evicted. "
+                         "SnapKV: the last queries vote. strided: the last B keys and every B-th before them "
+                         "(Sparse Transformer); it evicts nothing. H2O, TOVA and SnapKV replay the policy step by "
+                         "step: each takes several times as long as window")
     budgets = _listed("kv_budgets", "Budgets (keys a query reads)", list(BUDGETS), middle, cast=int,
                       help="the keys each query of each head reads at most, the newest included; a budget at or "
                            "above the text's length is full attention")
@@ -313,21 +318,22 @@ def _heads(ctx: ui.Context, chosen: kv.Planned, text: str) -> None:
         ask = st.empty()  # the offer, gone once the heads are cut
         offer = ask.container()
         offer.caption(f"Cut one key/value head at a time with {name}, every other head reading its full cache, and "
-                      f"measure the loss: the text read once token by token, then {heads} masked passes "
-                      f"({m.n_layers} layers × {m.n_kv_heads} key/value heads). Seconds on a tiny model; on smollm2 "
-                      "over 256 tokens, minutes on a two-core machine.")
+                      f"measure the loss: one full pass that replays the policy on every head, then {heads} cut "
+                      f"passes ({m.n_layers} layers × {m.n_kv_heads} key/value heads), each from its head's layer "
+                      "and its first eviction on. Seconds on a tiny model; on smollm2, about as long as the sweep "
+                      "above.")
         if not offer.button(f"Cut each of the {heads} heads alone", icon=":material/content_cut:", key="kv_heads"):
             return
         ask.empty()
-        bar = ui.Progress("kv_heads", "Watching every head with the policy while the model reads the full cache…",
+        bar = ui.Progress("kv_heads", "Replaying the policy on every head while the model reads the full cache…",
                           key)
 
-        def step(done: int, total: int) -> None:
-            bar.progress(done / total, text=f"Cutting each head alone: {done} of {total} steps")
+        def step(done: int, total: int) -> None:  # layer-steps: even in time
+            bar.progress(done / total, text=f"Cutting each head alone: {done / total:.0%}")
 
         try:
-            got = kvstream.head_effects(models.model_named(m.name), text, [chosen.policy],
-                                        progress=deployment.watched(step, "pick a shorter text"))
+            got = head_effects_layered(models.model_named(m.name), text, [chosen.policy],
+                                       progress=deployment.watched(step, "pick a shorter text"))
         finally:
             bar.empty()
         rows, full_loss = _kept_heads(*key, _rows=(got.rows, got.full_loss))
@@ -358,7 +364,9 @@ def render(ctx: ui.Context) -> None:
         "A decoder keeps every past token's key and value (its **KV cache**, see Generate), so memory grows with "
         "the text. A cache *policy* keeps only some: each head's query then reads at most a **budget** of keys, and "
         "what it dropped it never sees again. Here every key/value head of every layer follows the policy while the "
-        "model reads a text, and the page measures what that costs the model's predictions.")
+        "model reads a text, and the page measures what that costs the model's predictions: its **perplexity** "
+        "(exp of the mean next-token loss, about how many tokens the model hesitates between at each step; lower is "
+        "better).")
     if not m.is_causal:
         _encoder(m)
         return
@@ -409,7 +417,7 @@ def render(ctx: ui.Context) -> None:
     st.caption(f"Perplexity: exp of the mean next-token loss over the text's {tokens - 1} predictions ({what}, "
                f"{tokens} tokens), read with the policy on every key/value head of every layer; lower is better. "
                f"Dashed: the full cache ({full['perplexity']:.2f}). Hover a point for the bytes its cache held."
-               + _sink_effect(frame))
+               + (f" {words.gloss('H2O')}." if "h2o" in set(frame["kind"]) else "") + _sink_effect(frame))
     ui.downloads("kv-budgets", chart, frame)
     _memory(frame, full)
     st.subheader("One policy, one budget")

@@ -11,6 +11,7 @@ from apptest import open_app, rerun, rows, texts, titles
 
 import probes
 from probes.kv import parse, stream as kvstream, sweep as kv
+from probes.kv.layered import head_effects_layered
 from probes.kv.texts import ewt_text
 
 SWEEP = "Perplexity against the budget"  # the sweep chart's title says it
@@ -42,6 +43,12 @@ def test_the_page_sweeps_every_policy_and_budget_with_the_librarys_numbers(llama
         assert row["perplexity"] == expected.perplexity and row["kv_bytes"] == expected.kv_bytes
     full = kvstream.stream(llama, text, parse("full"), method="masked").perplexity
     assert f"Dashed: the full cache ({full:.2f})" in _captions(at)
+    # issue 61: the words a student meets first, and the tokens read beside the box that asked for 40
+    from dashboard.core.words import gloss
+
+    assert gloss("H2O") in _captions(at)
+    assert "its **perplexity** (exp of the mean next-token loss" in at.markdown[0].value
+    assert (f"{tokens} tokens read: the whole sentences that fit in 40." in _captions(at)) is (tokens != 40)
     assert "exp of the mean next-token loss" in _captions(at)
     covered = [b for b in (16, 32, 64, 128) if b >= tokens]
     if covered:  # said, not drawn
@@ -99,7 +106,7 @@ def test_the_heads_button_cuts_each_key_value_head_alone(llama_dir, llama):
     assert len(table) == llama.n_layers * llama.n_kv_heads  # 2 layers × 2 key/value heads
     assert list(table["loss change (nats)"]) == sorted(table["loss change (nats)"], reverse=True)
     text = ewt_text(llama, 40)
-    expected = kv.heads_frame(kvstream.head_effects(llama, text, [parse("window:8")]).rows)
+    expected = kv.heads_frame(head_effects_layered(llama, text, [parse("window:8")]).rows)
     # the same runs: exact
     np.testing.assert_allclose(table["loss change (nats)"], expected["loss_change"], rtol=0, atol=0)
     assert any("hurts most" in t for t in titles(at) if t)
@@ -174,8 +181,11 @@ def test_cancel_stops_the_sweep_and_run_it_again_draws_it(llama_dir, monkeypatch
     every policy (the bar up to the end) and draws the chart."""
     from apptest import cancel_at_first_update
 
+    from dashboard.app_pages.kv import view
+
     shown = cancel_at_first_update(monkeypatch, "kv")
-    at = open_app(model=str(llama_dir), page="kv", kv_tokens=48, kv_policies="window", kv_budgets="4,8")
+    view._kept_run.clear()  # runs another test left in the cache would be drawn without the bar
+    at = open_app(model=str(llama_dir), page="kv", kv_tokens=48, kv_policies="window", kv_budgets="4,16")
     assert "Reading the text with the policies not yet run was cancelled" in texts(at.info)
     assert not any(SWEEP in t for t in titles(at) if t) and 0 < max(shown) < 1
     at.button(key="again_kv").click()
