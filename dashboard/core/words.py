@@ -153,7 +153,29 @@ WORDS: dict[str, str] = {
     "mass": "attention on the kept keys",
     "kv_head": "key/value head",
     "query_heads": "query heads",
+    # composition's noise floor (probes.evidence.edges.composition_floors)
+    "random_low": "random matrices, low (95 %)",
+    "random_high": "random matrices, high (95 %)",
 }
+
+# The terms a student meets first, each in one line: shown beside the term (a widget's help, a caption) where a page
+# first uses it
+GLOSSARY: dict[str, str] = {
+    "perplexity": "perplexity: exp of the mean next-token loss, about how many tokens the model hesitates between at "
+                  "each step (1 is certain; lower is better)",
+    "H2O": "H2O (Heavy-Hitter Oracle, Zhang et al. 2023): keeps the newest keys and the older ones that have "
+           "received the most attention so far",
+    "held-out": "held-out: items kept aside while a head is chosen, then used only to judge it, so the verdict is "
+                "not the choice's own luck",
+    "floor": "noise floor: the largest effect that chance alone gives (random weights, or a corruption that should "
+             "change nothing); an effect counts only above it",
+}
+
+
+def gloss(term: str) -> str:
+    """The one line of :data:`GLOSSARY` that says ``term`` (``KeyError`` for a term it does not hold: a page asks
+    only for these)."""
+    return GLOSSARY[term]
 
 # Universal Dependencies relations (the syntactic probe's labels: "nsubj (dep→head)")
 RELATIONS = {

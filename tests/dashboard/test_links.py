@@ -5,7 +5,16 @@ links_bbffcaf.json is what commit bbffcaf drew). Changes on purpose:
 a link's notes on parameters it could not use come in the order of the link's parts (the core's, then each page's in
 menu order), where they came in the order of the one dataclass of 46 fields before;
 "explore-opens-on-the-story" (the bare address) opens on Start here, the tour of findings (issue 61), no longer on
-Explore: a link with parameters and no page= still opens Explore."""
+Explore: a link with parameters and no page= still opens Explore;
+the KV lab's opening paragraph says what perplexity is, its Policies help names H2O (Heavy-Hitter Oracle) (issue 61);
+the KV lab's perplexity caption ends on a line on H2O when H2O is drawn (issue 61);
+the KV lab says how many tokens of the EWT text it read beside the Tokens box, where whole sentences make fewer
+(27 tokens read for 40) (issue 61);
+the KV lab's offer to cut each head says how it now runs (one full pass, then each head from its layer and first
+eviction on: probes.kv.layered) (issue 61);
+Heads says what held-out means under a label's verdict (issue 61);
+the Circuit table's "In every row" line names random_low and random_high in words (random matrices, low / high
+(95 %)) (issue 61)."""
 
 from __future__ import annotations
 

@@ -293,6 +293,7 @@ def _verdict(ctx: ui.Context, frame, chosen, label: str) -> None:
                    icon=":material/help:")
     if charts.supported_label(frame) is None:
         st.caption("No label of this table has a head that beats its baseline on the held-out half.")
+    st.caption(words.gloss("held-out")[:1].upper() + words.gloss("held-out")[1:] + ".")
 
 
 def _table(frame, rows, label: str, value: str) -> None:

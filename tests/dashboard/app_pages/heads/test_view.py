@@ -530,3 +530,4 @@ def test_cancel_stops_the_probe_run_and_run_it_again_runs_it(monkeypatch):
     assert "was cancelled" not in texts(at.info)
     table = next(d.value for d in at.dataframe if "score" in d.value.columns)
     assert len(table) == 72 and shown[-1] == 1.0
+    assert "Held-out: items kept aside while a head is chosen, then used only to judge it" in texts(at.caption)
