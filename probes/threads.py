@@ -18,6 +18,11 @@ process; docs/benchmarks.md has its figures). So the number of threads is chosen
 * **the kind of work** (:data:`KINDS`):
 
   - ``profile``: a batch job (``python -m probes profile``, a benchmark): every free CPU;
+  - ``batch``: the same rule for the other commands whose work is whole passes over a text (``parity``, ``why``,
+    ``ablate``, ``compose``, ``patch``, ``claim``, ``kv`` a layer at a time): every free CPU;
+  - ``stream``: work a token at a time (``generate``, ``kv --method stream``): 1 thread. Each step multiplies one
+    row by the weights, too little work to share, and each step opens dozens of parallel regions whose threads spin
+    between them; beside other work those regions wait for threads that are not scheduled;
   - ``app``: Streamlit runs each session's script in its own thread, and each such thread gets its own
     team of OpenMP threads: half the free CPUs (at least 1, at most :data:`APP_MAX`), so that two
     sessions computing at once do not oversubscribe the machine (a sentence-long forward pass gains
@@ -26,8 +31,8 @@ process; docs/benchmarks.md has its figures). So the number of threads is chosen
     parallelism comes from: 1 thread, unless Ray gave it more (Ray sets ``OMP_NUM_THREADS`` to an
     actor's ``num_cpus``);
 
-* **an override**, first found of: an explicit number (``--threads N`` of ``python -m probes
-  profile``), the environment variable ``PROBES_THREADS``, ``OMP_NUM_THREADS`` (the usual OpenMP knob;
+* **an override**, first found of: an explicit number (``--threads N`` of every ``python -m probes``
+  command), the environment variable ``PROBES_THREADS``, ``OMP_NUM_THREADS`` (the usual OpenMP knob;
   read only when it is a plain whole number). An override is used as given.
 
 :func:`choose` makes the decision from those inputs (a pure function: the tests give it machines);
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 
 from .errors import BadOption
 
-KINDS = ("profile", "app", "worker")
+KINDS = ("profile", "batch", "stream", "app", "worker")
 ENV = "PROBES_THREADS"
 SLACK = 0.25  # other work below a quarter of a CPU leaves it free
 APP_MAX = 4  # threads per app session at most
@@ -117,7 +122,7 @@ def choose(kind: str, cpus: int, busy: float | None, env: Mapping[str, str] | No
         return Choice(asked[0], kind, cpus, busy, asked[1])
     taken = math.ceil(max(0.0, (busy or 0.0) - SLACK))  # CPUs other work keeps busy
     free = max(1, cpus - taken)
-    n = {"profile": free, "app": min(max(1, free // 2), APP_MAX), "worker": 1}[kind]
+    n = {"profile": free, "batch": free, "stream": 1, "app": min(max(1, free // 2), APP_MAX), "worker": 1}[kind]
     return Choice(n, kind, cpus, busy, "auto")
 
 

@@ -152,7 +152,8 @@ def test_head_lists_drop_a_repeated_head_with_a_note(gpt2_dir, capsys):
     assert main([*args, "--heads", "0.1,1.0, 0.1"]) == 0
     got = capsys.readouterr()
     assert json.loads(got.out)["heads"] == "0.1, 1.0"  # 0.1 ablated once
-    assert got.err.strip() == "note: head 0.1 is named more than once: it is used once"
+    note, threads = got.err.strip().splitlines()  # the note, and the threads the command chose (probes.cli.main)
+    assert note == "note: head 0.1 is named more than once: it is used once" and threads.startswith("torch threads: ")
     for heads, says in (("1.x", "head '1.x': write each head as LAYER.HEAD"), ("-1.2", "head '-1.2'"),
                         (",", "no heads given"), ("9.0", "head 9.0 is outside")):
         assert says in refused(capsys, [*args, f"--heads={heads}"])

@@ -102,3 +102,12 @@ def test_apply_sets_torch_and_watches_the_machine_once_per_process(monkeypatch):
             threads.apply("profile", env={"PROBES_THREADS": "many"})
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("cpus,busy,batch", [(2, 0.0, 2), (2, 1.0, 1), (16, 3.4, 12), (1, 0.0, 1)])
+def test_commands_take_the_free_cpus_for_whole_passes_and_one_for_a_token_at_a_time(cpus, busy, batch):
+    assert choose("batch", cpus, busy).threads == choose("profile", cpus, busy).threads == batch
+    assert choose("stream", cpus, busy).threads == 1
+    assert choose("stream", cpus, busy).describe() == f"torch threads: 1 (stream; {cpus} CPUs, {busy:.1f} busy with " \
+                                                      "other work)"
+    assert choose("stream", cpus, busy, {"PROBES_THREADS": "2"}).threads == 2  # an override is used as given

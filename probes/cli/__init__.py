@@ -4,6 +4,10 @@ One module per command group (``parity.py``, ``profile.py``, ``generate.py``, ``
 ``add_parser(sub)``, which sets the command's entry: ``main(args)``, the exit code (a module of two commands names
 each: ``effects.main_ablate``, ``effects.main_importance``); what they share is in ``common.py``.
 
+Every command that computes here takes ``--threads N`` and says the kind of its work (``common.threads_option``:
+``batch``, whole passes; ``stream``, a token at a time), from which :func:`main` sets torch's threads before it runs
+(:mod:`probes.threads`; ``PROBES_THREADS`` and ``OMP_NUM_THREADS`` as there) and prints the choice on stderr after.
+
 ``python -m probes parity --model MODEL --text TEXT [--pair TEXT_B] [--dtype float64] [--json]``: exit 0 every
 figure within tolerance, 1 a mismatch, 2 bad input or an unsupported model (one line on stderr).
 
@@ -17,8 +21,9 @@ label-free statistics of every head over a corpus, and each head's top examples,
 from-scratch KV cache and prove it against one full forward pass; exit 0 proven, 1 a mismatch, 2 bad input.
 
 ``python -m probes kv --model MODEL (--text T | --text-file F | --ewt N) --policies full,window:256,h2o:256,...
-[--per-head [--top K]] [--json]``: perplexity streamed token by token through a KV cache that evicts as each policy
-says, the bytes it held, and (``--per-head``) each key/value head cut alone; exit 2 on bad input.
+[--method layers|stream] [--per-head [--top K]] [--json]``: perplexity through a KV cache that evicts as each policy
+says, a layer at a time (``layers``, the default) or token by token (``stream``: the same numbers, slower), the bytes
+it held, and (``--per-head``) each key/value head cut alone; exit 2 on bad input.
 
 ``python -m probes ablate --model M --text T --heads 1.2,5.4 --how zero|mean|patch [--other T2] [--truncate] [--json]``:
 what ablating heads changes. ``python -m probes importance --model M --data DATA --limit N --out FILE``: head importance
@@ -51,6 +56,7 @@ import sys
 from .. import memory
 from ..errors import InputTooLong, ProbesError
 from . import claim, compose, effects, generate, kv, parity, path_patching, profile, serve, why
+from .common import apply_threads
 
 # each adds its subcommand(s): add_parser(sub)
 COMMANDS = (parity, profile, generate, kv, effects, why, claim, compose, path_patching, serve)
@@ -76,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         memory.steady()  # large tensors' memory goes back to the system when freed (probes.memory)
-        return args.func(args)
+        chosen = apply_threads(args)  # torch's threads for the command's kind of work (probes.threads)
+        code = args.func(args)
+        if chosen is not None and code == 0 and not args.threads_reported:
+            print(chosen.describe(), file=sys.stderr)
+        return code
     except ProbesError as exc:
         if isinstance(exc, InputTooLong) and not exc.custom_advice and "truncate" not in args:
             exc = InputTooLong(exc.n_tokens, exc.max_tokens, exc.model, "shorten it")  # no --truncate to advise

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, Count, load_model, loading_options, seed, text_arg
+from .common import MODEL_HELP, Count, load_model, loading_options, seed, text_arg, threads_option
 
 controls_count = Count(2, 2000, "each control is one sentence run through the model")
 
@@ -126,4 +126,5 @@ def add_parser(sub) -> None:
     p.add_argument("--strict", action="store_true", help="stop (exit 2, listing them) on any bad line of --data")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     loading_options(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main)

@@ -8,6 +8,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Callable
 
 from ..errors import BadOption
 from ..head_index import Head, read_heads, read_heads_or_all
@@ -65,6 +66,52 @@ def served_option(parser: argparse.ArgumentParser) -> None:
     """``--ray [ADDRESS]``: use the model a server on that Ray cluster holds (``python -m probes serve``)."""
     ray_option(parser, "use the model that a server on this Ray cluster holds (start one with python -m probes serve "
                "--model NAME --ray ADDRESS); the work runs there, with the same numbers as here", dest="served_on")
+
+
+# -- torch's threads: every command says the kind of its work, the dispatcher (probes.cli.main) chooses from it -----
+
+THREADS_HELP = ("torch's CPU threads (default: $PROBES_THREADS, else $OMP_NUM_THREADS, else chosen from the CPUs other "
+                "work leaves free and the kind of work; see probes/threads.py)")
+Work = str | Callable[[argparse.Namespace], str]  # a kind of probes.threads.KINDS, or one read from the arguments
+
+
+def threads_option(parser: argparse.ArgumentParser, work: Work, *, reports: bool = False) -> None:
+    """``--threads N`` and the kind of the command's work (:data:`probes.threads.KINDS`: ``batch`` for whole passes,
+    ``stream`` for work a token at a time; or a function of the parsed arguments that says which), from which the
+    dispatcher chooses torch's threads before the command runs (:func:`apply_threads`). ``reports``: the command
+    prints the choice itself (``args.threads_chosen``), else the dispatcher prints it on stderr after a run."""
+    parser.add_argument("--threads", type=threads, help=THREADS_HELP)
+    parser.set_defaults(work=work, threads_reported=reports)
+
+
+def no_threads(parser: argparse.ArgumentParser, why: str) -> None:
+    """A command that runs no torch work in this process (``serve``: its server's threads are its ``--cpus``), and
+    ``why``, for whoever reads the registry."""
+    parser.set_defaults(work=None, no_threads_why=why)
+
+
+def work_of(args: argparse.Namespace) -> str | None:
+    """The kind of work of the parsed command (None: no torch work here). A command that declared nothing is a
+    mistake of its own module (tests/cli/test_threads.py walks every subcommand)."""
+    if "work" not in args:
+        raise TypeError(f"the command {args.command!r} does not say the kind of its work: call threads_option or "
+                        "no_threads in its add_parser")
+    work = args.work
+    return work(args) if callable(work) else work
+
+
+def apply_threads(args: argparse.Namespace):
+    """Set torch's threads for the parsed command (:func:`probes.threads.apply` with its kind of work and
+    ``--threads``); the :class:`probes.threads.Choice`, also kept as ``args.threads_chosen``, or None for a command
+    that runs no torch work here (:func:`no_threads`)."""
+    kind = work_of(args)
+    args.threads_chosen = None
+    if kind is None:
+        return None
+    from ..threads import apply
+
+    args.threads_chosen = apply(kind, args.threads)
+    return args.threads_chosen
 
 
 def _shown(text: str) -> str:

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import MODEL_HELP, draws, load_model, loading_options, positive, seed
+from .common import MODEL_HELP, draws, load_model, loading_options, positive, seed, threads_option
 
 
 def main(args: argparse.Namespace) -> int:
@@ -99,4 +99,5 @@ def add_parser(sub) -> None:
                         "(post-norm: TransformerLens folds nothing there)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main)

@@ -17,7 +17,7 @@ from .common import (
     print_top,
     projections,
     text_arg,
-    threads,
+    threads_option,
 )
 
 
@@ -70,11 +70,10 @@ def main_importance(args: argparse.Namespace) -> int:
 
     from ..effects.importance import profile_importance
     from ..jobs import check_out
-    from ..threads import apply
 
     check_out(args.out, args.force, {"--data": args.data},
               notify=lambda message: print(f"note: {message}", file=sys.stderr))
-    threads = apply("profile", args.threads)  # batch work, like profile
+    threads = args.threads_chosen  # batch work, like profile (chosen by probes.cli.main)
     model = load_model(args)
     if model.scratch_problem:  # an architecture the from-scratch path does not cover is refused here, in one line
         from ..errors import UnsupportedModel
@@ -120,6 +119,7 @@ def add_parser(sub) -> None:
     p.add_argument("--versus", type=text_arg, help="the second word of the logit difference")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main_ablate)
 
     p = sub.add_parser("importance", help="head importance over a dataset (Michel et al.), with each head's exact "
@@ -139,6 +139,6 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--strict", action="store_true", help="stop on any bad item of the data")
-    p.add_argument("--threads", type=threads)
+    threads_option(p, "profile", reports=True)  # on its last line, beside "wrote"
     loading_options(p)
     p.set_defaults(func=main_importance)

@@ -7,7 +7,18 @@ import sys
 from typing import Any
 
 from ..generation import GENERATE_BACKENDS
-from .common import index, load_model, loading_options, positive, seed, temperature, text_arg, top_k, top_p
+from .common import (
+    index,
+    load_model,
+    loading_options,
+    positive,
+    seed,
+    temperature,
+    text_arg,
+    threads_option,
+    top_k,
+    top_p,
+)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -86,4 +97,5 @@ def add_parser(sub) -> None:
                    "else eager runs and a note says so)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
+    threads_option(p, "stream")  # a token at a time
     p.set_defaults(func=main)

@@ -12,15 +12,20 @@ from collections.abc import Callable
 from typing import Any
 
 from ..kv.policies import syntax
-from .common import Count, load_model, loading_options, positive, text_arg
+from .common import Count, load_model, loading_options, positive, text_arg, threads_option
 
 DEFAULT_POLICIES = "full,window:256,sinks:4+window:252,h2o:256,snapkv:256"
 DEFAULT_EWT = 512  # tokens of the shipped EWT text when no text is given
 # the command line's names of the library's methods (probes.kv.stream.METHODS); the first is the default. Every
 # policy runs by either (tests/kv/test_stream.py holds them to 1e-10 in float64), so there is no fallback to make.
 METHODS = {"layers": "masked", "stream": "streamed"}
-HOW = {"layers": "read a layer at a time (the numbers of reading it token by token)", "stream": "read one at a time"}
+HOW = {"layers": "read a layer at a time (the same numbers as token by token)", "stream": "read one at a time"}
 ewt_tokens = Count(2, why="no model reads that many tokens")
+
+
+def work(args: argparse.Namespace) -> str:
+    """The kind of work (:mod:`probes.threads`): token by token is ``stream``, a layer at a time ``batch``."""
+    return "stream" if args.method == "stream" else "batch"
 
 
 class Bar:
@@ -219,4 +224,5 @@ def add_parser(sub) -> None:
                    help="the model's precision (float64: the proof's, slower)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
+    threads_option(p, work)
     p.set_defaults(func=main)

@@ -7,7 +7,7 @@ import argparse
 from ..families import coverage
 from ..models import KNOWN_HUB_MODELS, OFFLINE_DEFAULT
 from ..scratch import BACKENDS
-from .common import MODEL_HELP, load_model, served_option, text_arg
+from .common import MODEL_HELP, load_model, served_option, text_arg, threads_option
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,4 +50,5 @@ def add_parser(sub) -> None:
                    help="where to run both passes: cpu, cuda, or auto (CUDA when there is one; default)")
     p.add_argument("--hub-only", action="store_true", help="refuse local paths (as a public deployment does)")
     served_option(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main)

@@ -18,6 +18,7 @@ from .common import (
     positive,
     seed,
     text_arg,
+    threads_option,
 )
 
 nulls = Count(2, 64, "each null corruption is one more path-patching run of the senders checked")
@@ -124,4 +125,5 @@ def add_parser(sub) -> None:
     p.add_argument("--null-seed", type=seed, default=0, help="the null corruptions' random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object (every sender, ranked)")
     loading_options(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main)

@@ -20,6 +20,7 @@ from .common import (
     ray_option,
     seed,
     threads,
+    threads_option,
     workers,
 )
 
@@ -54,9 +55,7 @@ def main(args: argparse.Namespace) -> int:
         quiet_transformers()  # before Ray starts: a local Ray's workers inherit this environment
         executor, started = on_ray(args, pool_stats, notify)
     else:
-        from ..threads import apply
-
-        threads = apply("profile", args.threads)  # the CPUs other work leaves free, not every core
+        threads = args.threads_chosen  # the CPUs other work leaves free, not every core (chosen by probes.cli.main)
     try:
         model = load_model(args)
         # "all": every probe, or with --data the probes whose records say they read it
@@ -176,9 +175,7 @@ def main_corpus(args: argparse.Namespace) -> int:
     if ray:
         executor, started = on_ray(args, pool_stats, lambda message: print(f"note: {message}", file=sys.stderr))
     else:
-        from ..threads import apply
-
-        threads = apply("profile", args.threads)
+        threads = args.threads_chosen
     try:
         models = [load_model(args, n) for n in names]
         table, found = profile_corpus(
@@ -224,8 +221,7 @@ def add_parser(sub) -> None:
                    help="items (with --corpus: texts) per checkpoint and per Ray task (a rerun resumes)")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="eager")
     loading_options(p, served=False)  # --ray here is the cluster the chunks run on (below)
-    p.add_argument("--threads", type=threads, help="torch's CPU threads (default: $PROBES_THREADS, else the CPUs "
-                   "other work leaves free; see probes/threads.py)")
+    threads_option(p, "profile", reports=True)  # on its last line, beside "wrote"
     p.add_argument("--top", type=positive, default=3, help="heads to print per label")
     p.add_argument("--seed", type=seed, default=0,
                    help="the seed of the split: each label's head is chosen on one half of the items and judged on "

@@ -11,7 +11,7 @@ import time
 
 from ..errors import BadOption
 from ..models import OFFLINE_DEFAULT, check_name
-from .common import MODEL_HELP, gpus, quiet_transformers, ray_option, threads
+from .common import MODEL_HELP, gpus, no_threads, quiet_transformers, ray_option, threads
 
 # what a refusal of --ray offers here besides a working address (probes.cluster.check_address)
 INSTEAD = "or leave --ray out to serve from a Ray of this machine for as long as the command runs"
@@ -85,4 +85,5 @@ def add_parser(sub) -> None:
     p.add_argument("--cpus", type=threads, default=1, help="CPUs the server holds, and its torch threads (default 1)")
     p.add_argument("--detach", action="store_true", help="leave the server running and return (needs --ray)")
     p.add_argument("--stop", action="store_true", help="stop the server of --model on the cluster --ray names")
+    no_threads(p, "the server holds the model in a Ray actor, whose torch threads are its --cpus")
     p.set_defaults(func=main)

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .common import MODEL_HELP, index, load_model, loading_options, positive, text_arg
+from .common import MODEL_HELP, index, load_model, loading_options, positive, text_arg, threads_option
 
 
 def token_index(model, text: str, pair: str | None, given: str, what: str) -> tuple[int, str | None]:
@@ -146,4 +146,5 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace --csv and --bands-csv if they exist")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     loading_options(p)
+    threads_option(p, "batch")
     p.set_defaults(func=main)

@@ -137,8 +137,8 @@ def test_the_table(llama_dir, capsys):
                  "--top", "2"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == (f"{llama_dir}: 40 tokens (text) read a layer at a time (the numbers of reading it token by "
-                        "token), the KV cache kept by each policy")
+    assert lines[0] == (f"{llama_dir}: 40 tokens (text) read a layer at a time (the same numbers as token by token), "
+                        "the KV cache kept by each policy")
     assert lines[1].split() == ["policy", "tokens", "perplexity", "Δ", "vs", "full", "KV", "cache", "of", "full",
                                 "seen", "seconds"]
     assert lines[2].startswith("full ") and " — " in lines[2] and "10.0 KiB" in lines[2] and "100.0 %" in lines[2]
