@@ -9,9 +9,10 @@ once more in a new browser context, a new session of the same server (warm). Eac
 
 * **drawn**: the page's heading is in the main area and either its first chart has painted or the app is idle (a
   page with no chart at its defaults);
-* **idle**: the app is idle again (``data-test-script-state=notRunning``, after it ran) and the page drawn (a chart
-  can paint just after the run ends): everything the defaults draw is on screen, the answer box's verdict too on
-  Explore and Find, where it comes after the page.
+* **idle**: the app is idle for good (``data-test-script-state=notRunning`` after its last run: still so
+  :data:`SETTLE_MS` later, which is not counted) and the page drawn (a chart can paint just after the run ends):
+  everything the defaults draw is on screen, the answer box's verdict too on Explore and Find, where it comes after
+  the page.
 
 The goal is judged on *drawn* for Explore and Find (the question's evidence runs after the page has drawn, by
 design: its time is the idle column) and on *idle* for every other page; on the KV lab, the default chart is part of
@@ -29,7 +30,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +46,17 @@ GOALS = {"kv": 10.0}  # the KV lab's default chart
 CUT_GOAL_S = 30.0
 AFTER_THE_PAGE = ("explore", "find")  # pages whose heavy evidence comes after the page has drawn
 TIMEOUT_MS = 600_000
+SETTLE_MS = 1500  # the app idle this long with the page drawn: done (a run can follow a run: a page switch, a rerun)
 PROBE = """
 (() => {
-  window.__waits = {drawn: -1, idle: -1, ran: false};
+  window.__waits = {drawn: -1, idle: -1, ran: false, running: false};
   const check = () => {
     const app = document.querySelector('[data-testid=stApp]');
     if (!app) return;
     const state = app.getAttribute('data-test-script-state');
-    if (state === 'running') window.__waits.ran = true;
+    if (state === 'running') { window.__waits.ran = true; window.__waits.running = true; }
     const idle = window.__waits.ran && state === 'notRunning';
-    if (idle && window.__waits.idle < 0) window.__waits.idle = performance.now();
+    if (idle && window.__waits.running) { window.__waits.running = false; window.__waits.idle = performance.now(); }
     const main = document.querySelector('[data-testid=stMain]');
     const heading = main && main.querySelector('[data-testid=stHeading]');
     const chart = main && main.querySelector('[data-testid=stVegaLiteChart] canvas, '
@@ -65,7 +66,8 @@ PROBE = """
   new MutationObserver(check).observe(document, {subtree: true, childList: true, attributes: true});
 })();
 """
-DONE = "() => window.__waits && window.__waits.drawn >= 0 && window.__waits.idle >= 0"
+DONE = f"""() => window.__waits && window.__waits.drawn >= 0 && window.__waits.idle >= 0 && !window.__waits.running
+  && performance.now() - Math.max(window.__waits.idle, window.__waits.drawn) > {SETTLE_MS}"""
 
 
 def open_once(browser, url: str, page_key: str, model: str) -> tuple[float, float, Any, Any]:
@@ -80,15 +82,18 @@ def open_once(browser, url: str, page_key: str, model: str) -> tuple[float, floa
     return drawn / 1000, max(drawn, idle) / 1000, page, context
 
 
-def cut_each_head(page) -> float:
-    """On the KV lab, drawn: click "Cut each … heads alone" and wait until the app is idle again (seconds)."""
+def cut_each_head(page) -> float | None:
+    """On the KV lab, drawn: click "Cut each … heads alone" and wait until the app is idle for good (seconds, on the
+    page's clock, from just before the click); None where the page offers no such button (an encoder)."""
     button = page.get_by_role("button", name="heads alone")
-    button.wait_for(timeout=60_000)
-    page.evaluate("window.__waits.ran = false; window.__waits.idle = -1")
-    t0 = time.perf_counter()
+    if not button.count():
+        return None
+    page.evaluate("window.__waits.ran = false; window.__waits.running = false; window.__waits.idle = -1")
+    clicked = page.evaluate("performance.now()")
     button.click()
-    page.wait_for_function("() => window.__waits.idle >= 0", timeout=TIMEOUT_MS, polling=100)
-    return time.perf_counter() - t0
+    page.wait_for_function(f"() => window.__waits.idle >= 0 && !window.__waits.running && performance.now() - "
+                           f"window.__waits.idle > {SETTLE_MS}", timeout=TIMEOUT_MS, polling=100)
+    return (page.evaluate("window.__waits.idle") - clicked) / 1000
 
 
 def main() -> None:
@@ -121,6 +126,9 @@ def main() -> None:
                     server.terminate()
                     server.wait(timeout=30)
                 rows.append((model, key, cold[:2], warm[:2], cut))
+                if args.out is not None:  # the table so far, in case a later page never ends
+                    args.out.mkdir(parents=True, exist_ok=True)
+                    (args.out / "first_waits.partial.txt").write_text(table(rows, loads, args.script) + "\n")
                 print(f"{model} {key}: cold {cold[0]:.1f}/{cold[1]:.1f} s, warm {warm[0]:.1f}/{warm[1]:.1f} s"
                       + (f", cut each head {cut:.1f} s" if cut is not None else "")
                       + f" (load {loads[-1]:.1f})", file=sys.stderr)
