@@ -14,7 +14,9 @@ the KV lab's offer to cut each head says how it now runs (one full pass, then ea
 eviction on: probes.kv.layered) (issue 61);
 Heads says what held-out means under a label's verdict (issue 61);
 the Circuit table's "In every row" line names random_low and random_high in words (random matrices, low / high
-(95 %)) (issue 61)."""
+(95 %)) (issue 61);
+the Q/K/V page's "weighted value vectors (heaviest) and their sum" wraps to its chart's width (a phone cut it
+with "…") (issue 61)."""
 
 from __future__ import annotations
 
