@@ -241,7 +241,8 @@ FINDINGS: dict[str, Finding] = {f.key: f for f in [
     Finding("kv", "smollm2", "The KV cache keeps its sinks",
             "cut smollm2's KV cache to a window and it loses the first tokens the heads park their weight on; keep "
             "them, and it reads almost as well as with the full cache", "kv", (), _kv_result(), "kv",
-            {"kv_policies": "window,sinks", "kv_budgets": str(KV_BUDGET), "kv_budget": str(KV_BUDGET),
+            {"kv_tokens": str(KV_TOKENS), "kv_policies": "window,sinks", "kv_budgets": str(KV_BUDGET),
+             "kv_budget": str(KV_BUDGET),
              "kv_sinks": str(KV_SINKS)}, head_in_link=False,
             otherwise="Try a larger budget or H2O on the KV page."),
 ]}

@@ -92,6 +92,7 @@ def test_the_kv_finding_opens_the_kv_page_on_smollm2(verdicts):
     assert at.sidebar.selectbox[0].value == "smollm2"
     assert at.query_params["page"] in ("kv", ["kv"])
     assert at.query_params["kv_budgets"] in ("64", ["64"])
+    assert at.query_params["kv_tokens"] in ("256", ["256"])  # the text the finding was judged on
 
 
 def test_a_link_without_a_page_still_opens_explore(verdicts):
