@@ -271,6 +271,9 @@ def static_evictions(policy: Policy, n: int, device: torch.device | str = "cpu")
     return torch.full((n,), n, dtype=torch.int32, device=device) if left is None else left
 
 
+ROWS = 256  # query rows a layer-at-a-time run attends at once
+
+
 def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
                progress: Callable[[int, int], None] | None = None) -> Streamed:
     """The same run as :func:`run_stream`, one layer at a time instead of one token at a time: each layer's q and k
@@ -311,7 +314,10 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
         evicted.append(left.cpu())
         if progress is not None:
             progress(i + 1, n_layers)
-        return eager_attention(q, k, v, seen, spec.scale)[0]
+        # the queries ROWS at a time: each row's softmax is its own, and the scores of a long text stay a few MiB
+        # instead of [H, T, T] (fewer fresh pages for the allocator to fault in, layer after layer)
+        return torch.cat([eager_attention(q[:, :, a:a + ROWS], k, v, seen[..., a:a + ROWS, :], spec.scale)[0]
+                          for a in range(0, n, ROWS)], dim=2)
 
     final: list[torch.Tensor] = []
     Pass(net, attend, then={"final": lambda x, name: final.append(x)})(ids, torch.ones_like(ids), None, logits=False)

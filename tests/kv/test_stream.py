@@ -110,6 +110,22 @@ def test_layer_at_a_time_equals_token_at_a_time(decoder, net64, ids, name):
 
 
 @pytest.mark.numeric
+@pytest.mark.parametrize("name", ["window:8", "h2o:8"])
+def test_the_layer_at_a_time_run_attends_in_pieces_of_rows_with_the_same_numbers(decoder, net64, ids, name,
+                                                                                  monkeypatch):
+    import probes.kv.stream as kv_stream
+
+    with torch.inference_mode():
+        whole = run_masked(net64, ids, plan(decoder, name))  # 40 tokens: one piece
+        monkeypatch.setattr(kv_stream, "ROWS", 7)  # pieces of 7 query rows, the last of 5
+        pieces = run_masked(net64, ids, plan(decoder, name))
+        streamed = run_stream(net64, ids, plan(decoder, name))
+    assert torch.equal(whole.evicted_at, pieces.evicted_at)
+    assert float((whole.losses - pieces.losses).abs().max()) <= F64
+    assert float((streamed.losses - pieces.losses).abs().max()) <= F64
+
+
+@pytest.mark.numeric
 @pytest.mark.parametrize("name", EVERY)
 def test_one_head_cut_alone_is_the_masked_pass_the_shadow_implies(decoder, net64, ids, name):
     """What head_effects measures: the shadow's evictions of head (l, h), as a mask on a full pass, are the
