@@ -220,36 +220,46 @@ def main() -> None:
     parser.add_argument("--transformerlens", metavar="PYTHON", required=True,
                         help="the interpreter of a venv with transformer_lens (never this one's)")
     parser.add_argument("--instruments", nargs="+", choices=("trace", "patch"), default=["trace", "patch"])
-    parser.add_argument("--model", default="smollm2", help="a model name or folder probes.load reads")
+    parser.add_argument("--model", default="smollm2",
+                        help="a model name or folder probes.load reads, or random-gpt2 (compose.py's GPT-2 shape)")
     parser.add_argument("--tokens", type=int, default=1000, help="the trace's length in tokens")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sender-layers", type=int, default=RECEIVER[0],
                         help="path patching's senders: every head of the layers before this one (default: all)")
     parser.add_argument("--before", type=Path, help="also ours from this folder (holding probes/)")
-    parser.add_argument("--out", type=Path, help="also write transformerlens.txt into this folder")
+    parser.add_argument("--out", type=Path, help="also write transformerlens_MODEL.txt into this folder")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from report import publish
-
     import probes
 
-    model = probes.load(args.model)
-    folder = str(model.location)
     sides = {"ours": ([sys.executable, "-c", OURS], [str(ROOT)]),
              "TransformerLens": ([args.transformerlens, "-c", THEIRS], [])}
     if args.before:
         sides = {"ours, before": ([sys.executable, "-c", OURS], [str(args.before.resolve())]), **sides}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model == "random-gpt2":  # compose.py's GPT-2-small shape, Hugging Face's random initialisation
+            sys.path.insert(0, str(ROOT / "tests"))
+            from compose import random_gpt2
+
+            model = probes.load(str(random_gpt2(Path(tmp) / "random-gpt2")))
+        else:
+            model = probes.load(args.model)
+        run(args, model, sides, Path(tmp))
+
+
+def run(args, model, sides: dict, tmp: Path) -> None:
+    from report import publish
+
+    folder = str(model.location)
     lines = [f"The library beside TransformerLens on {args.model} ({folder}), the trace at {args.tokens} tokens "
              "(`.venv/bin/python benchmarks/transformerlens.py --transformerlens /tmp/tlvenv/bin/python`)"]
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "inputs.pt"
-        inputs(model, args.tokens, data, args.sender_layers)
-        del model
-        for instrument in args.instruments:
-            lines += ["", *compare(instrument, folder, data, sides, args.rounds)]
-            print("\n".join(lines[-(len(sides) + 3):]), flush=True)
-    publish("\n".join(lines), args.out, "transformerlens.txt")
+    data = tmp / "inputs.pt"
+    inputs(model, args.tokens, data, args.sender_layers)
+    for instrument in args.instruments:
+        lines += ["", *compare(instrument, folder, data, sides, args.rounds)]
+        print("\n".join(lines[-(len(sides) + 3):]), flush=True)
+    publish("\n".join(lines), args.out, f"transformerlens_{Path(args.model).name}.txt")
 
 
 if __name__ == "__main__":
