@@ -453,6 +453,7 @@ def test_cell_after_cell_of_one_head_reads_its_kept_pass_with_the_same_numbers(s
     fresh = qk_attribution(smollm2, SHE, 15, 7, 8, 2)
     assert len(passes) == 2
     assert second.parts == fresh.parts and np.array_equal(second.matrix, fresh.matrix)
+    assert second.bands is not None and fresh.bands is not None
     assert (second.score, second.weight) == (fresh.score, fresh.weight) and second.bands.equals(fresh.bands)
     assert first.score != second.score
     qk_attribution(smollm2, SHE, 15, 6, 11, 9)  # another head
