@@ -217,8 +217,15 @@ def input_problem(inp: Input) -> str | None:
 
 
 def show_link_problems() -> None:
-    for problem in st.session_state.get("link_problems", []):
+    """What the link asked for that the view could not give, said once a link opens: on that run, and again on the
+    run the answer box's evidence asks for when it comes in (the reader has not acted yet, and the notes must not
+    vanish under them)."""
+    problems = st.session_state.get("link_problems", [])
+    if st.session_state.pop(verdicts.AGAIN, False):
+        problems = st.session_state.get("link_problems_shown", []) + problems
+    for problem in problems:
         st.warning(ui.safe(problem))
+    st.session_state["link_problems_shown"] = problems
     st.session_state["link_problems"] = []
 
 
@@ -226,9 +233,10 @@ def open_on_the_story(inp: Input) -> None:
     """A text with a question (``STORIES``), newly on screen with this model: open on its query word and
     the head chosen to answer it on half of its controls (never on the sentence alone: its verdict, on the other
     half, is the answer box's), unless the link chose a layer, head or query itself. The choice needs the question's
-    evidence, which only the pages with the answer box compute (after they have drawn): until it is in, the view
-    keeps its head, and moves to the chosen one when it comes (:func:`dashboard.core.verdicts.open_on_story_later`);
-    no other page waits for it."""
+    evidence, which only the pages with the answer box compute and show (after they have drawn): there the view moves
+    to the chosen head when the evidence is in, at once where it is kept
+    (:func:`dashboard.core.verdicts.open_on_story_later`); every other page keeps the link's head and waits for
+    nothing."""
     key = (inp.model, inp.text.strip())
     if st.session_state.get("story_for") == key:
         return
@@ -241,16 +249,12 @@ def open_on_the_story(inp: Input) -> None:
         answer = questions.story(here)
         if answer is None:
             return
-        question = questions.Asked(*STORIES[inp.text.strip()])
-        ev = questions.kept_evidence(here, question)
     except probes.ProbesError:  # the page says what is wrong with the input
         return
     ui.update(query=answer.query)
-    if ev is None:
-        verdicts.open_on_story_later(here, question, (answer.layer, answer.head))
-        return
-    layer, head = ev.head if ev.head is not None else (answer.layer, answer.head)
-    ui.update(layer=layer, head=head)
+    # the head moves only where the answer box shows the evidence it was chosen on, whether or not another session
+    # has kept that evidence already: a link opens every other page on the same head whatever the cache holds
+    verdicts.open_on_story_later(here, questions.Asked(*STORIES[inp.text.strip()]), (answer.layer, answer.head))
 
 
 def _renders(key: str, context: dict[str, ui.Context]) -> Callable[[], None]:

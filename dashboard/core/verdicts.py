@@ -63,6 +63,7 @@ def evidence(inp: Input, question: Asked, raw: bytes | None = None, bar: ui.Prog
 
 
 STORY = "story_head"  # session key: a story's question whose chosen head the view opens on once its evidence is in
+AGAIN = "evidence_rerun"  # session key: this run is the one the evidence asked for, not the reader's
 
 
 def open_on_story_later(inp: Input, question: Asked, fallback: tuple[int, int]) -> None:
@@ -88,6 +89,12 @@ def _open_on_story(inp: Input, question: Asked, ev) -> bool:
     return True
 
 
+def _again() -> None:
+    """Run the page again for the evidence, not for the reader: the run says so (:data:`AGAIN`)."""
+    st.session_state[AGAIN] = True
+    st.rerun()
+
+
 def answer(ctx: ui.Context, question: Asked, raw: bytes | None = None):
     """The answer box for ``question``, here: at once where its evidence is kept. Otherwise a progress bar here, and
     what to call once the rest of the page has drawn (so the heavy evidence never holds up the page): it waits for the
@@ -95,8 +102,8 @@ def answer(ctx: ui.Context, question: Asked, raw: bytes | None = None):
     inp, v = ctx.inp, ui.view()
     if has_evidence(inp, question):
         ev = evidence(inp, question, raw)
-        if ev is not None and _open_on_story(inp, question, ev):  # (another session computed it meanwhile)
-            st.rerun()
+        if ev is not None and _open_on_story(inp, question, ev):  # (kept by this session or another)
+            _again()
         if ev is not None:
             box(ctx, question, ev, shown=(v.layer, v.head))
         return None
@@ -111,7 +118,7 @@ def answer(ctx: ui.Context, question: Asked, raw: bytes | None = None):
         ev = evidence(inp, question, raw, bar)
         if ev is not None:
             _open_on_story(inp, question, ev)
-            st.rerun()  # the page again, the box drawn in its place from the kept evidence
+            _again()  # the page again, the box drawn in its place from the kept evidence
 
     return later
 

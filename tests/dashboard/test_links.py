@@ -16,7 +16,12 @@ Heads says what held-out means under a label's verdict (issue 61);
 the Circuit table's "In every row" line names random_low and random_high in words (random matrices, low / high
 (95 %)) (issue 61);
 the Q/K/V page's "weighted value vectors (heaviest) and their sum" wraps to its chart's width (a phone cut it
-with "…") (issue 61)."""
+with "…") (issue 61);
+a story's text opens on the head chosen on its question's controls only on the pages whose answer box shows that
+evidence (Explore; Find for its own question): Heads, Cost, Generate and Find on the story's question keep the link's
+head (layer 0 where the link names none) instead of computing the evidence first, and whatever another session has
+cached (issue 61);
+a bad page= lists the Start here page among the pages (issue 61)."""
 
 from __future__ import annotations
 
