@@ -11,7 +11,7 @@ the system Chromium) opens the bare address, which opens the tour, and times fro
 Then a new session at 390 px wide (a phone) opens it again. A screenshot of each is written under ``--out``; the load
 average is printed beside the table (a shared machine slows every figure).
 
-    .venv/bin/python benchmarks/start_tour.py [--out /tmp/start-tour]
+    .venv/bin/python benchmarks/start_tour.py [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from browser import ARGS, chromium_path  # noqa: E402  (tests/browser.py: the system Chromium)
 from load_test import start_server  # noqa: E402
+from report import out_folder  # noqa: E402
 
 TIMEOUT_MS = 900_000
 PROBE = """
@@ -70,12 +71,12 @@ def open_once(browser, url: str, width: int, shot: Path, path: str = "/") -> tup
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/start-tour"))
+    parser.add_argument("--out", type=Path, help="where the screenshots go (default: a new temporary folder, printed)")
     parser.add_argument("--explore", action="store_true",
                         help="first, on a fresh server of its own, Explore's first draw (what a bare address opened "
                              "before the tour), cold and warm, as the baseline")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = out_folder(args.out)
     from playwright.sync_api import sync_playwright
 
     rows = []
