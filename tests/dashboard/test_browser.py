@@ -31,7 +31,7 @@ def test_open_change_head_and_share_the_link(app_url):
     with sync_playwright() as p:
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(app_url)
+        page.goto(f"{app_url}/?page=explore")  # (a bare address opens Start here)
         settle(page)
         # it lands on "she" and on the head chosen on half of the question's controls, whose box is not green: no
         # head of minilm answers "who is she?" on the other half
@@ -326,7 +326,7 @@ def test_explore_uses_the_page_width_and_a_thumbnail_click_shows_its_heatmap(app
     with sync_playwright() as p:
         browser = launch(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(app_url)
+        page.goto(f"{app_url}/?page=explore")  # (a bare address opens Start here)
         settle(page)
         _charts_drawn(page, 4, main=True)
         laid_out(page)

@@ -37,11 +37,12 @@ def test_the_opened_app_requests_nothing_outside_this_machine(app_url):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         asked: list[str] = []
         page.on("request", lambda r: asked.append(r.url))
-        for path in ("/", "/qkv"):  # the landing page with its charts, and one more page through a link
+        # the landing page (Start here: words and buttons), Explore with its charts, and one more page through a link
+        for path, charts in (("/", 0), ("/?page=explore", 2), ("/qkv", 2)):
             page.goto(app_url + path)
             page.wait_for_timeout(300)
             page.wait_for_selector(IDLE, timeout=WAIT_MS)
-            page.wait_for_function("document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= 2",
+            page.wait_for_function(f"document.querySelectorAll('[data-testid=stVegaLiteChart]').length >= {charts}",
                                    timeout=WAIT_MS)
             page.wait_for_load_state("networkidle")
         icons = page.evaluate("Array.from(document.querySelectorAll('link[rel*=icon]'), l => l.href)")
