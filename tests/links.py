@@ -155,6 +155,8 @@ def visible(view: Any) -> Any:
 
 
 # a figure in a sentence: an integer, a decimal, or a number in e-notation (how the app writes residuals)
+RESIDUAL = 1e-4  # a residual printed in e-notation under this is rounding noise (float32's last bits, float64's 1e-15)
+RELATIVE = 1e-5  # float32's relative error over a model's few hundred roundings (a few hundred × 1.2e-7)
 _FIGURE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w.])")
 
 
@@ -169,9 +171,9 @@ def _same_figure(then: str, now: str) -> bool:
     if "." not in then + now and "e" not in then + now:
         return False
     a, b = float(then), float(now)
-    if "e" in then and "e" in now and max(abs(a), abs(b)) < 1e-4:
+    if "e" in then and "e" in now and max(abs(a), abs(b)) < RESIDUAL:
         return True
-    return abs(a - b) <= max(_unit(then), _unit(now)) + 1e-5 * max(abs(a), abs(b))
+    return abs(a - b) <= max(_unit(then), _unit(now)) + RELATIVE * max(abs(a), abs(b))
 
 
 def _unit(figure: str) -> float:

@@ -128,7 +128,7 @@ def _kv(model: ModelLike, tokens: int = KV_TOKENS, budget: int = KV_BUDGET, sink
 WORKS: dict[str, Callable[..., Any]] = {"probe": _probe, "question": _question, "induction": _induction, "kv": _kv}
 
 
-def run(finding: Finding, model: ModelLike, progress: Progress = None):
+def gather(finding: Finding, model: ModelLike, progress: Progress = None):
     """The work that judges ``finding`` on ``model`` (the model it names): shared by the findings of the same work and
     options."""
     if model.name != finding.model:
@@ -137,13 +137,13 @@ def run(finding: Finding, model: ModelLike, progress: Progress = None):
 
 
 def read(finding: Finding, result) -> Judged:
-    """The finding's verdict and evidence line, from its work's result (:func:`run`)."""
+    """The finding's verdict and evidence line, from its work's result (:func:`gather`)."""
     return finding.reader(result)
 
 
 def judge(finding: Finding, model: ModelLike, progress: Progress = None) -> Judged:
     """Run and read ``finding`` on ``model``."""
-    return read(finding, run(finding, model, progress))
+    return read(finding, gather(finding, model, progress))
 
 
 # -- the readers: a work's result → the verdict and its line ------------------------------------------------------

@@ -64,7 +64,7 @@ def test_the_kv_finding_holds_only_when_the_first_tokens_save_loss_beyond_the_in
 
 def test_a_finding_refuses_a_model_it_is_not_about() -> None:
     with pytest.raises(BadOption, match="about smollm2, not minilm"):
-        findings.run(FINDINGS["kv"], SimpleNamespace(name="minilm"))
+        findings.gather(FINDINGS["kv"], SimpleNamespace(name="minilm"))
 
 
 def test_a_findings_link_opens_its_page_on_the_judged_head() -> None:

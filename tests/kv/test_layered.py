@@ -22,12 +22,12 @@ def test_the_layered_cut_equals_head_effects(decoder):
     got = head_effects_layered(model, TEXT, policies, progress=lambda *a: calls.append(a))
     want = head_effects(model, TEXT, policies)
     assert len(got.rows) == len(want.rows) == 6 * model.n_layers * model.n_kv_heads  # full: nothing to cut
-    assert abs(got.full_loss - want.full_loss) <= 1e-10 and got.tokens == want.tokens
+    assert abs(got.full_loss - want.full_loss) <= F64 and got.tokens == want.tokens
     for mine, theirs in zip(got.rows, want.rows, strict=True):
         assert {k: mine[k] for k in ("policy", "layer", "kv_head", "query_heads")} == \
                {k: theirs[k] for k in ("policy", "layer", "kv_head", "query_heads")}
-        assert abs(mine["loss_change"] - theirs["loss_change"]) <= 1e-10, mine
-        assert abs(mine["mass"] - theirs["mass"]) <= 1e-10
+        assert abs(mine["loss_change"] - theirs["loss_change"]) <= F64, mine
+        assert abs(mine["mass"] - theirs["mass"]) <= F64
         assert abs(mine["seen_fraction"] - theirs["seen_fraction"]) <= F64
     assert any(abs(r["loss_change"]) > 1e-4 for r in got.rows)  # cuts that change the loss
     for name, w in want.watched.items():

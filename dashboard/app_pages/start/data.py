@@ -1,4 +1,4 @@
-"""What the tour asks the library for: each finding's work (:func:`probes.evidence.findings.run`), computed once per
+"""What the tour asks the library for: each finding's work (:func:`probes.evidence.findings.gather`), computed once per
 model for every session, on a thread of its own (a click that ends the run leaves it going for the next run, which
 waits for the same computation), and read into the finding's verdict (:func:`probes.evidence.findings.read`). A
 question's finding is the question's evidence that Explore's answer box reads (:mod:`dashboard.core.questions`), so
@@ -87,7 +87,7 @@ def _start(finding: Finding) -> _Job:
 
     def work() -> None:
         try:
-            result = findings.run(finding, model, progress=job.step)
+            result = findings.gather(finding, model, progress=job.step)
             with _lock:
                 _kept[key] = result
             job.result = result

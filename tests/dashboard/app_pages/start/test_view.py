@@ -22,7 +22,7 @@ def verdicts(monkeypatch):
     said: dict[str, str] = {}
     runs: list[str] = []
 
-    def run(finding, model, progress=None):
+    def gather(finding, model, progress=None):
         runs.append(finding.key)
         return finding.key
 
@@ -35,7 +35,7 @@ def verdicts(monkeypatch):
         return Judged(verdict, f"line of {finding.key}: {verdict}", HEAD)
 
     kept: dict = {}
-    monkeypatch.setattr(findings, "run", run)
+    monkeypatch.setattr(findings, "gather", gather)
     monkeypatch.setattr(findings, "read", read)
     monkeypatch.setattr(data, "_kept", {})
     monkeypatch.setattr(data.models, "model_named", lambda name: name)  # (no model is needed: nothing is run)
