@@ -44,7 +44,7 @@ SHOTS: dict[str, tuple[str, int, str | None]] = {
     "parity": ("", 1, "parity.png"),
     "heads": ("", 1, "heads.png"),  # after its Run button: the positional probe's grid
     "effects": ("", 1, "does-it-matter.png"),
-    "circuit": ("", 1, "circuit.png"),
+    "circuit": ("layer=4&head=0", 1, "circuit.png"),  # a head past layer 0 (which reads only the embeddings)
     "cost": ("", 1, None),  # charts of the saved benchmarks, quoted as tables on docs/benchmarks.md
     "kv": ("model=smollm2", 1, "kv-policies.png"),
 }
