@@ -63,6 +63,17 @@ class LinkPart:
         return out
 
 
+def _ascii_number(raw: str, convert, said: str):
+    """``raw`` read by ``convert`` (int or float), or a ValueError that ``said``: int() and float() take '٣' (3),
+    and a number in a link is ASCII."""
+    try:
+        if not raw.isascii():
+            raise ValueError(raw)
+        return convert(raw)
+    except ValueError:
+        raise ValueError(said) from None
+
+
 def _parse(f: Field, raw: str, default: Any) -> Any:
     if isinstance(default, bool):
         if raw.lower() in ("1", "true", "yes"):
@@ -71,22 +82,12 @@ def _parse(f: Field, raw: str, default: Any) -> Any:
             return False
         raise ValueError("expected 1 or 0")
     if isinstance(default, float):
-        try:
-            if not raw.isascii():  # float() takes '٣' (3): a number in a link is ASCII
-                raise ValueError(raw)
-            number = float(raw)
-        except ValueError:
-            raise ValueError("expected a number") from None
+        number = _ascii_number(raw, float, "expected a number")
         if not number > 0 or number != number or number == float("inf"):
             raise ValueError("expected a number above 0")
         return number
     if isinstance(default, int):
-        try:
-            if not raw.isascii():  # int() takes '٣' (3): a number in a link is ASCII
-                raise ValueError(raw)
-            value = int(raw)
-        except ValueError:
-            raise ValueError("expected a whole number") from None
+        value = _ascii_number(raw, int, "expected a whole number")
         least = f.metadata.get("least", 0)
         if value < least:
             raise ValueError(f"expected {least} or more")
