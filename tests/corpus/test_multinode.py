@@ -90,20 +90,37 @@ def bars_into(bars: list[Bar], on_first=None):
 
 
 class Slow:
-    """A job that takes half a second longer (sent by value: the workers do not import the tests), so that a node
-    killed when the first chunk is back is in the middle of its next one."""
+    """A job that takes half a second longer (sent by value: the workers do not import the tests). With ``hold`` (a
+    folder), a chunk beyond each worker's first (``index >= HELD_FROM``) marks its start (``started-<index>``, after the
+    worker counted it) and waits on its first run until the file ``released`` is there: the node killed once both
+    are marked is in the middle of a chunk whose start was counted, however early or late the driver sees the first
+    chunk (on a busy machine the kill came before the worker had counted its next chunk, or after it had finished
+    its chunks in hand, and nothing was said to run again). A chunk run again does not wait (its mark is there)."""
 
-    def __init__(self, job):
-        self.job, self.index, self.label = job, job.index, job.label
+    def __init__(self, job, hold: str | None = None):
+        self.job, self.index, self.label, self.hold = job, job.index, job.label, hold
 
     def __call__(self, model):
+        if self.hold is not None:
+            mark = os.path.join(self.hold, f"started-{self.index}")
+            first = not os.path.exists(mark)
+            open(mark, "a").close()
+            released = os.path.join(self.hold, "released")
+            waited = 0.0
+            while first and self.index >= HELD_FROM and not os.path.exists(released) and waited < HOLD_AT_MOST_S:
+                time.sleep(0.05)
+                waited += 0.05
         time.sleep(0.5)
         return self.job(model)
 
 
-def slowly(pool):
+HELD_FROM = 2  # the chunks of the second round (each of the two workers is sent chunks 0/1, then 2/3: ray_pool.IN_HAND)
+HOLD_AT_MOST_S = 120.0  # a guard against a hang, should the test never release them
+
+
+def slowly(pool, hold=None):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    return lambda model, jobs: pool(model, [Slow(job) for job in jobs])
+    return lambda model, jobs: pool(model, [Slow(job, None if hold is None else str(hold)) for job in jobs])
 
 
 def _probe_run(model, data, out, every=5, **kw):
@@ -171,6 +188,11 @@ def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(clust
     monkeypatch.setattr(jobs, "write_file", counted)
 
     def kill_a_node():  # the node that sent the first chunk back, while it runs its next one
+        waited = 0.0  # until both workers are in their held chunk (its start counted: Slow marks it after that)
+        while not all((hold / f"started-{i}").exists() for i in range(HELD_FROM, 2 * HELD_FROM)):
+            assert waited < HOLD_AT_MOST_S, "the workers never started their second chunks"
+            time.sleep(0.05)
+            waited += 0.05
         node = next(iter(stats["node"].values()))
         victim = next(n for n in nodes if n.node_id == node)
         for pid in [pid for pid, where in stats["node"].items() if where == node]:
@@ -179,10 +201,13 @@ def test_a_worker_node_killed_mid_run_loses_no_chunk_and_counts_none_twice(clust
         made.remove_node(victim, allow_graceful=False)
         killed.append(victim)
         made.add_node(num_cpus=1)  # the cluster's replacement, where Ray restarts the lost worker
+        (hold / "released").touch()  # the other worker's held chunk goes on
 
+    hold = tmp_path / "hold"
+    hold.mkdir()
     out = tmp_path / "ray.csv"
     on_ray = _probe_run(gpt2, data, out, every=3, notify=notes.append,
-                        executor=slowly(ray_pool.executor(2, stats=stats, notify=notes.append)),
+                        executor=slowly(ray_pool.executor(2, stats=stats, notify=notes.append), hold),
                         progress_factory=bars_into(bars, kill_a_node))
     assert killed and len(set(stats["node"].values())) >= 2  # the probe's chunks ran on more than one node
     assert (bars[0].total, bars[0].done) == (30, 30)  # every item counted once
