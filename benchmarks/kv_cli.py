@@ -30,7 +30,6 @@ import json
 import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from report import alternate, out_folder, publish, ratios  # noqa: E402
 
 GOAL_COMMAND_S = 120.0  # (a): 2,000 tokens × 5 policies
 GOAL_PER_TOKEN = 1.2  # (b): streamed ÷ Hugging Face's cached decoding
+FIXED = 2**18  # (a) --threshold both: probes.memory.MMAP_THRESHOLD, what the command fixed before it chose glibc's
+FIXED_NAME = "layers, threshold fixed"
 HF = "Hugging Face cached"
 
 
@@ -55,22 +56,33 @@ def load_text() -> str:
 
 # -- (a) the command -----------------------------------------------------------------------------------------------
 
-def run_command(model: str, tokens: int, policies: str, method: str) -> dict:
-    """One ``python -m probes kv`` in a fresh process: its wall seconds, its JSON and its thread line."""
+def run_command(model: str, tokens: int, policies: str, method: str, threshold: int | None = None) -> dict:
+    """One ``python -m probes kv`` in a fresh process: its wall seconds, CPU seconds, peak resident memory, its JSON
+    and its thread line. ``threshold``: glibc's mmap threshold fixed at that many bytes (``PROBES_MMAP_THRESHOLD``),
+    as every other command fixes it; None: the command's own choice (glibc's moving threshold)."""
+    import tempfile
+
     argv = [sys.executable, "-m", "probes", "kv", "--model", model, "--ewt", str(tokens), "--policies", policies,
             "--method", method, "--json"]
-    env = {k: v for k, v in os.environ.items() if k not in ("PROBES_THREADS", "OMP_NUM_THREADS")}  # its own choice
+    mine = ("PROBES_THREADS", "OMP_NUM_THREADS", "PROBES_MMAP_THRESHOLD")  # its own choices
+    env = {k: v for k, v in os.environ.items() if k not in mine}
+    if threshold is not None:
+        env["PROBES_MMAP_THRESHOLD"] = str(threshold)
     before = load_text()
-    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - t0
-    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime  # what it would take alone, on one thread
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
-    threads = next((line for line in reversed(done.stderr.splitlines()) if line.startswith("torch threads")), "?")
-    return dict(seconds=seconds, cpu=cpu, data=json.loads(done.stdout), threads=threads,
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own CPU time and peak, not every child's so far
+        seconds = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({child.returncode}):\n{stderr}")
+    threads = next((line for line in reversed(stderr.splitlines()) if line.startswith("torch threads")), "?")
+    return dict(seconds=seconds, cpu=usage.ru_utime + usage.ru_stime, system=usage.ru_stime,
+                peak_mib=usage.ru_maxrss / 1024, data=json.loads(stdout), threads=threads,
                 load=f"{before} → {load_text()}")
 
 
@@ -117,6 +129,10 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256, help="(b): the window policy's budget")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip", choices=("command", "decoding"), default=None, help="leave out (a) or (b)")
+    parser.add_argument("--threshold", choices=("command", "both"), default="command", help="(a): the command's "
+                        "own memory choice only (glibc's moving mmap threshold), or also --method layers with the "
+                        f"threshold fixed at {FIXED // 1024} KiB, as the other commands and the app fix it "
+                        "(PROBES_MMAP_THRESHOLD)")
     parser.add_argument("--out", type=Path, default=None, help="folder for kv_cli.txt (default: a new temporary "
                         "folder, printed)")
     args = parser.parse_args()
@@ -131,11 +147,14 @@ def main() -> None:
 
     if args.skip != "command":
         runs: dict[str, list[dict]] = {"layers": [], "stream": []} if k else {"layers": []}
+        if args.threshold == "both":
+            runs[FIXED_NAME] = []
 
         def command(method: str):
             def go() -> None:
-                chosen = policies if method == "layers" else ",".join(names[:k])
-                row = run_command(args.model, args.tokens, chosen, method)
+                chosen = ",".join(names[:k]) if method == "stream" else policies
+                fixed = FIXED if method == FIXED_NAME else None
+                row = run_command(args.model, args.tokens, chosen, "layers" if fixed else method, fixed)
                 runs[method].append(row)
                 print(f"round {len(runs[method])}: --method {method}: {row['seconds']:.1f} s, {row['threads']}, "
                       f"load {row['load']}", flush=True)
@@ -152,8 +171,8 @@ def main() -> None:
                   f"{policies}: a fresh process each, {args.rounds} rounds alternating",
                   "",
                   "| --method | seconds per round (model load included) | median | goal | met | CPU seconds (user + "
-                  "system) | threads (its stderr) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "system) | of which system | peak MiB | threads (its stderr) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for method, rows in runs.items():
             seconds = [r["seconds"] * (scale if method == "stream" else 1) for r in rows]
             cpu = [r["cpu"] * (scale if method == "stream" else 1) for r in rows]
@@ -162,8 +181,10 @@ def main() -> None:
                 names) else ""
             goal, met = (f"≤ {GOAL_COMMAND_S:.0f} s", "yes" if median <= GOAL_COMMAND_S else "no") \
                 if method == "layers" else ("", "")
+            system = " / ".join(f"{r['system'] * (scale if method == 'stream' else 1):.1f}" for r in rows)
+            peak = " / ".join(f"{r['peak_mib']:.0f}" for r in rows)
             lines.append(f"| {method}{said} | {' / '.join(f'{s:.1f}' for s in seconds)} | {median:.1f} | {goal} | "
-                         f"{met} | {' / '.join(f'{c:.1f}' for c in cpu)} | {rows[0]['threads']} |")
+                         f"{met} | {' / '.join(f'{c:.1f}' for c in cpu)} | {system} | {peak} | {rows[0]['threads']} |")
         lines += ["", "| policy | perplexity, layers | perplexity, stream | policy seconds, layers | policy seconds, "
                   "stream |", "|---|---|---|---|---|"]
         for i, a in enumerate(layers0["policies"]):

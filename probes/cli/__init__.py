@@ -56,7 +56,7 @@ import sys
 from .. import memory
 from ..errors import InputTooLong, ProbesError
 from . import claim, compose, effects, generate, kv, parity, path_patching, profile, serve, why
-from .common import apply_threads
+from .common import apply_threads, steadies
 
 # each adds its subcommand(s): add_parser(sub)
 COMMANDS = (parity, profile, generate, kv, effects, why, claim, compose, path_patching, serve)
@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        memory.steady()  # large tensors' memory goes back to the system when freed (probes.memory)
+        if steadies(args):  # large tensors' memory goes back to the system when freed (probes.memory)
+            memory.steady()
         chosen = apply_threads(args)  # torch's threads for the command's kind of work (probes.threads)
         code = args.func(args)
         if chosen is not None and code == 0 and not args.threads_reported:

@@ -90,6 +90,22 @@ def no_threads(parser: argparse.ArgumentParser, why: str) -> None:
     parser.set_defaults(work=None, no_threads_why=why)
 
 
+def glibc_threshold(parser: argparse.ArgumentParser, why: str) -> None:
+    """A command that leaves glibc's moving mmap threshold alone (:mod:`probes.memory`), and ``why``: a run of one
+    text start to end in a process of its own, where the page faults of a fixed threshold cost more than the memory
+    it hands back mid-run (every other command fixes it, as the app does). ``PROBES_MMAP_THRESHOLD``, when set, is
+    still obeyed (:func:`steadies`)."""
+    parser.set_defaults(steady_memory=False, glibc_threshold_why=why)
+
+
+def steadies(args: argparse.Namespace) -> bool:
+    """Whether the dispatcher fixes the mmap threshold for the parsed command (:func:`probes.memory.steady`): every
+    command but those that said :func:`glibc_threshold`, and those too when ``PROBES_MMAP_THRESHOLD`` is set."""
+    from ..memory import ENV
+
+    return bool(getattr(args, "steady_memory", True)) or ENV in os.environ
+
+
 def work_of(args: argparse.Namespace) -> str | None:
     """The kind of work of the parsed command (None: no torch work here). A command that declared nothing is a
     mistake of its own module (tests/cli/test_threads.py walks every subcommand)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..kv.policies import syntax
-from .common import Count, load_model, loading_options, positive, text_arg, threads_option
+from .common import Count, glibc_threshold, load_model, loading_options, positive, text_arg, threads_option
 
 DEFAULT_POLICIES = "full,window:256,sinks:4+window:252,h2o:256,snapkv:256"
 DEFAULT_EWT = 512  # tokens of the shipped EWT text when no text is given
@@ -225,4 +225,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     loading_options(p)
     threads_option(p, work)
+    glibc_threshold(p, "one text's layers and policies, start to end, in a process that ends with the run: a fixed "
+                    "threshold's page faults cost a long text more time than the memory it hands back mid-run is "
+                    "worth (benchmarks/kv_cli.py --threshold measures both)")
     p.set_defaults(func=main)

@@ -161,3 +161,24 @@ def test_a_real_run_sets_the_threads_before_its_work(argv, expected, llama_dir, 
     assert main([argv[0], "--model", str(llama_dir), *argv[1:]]) == 0
     assert set_to == [expected] and torch.get_num_threads() == expected
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"torch threads: {expected} (")
+
+
+# -- glibc's mmap threshold (probes.memory) ------------------------------------------------------------------------
+
+# the commands that leave glibc's moving threshold alone (probes.cli.common.glibc_threshold): one text start to end
+MOVING = {"kv"}
+
+
+@pytest.mark.parametrize("name", list(KIND))
+def test_each_command_fixes_the_mmap_threshold_unless_it_said_not_to(name, machine, monkeypatch, capsys):
+    from probes import memory
+
+    spied(monkeypatch)
+    fixed: list[str] = []
+    monkeypatch.setattr(memory, "steady", lambda: fixed.append(name) or True)
+    monkeypatch.delenv(memory.ENV, raising=False)
+    assert main([name, *ARGV[name]]) == 0
+    assert fixed == ([] if name in MOVING else [name])
+    monkeypatch.setenv(memory.ENV, "262144")  # set by the user: obeyed by every command
+    assert main([name, *ARGV[name]]) == 0
+    assert fixed == ([name] if name in MOVING else [name, name])
