@@ -27,7 +27,7 @@ from ..attention_math import repeat_kv
 from ..scratch import Pass, eager_attention
 from ..seam import reader
 from .cache import Slots
-from .policies import Policy
+from .policies import Policy, rows_at
 from .stream import (
     HeadEffects,
     Watched,
@@ -56,7 +56,7 @@ def _replayed(policy: Policy, heads: int, group: int, q: torch.Tensor, k: torch.
         sees = slots.allowed(t)
         row = scores[:, t].gather(-1, held.repeat_interleave(group, dim=0))
         row = torch.softmax(row.masked_fill(~sees, float("-inf")), dim=-1)
-        keys = k[0].gather(1, held[..., None].expand(-1, -1, k.shape[-1])) if policy.reads_keys else k[0]
+        keys = rows_at(k[0], held) if policy.reads_keys else k[0]
         slots.after(t, row, q[0, :, t], keys)
     return slots.evicted_at
 

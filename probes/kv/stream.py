@@ -32,7 +32,7 @@ from ..head_index import check_head
 from ..scratch import DecoderNetwork, Pass, eager_attention, net_logits
 from ..seam import reader
 from .cache import Slots
-from .policies import Full, Policy
+from .policies import Full, Policy, rows_at
 
 Plan = Sequence[Sequence[Policy]]  # the policy of each key/value head of each layer: plan[layer][head]
 MIN_TOKENS = 2  # a perplexity needs one predicted token
@@ -302,7 +302,7 @@ def run_masked(net, ids: torch.Tensor, plan: Plan, *, name: str = "",
                 sees = slots.allowed(t)
                 row = scores[:, t].gather(-1, held.repeat_interleave(group, dim=0))  # the held keys' scores
                 row = torch.softmax(row.masked_fill(~sees, float("-inf")), dim=-1)
-                keys = k[0].gather(1, held[..., None].expand(-1, -1, k.shape[-1])) if votes else k[0]
+                keys = rows_at(k[0], held) if votes else k[0]
                 slots.after(t, row, q[0, :, t], keys)
             left = slots.evicted_at
         else:

@@ -39,12 +39,12 @@ menu and the CLI find it in :data:`POLICIES`.
 
 from __future__ import annotations
 
-from .base import FAR, MENU, POLICIES, Menu, Policy, Step, at_least, kinds, parse, parse_list, register, syntax
+from .base import FAR, MENU, POLICIES, Menu, Policy, Step, at_least, kinds, parse, parse_list, register, rows_at, syntax
 from .builtin import H2O, POOL, STREAMING_SINKS, Full, Sinks, SnapKV, Split, Strided, Tova, Window
 
 __all__ = ["FAR", "H2O", "MENU", "POLICIES", "POOL", "STREAMING_SINKS", "Full", "Menu", "Policy", "Sinks", "SnapKV",
            "Split", "Step", "Strided", "Tova", "Window", "at_least", "default_recent", "kinds", "parse",
-           "parse_list", "register", "syntax"]
+           "parse_list", "register", "rows_at", "syntax"]
 
 
 def default_recent(policy: Policy) -> int:

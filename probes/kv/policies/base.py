@@ -194,6 +194,13 @@ def oldest_past(step: Step, sinks: int) -> torch.Tensor:
     return torch.where(held & (step.positions >= sinks), step.positions, far).argmin(-1)
 
 
+def rows_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Each head's rows of ``x`` ``[h, n, d]`` at ``index`` ``[h, m]``: ``[h, m, d]``, ``x[i, index[i]]`` (the keys a
+    head holds, by slot or by position). Indexing copies whole rows; ``gather`` with the index expanded over ``d``
+    reads an index per number, and was most of a replayed layer's time."""
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], index]
+
+
 def _number(text: str, what: str, whole: str) -> int:
     # ASCII digits only: \d and int() also read '٣' and '３' as 3
     if not re.fullmatch(r"[0-9]{1,9}", text):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from ...errors import BadOption
-from .base import FAR, Policy, Step, at_least, oldest_past, register
+from .base import FAR, Policy, Step, at_least, oldest_past, register, rows_at
 
 POOL = 5  # SnapKV's smoothing: a mean over this many neighbouring positions
 STREAMING_SINKS = 4  # streaming:B keeps the first 4 tokens (StreamingLLM's choice)
@@ -215,10 +214,10 @@ class SnapKV(Split):
         return min(32, budget // 2)
 
     def start(self, heads: int, capacity: int, dtype: torch.dtype, device: torch.device | str) -> Any:
-        return deque(maxlen=self.recent)  # the last `recent` queries, (position, q [h·g, d])
+        return _Recent(self.recent)
 
     def observe(self, state: Any, step: Step) -> None:
-        state.append((step.t, step.q))
+        state.add(step.t, step.q)
 
     def victim(self, state: Any, step: Step) -> torch.Tensor:
         """The vote: the last queries' attention over the held keys (each query reads the held keys up to its own
@@ -229,15 +228,42 @@ class SnapKV(Split):
         held = positions >= 0
         order = torch.where(held, positions, torch.full_like(positions, FAR)).argsort(-1)[:, :n_held]  # by position
         where = positions.gather(-1, order)  # [h, n]: the held positions, in order
-        k = keys.gather(1, order[..., None].expand(-1, -1, keys.shape[-1]))  # [h, n, d]
-        at = torch.tensor([s for s, _ in state], device=positions.device)  # [w]
-        qs = torch.stack([q for _, q in state], dim=1).view(n_heads, step.group, len(state), -1)
-        scores = (qs @ k[:, None].transpose(-2, -1)) * step.scale  # [h, g, w, n]
+        k = rows_at(keys, order)  # [h, n, d]
+        at, qs = state.at, state.queries  # [w], [h·g, w, d]
+        w = len(at)
+        # one product a key/value head, its group's queries stacked ([h, g·w, d] @ [h, d, n]): k is read as it is,
+        # not broadcast over the group (which copied it g times a step)
+        scores = torch.bmm(qs.view(n_heads, step.group * w, -1), k.transpose(1, 2)) * step.scale
+        scores = scores.view(n_heads, step.group, w, -1)  # [h, g, w, n]
         scores = scores.masked_fill(where[:, None, None, :] > at[None, None, :, None], float("-inf"))
         vote = torch.softmax(scores, dim=-1).mean(2).mean(1)  # [h, n]: over the queries, then the group
         n_older = n_held - self.recent  # the older keys come first (the recent ones are all held)
         pooled = F.avg_pool1d(vote[:, None, :n_older], kernel_size=POOL, stride=1, padding=POOL // 2)[:, 0]
         return order.gather(-1, pooled.argmin(-1, keepdim=True))[:, 0]
+
+
+class _Recent:
+    """SnapKV's state: the last ``size`` queries in the order they came, ``queries`` ``[h·g, w, d]``, and their
+    positions, ``at`` ``[w]`` (w ≤ size), each kept as one tensor (a step appends to it, dropping the oldest once
+    full), so a vote reads them without stacking them again."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.at = torch.empty(0, dtype=torch.long)
+        self.queries: torch.Tensor | None = None
+
+    def add(self, t: int, q: torch.Tensor) -> None:
+        if self.queries is None:
+            self.at = self.at.to(q.device)
+            self.queries = q[:, None].clone()  # (the caller's q may be a view of its own storage)
+        else:
+            keep = self.size - 1  # the newest size − 1, then this one
+            self.queries = torch.cat([self.queries[:, -keep:] if keep else self.queries[:, :0], q[:, None]], dim=1)
+        tail = self.at[-(self.size - 1):] if self.size > 1 else self.at[:0]
+        self.at = torch.cat([tail, torch.tensor([t], dtype=torch.long, device=self.at.device)])
+
+    def __len__(self) -> int:
+        return len(self.at)
 
 
 @register
