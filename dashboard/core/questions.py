@@ -4,8 +4,6 @@ questions) and judged on the other half, computed once per question and model fo
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import streamlit as st
@@ -16,6 +14,7 @@ from probes import explain
 
 from . import budgets
 from .models import Input, model_of, served_from
+from .shared_work import Job, SharedWork
 from .state import STORIES
 from .trace import text_words, trace
 
@@ -39,9 +38,7 @@ PUBLIC_QUESTIONS = 300  # …on a public deployment, within its time bound on Sm
 
 MAX_QUESTION_BYTES = 2_000_000  # bytes of one upload of questions
 
-_evidence: OrderedDict[tuple, object] = OrderedDict()
-
-_evidence_lock = threading.Lock()
+_evidence = SharedWork("question-evidence", EVIDENCE_KEPT)  # by _evidence_key, for every session
 
 
 @dataclass(frozen=True)
@@ -65,8 +62,7 @@ def _evidence_key(inp: Input, asked: Asked) -> tuple:
 
 def has_evidence(inp: Input, asked: Asked) -> bool:
     """Whether :func:`question_evidence` of this question is kept already (the page draws no progress bar then)."""
-    with _evidence_lock:
-        return _evidence_key(inp, asked) in _evidence
+    return _evidence_key(inp, asked) in _evidence
 
 
 
@@ -91,41 +87,14 @@ def question_upload(name: str, raw: bytes) -> probes.datasets.Items:
 
 
 
-class _Job:
-    """One question's evidence being computed on its own thread: every run that asks for it waits on this one (a click
-    that ends a run while it waits does not start it again), and its items run so far, for their progress bars."""
-
-    def __init__(self) -> None:
-        self.done, self.total, self.waiting, self.stop = 0, 0, 0, False
-        self.finished = threading.Event()
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def step(self, done: int, total: int) -> None:
-        if self.stop:  # cancelled, or nobody waits any more: the library's loop ends at its next item
-            raise _Stopped
-        self.done, self.total = done, total
-
-
-class _Stopped(Exception):
-    """The evidence's computation was stopped: nothing of it is kept."""
-
-
-_running: dict[tuple, _Job] = {}  # questions' evidence being computed now, by _evidence_key
-
-
 def stop_evidence(inp: Input, asked: Asked) -> None:
     """Stop computing this question's evidence, if it is being computed (its Cancel button): nothing is kept."""
-    with _evidence_lock:
-        job = _running.get(_evidence_key(inp, asked))
-    if job is not None:
-        job.stop = True
+    _evidence.stop(_evidence_key(inp, asked))
 
 
 def kept_evidence(inp: Input, asked: Asked):
     """This question's evidence if it is kept already, else None (nothing is computed)."""
-    with _evidence_lock:
-        return _evidence.get(_evidence_key(inp, asked))
+    return _evidence.kept(_evidence_key(inp, asked))
 
 
 def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progress=None):
@@ -136,32 +105,22 @@ def question_evidence(inp: Input, asked: Asked, raw: bytes | None = None, progre
     computation, and a run that ends while it waits (a click) leaves it going for the next; ``progress(done, total)``
     while it runs, bounded on a public deployment."""
     key = _evidence_key(inp, asked)
-    with _evidence_lock:
-        if key in _evidence:
-            _evidence.move_to_end(key)
-            return _evidence[key]
-        job = _running.get(key)
-    if job is None or job.stop:  # (a stopped one ends at its next item, keeping nothing: this question starts anew)
-        job = _start(key, inp, asked, raw)
-    watched = budgets.watched(progress, "ask on a shorter text or upload fewer questions")
-    job.waiting += 1
-    try:
-        while not job.finished.wait(0.1):
-            watched(job.done, job.total)
-    except BaseException as exc:
-        # a click ended this run (Streamlit's rerun): the next run waits for the same computation. Anything else (the
-        # public time bound, a closed tab's stop) stops it, unless another run waits for it too
-        if not isinstance(exc, RerunException) and job.waiting == 1:
-            job.stop = True
-        raise
-    finally:
-        job.waiting -= 1
-    if job.error is not None:
-        raise job.error
-    return job.result
+    if (found := _evidence.kept(key, touch=True)) is not None:
+        return found
+    # (a stopped computation ends at its next item, keeping nothing: this question starts anew)
+    job = _evidence.running(key) or _start(key, inp, asked, raw)
+    watched = budgets.watched(progress, "ask on a shorter text or upload fewer questions")  # (bound from here)
+    return _evidence.wait(job, watched, stops=_stops)
 
 
-def _start(key: tuple, inp: Input, asked: Asked, raw: bytes | None) -> _Job:
+def _stops(exc: BaseException) -> bool:
+    """Whether ``exc``, ending the only run that waits on a question's evidence, stops its computation: a click
+    ended the run (Streamlit's rerun) and the next run waits for the same computation; anything else (the public
+    time bound, a closed tab's stop) stops it."""
+    return not isinstance(exc, RerunException)
+
+
+def _start(key: tuple, inp: Input, asked: Asked, raw: bytes | None) -> Job:
     """Start computing a question's evidence on its own thread (what it reads is gathered here, in the run: the
     upload's questions and the model, from the app's caches)."""
     from probes.evidence.claims import question_evidence as judged
@@ -183,30 +142,8 @@ def _start(key: tuple, inp: Input, asked: Asked, raw: bytes | None) -> _Job:
         per_text = (probs if probs <= budgets.PUBLIC_ATTENTION_BUDGET else states) + 3 * model.n_heads * longest**2 * 4
         batch = {"batch_size": max(1, min(16, budgets.PUBLIC_WORK_BYTES // per_text)),
                  "attention_budget": budgets.PUBLIC_ATTENTION_BUDGET}
-    with _evidence_lock:
-        if (job := _running.get(key)) is not None and not job.stop:  # another run started it meanwhile
-            return job
-        job = _running[key] = _Job()
-
-    def work() -> None:
-        try:
-            found = judged(model, inp.text, asked.query, asked.key, asked.against, questions=questions,
-                           progress=job.step, **batch)
-            with _evidence_lock:
-                _evidence[key] = found
-                while len(_evidence) > EVIDENCE_KEPT:
-                    _evidence.popitem(last=False)
-            job.result = found
-        except Exception as exc:  # noqa: BLE001 - raised in every run that waits on it (a stop: nothing kept)
-            job.error = exc
-        finally:
-            with _evidence_lock:
-                if _running.get(key) is job:
-                    del _running[key]
-            job.finished.set()
-
-    threading.Thread(target=work, name="question-evidence", daemon=True).start()
-    return job
+    return _evidence.start(key, lambda step: judged(model, inp.text, asked.query, asked.key, asked.against,
+                                                    questions=questions, progress=step, **batch))
 
 
 

@@ -6,30 +6,17 @@ opening Explore on it computes nothing again."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from dashboard.core import models, questions
 from dashboard.core.models import Input
+from dashboard.core.shared_work import Job, SharedWork
 from probes.evidence import findings
-from probes.evidence.findings import Finding, Judged
+from probes.evidence.findings import FINDINGS, Finding, Judged
 
-_kept: dict[tuple, object] = {}  # works done, by (model, work, options): a few (the findings are a fixed list)
-_running: dict[tuple, _Job] = {}
-_lock = threading.Lock()
-
-
-class _Job:
-    """One work being computed on its own thread, and its progress for the runs that wait on it."""
-
-    def __init__(self) -> None:
-        self.done, self.total = 0, 0
-        self.finished = threading.Event()
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def step(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
+# works done and being done, by (model, work, options): every one kept (the findings are a fixed list); a run that
+# ends while it waits leaves its work going for the next run (no `stops`)
+_works = SharedWork("finding", len(FINDINGS))
 
 
 def _key(finding: Finding) -> tuple:
@@ -49,11 +36,9 @@ def ready(finding: Finding) -> Judged | None:
         if not questions.has_evidence(inp, asked):
             return None
         return findings.read(finding, questions.question_evidence(inp, asked))
-    with _lock:
-        if _key(finding) not in _kept:
-            return None
-        result = _kept[_key(finding)]
-    return findings.read(finding, result)
+    if _key(finding) not in _works:
+        return None
+    return findings.read(finding, _works.kept(_key(finding)))
 
 
 def judged(finding: Finding, progress: Callable[[int, int], None] | None = None) -> Judged:
@@ -62,42 +47,9 @@ def judged(finding: Finding, progress: Callable[[int, int], None] | None = None)
     if finding.question is not None:
         inp, asked = _question_input(finding)
         return findings.read(finding, questions.question_evidence(inp, asked, progress=progress))
-    key = _key(finding)
-    with _lock:
-        if key in _kept:
-            return findings.read(finding, _kept[key])
-        job = _running.get(key)
-    if job is None:
-        job = _start(finding)
-    while not job.finished.wait(0.1):
-        if progress is not None:
-            progress(job.done, job.total)
-    if job.error is not None:
-        raise job.error
-    return findings.read(finding, job.result)
+    return findings.read(finding, _works.get(_key(finding), lambda: _start(finding), progress))
 
 
-def _start(finding: Finding) -> _Job:
+def _start(finding: Finding) -> Job:
     model = models.model_named(finding.model)  # in the run: the app's cache of models
-    key = _key(finding)
-    with _lock:
-        if (job := _running.get(key)) is not None:
-            return job
-        job = _running[key] = _Job()
-
-    def work() -> None:
-        try:
-            result = findings.gather(finding, model, progress=job.step)
-            with _lock:
-                _kept[key] = result
-            job.result = result
-        except Exception as exc:  # noqa: BLE001 - raised in every run that waits on it
-            job.error = exc
-        finally:
-            with _lock:
-                if _running.get(key) is job:
-                    del _running[key]
-            job.finished.set()
-
-    threading.Thread(target=work, name="finding", daemon=True).start()
-    return job
+    return _works.start(_key(finding), lambda step: findings.gather(finding, model, progress=step))

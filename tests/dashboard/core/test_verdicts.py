@@ -5,20 +5,25 @@ computed once, however many runs ask for it while it is computed."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 from apptest import open_app, opening_header, texts
 
 from dashboard.core import questions
 from dashboard.core.models import Input
+from dashboard.core.shared_work import SharedWork, Stopped
 from dashboard.core.state import DEFAULT_TEXT, STORIES
+
+
+def _forget(monkeypatch) -> None:
+    """Forget every kept question's evidence (for this test)."""
+    monkeypatch.setattr(questions, "_evidence", SharedWork("question-evidence", questions.EVIDENCE_KEPT))
 
 
 def _counted(monkeypatch) -> list[str]:
     """Forget every kept question's evidence, and count the library's computations of one (their texts)."""
     from probes.evidence import claims
 
-    monkeypatch.setattr(questions, "_evidence", OrderedDict())
+    _forget(monkeypatch)
     run, asked = claims.question_evidence, []
 
     def counted(model, text, *args, **kw):
@@ -53,7 +58,7 @@ def test_one_question_asked_by_two_runs_at_once_is_computed_once(monkeypatch):
     same evidence for both."""
     from probes.evidence import claims
 
-    monkeypatch.setattr(questions, "_evidence", OrderedDict())
+    _forget(monkeypatch)
     started, release, calls = threading.Event(), threading.Event(), []
 
     def slow(model, text, *args, **kw):
@@ -83,7 +88,7 @@ def test_a_stopped_question_keeps_nothing_and_says_so(monkeypatch):
 
     from probes.evidence import claims
 
-    monkeypatch.setattr(questions, "_evidence", OrderedDict())
+    _forget(monkeypatch)
     inp = Input("minilm", DEFAULT_TEXT, None, "hf", "eager", False)
     asked = questions.Asked(*STORIES[DEFAULT_TEXT])
     first = threading.Event()
@@ -101,6 +106,6 @@ def test_a_stopped_question_keeps_nothing_and_says_so(monkeypatch):
         questions.stop_evidence(inp, asked)
 
     threading.Thread(target=cancel).start()
-    with pytest.raises(questions._Stopped):
+    with pytest.raises(Stopped):
         questions.question_evidence(inp, asked)
     assert questions.kept_evidence(inp, asked) is None

@@ -13,6 +13,7 @@ from numeric import fp32
 import probes
 from dashboard.app_pages.explore import charts
 from dashboard.core import budgets, questions
+from dashboard.core.shared_work import SharedWork
 from probes.explain import why as why_words
 
 
@@ -244,7 +245,8 @@ def test_public_evidence_traces_as_many_texts_at_once_as_the_work_budget_holds(m
     monkeypatch.setenv("PROBES_PUBLIC", "1")
     if budget is not None:
         monkeypatch.setattr(budgets, "PUBLIC_WORK_BYTES", budget)
-        monkeypatch.setattr(questions, "_evidence", type(questions._evidence)())  # none kept: computed again
+        none_kept = SharedWork("question-evidence", questions.EVIDENCE_KEPT)  # computed again
+        monkeypatch.setattr(questions, "_evidence", none_kept)
     asked: list[tuple[int | None, int | None]] = []  # each call's (batch_size, attention_budget)
     run = claims.question_evidence
 

@@ -8,6 +8,7 @@ from apptest import open_app, rerun, texts
 
 from dashboard.app_pages.start import data
 from dashboard.core import questions
+from dashboard.core.shared_work import SharedWork
 from probes.evidence import findings
 from probes.evidence.findings import FINDINGS, Judged
 from probes.evidence.record import BASELINE, SUPPORTED
@@ -37,7 +38,7 @@ def verdicts(monkeypatch):
     kept: dict = {}
     monkeypatch.setattr(findings, "gather", gather)
     monkeypatch.setattr(findings, "read", read)
-    monkeypatch.setattr(data, "_kept", {})
+    monkeypatch.setattr(data, "_works", SharedWork("finding", len(FINDINGS)))
     monkeypatch.setattr(data.models, "model_named", lambda name: name)  # (no model is needed: nothing is run)
     monkeypatch.setattr(questions, "question_evidence", question_evidence)
     monkeypatch.setattr(questions, "has_evidence", lambda inp, asked: (inp.model, asked.query) in kept)
