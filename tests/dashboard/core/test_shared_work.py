@@ -136,32 +136,30 @@ def test_the_oldest_result_is_dropped_past_the_bound_and_asking_for_one_keeps_it
     assert [key for key in "abcd" if key in work] == ["c", "d"]
 
 
-def test_a_run_that_ends_by_a_click_leaves_the_work_going_for_the_next_run():
-    work, compute = SharedWork("test-work", 4), Gated()
+def _left(work: SharedWork, compute: Gated, why: type[Exception]):
+    """The work started, then its only waiting run ended by ``why`` (raised from its progress callback)."""
 
-    def clicked(done: int, total: int) -> None:
-        raise Click
+    def ended(done: int, total: int) -> None:
+        raise why
 
     job = work.start("k", compute)
     assert compute.started.wait(60)
-    with pytest.raises(Click):
-        work.wait(job, clicked, stops=_stops)
+    with pytest.raises(why):
+        work.wait(job, ended, stops=_stops)
     compute.release.set()
+    return job
+
+
+def test_a_run_that_ends_by_a_click_leaves_the_work_going_for_the_next_run():
+    work, compute = SharedWork("test-work", 4), Gated()
+    _left(work, compute, Click)
     assert work.get("k", lambda: work.start("k", Gated("another")), stops=_stops) == "result"  # the next run
     assert compute.runs == 1
 
 
 def test_the_only_run_waiting_stops_the_work_when_the_callers_rule_says_so():
-    work, compute = SharedWork("test-work", 4), Gated()
-
-    def gone(done: int, total: int) -> None:
-        raise Gone
-
-    job = work.start("k", compute)
-    assert compute.started.wait(60)
-    with pytest.raises(Gone):
-        work.wait(job, gone, stops=_stops)
-    compute.release.set()
+    work = SharedWork("test-work", 4)
+    job = _left(work, Gated(), Gone)
     with pytest.raises(Stopped):
         work.wait(job)
     assert "k" not in work
