@@ -175,7 +175,12 @@ def test_each_command_fixes_the_mmap_threshold_unless_it_said_not_to(name, machi
 
     spied(monkeypatch)
     fixed: list[str] = []
-    monkeypatch.setattr(memory, "steady", lambda: fixed.append(name) or True)
+
+    def steady() -> bool:
+        fixed.append(name)
+        return True
+
+    monkeypatch.setattr(memory, "steady", steady)
     monkeypatch.delenv(memory.ENV, raising=False)
     assert main([name, *ARGV[name]]) == 0
     assert fixed == ([] if name in MOVING else [name])
