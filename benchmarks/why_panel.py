@@ -88,7 +88,15 @@ def measure(browser, url: str, clicks: int, warmup: int, model: str = "minilm") 
     times, sent, server, streamed, drawn = [], [], [], [], []
     for i in range(warmup + clicks):
         query, key = 20 + i % 15, 3 + (i * 7) % 15
-        page.mouse.click(*locate.centre(query, key))
+        at = locate.centre(query, key)
+        if locate.cell(*at) != (query, key):  # (the hover is before the click's pointerdown: not timed)
+            print(f"click {i}: the mouse at {at} is over {locate.cell(*at)}, not {(query, key)}: measuring the cells "
+                  f"again (were {locate.width:.2f} × {locate.height:.2f} px)", file=sys.stderr)
+            locate = Cells(page, TOKENS)
+            at = locate.centre(query, key)
+            if locate.cell(*at) != (query, key):
+                raise SystemExit(f"click {i}: cannot find cell {(query, key)} under the mouse")
+        page.mouse.click(*at)
         title = [f"({query}) → ", f"({key}), score"]  # the new cell's grid title
         if os.environ.get("WHY_SIGNAL") == "column":  # (measuring the page without the panel)
             title = [f"Who attends to '{key}:"]

@@ -152,6 +152,22 @@ TIP = """(() => { const e = document.getElementById('vg-tooltip-element');
   return e && e.classList.contains('visible') ? e.innerText : ''; })()"""
 
 
+# the part of a canvas in view: its box cut to the boxes of the ancestors that scroll (a wide heatmap scrolls in
+# its own box), in the page's coordinates
+VISIBLE = """(canvas) => {
+  let r = canvas.getBoundingClientRect(), left = r.left, top = r.top, right = r.right, bottom = r.bottom;
+  for (let e = canvas.parentElement; e; e = e.parentElement) {
+    const style = getComputedStyle(e);
+    if (/(auto|scroll|hidden)/.test(style.overflowX + style.overflowY)) {
+      const b = e.getBoundingClientRect();
+      left = Math.max(left, b.left); top = Math.max(top, b.top);
+      right = Math.min(right, b.right); bottom = Math.min(bottom, b.bottom);
+    }
+  }
+  return {x: left, y: top, width: right - left, height: bottom - top};
+}"""
+
+
 class Cells:
     """Where Explore's heatmap cells are on its canvas (Vega draws it on a canvas: no element per cell), for a
     text of ``tokens`` tokens. The mouse scans the canvas until Vega's tooltip names a cell, then steps to the
@@ -159,26 +175,57 @@ class Cells:
 
     def __init__(self, page, tokens: int):
         self.page = page
-        box = page.locator("[data-testid=stVegaLiteChart] canvas").first.bounding_box()
+        box = page.locator("[data-testid=stVegaLiteChart] canvas").first.evaluate(VISIBLE)
         hit = next(((x, y, c) for y in range(int(box["y"]) + 30, int(box["y"] + box["height"]), 7)
                     for x in range(int(box["x"]) + 30, int(box["x"] + box["width"]), 7)
                     if (c := self.cell(x, y)) is not None), None)
         if hit is None:
             raise SystemExit("no heatmap cell found under the mouse")
         x, y, (query, key) = hit
-        left = x
-        while self.cell(left - 1, y) == (query, key):
-            left -= 1
-        top = y
-        while self.cell(x, top - 1) == (query, key):
-            top -= 1
-        right, bottom = x, y
-        while self.cell(right + 1, y) == (query, key):
-            right += 1
-        while self.cell(x, bottom + 1) == (query, key):
-            bottom += 1
-        self.width, self.height = right + 1 - left, bottom + 1 - top
-        self.x0, self.y0 = left - key * self.width, top - query * self.height  # the corner of cell (0, 0)
+        left, top = self._edge(x, y, (query, key), 1, 0), self._edge(x, y, (query, key), 0, 1)
+        right, bottom = self._edge(x, y, (query, key), -1, 0), self._edge(x, y, (query, key), 0, -1)
+        width, height = right + 1 - left, bottom + 1 - top
+        # a cell's size is fractional (the chart's width over its columns): measured on one cell, the rounding adds
+        # up over the columns to half a cell and a click lands next door. So the edge of a cell about ten further
+        # along each axis (inside the chart's visible box) sets the size, over that many cells
+        far = self._far_edge(x, y, (query, key), top, height, 0, 1, box)
+        self.height = height if far is None else far
+        self.width = width
+        for rows in (15, 10, 5, 0):  # along a row further down: a decoder's first rows end at the diagonal
+            row_y = y + rows * self.height
+            below = self.cell(x, row_y) if row_y < box["y"] + box["height"] else None
+            far = None if below is None else self._far_edge(x, row_y, below, left, width, 1, 0, box)
+            if far is not None:
+                self.width = far
+                break
+        # the corner of cell (0, 0), from the canvas's corner: the page may move the canvas after this (a note drawn
+        # above it when the question's evidence comes in), so centre() reads where the canvas is at each click
+        canvas = page.locator("[data-testid=stVegaLiteChart] canvas").first.bounding_box()  # (uncut)
+        self.dx, self.dy = left - key * self.width - canvas["x"], top - query * self.height - canvas["y"]
+
+    def _edge(self, x: float, y: float, cell: tuple[int, int], dx: int, dy: int) -> float:
+        """The first pixel of ``cell`` (under (x, y)) going left (dx=1) or up (dy=1); the last going right (dx=-1)
+        or down (dy=-1)."""
+        while self.cell(x - dx, y - dy) == cell:
+            x, y = x - dx, y - dy
+        return x if dx else y
+
+    def _far_edge(self, x: float, y: float, cell: tuple[int, int], near: float, size: float, ax: int, ay: int,
+                  box) -> float | None:
+        """The cell size along x (ax=1) or y (ay=1), from ``near`` (the first pixel of ``cell``) to the first pixel
+        of a cell about ten further along; None when no such cell shows inside ``box``'s visible part."""
+        for steps in (10, 6, 3):
+            fx, fy = x + ax * steps * size, y + ay * steps * size
+            if not (box["x"] <= fx < box["x"] + box["width"] and box["y"] <= fy < box["y"] + box["height"]):
+                continue
+            other = self.cell(fx, fy)
+            if other is None or other == cell:
+                continue
+            edge = self._edge(fx, fy, other, ax, ay)
+            count = (other[1] - cell[1]) if ax else (other[0] - cell[0])
+            if count > 0:
+                return (edge - near) / count
+        return None
 
     def cell(self, x: float, y: float) -> tuple[int, int] | None:
         """The (query, key) of the cell under (x, y), from Vega's tooltip, or None."""
@@ -190,4 +237,5 @@ class Cells:
         return (int(query[1]), int(key[1])) if query and key else None
 
     def centre(self, query: int, key: int) -> tuple[float, float]:
-        return self.x0 + (key + 0.5) * self.width, self.y0 + (query + 0.5) * self.height
+        box = self.page.locator("[data-testid=stVegaLiteChart] canvas").first.bounding_box()
+        return box["x"] + self.dx + (key + 0.5) * self.width, box["y"] + self.dy + (query + 0.5) * self.height
