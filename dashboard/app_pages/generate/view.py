@@ -119,7 +119,8 @@ def render(ctx: ui.Context) -> None:
     st.caption(f"Step {step} of {n - 1}: {'the prefill (the whole prompt) ended on' if step == 0 else 'fed'} "
                f"{ui.safe(repr(tokens[q]))} and the model wrote {ui.safe(repr(wrote))} · {w.sampling.describe()}"
                + (" · stopped at the end-of-text token" if gen.stopped == "eos" else ""))
-    _proof(w)
+    proof_box = st.empty()  # the cache's proof is drawn here, but computed last: its float64 rerun and Hugging
+    # Face's own generate are most of a first open, and the rest of the page needs neither
 
     st.subheader(f"Layer {v.layer}, head {v.head}: the fed token's attention over its context")
     row = gen.row(step, v.layer, v.head).numpy()
@@ -161,6 +162,8 @@ def render(ctx: ui.Context) -> None:
     left.metric("Time of this step", f"{gen.step_seconds[step] * 1e3:.0f} ms",
                 help="step 0 is the prefill of the whole prompt; the others run one token")
     ui.chart(charts.cache_growth(growth, step), right)
+    with proof_box:
+        _proof(w)
 
 
 def _lens(name: str, gen, step: int) -> None:

@@ -128,3 +128,30 @@ def test_a_links_sampling_settings_out_of_range_are_said_not_silently_moved(gpt2
     assert "top-p 5.0 (this page takes 0.01 to 1.0: set to 1.0)" in said
     assert (at.number_input(key="w_seed").value, at.number_input(key="w_temperature").value) == (2**31 - 1, 5.0)
     assert not at.error and not at.exception
+
+
+def test_the_cache_proof_is_computed_after_the_rest_of_the_page_and_drawn_in_its_place(gpt2_dir, monkeypatch):
+    # the proof (a float64 rerun and Hugging Face's own generate) is most of a first open: the lens and the charts
+    # are on screen before it runs, and its badge still sits under the step's caption, above the head's bars
+    from dashboard.app_pages.generate import data
+
+    calls: list[str] = []
+    proof, lens = data.generation_proof, data.lens_column
+
+    def proving(w):
+        calls.append("proof")
+        return proof(w)
+
+    def reading(*args):
+        calls.append("lens")
+        return lens(*args)
+
+    monkeypatch.setattr(data, "generation_proof", proving)
+    monkeypatch.setattr(data, "lens_column", reading)
+    at = _app(model=str(gpt2_dir), page="generate", new_tokens=3)
+    assert calls == ["lens", "proof"]
+    order = [getattr(e, "value", "") for e in at.main]
+    badge = next(i for i, v in enumerate(order) if isinstance(v, str) and "Cache proof" in v)
+    step = next(i for i, v in enumerate(order) if isinstance(v, str) and v.startswith("Step 0 of 2"))
+    bars = next(i for i, v in enumerate(order) if isinstance(v, str) and "the fed token's attention" in v)
+    assert step < badge < bars, order
