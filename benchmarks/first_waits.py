@@ -7,14 +7,14 @@ loads the default view when the server starts) on a free loopback port, then hea
 ``/?page=<page>&model=<model>`` once the server answers its health check (cold: the model's load is in it), and then
 once more in a new browser context, a new session of the same server (warm). Each is timed from the page's request:
 
-* **drawn**: the page's heading is in the main area and either its first chart has painted or the app is idle (a
-  page with no chart at its defaults);
+* **drawn**: the page's heading is in the main area and either its first chart has painted, or the app is idle (a
+  page with no chart at its defaults), or (Start here) its list is whole: :data:`DRAWN_ALSO`;
 * **idle**: the app is idle for good (``data-test-script-state=notRunning`` after its last run: still so
   :data:`SETTLE_MS` later, which is not counted) and the page drawn (a chart can paint just after the run ends):
-  everything the defaults draw is on screen, the answer box's verdict too on Explore and Find, where it comes after
-  the page.
+  everything the defaults draw is on screen, the answer box's verdict too on Explore and Find and the findings on
+  Start here, which come after the page.
 
-The goal is judged on *drawn* for Explore and Find (the question's evidence runs after the page has drawn, by
+The goal is judged on *drawn* for Explore, Find and Start here (their evidence runs after the page has drawn, by
 design: its time is the idle column) and on *idle* for every other page; on the KV lab, the default chart is part of
 its page. With ``--cut`` the warm KV lab session then clicks "Cut each … heads alone" and times it until the app is
 idle (goal 30 s). Prints one table and writes ``first_waits.txt`` under ``--out``; the load average is printed
@@ -44,7 +44,10 @@ from report import publish  # noqa: E402
 GOAL_S = 5.0
 GOALS = {"kv": 10.0}  # the KV lab's default chart
 CUT_GOAL_S = 30.0
-AFTER_THE_PAGE = ("explore", "find")  # pages whose heavy evidence comes after the page has drawn
+AFTER_THE_PAGE = ("explore", "find", "start")  # pages whose heavy evidence comes after the page has drawn
+# what shows a page without a chart drawn before it is idle: Start here's list is whole once its first finding's bar
+# is up (every item is drawn before any finding is computed); the findings fill in after, to idle
+DRAWN_ALSO = {"start": "[data-testid=stProgress]"}
 TIMEOUT_MS = 600_000
 SETTLE_MS = 1500  # the app idle this long with the page drawn: done (a run can follow a run: a page switch, a rerun)
 PROBE = """
@@ -61,7 +64,8 @@ PROBE = """
     const heading = main && main.querySelector('[data-testid=stHeading]');
     const chart = main && main.querySelector('[data-testid=stVegaLiteChart] canvas, '
                                              + '[data-testid=stVegaLiteChart] svg.marks');
-    if (heading && (chart || idle) && window.__waits.drawn < 0) window.__waits.drawn = performance.now();
+    const also = window.__drawnAlso && main && main.querySelector(window.__drawnAlso);
+    if (heading && (chart || idle || also) && window.__waits.drawn < 0) window.__waits.drawn = performance.now();
   };
   new MutationObserver(check).observe(document, {subtree: true, childList: true, attributes: true});
 })();
@@ -73,6 +77,8 @@ DONE = f"""() => window.__waits && window.__waits.drawn >= 0 && window.__waits.i
 def open_once(browser, url: str, page_key: str, model: str) -> tuple[float, float, Any, Any]:
     """Open a link to ``page_key`` on ``model`` in a new session: seconds to drawn and to idle, and the open page."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    if page_key in DRAWN_ALSO:
+        context.add_init_script(f"window.__drawnAlso = {DRAWN_ALSO[page_key]!r};")
     context.add_init_script(PROBE)
     page = context.new_page()
     page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort())  # loopback only
