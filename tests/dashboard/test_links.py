@@ -21,7 +21,8 @@ a story's text opens on the head chosen on its question's controls only on the p
 evidence (Explore; Find for its own question): Heads, Cost, Generate and Find on the story's question keep the link's
 head (layer 0 where the link names none) instead of computing the evidence first, and whatever another session has
 cached (issue 61);
-a bad page= lists the Start here page among the pages (issue 61)."""
+a bad page= lists the Start here page among the pages (issue 61);
+Circuit's composition caption ends on what a noise floor is (words.gloss("floor")) (issue 61)."""
 
 from __future__ import annotations
 

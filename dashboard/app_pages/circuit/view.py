@@ -24,6 +24,11 @@ from .state import CircuitState
 TOP = 5  # senders drawn per answer
 
 
+
+def _said(line: str) -> str:
+    """A glossary line as a sentence: capitalised, with its full stop."""
+    return line[:1].upper() + line[1:] + ("" if line.endswith(".") else ".")
+
 def _graph(ctx: ui.Context, edges: pd.DataFrame, title: str, key: str) -> None:
     v, m = ui.view(), ctx.model
     chart = charts.circuit_graph(edges, (v.layer, v.head), m.n_layers, m.n_heads, title)
@@ -121,7 +126,7 @@ def _weights(ctx: ui.Context, convention: tuple[str, str]) -> None:
                    f"edge's width is that composition score. Only edges above their noise floor are drawn "
                    f"({len(above)} of {int(frame.score.notna().sum())}; at most the {TOP} largest): {random}, and "
                    f"{COMPOSITION_RULE} (here z = {z:.2f}, a floor of {floor:.4f}). Convention {convention[1]}; "
-                   + "; ".join(notes(ctx.model, convention[0])) + ".")
+                   + "; ".join(notes(ctx.model, convention[0])) + ". " + ui.safe(_said(words.gloss("floor"))))
     shown = frame.sort_values("score", ascending=False).rename(columns={"z": "above", "floor": "noise floor",
                                                                         "above_floor": "above the floor"})
     ui.table(shown.drop(columns=["z_crit", "senders"]), height=220)
