@@ -221,7 +221,8 @@ def show_link_problems() -> None:
     run the answer box's evidence asks for when it comes in (the reader has not acted yet, and the notes must not
     vanish under them)."""
     problems = st.session_state.get("link_problems", [])
-    if st.session_state.pop(verdicts.AGAIN, False):
+    again = st.session_state[ui.FOR_EVIDENCE] = st.session_state.pop(verdicts.AGAIN, False)
+    if again:
         problems = st.session_state.get("link_problems_shown", []) + problems
     for problem in problems:
         st.warning(ui.safe(problem))

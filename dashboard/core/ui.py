@@ -179,13 +179,23 @@ def in_app_words(exc: Exception) -> str:
                                                  "menu")
 
 
+FOR_EVIDENCE = "run_for_evidence"  # session key: this run is the one the answer box's evidence asked for (the frame's)
+QUERY_MOVED = "query_moved"  # session key: the note on a query moved into the text, its query and the text's length
+
+
 def query_picker(info: RunInfo, container=st) -> int:
     """The query token (shared by Explore and Q/K/V)."""
     n = len(info.tokens)
+    moved = st.session_state.pop(QUERY_MOVED, None)
     if view().query >= n:  # a link's number, or a shorter text than the last one: said, not silently moved
-        container.caption(f"Query token {view().query:,} does not exist in this text (tokens 0–{n - 1}): showing "
-                          f"{n - 1}, the last.")
+        note = (f"Query token {view().query:,} does not exist in this text (tokens 0–{n - 1}): showing {n - 1}, the "
+                "last.")
+        container.caption(note)
         update(query=n - 1)
+        st.session_state[QUERY_MOVED] = note, n - 1, n
+    elif moved is not None and st.session_state.get(FOR_EVIDENCE) and moved[1:] == (view().query, n):
+        container.caption(moved[0])  # said again on the run the evidence asked for: the reader has not acted yet
+        st.session_state[QUERY_MOVED] = moved
     names = labels(info.tokens)
     return bound("selectbox", "query", "Query token", container, options=list(range(n)),
                  format_func=names.__getitem__,
